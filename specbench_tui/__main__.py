@@ -1,0 +1,3 @@
+from specbench_tui.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""The request row: what one request measured, exactly the columns of the results contract."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RequestRecord:
+    """One request. Times are seconds; ``started_at`` is Unix epoch seconds.
+
+    Token counts come from the server's own numbers (``meta_info`` or ``usage``), never from
+    counting streamed chunks: a speculative server sends several tokens per chunk.
+    """
+
+    campaign: str = ""
+    cell_id: str = ""
+    attempt: int = 1
+    group: str = ""
+    host: str = ""
+    config: str = ""
+    tp: int = 0
+    workload: str = ""
+    kind: str = ""
+    prompt_set: str | None = None
+    prompt_id: str | None = None
+    max_tokens: int = 0
+    concurrency: int | None = None
+    session: int | None = None
+    turn: int | None = None
+    repeat: int | None = None
+    started_at: float = 0.0
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    tpot_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    chunks: int = 0
+    output_tok_s: float | None = None
+    spec_verify_ct: int | None = None
+    accept_length: float | None = None
+    finish_reason: str | None = None
+    output_sha256: str | None = None
+    error: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+REQUEST_COLUMNS: tuple[str, ...] = tuple(RequestRecord.__dataclass_fields__)

@@ -1,0 +1,1 @@
+"""The campaign engine. It never imports textual: consoles observe its events."""

@@ -1,0 +1,79 @@
+"""The expanded plan: service groups (one server start each) and cells (one measurement each).
+
+These are plain frozen dataclasses so that the engine, the simulator and the console can use
+them without pydantic, and so that they serialise to the dry-run JSON as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+WorkloadKind = Literal["single", "agentic", "concurrency"]
+Api = Literal["sglang", "openai"]
+
+
+@dataclass(frozen=True)
+class ServiceGroup:
+    """One server process: a config at a TP size on a host, started once for all its cells."""
+
+    id: str  # "<host>.<config>.tp<tp>", safe in a file name and a systemd unit name
+    host: str
+    host_kind: Literal["ssh", "local", "sim"]
+    config: str
+    label: str
+    tp: int
+    gpu_ids: tuple[int, ...]
+    port: int
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    api: Api
+    ready_timeout_s: float
+    speculative: bool
+    stop_before: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gpu_ids"] = list(self.gpu_ids)
+        d["command"] = list(self.command)
+        d["env"] = dict(self.env)
+        d["stop_before"] = list(self.stop_before)
+        return d
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measurement: a workload (or one slice of it) against one service group.
+
+    ``id`` is a hash of everything that decides what the cell measures, so the same plan gives
+    the same ids and a change to one config only renews that config's cells.
+    """
+
+    id: str
+    name: str  # human readable: "<group>/<workload>[/<prompt_set>/<max_tokens>|/c<level>]"
+    group: str
+    host: str
+    config: str
+    tp: int
+    workload: str
+    kind: WorkloadKind
+    prompt_set: str | None
+    max_tokens: int
+    concurrency: int | None
+    prompts: tuple[str, ...]  # prompt sets used (single: the one; agentic/concurrency: all)
+    samples: int | None = None  # prompts drawn per set; None = all
+    repeats: int = 1
+    warmup: int = 0
+    temperature: float = 0.0
+    sessions: int = 0
+    turns: int = 0
+    tool_output_tokens: int = 0
+    requests: int = 0  # concurrency: requests at this level
+    timeout_s: float = 600.0
+    params: tuple[tuple[str, Any], ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["prompts"] = list(self.prompts)
+        d["params"] = dict(self.params)
+        return d
