@@ -1,0 +1,115 @@
+"""The one entry point: parses arguments and picks console, headless, dry-run, attach or report.
+
+Input problems end with one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specbench_tui.errors import InputError
+
+EXIT_OK, EXIT_FAILED_CELLS, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEMO_PLAN = Path("plans/demo.toml")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_INPUT, f"specbench-tui: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="specbench-tui",
+        description="Run a speculative-decoding benchmark campaign from a TOML plan.",
+    )
+    p.add_argument("plan", nargs="?", type=Path, help="plan file (default: plans/demo.toml)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="review the plan; touch no host")
+    mode.add_argument("--headless", action="store_true", help="no console: one line per event")
+    mode.add_argument("--report", metavar="DIR", type=Path, help="render the report of DIR again")
+    mode.add_argument("--attach", metavar="DIR", type=Path,
+                      help="open the console on the headless campaign running in DIR")
+    p.add_argument("--json", action="store_true", help="with --dry-run: one JSON document")
+    p.add_argument("--results", metavar="DIR", type=Path, help="results root instead of the plan's")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over; the old results directory is moved aside, never deleted")
+    p.add_argument("--only", metavar="PATTERN", help="run only cells whose id or name matches")
+    p.add_argument("--rerun-failed", action="store_true",
+                   help="run again the cells that failed last time")
+    p.add_argument("--sim", action="store_true",
+                   help="rehearse the plan on the embedded simulated host")
+    p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
+    return p
+
+
+def _default_plan() -> Path:
+    if DEMO_PLAN.exists():
+        return DEMO_PLAN
+    shipped = Path(__file__).resolve().parent.parent / "plans" / "demo.toml"
+    return shipped if shipped.exists() else DEMO_PLAN
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except InputError as exc:
+        print(f"specbench-tui: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("specbench-tui: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.json and not args.dry_run:
+        raise InputError("--json goes with --dry-run")
+    if args.report is not None:
+        from specbench_tui.report.render import render_report
+
+        written = render_report(args.report)
+        for path in written:
+            print(path)
+        return EXIT_OK
+    if args.attach is not None:
+        from specbench_tui.engine.control_socket import attach_control
+        from specbench_tui.tui.app import run_console
+
+        control = attach_control(args.attach)
+        return run_console(control, theme=args.theme)
+
+    from specbench_tui.engine.layout import ResultsLayout
+    from specbench_tui.plan.loader import load_plan
+
+    plan = load_plan(args.plan or _default_plan())
+    results_root = args.results or Path(plan.spec.campaign.results)
+    layout = ResultsLayout.for_campaign(results_root, plan.spec.campaign.name, sim=args.sim)
+
+    if args.dry_run:
+        from specbench_tui.plan.review import render_json, render_text, review
+
+        r = review(plan, layout.root, sim=args.sim)
+        if args.json:
+            json.dump(render_json(r), sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            print(render_text(r))
+        return EXIT_OK
+
+    from specbench_tui.engine.campaign import Campaign, CampaignOptions
+
+    campaign = Campaign.prepare(plan, layout, CampaignOptions(
+        sim=args.sim, fresh=args.fresh, only=args.only, rerun_failed=args.rerun_failed,
+        control_socket=args.headless,
+    ))
+    if args.headless:
+        from specbench_tui.engine.headless import run_headless
+
+        return run_headless(campaign)
+    from specbench_tui.tui.app import run_console
+
+    return campaign.run_with_console(lambda control: run_console(control, theme=args.theme))

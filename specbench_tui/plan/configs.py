@@ -1,0 +1,98 @@
+"""Config resolution: server defaults merged with each config, ``params`` expanded.
+
+``ddtree`` with ``params = { budget = [8, 16] }`` becomes ``ddtree-8`` and ``ddtree-16``, with
+``{budget}`` substituted in args and label. Placeholders for the launch template itself
+(``{python}``, ``{tp}``, ...) are left for expansion into groups.
+"""
+
+from __future__ import annotations
+
+import itertools
+import string
+from dataclasses import dataclass
+
+from specbench_tui.plan.model import DEFAULT_LAUNCH, ConfigSpec, ParamValue, PlanSpec
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    name: str  # expanded name, e.g. "ddtree-16"
+    base: str  # the [configs.NAME] it came from
+    label: str
+    launch: tuple[str, ...]
+    python: str
+    model: str
+    port: int
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    api: str
+    ready_timeout_s: float
+    params: tuple[tuple[str, ParamValue], ...]
+
+
+def placeholders(text: str) -> list[str]:
+    """Names of the ``{name}`` fields of a template (raises ValueError on a broken brace)."""
+    return [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+
+
+def substitute(text: str, values: dict[str, object]) -> str:
+    """Fill only the placeholders we know; unknown ones were rejected at validation."""
+    out = []
+    for literal, name, spec, conv in string.Formatter().parse(text):
+        out.append(literal)
+        if name is not None:
+            if name in values:
+                out.append(format(values[name], spec or ""))
+            else:
+                out.append("{" + name + (f"!{conv}" if conv else "") +
+                           (f":{spec}" if spec else "") + "}")
+    return "".join(out)
+
+
+def _format_value(v: ParamValue) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def param_combinations(cfg: ConfigSpec) -> list[tuple[tuple[str, ParamValue], ...]]:
+    if not cfg.params:
+        return [()]
+    keys = list(cfg.params)
+    return [tuple(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(cfg.params[k] for k in keys))]
+
+
+def expanded_name(base: str, combo: tuple[tuple[str, ParamValue], ...]) -> str:
+    return "-".join([base, *(_format_value(v) for _, v in combo)])
+
+
+def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
+    """All configs after params expansion, in plan order."""
+    server = spec.server
+    out: list[ResolvedConfig] = []
+    for base, cfg in spec.configs.items():
+        for combo in param_combinations(cfg):
+            values = {k: _format_value(v) for k, v in combo}
+            name = expanded_name(base, combo)
+            args = [*server.args, *cfg.args]
+            env = {**server.env, **cfg.env}
+            out.append(ResolvedConfig(
+                name=name,
+                base=base,
+                label=substitute(cfg.label or name, values),
+                launch=tuple(cfg.launch or server.launch or DEFAULT_LAUNCH),
+                python=cfg.python or server.python or "python3",
+                model=cfg.model or server.model or "",
+                port=cfg.port or server.port or 30000,
+                args=tuple(substitute(a, values) for a in args),
+                env=tuple(sorted((k, substitute(v, values)) for k, v in env.items())),
+                api=cfg.api or server.api or "sglang",
+                ready_timeout_s=cfg.ready_timeout or server.ready_timeout or 900.0,
+                params=combo,
+            ))
+    return out
+
+
+def names_matching(ref: str, configs: list[ResolvedConfig]) -> list[str]:
+    """A reference is an expanded name or a parametrized base standing for all expansions."""
+    exact = [c.name for c in configs if c.name == ref]
+    return exact or [c.name for c in configs if c.base == ref]

@@ -1,0 +1,93 @@
+"""Wall-time estimate for a plan, with the assumptions shown so a user can judge and override
+them (``[estimate]`` in the plan). Deliberately simple: decode rate per TP size, a speed-up for
+speculative configs, a share of max_tokens actually generated, prefill rate, server start-ups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbench_tui.plan.cells import Cell, ServiceGroup
+from specbench_tui.plan.model import EstimateSpec, PlanSpec
+from specbench_tui.plan.prompt_sets import count_prompts, resolve_prompt_set
+
+PROMPT_TOKENS = 400  # typical prompt length for prefill time; agentic context grows on top
+
+
+@dataclass(frozen=True)
+class Estimate:
+    total_s: float
+    startup_s: float
+    requests: int
+    per_group_s: dict[str, float]
+    per_cell_s: dict[str, float]
+    assumptions: list[str]
+
+
+def _rate(est: EstimateSpec, tp: int) -> float:
+    table = {int(k): v for k, v in est.tok_s.items()}
+    if tp in table:
+        return table[tp]
+    # Between known sizes: the nearest smaller one (conservative).
+    smaller = [k for k in table if k <= tp]
+    return table[max(smaller)] if smaller else table[min(table)]
+
+
+def planned_requests(cell: Cell, plan_dir: Path) -> tuple[int, int]:
+    """(measured, warm-up) requests of a cell."""
+    if cell.kind == "single":
+        path = resolve_prompt_set(cell.prompt_set or "", plan_dir)
+        n = count_prompts(path) if path else 0
+        if cell.samples is not None:
+            n = min(n, cell.samples)
+        return n * cell.repeats, n * cell.warmup
+    if cell.kind == "agentic":
+        return cell.sessions * cell.turns, 0
+    return cell.requests, 0
+
+
+def estimate(spec: PlanSpec, plan_dir: Path, groups: list[ServiceGroup], cells: list[Cell],
+             *, speed: dict[str, float] | None = None) -> Estimate:
+    """``speed``: per host, how much faster than real time it runs (simulated hosts)."""
+    est = spec.estimate
+    frac = est.output_fraction
+    by_group = {g.id: g for g in groups}
+    per_cell: dict[str, float] = {}
+    requests = 0
+    for c in cells:
+        g = by_group[c.group]
+        rate = _rate(est, c.tp) * (est.spec_speedup if g.speculative else 1.0)
+        measured, warm = planned_requests(c, plan_dir)
+        requests += measured
+        n = measured + warm
+        decode = c.max_tokens * frac / rate
+        prefill = PROMPT_TOKENS / (est.prefill_tok_s * c.tp ** 0.5)
+        if c.kind == "agentic":
+            ctx = sum(t * (c.tool_output_tokens + c.max_tokens * frac) for t in range(c.turns))
+            prefill_total = c.sessions * (c.turns * prefill + ctx / est.prefill_tok_s)
+            t = n * (decode + est.request_overhead) + prefill_total
+        elif c.kind == "concurrency":
+            level = c.concurrency or 1
+            t = n * (decode + prefill + est.request_overhead) / (level ** est.batch_scaling)
+        else:
+            t = n * (decode + prefill + est.request_overhead)
+        per_cell[c.id] = t / (speed or {}).get(c.host, 1.0)
+    per_group = {g.id: est.startup / (speed or {}).get(g.host, 1.0) for g in groups}
+    for c in cells:
+        per_group[c.group] += per_cell[c.id]
+    startup = sum(est.startup / (speed or {}).get(g.host, 1.0) for g in groups)
+    rates = ", ".join(f"TP{k} {v:g}" for k, v in sorted(est.tok_s.items(), key=lambda kv: int(kv[0])))
+    assumptions = [
+        f"server start-up {est.startup:g} s per group",
+        f"autoregressive decode tok/s per request: {rates}",
+        f"speculative configs x{est.spec_speedup:g}",
+        f"outputs use {est.output_fraction:.0%} of max_tokens on average",
+        f"prefill {est.prefill_tok_s:g} tok/s; concurrency throughput grows as level^"
+        f"{est.batch_scaling:g}",
+    ]
+    if speed and any(v != 1.0 for v in speed.values()):
+        assumptions.append("simulated hosts run faster than real time: " +
+                           ", ".join(f"{h} x{v:g}" for h, v in speed.items()))
+    assumptions.append("override any of these in the plan's [estimate] table")
+    return Estimate(total_s=sum(per_group.values()), startup_s=startup, requests=requests,
+                    per_group_s=per_group, per_cell_s=per_cell, assumptions=assumptions)

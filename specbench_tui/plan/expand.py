@@ -1,0 +1,178 @@
+"""Expand a plan into service groups and cells.
+
+Groups are ordered host, then TP size ascending, then config in plan order: each server starts
+once, and a TP size's groups run together (the largest TP, which may need GPUs a foreign
+service holds, comes last). GPUs are taken from the top of the host's ids, so small TP sizes
+stay clear of GPU 0, where foreign services usually sit.
+
+A cell's id hashes what it measures (the resolved server command with the port left out, the
+environment, host, TP, GPUs and the workload slice), never its position in the plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from specbench_tui.plan.cells import Cell, ServiceGroup
+from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
+from specbench_tui.plan.loader import Plan
+from specbench_tui.plan.model import (
+    AgenticWorkload,
+    ConcurrencyWorkload,
+    HostSpec,
+    PlanSpec,
+    SingleWorkload,
+)
+
+
+@dataclass(frozen=True)
+class Expansion:
+    groups: list[ServiceGroup]
+    cells: list[Cell]
+
+    def cells_of(self, group_id: str) -> list[Cell]:
+        return [c for c in self.cells if c.group == group_id]
+
+
+def expand(plan: Plan, *, sim: bool = False) -> Expansion:
+    """``sim``: rehearse on the embedded simulated host instead of the plan's hosts."""
+    spec = plan.spec
+    configs = {c.name: c for c in resolve_configs(spec)}
+    matrix_configs = [n for ref in spec.matrix.configs for n in names_matching(ref, list(configs.values()))]
+    matrix_configs = list(dict.fromkeys(matrix_configs))
+    host_names = spec.matrix.hosts if spec.matrix.hosts is not None else list(spec.hosts)
+
+    groups: list[ServiceGroup] = []
+    cells: list[Cell] = []
+    for host_name in host_names:
+        host = spec.hosts[host_name]
+        for tp in sorted(spec.matrix.tp):
+            for cname in matrix_configs:
+                if _excluded(spec, host=host_name, config=configs[cname], tp=tp, workload=None):
+                    continue
+                group = _group(spec, host_name, host, configs[cname], tp, sim=sim)
+                group_cells = _cells(spec, group, configs[cname])
+                if not group_cells:
+                    continue
+                groups.append(group)
+                cells.extend(group_cells)
+    return Expansion(groups=groups, cells=cells)
+
+
+def _excluded(spec: PlanSpec, *, host: str, config: ResolvedConfig, tp: int,
+              workload: str | None) -> bool:
+    for ex in spec.matrix.exclude:
+        if ex.host is not None and ex.host != host:
+            continue
+        if ex.config is not None and ex.config not in (config.name, config.base):
+            continue
+        if ex.tp is not None and ex.tp != tp:
+            continue
+        if ex.workload is not None and ex.workload != workload:
+            continue
+        if ex.workload is not None and workload is None:
+            continue  # excludes a workload only, not the whole group
+        return True
+    return False
+
+
+def _group(spec: PlanSpec, host_name: str, host: HostSpec, cfg: ResolvedConfig, tp: int,
+           *, sim: bool) -> ServiceGroup:
+    ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
+    gpu_ids = tuple(sorted(ids)[-tp:])
+    kind = "sim" if sim else host.kind
+    port = cfg.port
+    values: dict[str, object] = {"python": cfg.python, "model": cfg.model or "model", "tp": tp,
+                                 "port": port, "host": "127.0.0.1", "config": cfg.name}
+    values.update({k: v for k, v in cfg.params})
+    if kind == "sim":
+        speed = host.speed if host.sim else 50.0
+        command = (sys.executable, "-m", "specbench_tui.sim",
+                   "--model-path", cfg.model or "simulated-model", "--tp-size", str(tp),
+                   "--host", "127.0.0.1", "--port", str(port), *cfg.args,
+                   "--speed", f"{speed:g}", "--seed", str(spec.campaign.seed))
+    else:
+        command = tuple(substitute(t, values) for t in cfg.launch) + cfg.args
+    env = dict(cfg.env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
+    return ServiceGroup(
+        id=f"{host_name}.{cfg.name}.tp{tp}",
+        host=host_name,
+        host_kind=kind,
+        config=cfg.name,
+        label=cfg.label,
+        tp=tp,
+        gpu_ids=gpu_ids,
+        port=port,
+        command=command,
+        env=tuple(sorted(env.items())),
+        api="sglang" if kind == "sim" and cfg.api == "sglang" else cfg.api,  # type: ignore[arg-type]
+        ready_timeout_s=cfg.ready_timeout_s,
+        speculative=any(a.startswith("--speculative-algorithm") for a in cfg.args),
+        stop_before=tuple(host.stop_before) if kind != "sim" else (),
+    )
+
+
+def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cell]:
+    out: list[Cell] = []
+    # The hash sees the command with its port blanked: moving a server to another port
+    # does not change what a cell measures.
+    server_identity = {
+        "host": group.host, "tp": group.tp, "gpus": list(group.gpu_ids), "api": group.api,
+        "command": _command_identity(group),
+        "env": dict(group.env),
+    }
+    for wname, w in spec.workloads.items():
+        if w.tp is not None and group.tp not in w.tp:
+            continue
+        if w.configs is not None and not any(r in (cfg.name, cfg.base) for r in w.configs):
+            continue
+        if _excluded(spec, host=group.host, config=cfg, tp=group.tp, workload=wname):
+            continue
+        common: dict[str, Any] = dict(
+            group=group.id, host=group.host, config=cfg.name, tp=group.tp, workload=wname,
+            kind=w.kind, timeout_s=w.timeout, params=cfg.params,
+        )
+        if isinstance(w, SingleWorkload):
+            for pset in w.prompts:
+                for mt in w.max_tokens:
+                    out.append(_cell(server_identity, common, f"{group.id}/{wname}/{pset}/{mt}",
+                                     prompt_set=pset, prompts=(pset,), max_tokens=mt,
+                                     concurrency=None, samples=w.samples, repeats=w.repeats,
+                                     warmup=w.warmup, temperature=w.temperature))
+        elif isinstance(w, AgenticWorkload):
+            out.append(_cell(server_identity, common, f"{group.id}/{wname}",
+                             prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
+                             prompts=tuple(w.prompts), max_tokens=w.max_tokens, concurrency=None,
+                             sessions=w.sessions, turns=w.turns, temperature=w.temperature,
+                             tool_output_tokens=w.tool_output_tokens))
+        elif isinstance(w, ConcurrencyWorkload):
+            for level in w.levels:
+                out.append(_cell(server_identity, common, f"{group.id}/{wname}/c{level}",
+                                 prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
+                                 prompts=tuple(w.prompts), max_tokens=w.max_tokens,
+                                 concurrency=level, requests=w.requests,
+                                 temperature=w.temperature))
+    return out
+
+
+def _command_identity(group: ServiceGroup) -> list[str]:
+    """The command as it decides results: port blanked, and the simulator's interpreter path
+    (which differs per machine) replaced by its placeholder."""
+    cmd = [a if a != str(group.port) else "{port}" for a in group.command]
+    if group.host_kind == "sim":
+        cmd[0] = "{python}"
+    return cmd
+
+
+def _cell(server_identity: dict[str, Any], common: dict[str, Any], name: str,
+          **fields: Any) -> Cell:
+    measured = {k: v for k, v in fields.items()}
+    identity = {"server": server_identity, "workload": common["workload"],
+                "kind": common["kind"], **measured}
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=list).encode())
+    return Cell(id=digest.hexdigest()[:12], name=name, **common, **fields)

@@ -1,0 +1,137 @@
+"""Load a plan file: TOML parsing, pydantic validation and cross-table checks, with every
+problem turned into one line naming the file, the TOML line and the key path."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from specbench_tui.errors import InputError
+from specbench_tui.plan.locate import LineIndex
+from specbench_tui.plan.model import KINDS, PlanSpec, model_at
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated plan and where it came from."""
+
+    spec: PlanSpec
+    path: Path
+    text: str
+
+    @property
+    def dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+
+class PlanError(InputError):
+    """A plan problem at a key path; ``where`` is filled in by the loader."""
+
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.key_path = path
+        self.message = message
+
+    def located(self, file: Path, index: LineIndex) -> str:
+        line = index.line_of(self.key_path)
+        where = f"{file}:{line}" if line else str(file)
+        keys = _dotted(self.key_path)
+        return f"{where}: {keys}: {self.message}" if keys else f"{where}: {self.message}"
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan; raise InputError with one located line on any problem."""
+    from specbench_tui.plan.validate import check_plan
+
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{file}: no such plan file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{file}: cannot read the plan: {exc}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(_toml_error(file, exc)) from None
+    index = LineIndex(text)
+    try:
+        spec = PlanSpec.model_validate(raw)
+    except ValidationError as exc:
+        errors = [_pydantic_error(e, raw) for e in exc.errors()]
+        raise _first(errors, file, index) from None
+    plan = Plan(spec=spec, path=file, text=text)
+    problems = check_plan(plan)
+    if problems:
+        raise _first(problems, file, index)
+    return plan
+
+
+def _first(errors: list[PlanError], file: Path, index: LineIndex) -> InputError:
+    msg = errors[0].located(file, index)
+    if len(errors) > 1:
+        msg += f"\n({len(errors) - 1} more problem{'s' if len(errors) > 2 else ''} after this one)"
+    return InputError(msg)
+
+
+def _toml_error(file: Path, exc: tomllib.TOMLDecodeError) -> str:
+    text = str(exc)
+    m = re.search(r"\(at line (\d+), column (\d+)\)", text)
+    reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", text)
+    if m:
+        return f"{file}:{m.group(1)}:{m.group(2)}: not valid TOML: {reason}"
+    return f"{file}: not valid TOML: {reason}"
+
+
+def _pydantic_error(err: Any, raw: dict[str, Any]) -> PlanError:
+    loc = list(err["loc"])
+    # Discriminated unions put the tag in the path: workloads.NAME.single.key -> workloads.NAME.key
+    if len(loc) > 2 and loc[0] == "workloads" and loc[2] in KINDS:
+        del loc[2]
+    path = tuple(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent, key = path[:-1], str(path[-1])
+        model = model_at(parent, raw)
+        hint = ""
+        if model is not None:
+            known = sorted(model.model_fields)
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+        return PlanError(path, f"unknown key {key!r}{hint}")
+    if kind == "missing":
+        return PlanError(path, "missing required key")
+    if kind in ("union_tag_not_found", "union_tag_invalid"):
+        return PlanError((*path, "kind"), f"'kind' must be one of {', '.join(KINDS)}")
+    if kind == "string_pattern_mismatch" and path and path[-1] == "name":
+        return PlanError(path, f"{err.get('input')!r} is not a safe campaign name: use lowercase "
+                               "letters, digits, '.', '_' and '-' (at most 64, starting with a "
+                               "letter or digit); it names a directory and systemd units")
+    if kind == "string_pattern_mismatch":
+        return PlanError(path, f"{err.get('input')!r} has characters that are unsafe in a "
+                               "systemd unit name or a shell command; use letters, digits, "
+                               "':', '_', '.', '@' and '-'")
+    msg = err["msg"]
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        msg = f"{msg} (got {type(err.get('input')).__name__} {err.get('input')!r})"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return PlanError(path, msg[0].lower() + msg[1:] if msg else msg)

@@ -1,0 +1,198 @@
+"""The plan file as pydantic models: the contract of specs/plan-format.md.
+
+Every model forbids unknown keys, since in a hand-written plan an unknown key is almost always a
+typo. Checks that need more than one table (a config named in the matrix exists, TP fits the
+host) live in ``validate.py`` so that each error can name the key path it is about.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from specbench_tui.plan.durations import parse_duration
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+ParamValue = int | float | str
+
+CAMPAIGN_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+# Host, config and workload names end up in group ids, file names and systemd unit names.
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# A systemd unit name: no spaces, quotes or shell metacharacters.
+UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9:_.@\\-]{0,250}$"
+
+KINDS = ("single", "agentic", "concurrency")
+PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
+DEFAULT_LAUNCH = [
+    "{python}", "-m", "sglang.launch_server", "--model-path", "{model}", "--tp-size", "{tp}",
+    "--host", "127.0.0.1", "--port", "{port}",
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CampaignSpec(Strict):
+    name: str = Field(pattern=CAMPAIGN_NAME)
+    title: str = ""
+    results: str = "results"
+    baseline: str | None = None
+    seed: int = 0
+
+
+class HostSpec(Strict):
+    ssh: str | None = None
+    local: bool = False
+    sim: bool = False
+    gpus: int = Field(ge=1, le=1024)
+    gpu_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    services: Literal["systemd", "process"] | None = None
+    workdir: str = "~/specbench"
+    stop_before: list[Annotated[str, Field(pattern=UNIT_NAME)]] = []
+    restore_after: bool = True
+    prepare: list[str] = []
+    speed: float = Field(default=1.0, gt=0)  # sim hosts: compress simulated time
+
+    @property
+    def kind(self) -> Literal["ssh", "local", "sim"]:
+        if self.sim:
+            return "sim"
+        return "local" if self.local else "ssh"
+
+
+class ServerSpec(Strict):
+    launch: list[str] | None = None
+    python: str | None = None
+    model: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    args: list[str] = []
+    env: dict[str, str] = {}
+    api: Literal["sglang", "openai"] | None = None
+    ready_timeout: Duration | None = None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_to_str(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x
+                    for k, x in v.items()}
+        return v
+
+
+class ConfigSpec(ServerSpec):
+    label: str | None = None
+    params: dict[str, list[ParamValue]] = {}
+
+
+class ExcludeSpec(Strict):
+    config: str | None = None
+    tp: int | None = None
+    host: str | None = None
+    workload: str | None = None
+
+
+class MatrixSpec(Strict):
+    configs: list[str] = Field(min_length=1)
+    tp: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    hosts: list[str] | None = None
+    exclude: list[ExcludeSpec] = []
+
+
+class WorkloadBase(Strict):
+    tp: list[int] | None = None
+    configs: list[str] | None = None
+    timeout: Duration = 600.0
+
+
+class SingleWorkload(WorkloadBase):
+    kind: Literal["single"]
+    prompts: list[str] = Field(min_length=1)
+    samples: int | None = Field(default=None, ge=1)
+    max_tokens: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    repeats: int = Field(default=1, ge=1)
+    warmup: int = Field(default=0, ge=0)
+    temperature: float = Field(default=0.0, ge=0)
+
+    @field_validator("max_tokens", mode="before")
+    @classmethod
+    def _one_is_a_list(cls, v: Any) -> Any:
+        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+class AgenticWorkload(WorkloadBase):
+    kind: Literal["agentic"]
+    sessions: int = Field(default=1, ge=1)
+    turns: int = Field(default=4, ge=1)
+    tool_output_tokens: int = Field(default=256, ge=0)
+    max_tokens: int = Field(default=256, ge=1)
+    prompts: list[str] = Field(default=["code"], min_length=1)
+    temperature: float = Field(default=0.0, ge=0)
+
+
+class ConcurrencyWorkload(WorkloadBase):
+    kind: Literal["concurrency"]
+    levels: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    requests: int = Field(default=64, ge=1)
+    prompts: list[str] = Field(default=["chat"], min_length=1)
+    max_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.0, ge=0)
+
+
+Workload = Annotated[
+    SingleWorkload | AgenticWorkload | ConcurrencyWorkload, Field(discriminator="kind")
+]
+
+
+class ChecksSpec(Strict):
+    greedy_equivalence: bool = False
+
+
+class EstimateSpec(Strict):
+    """Assumptions behind the dry-run's wall-time estimate; each may be overridden."""
+
+    startup: Duration = 150.0
+    tok_s: dict[str, float] = {"1": 45.0, "2": 75.0, "4": 120.0, "8": 160.0}
+    spec_speedup: float = Field(default=2.5, gt=0)
+    output_fraction: float = Field(default=0.6, gt=0, le=1)
+    prefill_tok_s: float = Field(default=4000.0, gt=0)
+    batch_scaling: float = Field(default=0.75, ge=0, le=1)
+    request_overhead: Duration = 0.05
+
+
+class PlanSpec(Strict):
+    campaign: CampaignSpec
+    hosts: dict[str, HostSpec] = Field(min_length=1)
+    server: ServerSpec = ServerSpec()
+    configs: dict[str, ConfigSpec] = Field(min_length=1)
+    matrix: MatrixSpec
+    workloads: dict[str, Workload] = Field(min_length=1)
+    logs: dict[str, str] = {}
+    checks: ChecksSpec = ChecksSpec()
+    estimate: EstimateSpec = EstimateSpec()
+
+
+# Which model describes the table at a key path: used for "did you mean" on unknown keys.
+def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel] | None:
+    if not path:
+        return PlanSpec
+    head, rest = path[0], path[1:]
+    simple = {"campaign": CampaignSpec, "server": ServerSpec, "checks": ChecksSpec,
+              "estimate": EstimateSpec}
+    if head in simple and not rest:
+        return simple[head]
+    if head == "hosts" and len(rest) == 1:
+        return HostSpec
+    if head == "configs" and len(rest) == 1:
+        return ConfigSpec
+    if head == "matrix":
+        if not rest:
+            return MatrixSpec
+        if rest[0] == "exclude" and len(rest) == 2:
+            return ExcludeSpec
+    if head == "workloads" and len(rest) == 1:
+        kind = (raw.get("workloads", {}).get(rest[0]) or {}).get("kind")
+        return {"single": SingleWorkload, "agentic": AgenticWorkload,
+                "concurrency": ConcurrencyWorkload}.get(kind, WorkloadBase)
+    return None
