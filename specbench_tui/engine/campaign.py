@@ -1,0 +1,616 @@
+"""The campaign engine: runs service groups and their cells, publishes events, takes commands.
+
+One asyncio task drives the plan: for each service group with cells left, clear the GPUs, start
+the server, wait until healthy, run the cells, stop the server. Everything observable leaves as
+an event; consoles (in-process, detached, headless) see only those and steer only through
+``send``. State the scheduler needs lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specbench_tui.bench.logparse import LogParser
+from specbench_tui.bench.metrics import summarize
+from specbench_tui.bench.records import RequestRecord
+from specbench_tui.bench.workloads import CellResult, request_done_event, run_cell
+from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.events import (
+    Aborted,
+    CampaignFinished,
+    CampaignStarted,
+    CellFailed,
+    CellFinished,
+    CellQueued,
+    CellSkipped,
+    CellStarted,
+    Event,
+    GpuSample,
+    GroupFinished,
+    GroupStarted,
+    LogLine,
+    Notice,
+    Paused,
+    Resumed,
+    ServiceFailed,
+    ServiceReady,
+)
+from specbench_tui.engine.layout import ResultsLayout
+from specbench_tui.engine.store import ResultsStore
+from specbench_tui.errors import InputError
+from specbench_tui.hosts.host import Host, make_host
+from specbench_tui.hosts.service import Service, ServiceError
+from specbench_tui.plan.cells import Cell, ServiceGroup
+from specbench_tui.plan.estimate import planned_requests
+from specbench_tui.plan.expand import expand
+from specbench_tui.plan.loader import Plan
+
+EXIT_OK, EXIT_FAILED, EXIT_ABORTED = 0, 1, 130
+_END = object()
+
+
+@dataclass(frozen=True)
+class CampaignOptions:
+    sim: bool = False
+    fresh: bool = False
+    only: str | None = None
+    rerun_failed: bool = False
+    control_socket: bool = False
+    max_error_share: float = 0.5  # a cell with more failed requests than this fails
+    gpu_free_timeout_s: float = 300.0
+    stop_grace_s: float = 30.0
+    server_restarts: int = 1  # restarts of a group's server after it dies mid-cell
+    telemetry_interval_s: float = 1.0
+    live_history: int = 2000  # live events kept for a console that attaches late
+
+
+class Campaign:
+    """A prepared campaign; ``run()`` drives it, ``subscribe()``/``send()`` observe and steer."""
+
+    def __init__(self, plan: Plan, layout: ResultsLayout, options: CampaignOptions) -> None:
+        self.plan = plan
+        self.layout = layout
+        self.options = options
+        self.spec = plan.spec
+        exp = expand(plan, sim=options.sim)
+        self.groups: list[ServiceGroup] = exp.groups
+        self.cells: dict[str, Cell] = {c.id: c for c in exp.cells}
+        self.store = ResultsStore(layout)
+        self.status: dict[str, str] = {}
+        self.attempts: dict[str, int] = {}
+        self.reasons: dict[str, str] = {}
+        self._durable: list[Event] = []
+        self._live: deque[Event] = deque(maxlen=options.live_history)
+        self._subs: set[asyncio.Queue[Any]] = set()
+        self._running = asyncio.Event()
+        self._running.set()
+        self._aborted = False
+        self._finished = False
+        self._interrupt_cell = False  # pause, skip or abort asked the running cell to stop
+        self._skip_current = False
+        self._restart_group = False
+        self.current_group: ServiceGroup | None = None
+        self.current_cell: Cell | None = None
+        self.exit_code: int | None = None
+        self._log_parser = LogParser(self.spec.logs)
+        self._started = time.time()
+        self._hosts: dict[str, Host] = {}
+        self._control_server: Any = None
+
+    # -- preparation ---------------------------------------------------------------------------
+
+    @classmethod
+    def prepare(cls, plan: Plan, layout: ResultsLayout, options: CampaignOptions) -> Campaign:
+        """Open the results directory and decide which cells run; input problems raise
+        InputError before anything starts."""
+        if options.fresh:
+            moved = ResultsStore.move_aside(layout)
+            if moved is not None:
+                print(f"specbench-tui: previous results moved to {moved}")
+        c = cls(plan, layout, options)
+        c.store.open(plan.text, plan.hash)
+        history = c.store.history()
+        for cid in c.cells:
+            h = history.get(cid)
+            c.attempts[cid] = h.attempts if h else 0
+            c.status[cid] = h.status if h else "pending"
+            if h and h.reason:
+                c.reasons[cid] = h.reason
+        if options.rerun_failed:
+            failed = [cid for cid, s in c.status.items() if s == "failed"]
+            if not failed:
+                c.store.close()
+                raise InputError(f"{layout.root}: no failed cells to rerun")
+            for cid in c.cells:
+                if c.status[cid] == "pending":
+                    c.status[cid] = "held"  # only the failed cells run this time
+            for cid in failed:
+                c.status[cid] = "pending"
+        if options.only:
+            pattern = options.only
+            matched = [cid for cid, cell in c.cells.items()
+                       if fnmatch.fnmatchcase(cid, pattern) or fnmatch.fnmatchcase(cell.name, pattern)
+                       or pattern in cell.name]
+            if not matched:
+                c.store.close()
+                raise InputError(f"--only {pattern!r} matches no cell id or name; "
+                                 "see the names with --dry-run")
+            keep = set(matched)
+            for cid in c.cells:
+                if cid not in keep and c.status[cid] == "pending":
+                    c.status[cid] = "held"
+        return c
+
+    # -- the control interface ------------------------------------------------------------------
+
+    async def subscribe(self) -> AsyncIterator[Event]:
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        replay = [*self._durable, *self._live]
+        finished = self._finished
+        if not finished:
+            self._subs.add(q)
+        try:
+            for ev in replay:
+                yield ev
+            if finished:
+                return
+            while True:
+                ev = await q.get()
+                if ev is _END:
+                    return
+                yield ev
+        finally:
+            self._subs.discard(q)
+
+    def _emit(self, ev: Event) -> None:
+        if ev.durable:
+            self.store.append_event(ev)
+            self._durable.append(ev)
+        else:
+            self._live.append(ev)
+        for q in self._subs:
+            # A console that falls behind loses live samples, never lifecycle events.
+            if ev.durable or q.qsize() < 5000:
+                q.put_nowait(ev)
+
+    def _notice(self, text: str, level: str = "info") -> None:
+        self._emit(Notice(level=level, text=text))
+
+    async def send(self, command: Command) -> Reply:
+        handler = getattr(self, f"_cmd_{command.action}", None)
+        if handler is None:
+            return Reply(False, f"unknown command {command.action!r}")
+        if self._finished:
+            return Reply(False, "the campaign has finished; nothing to " + command.action)
+        reply: Reply = handler(command)
+        self._notice(reply.text, "info" if reply.ok else "warning")
+        return reply
+
+    def _cmd_pause(self, cmd: Command) -> Reply:
+        if not self._running.is_set():
+            return Reply(False, "already paused")
+        self._running.clear()
+        if self.current_cell is not None:
+            self._interrupt_cell = True
+        self._emit(Paused(by=cmd.by))
+        what = (f"; {self.current_cell.name} stops after its request in flight and runs again "
+                "on resume") if self.current_cell else ""
+        return Reply(True, "paused" + what)
+
+    def _cmd_resume(self, cmd: Command) -> Reply:
+        if self._running.is_set():
+            return Reply(False, "not paused; nothing to resume")
+        self._running.set()
+        self._emit(Resumed(by=cmd.by))
+        return Reply(True, "resumed")
+
+    def _cmd_abort(self, cmd: Command) -> Reply:
+        if self._aborted:
+            return Reply(False, "already aborting")
+        self._aborted = True
+        self._interrupt_cell = True
+        self._running.set()
+        self._emit(Aborted(by=cmd.by, reason="operator"))
+        return Reply(True, "aborting: stopping the server and writing what exists")
+
+    def _match(self, target: str) -> tuple[list[str], ServiceGroup | None]:
+        group = next((g for g in self.groups if g.id == target), None)
+        if group is not None:
+            return [c.id for c in self.cells.values() if c.group == group.id], group
+        ids = [cid for cid, c in self.cells.items()
+               if cid == target or fnmatch.fnmatchcase(c.name, target)
+               or fnmatch.fnmatchcase(cid, target)]
+        return ids, None
+
+    def _cmd_skip(self, cmd: Command) -> Reply:
+        if cmd.target is None:
+            if self.current_cell is None:
+                return Reply(False, "no cell is running; select a cell or group to skip")
+            self._skip_current = True
+            self._interrupt_cell = True
+            return Reply(True, f"skipping {self.current_cell.name}")
+        ids, group = self._match(cmd.target)
+        if not ids:
+            return Reply(False, f"no cell or group matches {cmd.target!r}")
+        skipped = 0
+        for cid in ids:
+            if self.current_cell is not None and cid == self.current_cell.id:
+                self._skip_current = True
+                self._interrupt_cell = True
+                skipped += 1
+            elif self.status[cid] in ("pending", "held"):
+                self._skip(self.cells[cid], f"skipped by {cmd.by}", cmd.by)
+                skipped += 1
+        if not skipped:
+            return Reply(False, f"nothing to skip in {cmd.target!r}: its cells have ended")
+        what = f"group {group.id}" if group else f"{skipped} cell{'s' * (skipped != 1)}"
+        return Reply(True, f"skipped {what}")
+
+    def _skip(self, cell: Cell, reason: str, by: str) -> None:
+        self.status[cell.id] = "skipped"
+        self._emit(CellSkipped(cell_id=cell.id, group=cell.group, cell=cell.name,
+                               attempt=self.attempts[cell.id], reason=reason, by=by))
+
+    def _requeue(self, cids: list[str], by: str) -> int:
+        n = 0
+        for cid in cids:
+            if self.status[cid] in ("done", "failed", "skipped"):
+                self.status[cid] = "pending"
+                cell = self.cells[cid]
+                self._emit(CellQueued(cell_id=cid, group=cell.group, cell=cell.name,
+                                      attempt=self.attempts[cid] + 1, by=by))
+                n += 1
+        return n
+
+    def _cmd_rerun(self, cmd: Command) -> Reply:
+        if cmd.target is None:
+            return Reply(False, "select a cell to rerun")
+        ids, _ = self._match(cmd.target)
+        if not ids:
+            return Reply(False, f"no cell matches {cmd.target!r}")
+        n = self._requeue(ids, cmd.by)
+        if not n:
+            return Reply(False, f"{cmd.target!r} is already queued or running")
+        return Reply(True, f"queued {n} cell{'s' * (n != 1)} again as a new attempt")
+
+    def _cmd_rerun_failed(self, cmd: Command) -> Reply:
+        n = self._requeue([cid for cid, s in self.status.items() if s == "failed"], cmd.by)
+        if not n:
+            return Reply(False, "no failed cells to rerun")
+        return Reply(True, f"queued {n} failed cell{'s' * (n != 1)} again")
+
+    def _cmd_retry_group(self, cmd: Command) -> Reply:
+        target = cmd.target or (self.current_group.id if self.current_group else None)
+        if target is None:
+            return Reply(False, "no group is running; select a group to retry")
+        group = next((g for g in self.groups if g.id == target), None)
+        if group is None:
+            cell = self.cells.get(target)
+            group = next((g for g in self.groups if cell and g.id == cell.group), None)
+        if group is None:
+            return Reply(False, f"no group matches {target!r}")
+        if self.current_group is not None and group.id == self.current_group.id:
+            self._restart_group = True
+            self._interrupt_cell = True
+            return Reply(True, f"restarting the server of {group.id}; the group continues")
+        failed = [c.id for c in self.cells.values()
+                  if c.group == group.id and self.status[c.id] == "failed"]
+        n = self._requeue(failed, cmd.by)
+        if not n:
+            return Reply(False, f"{group.id} has no failed cells to retry")
+        return Reply(True, f"{group.id}: {n} cell{'s' * (n != 1)} queued; its server starts again")
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _pending(self, group: ServiceGroup) -> list[Cell]:
+        return [c for c in self.cells.values()
+                if c.group == group.id and self.status[c.id] == "pending"]
+
+    def _next_group(self) -> ServiceGroup | None:
+        return next((g for g in self.groups if self._pending(g)), None)
+
+    async def run(self) -> int:
+        """Drive the whole campaign; returns the exit status of the CLI contract."""
+        loop = asyncio.get_running_loop()
+        self._started = time.time()
+        done = [cid for cid, s in self.status.items() if s == "done"]
+        self._emit(CampaignStarted(
+            campaign=self.spec.campaign.name, title=self.spec.campaign.title,
+            plan_hash=self.plan.hash, results_dir=str(self.layout.root),
+            hosts=sorted({g.host for g in self.groups}),
+            groups=[g.to_json() for g in self.groups],
+            cells=[{**c.to_json(), "status": self.status[c.id], "attempt": self.attempts[c.id]}
+                   for c in self.cells.values()],
+            done=done, simulated=self._simulated(), pid=os.getpid(),
+        ))
+        if self.options.control_socket:
+            from specbench_tui.engine.control_socket import serve_control
+
+            self._control_server = await serve_control(self, self.layout.control_socket)
+        try:
+            while not self._aborted:
+                await self._gate()
+                group = self._next_group()
+                if group is None or self._aborted:
+                    break
+                await self._run_group(group)
+        finally:
+            await self._shutdown()
+        return self._finish()
+
+    def _simulated(self) -> bool:
+        return self.options.sim or all(g.host_kind == "sim" for g in self.groups)
+
+    async def _gate(self) -> None:
+        """Hold here while paused (the server and telemetry keep running)."""
+        await self._running.wait()
+
+    def _host(self, group: ServiceGroup) -> Host:
+        host = self._hosts.get(group.host)
+        if host is None:
+            hs = self.spec.hosts[group.host]
+            host = make_host(group.host, group.host_kind, hs.gpus, gpu_ids=hs.gpu_ids,
+                             on_notice=lambda level, text: self._notice(text, level),
+                             telemetry_interval_s=self.options.telemetry_interval_s)
+            host.telemetry(on_sample=self._on_gpu_sample)
+            self._hosts[group.host] = host
+        return host
+
+    def _on_gpu_sample(self, s: Any) -> None:
+        procs = [p.describe() for p in s.processes]
+        ev = GpuSample(host=s.host, gpu=s.gpu, util_pct=s.util_pct or 0.0,
+                       mem_used_mib=s.mem_used_mib or 0.0, mem_total_mib=s.mem_total_mib or 0.0,
+                       power_w=s.power_w or 0.0, temp_c=s.temp_c or 0.0, processes=procs)
+        self._emit(ev)
+        self.store.add_telemetry({"time": s.t, "host": s.host, "gpu": s.gpu,
+                                  "util_pct": s.util_pct, "mem_used_mib": s.mem_used_mib,
+                                  "mem_total_mib": s.mem_total_mib, "power_w": s.power_w,
+                                  "temp_c": s.temp_c})
+
+    def _on_log_line(self, group: ServiceGroup) -> Callable[[str], None]:
+        parse = self._log_parser.parse
+
+        def on_line(line: str) -> None:
+            self._emit(LogLine(group=group.id, line=line, stats=parse(line)))
+
+        return on_line
+
+    async def _start_service(self, group: ServiceGroup, host: Host, attempt: int) -> Service | None:
+        """Clear the GPUs, start the server, wait until healthy; None (and events) on failure."""
+        self._emit(GroupStarted(group=group.id, host=group.host, config=group.config, tp=group.tp,
+                                gpu_ids=list(group.gpu_ids), command=list(group.command),
+                                attempt=attempt))
+        svc: Service | None = None
+        try:
+            try:
+                await host.wait_gpus_free(group.gpu_ids, 10.0)
+            except Exception:  # noqa: BLE001 - held GPUs: stop foreign services, then wait
+                if group.stop_before:
+                    await host.stop_foreign(group.stop_before)
+                await host.wait_gpus_free(group.gpu_ids, self.options.gpu_free_timeout_s)
+            svc = host.service(group, self.layout.log_of(group.id), self._on_log_line(group))
+            await svc.start()
+            startup = await svc.wait_ready(group.ready_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - any start-up failure fails the group, not the run
+            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+            tail = list(getattr(exc, "log_tail", None) or (svc.log_tail(20) if svc else []))
+            self._emit(ServiceFailed(group=group.id, reason=reason, log_tail=tail, attempt=attempt))
+            if svc is not None:
+                with contextlib.suppress(Exception):
+                    await svc.stop(self.options.stop_grace_s)
+            return None
+        self._emit(ServiceReady(group=group.id, startup_s=round(startup, 3), attempt=attempt))
+        return svc
+
+    async def _run_group(self, group: ServiceGroup) -> None:
+        self.current_group = group
+        host = self._host(group)
+        restarts = 0
+        attempt = 1
+        svc = await self._start_service(group, host, attempt)
+        try:
+            if svc is None:
+                self._fail_group(group, self._last_service_failure(group))
+                return
+            while not self._aborted:
+                await self._gate()
+                if self._aborted:
+                    break
+                if self._restart_group:
+                    self._restart_group = False
+                    await svc.stop(self.options.stop_grace_s)
+                    attempt += 1
+                    svc = await self._start_service(group, host, attempt)
+                    if svc is None:
+                        self._fail_group(group, self._last_service_failure(group))
+                        return
+                pending = self._pending(group)
+                if not pending:
+                    break
+                cell = pending[0]
+                await self._run_one(cell, group, svc)
+                if not svc.alive() and not self._aborted:
+                    code = svc.exit_code
+                    if restarts >= self.options.server_restarts or not self._pending(group):
+                        if self._pending(group):
+                            self._fail_group(group, f"server died again (exit code {code}) "
+                                             f"after {restarts} restart(s); giving up on the group",
+                                             svc.log_tail(20))
+                        break
+                    restarts += 1
+                    attempt += 1
+                    self._notice(f"{group.id}: server died (exit code {code}); restarting it "
+                                 f"({restarts}/{self.options.server_restarts})", "warning")
+                    svc = await self._start_service(group, host, attempt)
+                    if svc is None:
+                        self._fail_group(group, self._last_service_failure(group))
+                        return
+        finally:
+            if svc is not None:
+                with contextlib.suppress(Exception):
+                    await svc.stop(self.options.stop_grace_s)
+            states = {self.status[c.id] for c in self.cells.values() if c.group == group.id}
+            status = "failed" if "failed" in states else ("done" if "done" in states else "skipped")
+            self._emit(GroupFinished(group=group.id, status=status))
+            self.current_group = None
+
+    def _last_service_failure(self, group: ServiceGroup) -> str:
+        for ev in reversed(self._durable):
+            if isinstance(ev, ServiceFailed) and ev.group == group.id:
+                return f"server did not start: {ev.reason}"
+        return "server did not start"
+
+    def _fail_group(self, group: ServiceGroup, reason: str, tail: list[str] | None = None) -> None:
+        for cell in self._pending(group):
+            self.attempts[cell.id] += 1
+            self.status[cell.id] = "failed"
+            self.reasons[cell.id] = reason
+            self._emit(CellFailed(cell_id=cell.id, group=group.id, cell=cell.name,
+                                  attempt=self.attempts[cell.id], reason=reason,
+                                  log_tail=tail or []))
+
+    async def _run_one(self, cell: Cell, group: ServiceGroup, svc: Service) -> None:
+        self.attempts[cell.id] += 1
+        attempt = self.attempts[cell.id]
+        self.status[cell.id] = "running"
+        self.current_cell = cell
+        self._interrupt_cell = False
+        self._skip_current = False
+        planned = planned_requests(cell, self.plan.dir)[0]
+        self._emit(CellStarted(cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt,
+                               requests=planned))
+        done = 0
+
+        def on_request(rec: RequestRecord) -> None:
+            nonlocal done
+            done += 1
+            self._emit(request_done_event(rec, done, planned))
+
+        def should_stop() -> bool:
+            return self._interrupt_cell or not svc.alive()
+
+        try:
+            result = await run_cell(
+                cell, group, svc.base_url, campaign=self.spec.campaign.name, attempt=attempt,
+                seed=self.spec.campaign.seed, plan_dir=self.plan.dir, on_request=on_request,
+                should_stop=should_stop,
+            )
+        except Exception as exc:  # noqa: BLE001 - one cell's problem must not end the campaign
+            result = CellResult(stopped=True)
+            self._cell_failed(cell, attempt, f"{type(exc).__name__}: {exc}", [])
+            self.current_cell = None
+            return
+        finally:
+            self.current_cell = None
+        self._conclude(cell, group, svc, attempt, result)
+
+    def _conclude(self, cell: Cell, group: ServiceGroup, svc: Service, attempt: int,
+                  result: CellResult) -> None:
+        # Rows are durable before the event that says the cell ended.
+        self.store.write_cell_requests(cell.id, attempt, result.records)
+        n, errors = len(result.records), result.errors
+        if result.stopped and not svc.alive():
+            self._cell_failed(cell, attempt, f"server exited (code {svc.exit_code}) during the "
+                              f"cell after {n} request(s)", svc.log_tail(20))
+        elif result.stopped and self._skip_current:
+            self._skip(cell, "skipped while running", "operator")
+        elif result.stopped:
+            # Pause, abort or a group restart: the cell runs again whole as a new attempt.
+            self.status[cell.id] = "pending"
+            why = "aborted" if self._aborted else "interrupted"
+            self._emit(CellQueued(cell_id=cell.id, group=group.id, cell=cell.name,
+                                  attempt=attempt + 1, by=why))
+        elif n and errors / n > self.options.max_error_share:
+            common = _most_common([r.error for r in result.records if r.error])
+            self._cell_failed(cell, attempt, f"{errors} of {n} requests failed; most often: "
+                              f"{common}", svc.log_tail(10))
+        else:
+            figures = summarize(result.records, result.wall_s)
+            self.store.record_cell(cell, attempt, "done", figures, simulated=self._simulated())
+            self.status[cell.id] = "done"
+            self._emit(CellFinished(
+                cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt,
+                requests=n, errors=errors, wall_s=round(result.wall_s, 4),
+                throughput_tok_s=figures.get("throughput_tok_s") or 0.0,
+                ttft_p50_s=figures.get("ttft_s_p50"),
+                output_tok_s_p50=figures.get("output_tok_s_p50"),
+                accept_length_mean=figures.get("accept_length_mean"),
+            ))
+
+    def _cell_failed(self, cell: Cell, attempt: int, reason: str, tail: list[str]) -> None:
+        self.status[cell.id] = "failed"
+        self.reasons[cell.id] = reason
+        self.store.record_cell(cell, attempt, "failed", {"reason": reason},
+                               simulated=self._simulated())
+        self._emit(CellFailed(cell_id=cell.id, group=cell.group, cell=cell.name, attempt=attempt,
+                              reason=reason, log_tail=tail))
+
+    async def _shutdown(self) -> None:
+        for host in self._hosts.values():
+            with contextlib.suppress(Exception):
+                await host.restore_foreign()
+            with contextlib.suppress(Exception):
+                await host.close(self.options.stop_grace_s)
+        self._hosts.clear()
+        self.store.flush_telemetry(force=True)
+        self.store.rebuild_views()
+        try:
+            from specbench_tui.report.render import render_report
+
+            render_report(self.layout.root)
+        except Exception as exc:  # noqa: BLE001 - a report problem must not lose the run's status
+            self._notice(f"report not written: {exc}", "warning")
+
+    def _finish(self) -> int:
+        counts = {s: sum(1 for v in self.status.values() if v == s)
+                  for s in ("done", "failed", "skipped")}
+        if self._aborted:
+            code = EXIT_ABORTED
+        elif counts["failed"]:
+            code = EXIT_FAILED
+        else:
+            code = EXIT_OK
+        self.exit_code = code
+        self._emit(CampaignFinished(campaign=self.spec.campaign.name, finished=counts["done"],
+                                    failed=counts["failed"], skipped=counts["skipped"],
+                                    wall_s=round(time.time() - self._started, 3), exit_code=code))
+        self._finished = True
+        for q in self._subs:
+            q.put_nowait(_END)
+        if self._control_server is not None:
+            self._control_server.close()
+        self.store.close()
+        return code
+
+    # -- process-level entry points ------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """SIGINT/SIGTERM abort cleanly: stop the server, keep what was measured, exit 130."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, lambda s=sig: asyncio.ensure_future(
+                    self.send(Command("abort", by=signal.Signals(s).name))))
+
+    def run_with_console(self, console: Callable[[Campaign], int]) -> int:
+        """Run the console in this process; it starts the engine (``start_engine``)."""
+        return console(self)
+
+    async def start_engine(self) -> int:
+        """For an in-process console: run the campaign inside the console's event loop."""
+        return await self.run()
+
+
+def _most_common(items: list[str]) -> str:
+    from collections import Counter
+
+    return Counter(items).most_common(1)[0][0] if items else "unknown error"

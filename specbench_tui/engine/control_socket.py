@@ -1,0 +1,162 @@
+"""The control endpoint of a headless campaign, and the client a detached console uses.
+
+A Unix socket ``control.sock`` in the results directory (mode 0600: only its owner can steer
+the campaign). Newline-delimited JSON, one request per connection:
+``{"op": "subscribe"}`` streams every event so far and then new ones until the campaign ends;
+``{"op": "command", "action": ..., "target": ..., "by": ...}`` answers ``{"ok": .., "text": ..}``.
+Closing a connection changes nothing in the campaign.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.events import Event
+from specbench_tui.engine.layout import ResultsLayout
+from specbench_tui.errors import InputError
+
+if TYPE_CHECKING:
+    from specbench_tui.engine.campaign import Campaign
+
+LINE_LIMIT = 16 * 1024 * 1024
+
+
+class _ShortPath:
+    """AF_UNIX paths are limited to ~108 bytes; results directories can be deeper. Going
+    through ``/proc/self/fd/N/`` of an open directory keeps the path short on Linux."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> str:
+        if len(os.fsencode(self.path)) < 100:
+            return str(self.path)
+        self._fd = os.open(self.path.parent, os.O_RDONLY)
+        return f"/proc/self/fd/{self._fd}/{self.path.name}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+
+
+def _alive(path: Path) -> bool:
+    with _ShortPath(path) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(p)
+        except OSError:
+            return False
+        return True
+
+
+async def serve_control(campaign: Campaign, path: Path) -> asyncio.AbstractServer:
+    if path.exists() or path.is_symlink():
+        if _alive(path):
+            raise InputError(f"{path}: another campaign answers on this control socket")
+        path.unlink()  # stale, from a process that died
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            req = json.loads(line or b"{}")
+            op = req.get("op")
+            if op == "subscribe":
+                async for ev in campaign.subscribe():
+                    writer.write(json.dumps(ev.to_json(), separators=(",", ":")).encode() + b"\n")
+                    await writer.drain()
+            elif op == "command":
+                try:
+                    cmd = Command.from_json(req)
+                except ValueError as exc:
+                    reply = Reply(False, str(exc))
+                else:
+                    reply = await campaign.send(cmd)
+                writer.write(json.dumps({"ok": reply.ok, "text": reply.text}).encode() + b"\n")
+                await writer.drain()
+            else:
+                writer.write(b'{"ok": false, "text": "unknown op"}\n')
+        except (ConnectionError, json.JSONDecodeError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    old = os.umask(0o177)  # the socket is created 0600
+    try:
+        with _ShortPath(path) as p:
+            server = await asyncio.start_unix_server(handle, path=p, limit=LINE_LIMIT)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return server
+
+
+class AttachedControl:
+    """A running headless campaign seen through its control socket (implements CampaignControl)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        with _ShortPath(self.path) as p:
+            return await asyncio.open_unix_connection(p, limit=LINE_LIMIT)
+
+    async def subscribe(self) -> AsyncIterator[Event]:
+        reader, writer = await self._open()
+        try:
+            writer.write(b'{"op": "subscribe"}\n')
+            await writer.drain()
+            while line := await reader.readline():
+                try:
+                    yield Event.from_json(json.loads(line))
+                except (json.JSONDecodeError, TypeError):
+                    continue
+        finally:
+            writer.close()
+
+    async def send(self, command: Command) -> Reply:
+        try:
+            reader, writer = await self._open()
+        except OSError as exc:
+            return Reply(False, f"the campaign is not answering ({exc.strerror or exc}); "
+                                "it may have ended")
+        try:
+            writer.write(json.dumps({"op": "command", **command.to_json()}).encode() + b"\n")
+            await writer.drain()
+            line = await reader.readline()
+            obj: dict[str, Any] = json.loads(line) if line else {}
+            return Reply(bool(obj.get("ok")), str(obj.get("text", "no answer")))
+        finally:
+            writer.close()
+
+
+def attach_control(results_dir: Path) -> AttachedControl:
+    """Check there is a live campaign in ``results_dir``; say clearly what is wrong if not."""
+    layout = ResultsLayout(Path(results_dir))
+    if not layout.root.is_dir():
+        raise InputError(f"{layout.root}: no such results directory")
+    sock = layout.control_socket
+    if not sock.exists():
+        if layout.events.exists():
+            raise InputError(f"{layout.root}: no campaign is running here (it has ended or was "
+                             "started without --headless); its report: "
+                             f"specbench-tui --report {layout.root}")
+        raise InputError(f"{layout.root}: no campaign here (no control.sock, no events.jsonl)")
+    with _ShortPath(sock) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(p)
+        except OSError as exc:
+            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                raise InputError(f"{sock}: stale control socket: the campaign process is gone; "
+                                 "run the plan again to resume it") from None
+            raise InputError(f"{sock}: cannot connect: {exc.strerror or exc}") from None
+    return AttachedControl(sock)

@@ -1,0 +1,90 @@
+"""Headless mode: the engine with a line printer, for nohup, tmux, cron and CI."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TextIO
+
+from specbench_tui.engine.campaign import Campaign
+from specbench_tui.engine.events import (
+    Aborted,
+    CampaignFinished,
+    CampaignStarted,
+    CellFailed,
+    CellFinished,
+    CellQueued,
+    CellSkipped,
+    Event,
+    GroupStarted,
+    Notice,
+    Paused,
+    Resumed,
+    ServiceFailed,
+    ServiceReady,
+)
+from specbench_tui.plan.durations import format_duration
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def format_event(ev: Event) -> str | None:
+    """One line for a lifecycle event; None for live events (request, log, GPU sample)."""
+    t = ev.to_json()["ts"][11:19]
+    if isinstance(ev, CampaignStarted):
+        left = len(ev.cells) - len(ev.done)
+        return (f"{t} campaign {ev.campaign}: {len(ev.groups)} groups, {len(ev.cells)} cells, "
+                f"{len(ev.done)} already done, {left} to run -> {ev.results_dir}"
+                + (" [simulated]" if ev.simulated else ""))
+    if isinstance(ev, GroupStarted):
+        return (f"{t} group {ev.group}: starting server on GPUs "
+                f"{','.join(map(str, ev.gpu_ids))}" + (f" (attempt {ev.attempt})" if ev.attempt > 1 else ""))
+    if isinstance(ev, ServiceReady):
+        return f"{t} group {ev.group}: ready in {ev.startup_s:.1f}s"
+    if isinstance(ev, ServiceFailed):
+        tail = f" | {ev.log_tail[-1]}" if ev.log_tail else ""
+        return f"{t} group {ev.group}: FAILED to start: {ev.reason}{tail}"
+    if isinstance(ev, CellFinished):
+        acc = f" accept {ev.accept_length_mean:.2f}" if ev.accept_length_mean else ""
+        err = f" errors {ev.errors}" if ev.errors else ""
+        return (f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
+                f"{ev.throughput_tok_s:.1f} tok/s, ttft p50 {_num(ev.ttft_p50_s, '.3f')}s"
+                f"{acc}{err}, {ev.wall_s:.1f}s")
+    if isinstance(ev, CellFailed):
+        return f"{t} FAILED {ev.cell} [{ev.cell_id}] attempt {ev.attempt}: {ev.reason}"
+    if isinstance(ev, CellSkipped):
+        return f"{t} skip   {ev.cell} [{ev.cell_id}]: {ev.reason}"
+    if isinstance(ev, CellQueued):
+        return f"{t} queued {ev.cell} [{ev.cell_id}] attempt {ev.attempt} ({ev.by})"
+    if isinstance(ev, Paused | Resumed):
+        return f"{t} {ev.name} by {ev.by}"
+    if isinstance(ev, Aborted):
+        return f"{t} aborted by {ev.by}"
+    if isinstance(ev, Notice):
+        return f"{t} {ev.level}: {ev.text}"
+    if isinstance(ev, CampaignFinished):
+        return (f"{t} finished {ev.campaign}: {ev.finished} done, {ev.failed} failed, "
+                f"{ev.skipped} skipped in {format_duration(ev.wall_s)} (exit {ev.exit_code})")
+    return None
+
+
+async def print_events(campaign: Campaign, out: TextIO) -> None:
+    async for ev in campaign.subscribe():
+        line = format_event(ev)
+        if line is not None:
+            out.write(line + "\n")
+            out.flush()
+
+
+async def _main(campaign: Campaign, out: TextIO) -> int:
+    campaign.install_signal_handlers()
+    printer = asyncio.create_task(print_events(campaign, out))
+    code = await campaign.run()
+    await printer
+    return code
+
+
+def run_headless(campaign: Campaign, out: TextIO = sys.stdout) -> int:
+    return asyncio.run(_main(campaign, out))
