@@ -94,8 +94,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         r = review(plan, layout.root, sim=args.sim)
         if args.json:
-            json.dump(render_json(r), sys.stdout, indent=1)
-            sys.stdout.write("\n")
+            # dumps, not dump: dump streams through the pure-Python encoder.
+            sys.stdout.write(json.dumps(render_json(r), separators=(",", ":")) + "\n")
         else:
             print(render_text(r))
         return EXIT_OK

@@ -16,6 +16,7 @@ def shipped_sets() -> list[str]:
     return sorted(p.stem for p in SHIPPED_DIR.glob("*.jsonl"))
 
 
+@lru_cache(maxsize=1024)
 def resolve_prompt_set(name: str, plan_dir: Path) -> Path | None:
     """The file for a prompt-set name, or None when there is none."""
     if name.endswith(".jsonl"):

@@ -5,14 +5,12 @@ Each problem is a PlanError with the key path it is about; the loader adds file 
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from specbench_tui.plan.configs import (
-    expanded_name,
     names_matching,
-    param_combinations,
     placeholders,
     resolve_configs,
 )
@@ -75,14 +73,14 @@ def check_plan(plan: Plan) -> list[PlanError]:
         return errs  # the rest needs resolvable configs
 
     configs = resolve_configs(spec)
-    dupes = [n for n, c in Counter(c.name for c in configs).items() if c > 1]
-    for n in dupes:
-        errs.append(PlanError(("configs",), f"two configs expand to the name {n!r}; rename one"))
-    for base, cfg in spec.configs.items():
-        for combo in param_combinations(cfg):
-            if combo and expanded_name(base, combo) in spec.configs:
-                errs.append(PlanError(("configs", base, "params"), "expands to "
-                                      f"{expanded_name(base, combo)!r}, which is also a config"))
+    first: dict[str, str] = {}
+    for c in configs:
+        if c.name in first:
+            errs.append(PlanError(("configs", c.base, "params") if c.params else ("configs", c.base),
+                                  f"expands to the name {c.name!r}, which config "
+                                  f"{first[c.name]!r} also has; rename one"))
+        else:
+            first[c.name] = c.base
 
     m = spec.matrix
     for i, ref in enumerate(m.configs):
@@ -166,8 +164,6 @@ def _check_placeholders(where: tuple[str, ...], templates: list[tuple[str, str]]
 
 
 def _unknown(what: str, name: str, known: object) -> str:
-    import difflib
-
     names = list(known)  # type: ignore[call-overload]
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
