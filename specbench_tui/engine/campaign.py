@@ -50,7 +50,7 @@ from specbench_tui.errors import InputError
 from specbench_tui.hosts.host import Host, make_host
 from specbench_tui.hosts.service import Service, ServiceError
 from specbench_tui.plan.cells import Cell, ServiceGroup
-from specbench_tui.plan.estimate import planned_requests
+from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.plan.expand import expand
 from specbench_tui.plan.loader import Plan
 
@@ -485,7 +485,7 @@ class Campaign:
         self.current_cell = cell
         self._interrupt_cell = False
         self._skip_current = False
-        planned = planned_requests(cell, self.plan.dir)[0]
+        planned = cell_requests(cell, self.plan.dir)[0]
         self._emit(CellStarted(cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt,
                                requests=planned))
         done = 0

@@ -81,3 +81,22 @@ class Cell:
 
 
 _CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
+
+
+def planned_requests(cell: Cell, n_prompts: int | None = None) -> int:
+    """Measured requests a cell will send (warm-up excluded).
+
+    Only single cells need ``n_prompts`` (the size of their prompt set), and only when
+    ``cell.samples`` is unset or may exceed the set; the other kinds never read prompts for it.
+    """
+    if cell.kind == "agentic":
+        return cell.sessions * cell.turns
+    if cell.kind == "concurrency":
+        return cell.requests
+    if n_prompts is None:
+        if cell.samples is None:
+            raise ValueError(f"cell {cell.name}: the prompt count is needed (samples = all)")
+        n = cell.samples
+    else:
+        n = n_prompts if cell.samples is None else min(cell.samples, n_prompts)
+    return n * cell.repeats

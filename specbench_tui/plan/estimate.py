@@ -5,9 +5,10 @@ speculative configs, a share of max_tokens actually generated, prefill rate, ser
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from specbench_tui.plan.cells import Cell, ServiceGroup
+from specbench_tui.plan.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.prompt_sets import count_prompts, resolve_prompt_set
 
@@ -33,17 +34,19 @@ def _rate(est: EstimateSpec, tp: int) -> float:
     return table[max(smaller)] if smaller else table[min(table)]
 
 
-def planned_requests(cell: Cell, plan_dir: Path) -> tuple[int, int]:
-    """(measured, warm-up) requests of a cell."""
-    if cell.kind == "single":
-        path = resolve_prompt_set(cell.prompt_set or "", plan_dir)
-        n = count_prompts(path) if path else 0
-        if cell.samples is not None:
-            n = min(n, cell.samples)
-        return n * cell.repeats, n * cell.warmup
-    if cell.kind == "agentic":
-        return cell.sessions * cell.turns, 0
-    return cell.requests, 0
+@lru_cache(maxsize=256)
+def _set_size(name: str, plan_dir: Path) -> int:
+    path = resolve_prompt_set(name, plan_dir)
+    return count_prompts(path) if path else 0
+
+
+def cell_requests(cell: Cell, plan_dir: Path) -> tuple[int, int]:
+    """(measured, warm-up) requests of a cell, counting the prompt set on disk if needed."""
+    if cell.kind != "single":
+        return planned_requests(cell), 0
+    n = _set_size(cell.prompt_set or "", plan_dir)
+    measured = planned_requests(cell, n)
+    return measured, measured // cell.repeats * cell.warmup
 
 
 def estimate(spec: PlanSpec, plan_dir: Path, groups: list[ServiceGroup], cells: list[Cell],
@@ -57,7 +60,7 @@ def estimate(spec: PlanSpec, plan_dir: Path, groups: list[ServiceGroup], cells: 
     for c in cells:
         g = by_group[c.group]
         rate = _rate(est, c.tp) * (est.spec_speedup if g.speculative else 1.0)
-        measured, warm = planned_requests(c, plan_dir)
+        measured, warm = cell_requests(c, plan_dir)
         requests += measured
         n = measured + warm
         decode = c.max_tokens * frac / rate

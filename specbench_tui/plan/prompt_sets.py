@@ -16,11 +16,11 @@ def shipped_sets() -> list[str]:
     return sorted(p.stem for p in SHIPPED_DIR.glob("*.jsonl"))
 
 
-@lru_cache(maxsize=1024)
 def resolve_prompt_set(name: str, plan_dir: Path) -> Path | None:
     """The file for a prompt-set name, or None when there is none."""
     if name.endswith(".jsonl"):
-        path = plan_dir / name
+        path = Path(name).expanduser()
+        path = path if path.is_absolute() else plan_dir / path
         return path if path.is_file() else None
     for candidate in (plan_dir / "prompts" / f"{name}.jsonl", SHIPPED_DIR / f"{name}.jsonl"):
         if candidate.is_file():

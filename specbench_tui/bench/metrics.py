@@ -1,0 +1,84 @@
+"""Per-cell summaries: the metric columns of ``cells.parquet``.
+
+A cell has at most a few hundred requests, so plain Python is fast enough and keeps the
+percentile definition explicit: linear interpolation between closest ranks (numpy's and
+polars' default), so numbers match a notebook that recomputes them from ``requests.parquet``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from specbench_tui.bench.records import RequestRecord
+
+STAT_METRICS: tuple[str, ...] = (
+    "ttft_s",
+    "e2e_s",
+    "tpot_s",
+    "itl_s",
+    "output_tok_s",
+    "accept_length",
+)
+STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99")
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "requests",
+    "errors",
+    "throughput_tok_s",
+    *(f"{m}_{s}" for m in STAT_METRICS for s in STATS),
+)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already sorted values, linearly interpolated."""
+    n = len(sorted_values)
+    if n == 1:
+        return float(sorted_values[0])
+    pos = (n - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
+
+
+def describe(values: Iterable[float | None]) -> dict[str, float | None]:
+    """Mean and p50/p90/p99 of the non-null values; all null when there are none."""
+    data = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not data:
+        return dict.fromkeys(STATS)
+    return {
+        "mean": math.fsum(data) / len(data),
+        "p50": percentile(data, 50),
+        "p90": percentile(data, 90),
+        "p99": percentile(data, 99),
+    }
+
+
+def summarize(records: Sequence[RequestRecord], wall_s: float | None = None) -> dict[str, Any]:
+    """Summarise one cell's measured requests.
+
+    Latency and speed statistics cover the successful requests only (a timed-out request has
+    no meaningful e2e); ``errors`` counts the rest. ``itl_s`` statistics run over every gap of
+    every request, not over per-request means, so long outputs weigh by their length.
+    ``throughput_tok_s`` is all output tokens of the cell over ``wall_s`` (null without it).
+    """
+    ok = [r for r in records if r.error is None]
+    out: dict[str, Any] = {
+        "requests": len(records),
+        "errors": len(records) - len(ok),
+    }
+    tokens = sum(r.output_tokens or 0 for r in ok)
+    out["throughput_tok_s"] = tokens / wall_s if wall_s and wall_s > 0 else None
+    columns: dict[str, Iterable[float | None]] = {
+        "ttft_s": (r.ttft_s for r in ok),
+        "e2e_s": (r.e2e_s for r in ok),
+        "tpot_s": (r.tpot_s for r in ok),
+        "itl_s": (gap for r in ok for gap in r.itl_s),
+        "output_tok_s": (r.output_tok_s for r in ok),
+        "accept_length": (r.accept_length for r in ok),
+    }
+    for metric, values in columns.items():
+        for stat, value in describe(values).items():
+            out[f"{metric}_{stat}"] = value
+    return out

@@ -1,0 +1,351 @@
+"""Running one cell: single-stream, multi-turn agentic, or a fixed-concurrency load.
+
+:func:`run_cell` is the one entry point the engine calls. It returns the measured rows
+(warm-up requests are sent but never recorded), the output texts for the greedy-equivalence
+check, and the cell's wall time from its first measured request, with warm-up time left out,
+so that ``throughput_tok_s`` describes the measurement alone.
+
+Pausing: ``should_stop`` is polled between requests. A request in flight is always finished
+(its row is valid), then the cell returns what it has with ``stopped=True``; the engine decides
+whether to keep the partial rows or to run the cell again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
+from specbench_tui.bench.prompts import Prompt, load_named_set, sample_prompts
+from specbench_tui.bench.records import RequestRecord
+from specbench_tui.engine.events import RequestDone
+from specbench_tui.plan.cells import Cell, ServiceGroup, planned_requests
+
+OnRequest = Callable[[RequestRecord], None]
+ShouldStop = Callable[[], bool]
+
+CHARS_PER_TOKEN = 4
+"""Rough size of a token in English text and code, for sizing synthetic tool output."""
+
+_WARMUP_PROMPT = "Reply with a short greeting."
+
+
+@dataclass
+class CellResult:
+    """What one cell produced.
+
+    ``texts`` maps a request key to its output text, first successful request only:
+    ``prompt_id`` for single cells, ``"<prompt_set>/<prompt_id>"`` for concurrency cells and
+    ``"<prompt_id>/s<session>/t<turn>"`` for agentic cells (turns depend on earlier answers, so
+    each turn is compared on its own). ``stopped`` is True when ``should_stop`` ended the cell
+    before all ``planned`` requests were measured.
+    """
+
+    records: list[RequestRecord] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+    wall_s: float = 0.0
+    stopped: bool = False
+    planned: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return not self.stopped and len(self.records) >= self.planned
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for r in self.records if r.error is not None)
+
+
+def request_done_event(record: RequestRecord, done: int, total: int) -> RequestDone:
+    """The live event for one measured request."""
+    return RequestDone(
+        cell_id=record.cell_id,
+        group=record.group,
+        ttft_s=record.ttft_s,
+        e2e_s=record.e2e_s,
+        output_tokens=record.output_tokens,
+        output_tok_s=record.output_tok_s,
+        accept_length=record.accept_length,
+        error=record.error,
+        done=done,
+        total=total,
+    )
+
+
+def tool_output(tokens: int, seed: int | str) -> str:
+    """Deterministic text that looks like what a coding agent's tools return.
+
+    A file listing, a test run or a service log, about ``tokens`` tokens long; the style and
+    the content follow from ``seed``, so every config of a campaign sees the same context.
+    """
+    rng = random.Random(f"tool:{seed}")
+    target = max(1, tokens) * CHARS_PER_TOKEN
+    style = rng.randrange(3)
+    lines: list[str] = []
+    size = 0
+    dirs = ("src", "tests", "lib", "scripts", "docs", "core", "api")
+    words = ("parser", "cache", "server", "client", "config", "worker", "store", "util", "model")
+    n = 0
+    while size < target:
+        n += 1
+        a, b = rng.choice(words), rng.choice(words)
+        if style == 0:
+            line = (
+                f"-rw-r--r-- 1 dev dev {rng.randrange(200, 90000):>6} "
+                f"Mar {rng.randrange(1, 29):>2} 1{rng.randrange(10)}:{rng.randrange(60):02d} "
+                f"{rng.choice(dirs)}/{a}_{b}.py"
+            )
+        elif style == 1:
+            verdict = "PASSED" if rng.random() > 0.1 else "FAILED"
+            line = (
+                f"tests/test_{a}.py::test_{b}_{n} {verdict} "
+                f"[{min(100, n * 3):>3}%] ({rng.random() * 2:.2f}s)"
+            )
+        else:
+            level = rng.choice(("INFO", "INFO", "INFO", "WARNING", "DEBUG", "ERROR"))
+            line = (
+                f"2026-03-{rng.randrange(1, 29):02d} 12:{rng.randrange(60):02d}:"
+                f"{rng.randrange(60):02d},{rng.randrange(1000):03d} {level} {a}.{b}: "
+                f"request {rng.randrange(10**6)} took {rng.randrange(1, 900)} ms"
+            )
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(lines)
+
+
+_FOLLOW_UPS = (
+    "Here is the tool output. Continue with the next step of the task.",
+    "The command finished. Look at the output and fix what is wrong.",
+    "That is what the tool returned. What do you change next? Show the code.",
+    "Output above. Summarise what it tells us, then propose the next edit.",
+)
+
+
+def follow_up(seed: int | str) -> str:
+    """A deterministic instruction that closes a tool-output turn."""
+    return random.Random(f"follow:{seed}").choice(_FOLLOW_UPS)
+
+
+class _Runner:
+    """State shared by the requests of one cell: identity columns, callbacks, results."""
+
+    def __init__(
+        self,
+        cell: Cell,
+        group: ServiceGroup,
+        client: BenchClient,
+        campaign: str,
+        attempt: int,
+        on_request: OnRequest | None,
+        should_stop: ShouldStop | None,
+    ) -> None:
+        self.cell = cell
+        self.group = group
+        self.client = client
+        self.on_request = on_request
+        self.should_stop = should_stop or (lambda: False)
+        self.result = CellResult()
+        self.start: float | None = None  # perf_counter of the first measured request
+        self.warm_s = 0.0  # warm-up time after ``start``, left out of the cell's wall time
+        self.identity = {
+            "campaign": campaign,
+            "cell_id": cell.id,
+            "attempt": attempt,
+            "group": group.id,
+            "host": group.host or cell.host,
+            "config": group.config or cell.config,
+            "tp": group.tp or cell.tp,
+            "workload": cell.workload,
+            "kind": cell.kind,
+            "max_tokens": cell.max_tokens,
+            "concurrency": cell.concurrency,
+        }
+
+    async def send(self, messages: list[Message] | str) -> Completion:
+        return await self.client.generate(
+            messages,
+            max_tokens=self.cell.max_tokens,
+            temperature=self.cell.temperature,
+            timeout_s=self.cell.timeout_s,
+        )
+
+    async def warmup(self, messages: list[Message] | str, n: int) -> None:
+        """Requests that are sent and discarded: they take CUDA graph capture, JIT and
+        allocator growth out of the first measured request."""
+        t0 = time.perf_counter()
+        for _ in range(n):
+            if self.should_stop():
+                break
+            await self.send(messages)
+        if self.start is not None:
+            self.warm_s += time.perf_counter() - t0
+
+    def mark_start(self) -> None:
+        if self.start is None:
+            self.start = time.perf_counter()
+
+    def wall_s(self) -> float:
+        if self.start is None:
+            return 0.0
+        return max(0.0, time.perf_counter() - self.start - self.warm_s)
+
+    def record(
+        self,
+        done: Completion,
+        prompt: Prompt | None,
+        text_key: str | None,
+        *,
+        session: int | None = None,
+        turn: int | None = None,
+        repeat: int | None = None,
+    ) -> RequestRecord:
+        rec = RequestRecord(
+            **self.identity,
+            prompt_set=prompt.set_name if prompt else self.cell.prompt_set,
+            prompt_id=prompt.id if prompt else None,
+            session=session,
+            turn=turn,
+            repeat=repeat,
+            **done.measurements(),
+        )
+        self.result.records.append(rec)
+        if text_key is not None and done.error is None and text_key not in self.result.texts:
+            self.result.texts[text_key] = done.text
+        if self.on_request is not None:
+            self.on_request(rec)
+        return rec
+
+
+def _pool(cell: Cell, plan_dir: Path, seed: int) -> list[Prompt]:
+    """All prompts of the cell's sets (sampled per set when ``samples`` is set)."""
+    out: list[Prompt] = []
+    for name in cell.prompts or ((cell.prompt_set,) if cell.prompt_set else ()):
+        out.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
+    if not out:
+        raise ValueError(f"cell {cell.name}: no prompt sets to draw from")
+    return out
+
+
+async def _run_single(run: _Runner, prompts: list[Prompt]) -> None:
+    cell = run.cell
+    for prompt in prompts:
+        msgs = prompt.messages()
+        await run.warmup(msgs, cell.warmup)
+        run.mark_start()
+        for rep in range(cell.repeats):
+            if run.should_stop():
+                run.result.stopped = True
+                return
+            done = await run.send(msgs)
+            run.record(done, prompt, prompt.id, repeat=rep)
+
+
+async def _run_agentic(run: _Runner, pool: list[Prompt], seed: int) -> None:
+    cell = run.cell
+    order = list(pool)
+    # Seeded by the workload, not the cell id (which differs per config), so that every
+    # config runs the same sessions.
+    random.Random(f"{seed}:agentic:{cell.workload}").shuffle(order)
+    await run.warmup(_WARMUP_PROMPT, cell.warmup)
+    run.mark_start()
+    for s in range(cell.sessions):
+        task = order[s % len(order)]
+        msgs: list[Message] = task.messages()
+        for t in range(cell.turns):
+            if run.should_stop():
+                run.result.stopped = True
+                return
+            if t > 0:
+                key = f"{seed}:{task.set_name}/{task.id}:{s}:{t}"
+                output = tool_output(cell.tool_output_tokens, key)
+                msgs = [
+                    *msgs,
+                    {"role": "user", "content": f"```\n{output}\n```\n{follow_up(key)}"},
+                ]
+            done = await run.send(msgs)
+            run.record(done, task, f"{task.id}/s{s}/t{t}", session=s, turn=t)
+            # A failed turn still extends the conversation (with what arrived, maybe nothing)
+            # so the session keeps its shape and later turns stay comparable across configs.
+            msgs = [*msgs, {"role": "assistant", "content": done.text}]
+
+
+async def _run_concurrency(run: _Runner, pool: list[Prompt], seed: int) -> None:
+    cell = run.cell
+    order = list(pool)
+    random.Random(f"{seed}:concurrency:{cell.workload}").shuffle(order)
+    await run.warmup(order[0].messages(), cell.warmup)
+    total = cell.requests
+    next_index = 0
+    run.mark_start()
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < total:
+            if run.should_stop():
+                run.result.stopped = True
+                return
+            i = next_index
+            next_index += 1
+            prompt = order[i % len(order)]
+            done = await run.send(prompt.messages())
+            run.record(done, prompt, f"{prompt.set_name}/{prompt.id}", repeat=i // len(order))
+
+    level = max(1, cell.concurrency or 1)
+    await asyncio.gather(*(worker() for _ in range(min(level, max(total, 1)))))
+
+
+async def run_cell(
+    cell: Cell,
+    group: ServiceGroup,
+    base_url: str,
+    *,
+    campaign: str,
+    attempt: int,
+    seed: int,
+    plan_dir: Path,
+    on_request: OnRequest | None = None,
+    should_stop: ShouldStop | None = None,
+    client: BenchClient | None = None,
+    prompt_format: PromptFormat = "chatml",
+) -> CellResult:
+    """Run one cell against a healthy server and return its rows.
+
+    Request failures are rows with ``error`` set, never exceptions; this raises only for bad
+    input (a missing or malformed prompt set: :class:`InputError`). Pass ``client`` to reuse one
+    connection pool across the cells of a service group; otherwise one is opened and closed
+    here, sized for the cell's concurrency.
+    """
+    own = client is None
+    if client is None:
+        client = BenchClient(
+            base_url,
+            group.api,
+            concurrency=cell.concurrency or 1,
+            prompt_format=prompt_format,
+        )
+    run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop)
+    try:
+        if cell.kind == "single":
+            names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
+            prompts: list[Prompt] = []
+            for name in names:
+                prompts.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
+            run.result.planned = len(prompts) * cell.repeats
+            await _run_single(run, prompts)
+        elif cell.kind == "agentic":
+            run.result.planned = planned_requests(cell)
+            await _run_agentic(run, _pool(cell, plan_dir, seed), seed)
+        elif cell.kind == "concurrency":
+            run.result.planned = planned_requests(cell)
+            await _run_concurrency(run, _pool(cell, plan_dir, seed), seed)
+        else:
+            raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")
+        run.result.wall_s = run.wall_s()
+    finally:
+        if own:
+            await client.aclose()
+    return run.result

@@ -1,0 +1,334 @@
+"""A server run as a child process of the campaign (local and simulated hosts).
+
+The server gets its own session (so its process group holds SGLang's TP worker processes,
+which outlive a killed parent and keep GPU memory otherwise), its output goes line by line
+to ``logs/<group>.log`` and to the engine, and stopping it always ends with its port free or
+an error that names what holds the port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import signal
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
+from specbench_tui.plan.cells import ServiceGroup
+
+_CHUNK = 65536
+_MAX_LINE = 1 << 20  # a line longer than this is cut, so a runaway print cannot eat memory
+
+
+def port_in_use(port: int, host: str = "") -> bool:
+    """True when something listens on (or holds a bound socket on) ``port``.
+
+    Binding is the only check that matches what the server will do. SO_REUSEADDR makes
+    sockets of closed connections (TIME_WAIT) not count, as they do not stop a new listener.
+    The wildcard address also catches a listener bound to 127.0.0.1 only.
+    """
+    for family, addr in ((socket.AF_INET, host or "0.0.0.0"), (socket.AF_INET6, host or "::")):
+        if family == socket.AF_INET6 and (host or not socket.has_ipv6):
+            continue
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((addr, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return True
+            if e.errno == errno.EADDRNOTAVAIL:
+                continue  # no IPv6 on this machine
+            raise
+        finally:
+            sock.close()
+    return False
+
+
+def port_holder(port: int) -> tuple[int, str] | None:
+    """Best effort (Linux, own or permitted processes): the pid and name listening on ``port``.
+
+    Reads /proc/net/tcp{,6} for the listening socket's inode, then finds the process owning
+    that inode among /proc/*/fd. Returns None when it cannot tell (another user's process).
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for row in f:
+                    parts = row.split()
+                    if len(parts) < 10:
+                        continue
+                    local, state, inode = parts[1], parts[3], parts[9]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        inodes.add(inode)
+        except OSError:
+            continue
+    if not inodes:
+        return None
+    targets = {f"socket:[{i}]" for i in inodes}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in os.scandir(f"/proc/{entry.name}/fd"):
+                try:
+                    if os.readlink(fd.path) in targets:
+                        pid = int(entry.name)
+                        return pid, process_name(pid)
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return None
+
+
+def process_name(pid: int) -> str:
+    """``comm`` plus the command line when readable: "python3 (python -m sglang.launch_server
+    ...)" tells the operator which server it is, "python3" alone does not."""
+    name = "?"
+    with contextlib.suppress(OSError):
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    with contextlib.suppress(OSError):
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cmd = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
+        if cmd:
+            return f"{name} ({cmd[:120]}{'...' if len(cmd) > 120 else ''})"
+    return name
+
+
+def describe_port_holder(port: int) -> str:
+    holder = port_holder(port)
+    if holder is None:
+        return "another process"
+    return f"pid {holder[0]}: {holder[1]}"
+
+
+class ProcessService(Service):
+    """The group's command as a local child process in its own process group.
+
+    ``extra_env`` (e.g. the simulator's state directory) is added after the group's own env.
+    """
+
+    def __init__(
+        self,
+        group: ServiceGroup,
+        log_path: str | os.PathLike[str],
+        on_line: LineCallback | None = None,
+        *,
+        extra_env: dict[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        port_free_timeout_s: float = 30.0,
+        base_url: str | None = None,
+    ) -> None:
+        super().__init__(group, on_line, base_url=base_url)
+        self.log_path = Path(log_path)
+        self.extra_env = dict(extra_env or {})
+        self.cwd = cwd
+        self.port_free_timeout_s = port_free_timeout_s
+        self._proc: asyncio.subprocess.Process | None = None
+        self._pgid: int | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._log: IO[str] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._proc.returncode if self._proc else None
+
+    async def start(self) -> None:
+        if self.alive():
+            raise ServiceError(f"{self.group.id}: already running (pid {self.pid})")
+        port = self.group.port
+        if port_in_use(port):
+            raise ServiceError(
+                f"{self.group.id}: port {port} already in use by {describe_port_holder(port)};"
+                " stop it or change the plan's port"
+            )
+        if not self.group.command:
+            raise ServiceError(f"{self.group.id}: the service group has no command")
+        self._reset_for_start()
+        env = dict(os.environ)
+        env.update(dict(self.group.env))
+        env.update(self.extra_env)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python server's lines arrive as printed
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._close_log()
+        self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        self._write_log(f"----- {stamp} starting {self.group.id}: {' '.join(self.group.command)}")
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.group.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        except OSError as e:
+            self._close_log()
+            raise ServiceError(
+                f"{self.group.id}: cannot run {self.group.command[0]!r}: {e.strerror or e}"
+            ) from e
+        self._pgid = self._proc.pid  # start_new_session: the leader's pid is the group id
+        assert self._proc.stdout is not None
+        self._reader = asyncio.create_task(self._read_output(self._proc.stdout))
+
+    async def wait_exit(self) -> int | None:
+        if self._proc is None:
+            return None
+        code = await self._proc.wait()
+        # The output may still be in the pipe; wait for the reader to reach EOF, but not
+        # forever: a surviving TP worker of the same group keeps the pipe open.
+        if self._reader is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._reader), timeout=1.0)
+        return code
+
+    async def wait_ready(self, timeout_s: float | None = None) -> float:
+        """As the base, but a failed start-up also kills what the server left behind
+        (TP workers of a dead parent would keep their GPU memory)."""
+        try:
+            return await super().wait_ready(timeout_s)
+        except ServiceError:
+            if not self.alive():
+                await self._kill_group(signal.SIGKILL)
+            raise
+
+    async def stop(self, grace_s: float = 30.0) -> None:
+        proc = self._proc
+        if proc is not None:
+            if proc.returncode is None or self._group_alive():
+                self._write_log(f"----- stopping {self.group.id} (SIGTERM, grace {grace_s:g}s)")
+                await self._kill_group(signal.SIGTERM)
+                deadline = time.monotonic() + grace_s
+                while (proc.returncode is None or self._group_alive()) and (
+                    time.monotonic() < deadline
+                ):
+                    if proc.returncode is None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=0.05)
+                    else:
+                        await asyncio.sleep(0.05)  # the leader is gone, its workers are not
+                if proc.returncode is None or self._group_alive():
+                    self._write_log(f"----- {self.group.id} ignored SIGTERM; sending SIGKILL")
+                    await self._kill_group(signal.SIGKILL)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proc.wait(), timeout=10.0)
+            if self._reader is not None:
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(self._reader, timeout=2.0)
+                if not self._reader.done():
+                    self._reader.cancel()
+            self._write_log(f"----- {self.group.id} {describe_exit(proc.returncode)}")
+        self._close_log()
+        await self._wait_port_free()
+
+    async def _wait_port_free(self) -> None:
+        port = self.group.port
+        deadline = time.monotonic() + self.port_free_timeout_s
+        while port_in_use(port):
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    f"{self.group.id}: port {port} still in use after the server stopped, by "
+                    f"{describe_port_holder(port)}",
+                    self.log_tail(),
+                )
+            await asyncio.sleep(0.1)
+
+    def _group_alive(self) -> bool:
+        """Whether any process of the server's group is left (workers can outlive the parent)."""
+        if self._pgid is None:
+            return False
+        try:
+            os.killpg(self._pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        # The leader counts only until reaped; killpg(0) still sees an unreaped zombie leader.
+        return self._proc is None or self._proc.returncode is None or _others_in_group(self._pgid)
+
+    async def _kill_group(self, sig: signal.Signals) -> None:
+        if self._pgid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._pgid, sig)
+        await asyncio.sleep(0)
+
+    async def _read_output(self, stream: asyncio.StreamReader) -> None:
+        """Split output into lines; a bare CR (progress bars) keeps only what a terminal
+        would show, the last state, instead of one line per redraw."""
+        buf = b""
+        while True:
+            chunk = await stream.read(_CHUNK)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                self._handle_raw(raw)
+            if len(buf) > _MAX_LINE:
+                self._handle_raw(buf[:_MAX_LINE])
+                buf = b""
+        if buf:
+            self._handle_raw(buf)
+
+    def _handle_raw(self, raw: bytes) -> None:
+        if b"\r" in raw:
+            parts = [p for p in raw.split(b"\r") if p.strip()]
+            raw = parts[-1] if parts else b""
+        line = raw.decode("utf-8", errors="replace")
+        self._write_log(line)
+        self._emit_line(line)
+
+    def _write_log(self, line: str) -> None:
+        if self._log is None:
+            return
+        try:
+            self._log.write(line + "\n")
+            self._log.flush()
+        except OSError:
+            pass  # a full disk must not take the server down with it; the tail still works
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+
+
+def _others_in_group(pgid: int) -> bool:
+    """Whether a process other than the (reaped) leader is still in process group ``pgid``."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == pgid:
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        # fields: state ppid pgrp ...; a zombie waiting for its parent holds nothing
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

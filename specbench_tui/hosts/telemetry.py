@@ -1,0 +1,444 @@
+"""Read GPU telemetry from the agent (``gpu_agent.py``) running on a host.
+
+The reader does not care where the agent runs: an ``AgentRunner`` starts it and hands back
+its stdout lines. ``LocalAgentRunner`` pipes the agent's source into ``python -`` exactly as an
+SSH runner will do on a remote host (``ssh host python3 -``), so the local and simulated
+paths exercise the same launch. Telemetry is a side show of a campaign: a bad line is
+skipped and counted, a dead agent is reported once and restarted with a backoff, and nothing
+here ever raises into the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specbench_tui.hosts.service import ServiceError, format_duration
+
+log = logging.getLogger(__name__)
+
+AGENT_PATH = Path(__file__).with_name("gpu_agent.py")
+EXIT_NO_NVML = 3
+
+
+def agent_source() -> bytes:
+    """The agent script as bytes, to pipe into ``python -`` on any host."""
+    return AGENT_PATH.read_bytes()
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str | None
+    mem_mib: float | None
+    cmd: str | None = None
+
+    def describe(self) -> str:
+        what = self.name or "?"
+        if self.cmd:
+            what += f": {self.cmd[:100]}"
+        mem = f", {self.mem_mib:.0f} MiB" if self.mem_mib is not None else ""
+        return f"pid {self.pid} ({what}{mem})"
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one moment. Fields the GPU does not report are None."""
+
+    t: float  # epoch seconds on the host
+    host: str
+    gpu: int
+    name: str | None
+    util_pct: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    power_w: float | None
+    temp_c: float | None
+    processes: tuple[GpuProcess, ...] = ()
+    received: float = field(default_factory=time.monotonic, compare=False)  # local clock
+
+    @classmethod
+    def from_json(cls, host: str, obj: Mapping[str, Any]) -> GpuSample:
+        """Build from an agent line; raises ValueError/TypeError/KeyError on a malformed one."""
+
+        def num(key: str) -> float | None:
+            v = obj.get(key)
+            return None if v is None else float(v)
+
+        procs = tuple(
+            GpuProcess(
+                pid=int(p["pid"]),
+                name=p.get("name"),
+                mem_mib=None if p.get("mem_mib") is None else float(p["mem_mib"]),
+                cmd=p.get("cmd"),
+            )
+            for p in obj.get("processes") or ()
+        )
+        return cls(
+            t=float(obj["t"]),
+            host=host,
+            gpu=int(obj["gpu"]),
+            name=obj.get("name"),
+            util_pct=num("util_pct"),
+            mem_used_mib=num("mem_used_mib"),
+            mem_total_mib=num("mem_total_mib"),
+            power_w=num("power_w"),
+            temp_c=num("temp_c"),
+            processes=procs,
+        )
+
+
+# --- runners: where the agent process lives ---------------------------------------------------
+
+
+class AgentProcess(ABC):
+    """A running agent: its stdout lines, its end, a way to stop it."""
+
+    @abstractmethod
+    def lines(self) -> AsyncIterator[str]:
+        """Stdout lines without the newline, until the agent exits."""
+
+    @abstractmethod
+    async def wait(self) -> int | None:
+        """The exit status once the agent has ended (None when the transport cannot tell)."""
+
+    @abstractmethod
+    async def terminate(self) -> None:
+        """Stop the agent; safe when it has already ended."""
+
+    def stderr_tail(self) -> str:
+        """Its last stderr output, for the death report (a Python traceback, say)."""
+        return ""
+
+
+class AgentRunner(ABC):
+    """Starts the agent with the given arguments on some host (local now, SSH later)."""
+
+    @abstractmethod
+    async def start(self, args: list[str]) -> AgentProcess: ...
+
+
+class _LocalAgentProcess(AgentProcess):
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+        self._stderr = b""
+        assert proc.stderr is not None
+        self._stderr_task = asyncio.create_task(self._collect_stderr(proc.stderr))
+
+    async def _collect_stderr(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(8192):
+            self._stderr = (self._stderr + chunk)[-4000:]
+
+    async def lines(self) -> AsyncIterator[str]:
+        assert self._proc.stdout is not None
+        while True:
+            try:
+                raw = await self._proc.stdout.readline()
+            except ValueError:  # a line over the stream limit: not ours, skip it
+                continue
+            if not raw:
+                return
+            yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+    async def wait(self) -> int | None:
+        code = await self._proc.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stderr_task, timeout=1.0)
+        return code
+
+    async def terminate(self) -> None:
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.terminate()
+            try:
+                await asyncio.wait_for(self._proc.wait(), timeout=2.0)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self._proc.kill()
+                await self._proc.wait()
+        if not self._stderr_task.done():
+            self._stderr_task.cancel()
+
+    def stderr_tail(self) -> str:
+        return self._stderr.decode(errors="replace").strip()
+
+
+class LocalAgentRunner(AgentRunner):
+    """Runs the agent on this machine as ``python - ARGS`` with its source on stdin.
+
+    ``env`` is added to the environment: SPECBENCH_SIM_NVML and friends for a simulated host.
+    """
+
+    def __init__(self, python: str = sys.executable, env: Mapping[str, str] | None = None) -> None:
+        self.python = python
+        self.env = dict(env or {})
+
+    async def start(self, args: list[str]) -> AgentProcess:
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        proc = await asyncio.create_subprocess_exec(
+            self.python,
+            "-",
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(agent_source())
+            await proc.stdin.drain()
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it died at once; the reader sees the exit and reports it
+        return _LocalAgentProcess(proc)
+
+
+# --- the reader ----------------------------------------------------------------------------
+
+
+SampleCallback = Callable[[GpuSample], None]
+ProblemCallback = Callable[[str], None]
+
+
+class TelemetryReader:
+    """Keeps the agent running and turns its lines into ``GpuSample``s.
+
+    Consume with ``on_sample`` (called for each sample), or ``async for s in reader`` (one
+    consumer; when it falls behind, the oldest samples are dropped rather than memory grown),
+    and/or ``latest()`` for the newest sample per GPU. ``on_problem`` gets one line when the
+    agent dies or reports an error, once per outage, not per restart.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        runner: AgentRunner,
+        *,
+        interval_s: float = 1.0,
+        gpus: Iterable[int] | None = None,
+        on_sample: SampleCallback | None = None,
+        on_problem: ProblemCallback | None = None,
+        backoff_s: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0),
+        queue_size: int = 1000,
+    ) -> None:
+        self.host = host
+        self.runner = runner
+        self.interval_s = interval_s
+        self.gpus = list(gpus) if gpus is not None else None
+        self.on_sample = on_sample
+        self.on_problem = on_problem
+        self.backoff_s = backoff_s or (1.0,)
+        self.skipped_lines = 0  # lines that were not a sample
+        self.restarts = 0
+        self.last_error: str | None = None  # the current outage's reason, None while healthy
+        self._latest: dict[int, GpuSample] = {}
+        self._queue: asyncio.Queue[GpuSample | None] = asyncio.Queue(maxsize=queue_size)
+        self._task: asyncio.Task[None] | None = None
+        self._agent: AgentProcess | None = None
+        self._reported = False
+
+    def agent_args(self) -> list[str]:
+        args = ["--interval", f"{self.interval_s:g}", "--count", "0"]
+        if self.gpus:
+            args += ["--gpus", ",".join(str(g) for g in self.gpus)]
+        return args
+
+    def start(self) -> None:
+        """Start reading in the background (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"telemetry-{self.host}")
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._agent is not None:
+            await self._agent.terminate()
+            self._agent = None
+        self._put(None)  # end any ``async for``
+
+    def latest(self) -> dict[int, GpuSample]:
+        """The newest sample of each GPU seen so far (a copy)."""
+        return dict(self._latest)
+
+    def __aiter__(self) -> AsyncIterator[GpuSample]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[GpuSample]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    def _put(self, item: GpuSample | None) -> None:
+        while True:
+            try:
+                self._queue.put_nowait(item)
+                return
+            except asyncio.QueueFull:
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    self._queue.get_nowait()
+
+    def _problem(self, text: str) -> None:
+        self.last_error = text
+        if self._reported:
+            return
+        self._reported = True
+        log.warning("telemetry %s: %s", self.host, text)
+        if self.on_problem is not None:
+            try:
+                self.on_problem(text)
+            except Exception:
+                log.exception("telemetry on_problem callback failed")
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            error_line: str | None = None
+            got_sample = False
+            try:
+                self._agent = await self.runner.start(self.agent_args())
+                async for line in self._agent.lines():
+                    kind, payload = self._parse(line)
+                    if kind == "sample":
+                        assert isinstance(payload, GpuSample)
+                        got_sample = True
+                        self._deliver(payload)
+                    elif kind == "error":
+                        error_line = str(payload)
+                code = await self._agent.wait()
+                stderr = self._agent.stderr_tail()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the transport failed (SSH down, no python on the host)
+                code, stderr = None, ""
+                error_line = f"cannot run the telemetry agent: {type(e).__name__}: {e}"
+            finally:
+                if self._agent is not None:
+                    with contextlib.suppress(Exception):
+                        await self._agent.terminate()
+                    self._agent = None
+            failures = 0 if got_sample else failures + 1
+            delay = self.backoff_s[min(max(failures - 1, 0), len(self.backoff_s) - 1)]
+            reason = error_line or (
+                f"agent exited with code {code}"
+                + (f": {stderr.splitlines()[-1]}" if stderr else "")
+            )
+            if code == EXIT_NO_NVML and error_line:
+                reason = f"no GPU telemetry: {error_line}"
+            self._problem(f"{reason}; restarting in {format_duration(delay)}")
+            self.restarts += 1
+            await asyncio.sleep(delay)
+
+    def _parse(self, line: str) -> tuple[str, GpuSample | str | None]:
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError("not an object")
+            if "error" in obj:
+                if "gpu" in obj:  # one GPU failed (fell off the bus); the others go on
+                    self._problem(f"GPU {obj['gpu']}: {obj['error']}")
+                    return "skip", None
+                return "error", str(obj["error"])
+            return "sample", GpuSample.from_json(self.host, obj)
+        except (ValueError, TypeError, KeyError):
+            self.skipped_lines += 1
+            return "skip", None
+
+    def _deliver(self, sample: GpuSample) -> None:
+        if self.last_error is not None:
+            self.last_error = None
+            self._reported = False  # a later outage is reported again
+        self._latest[sample.gpu] = sample
+        self._put(sample)
+        if self.on_sample is not None:
+            try:
+                self.on_sample(sample)
+            except Exception:
+                log.exception("telemetry on_sample callback failed")
+
+
+# --- waiting for free GPUs ---------------------------------------------------------------------
+
+
+class GpusNotFreeError(ServiceError):
+    """GPUs still held when a group needs them; ``busy`` maps GPU id to what holds it."""
+
+    def __init__(self, reason: str, busy: dict[int, str]) -> None:
+        super().__init__(reason)
+        self.busy = busy
+
+
+def gpu_state(sample: GpuSample | None, idle_mem_mib: float) -> str | None:
+    """Why a GPU is not free, or None when it is: no compute process and memory near idle."""
+    if sample is None:
+        return "no telemetry"
+    mem = sample.mem_used_mib
+    total = f"/{sample.mem_total_mib:.0f}" if sample.mem_total_mib is not None else ""
+    used = f"{mem:.0f}{total} MiB used" if mem is not None else "memory unknown"
+    if sample.processes:
+        held = ", ".join(p.describe() for p in sample.processes)
+        return f"{used}, held by {held}"
+    if mem is not None and mem > idle_mem_mib:
+        return f"{used} with no process listed (another container, or memory still freeing)"
+    return None
+
+
+async def wait_gpus_free(
+    latest_samples_provider: Callable[[], Mapping[int, GpuSample]],
+    gpu_ids: Iterable[int],
+    timeout_s: float,
+    idle_mem_mib: float = 1024,
+    *,
+    poll_s: float = 0.25,
+    host: str = "",
+) -> None:
+    """Return once every GPU in ``gpu_ids`` is free in a sample taken after this call began.
+
+    A sample from before the call does not count: it may predate the server that just
+    started or stopped. Raises GpusNotFreeError naming each busy GPU, its memory and the
+    process holding it.
+    """
+    gpus = list(gpu_ids)
+    began = time.monotonic()
+    deadline = began + timeout_s
+    while True:
+        latest = latest_samples_provider()
+        busy: dict[int, str] = {}
+        for g in gpus:
+            sample = latest.get(g)
+            if sample is not None and sample.received < began:
+                sample = None
+            why = gpu_state(sample, idle_mem_mib)
+            if why is not None:
+                busy[g] = why
+        if not busy:
+            return
+        if time.monotonic() >= deadline:
+            where = f" on {host}" if host else ""
+            what = "; ".join(f"GPU {g}: {why}" for g, why in busy.items())
+            n = "GPU" if len(busy) == 1 else "GPUs"
+            raise GpusNotFreeError(
+                f"{n} {', '.join(map(str, busy))}{where} not free after "
+                f"{format_duration(timeout_s)}: {what}",
+                busy,
+            )
+        await asyncio.sleep(poll_s)
