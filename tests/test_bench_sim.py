@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,16 +20,7 @@ from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.workloads import run_cell
 from specbench_tui.plan.cells import Cell, ServiceGroup
 
-SIM_MAIN = Path(__file__).resolve().parent.parent / "specbench_tui" / "sim" / "__main__.py"
-
-pytestmark = pytest.mark.skipif(not SIM_MAIN.exists(), reason="the simulator is not built yet")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from tests.conftest import free_port
 
 LOGS: list[Path] = []
 
@@ -183,3 +173,31 @@ async def test_sim_log_lines_parse(sim: str) -> None:
     assert all("running_req" in s and "gen_throughput" in s for s in decode)
     assert any(s.get("accept_len", 0) > 1 for s in decode)
     assert all("new_token" in s for s in prefill)
+
+
+async def test_client_timing_matches_what_the_simulator_scheduled(sim: str) -> None:
+    """The client's TTFT and inter-chunk gaps against the server's own emission times."""
+    import statistics
+
+    ttft_err: list[float] = []
+    gap_err: list[float] = []
+    async with BenchClient(sim, "sglang") as client:
+        await client.generate("warm the connection", max_tokens=4)
+        for i in range(6):
+            done = await client.generate(f"Explain how a hash map handles collisions ({i}).",
+                                         max_tokens=64)
+            assert done.error is None and done.request_id
+            async with httpx.AsyncClient() as http:
+                rec = (await http.get(f"{sim}/sim/requests/{done.request_id}")).json()
+            assert len(rec["chunk_offsets_s"]) == done.chunks
+            assert sum(rec["chunk_tokens"]) == done.output_tokens
+            ttft_err.append(done.ttft_s - rec["first_chunk_s"])
+            offsets = rec["chunk_offsets_s"]
+            server_gaps = [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
+            gap_err += [c - s for c, s in zip(done.itl_s, server_gaps, strict=True)]
+    # The client's clock starts before the request is sent, the server's on receipt: TTFT
+    # error is that transfer plus parsing, and must stay well under a millisecond.
+    print(f"client error, median: ttft {statistics.median(ttft_err) * 1e3:.3f} ms, "
+          f"gap {statistics.median(gap_err) * 1e3:.3f} ms over {len(gap_err)} gaps")
+    assert 0 <= statistics.median(ttft_err) < 0.001, statistics.median(ttft_err)
+    assert abs(statistics.median(gap_err)) < 0.001, statistics.median(gap_err)

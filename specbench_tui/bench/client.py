@@ -64,6 +64,7 @@ class Completion:
     output_sha256: str | None = None
     error: str | None = None
     text: str = ""
+    request_id: str | None = None  # the server's id (meta_info id / chunk id), for tracing
 
     def measurements(self) -> dict[str, Any]:
         """The fields that are also :class:`RequestRecord` columns (everything but ``text``)."""
@@ -436,6 +437,8 @@ class _StreamState:
             if n > 1 and out.ttft_s is not None:
                 out.tpot_s = (e2e - out.ttft_s) / (n - 1)
         out.text = self.text
+        rid = self.meta.get("id")
+        out.request_id = str(rid) if rid is not None else None
         if out.error is None:
             # Reasoning is part of what the model generated, so a greedy check covers it too.
             full = self.reasoning + self.text if self.reasoning else self.text

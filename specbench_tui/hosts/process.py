@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import os
 import signal
@@ -184,6 +186,7 @@ class ProcessService(Service):
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except OSError as e:
             self._close_log()
@@ -316,6 +319,19 @@ class ProcessService(Service):
             with contextlib.suppress(OSError):
                 self._log.close()
             self._log = None
+
+
+try:  # loaded here, not in the forked child, where only async-signal-safe work belongs
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+except OSError:
+    _LIBC = None
+
+
+def _die_with_parent() -> None:
+    """In the child: be killed if the campaign process dies (even by SIGKILL), so a crashed
+    campaign never leaves a server holding the port and GPUs its resume needs."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _others_in_group(pgid: int) -> bool:

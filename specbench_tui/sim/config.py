@@ -1,0 +1,256 @@
+"""The simulator's command line: the arguments a real SGLang launch passes, plus a few of our own.
+
+A campaign appends whatever server args the plan lists, so the parser must swallow every flag
+SGLang knows without a table of them: an unknown ``--flag`` takes the next token as its value
+unless that token is itself a flag (SGLang has no positional arguments, so this is unambiguous),
+and ``--flag=value`` always works. Unknown flags are kept and shown in ``/get_server_info`` the
+way SGLang names them, because a client may read them back.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+ALGORITHMS = ("DFLASH", "DDTREE", "EAGLE", "EAGLE3", "NEXTN")
+
+
+class SimArgsError(ValueError):
+    """A command line the simulator cannot run, reported the way argparse would (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A failure injected on purpose so that tests can exercise the client's error paths."""
+
+    name: str
+    value: float = 0.0
+
+
+@dataclass
+class SimConfig:
+    """Everything the simulated server needs to know, already validated and defaulted."""
+
+    model_path: str = "sim-model"
+    served_model_name: str | None = None
+    tp_size: int = 1
+    host: str = "127.0.0.1"
+    port: int = 30000
+    algorithm: str | None = None
+    num_draft_tokens: int | None = None
+    ddtree_budget: int | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    draft_model_path: str | None = None
+    max_running_requests: int | None = None
+    context_length: int = 262144
+    mem_fraction_static: float = 0.85
+    speed: float = 1.0
+    seed: int = 0
+    faults: tuple[Fault, ...] = ()
+    gpu_state_dir: str | None = None
+    gpu_ids: tuple[int, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm is not None
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model_path
+
+    def fault(self, name: str) -> Fault | None:
+        return next((f for f in self.faults if f.name == name), None)
+
+    def server_info(self) -> dict[str, Any]:
+        """Server args under SGLang's names, so a client reading them cannot tell us apart."""
+        info: dict[str, Any] = dict(self.extra)
+        info.update(
+            model_path=self.model_path,
+            tokenizer_path=self.model_path,
+            served_model_name=self.model_name,
+            tp_size=self.tp_size,
+            host=self.host,
+            port=self.port,
+            context_length=self.context_length,
+            mem_fraction_static=self.mem_fraction_static,
+            max_running_requests=self.max_running_requests,
+            random_seed=self.seed,
+            speculative_algorithm=self.algorithm,
+            speculative_draft_model_path=self.draft_model_path,
+            speculative_num_draft_tokens=self.num_draft_tokens,
+            speculative_num_steps=self.num_steps,
+            speculative_eagle_topk=self.eagle_topk,
+            speculative_ddtree_budget=self.ddtree_budget,
+            version="sim-0.1",
+            simulated=True,
+        )
+        return info
+
+
+# Flags we interpret; anything else is accepted and kept verbatim in ``extra``.
+_ALIASES = {
+    "model": "model_path",
+    "tp": "tp_size",
+    "tensor_parallel_size": "tp_size",
+    "random_seed": "seed",
+    "sim_seed": "seed",
+}
+_BOOLEAN_FLAGS = {"trust_remote_code", "speculative_ddtree_allow_hybrid_unsafe", "help"}
+
+
+def _split(argv: list[str]) -> list[tuple[str, str | None]]:
+    """Pair each ``--flag`` with its value (or None), tolerating both spellings."""
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("--") or token == "--":
+            raise SimArgsError(f"unexpected argument {token!r}: SGLang takes only --flags")
+        name, eq, value = token[2:].partition("=")
+        key = name.replace("-", "_")
+        if eq:
+            pairs.append((key, value))
+            i += 1
+        elif key not in _BOOLEAN_FLAGS and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            pairs.append((key, argv[i + 1]))
+            i += 2
+        else:
+            pairs.append((key, None))
+            i += 1
+    return pairs
+
+
+def _int(key: str, value: str | None) -> int:
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise SimArgsError(f"--{key.replace('_', '-')} needs an integer, got {value!r}") from None
+
+
+def _float(key: str, value: str | None) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise SimArgsError(f"--{key.replace('_', '-')} needs a number, got {value!r}") from None
+
+
+def _parse_fault(spec: str) -> Fault:
+    name, _, arg = spec.partition(":")
+    if name in ("diverge", "crash-at-start", "never-ready"):
+        return Fault(name)
+    if name in ("crash-after", "slow"):
+        try:
+            value = float(arg)
+        except ValueError:
+            raise SimArgsError(f"--sim-fault {name} needs a number: {name}:N") from None
+        if value <= 0:
+            raise SimArgsError(f"--sim-fault {name}:{arg}: the number must be positive")
+        return Fault(name, value)
+    raise SimArgsError(
+        f"unknown --sim-fault {spec!r}; known: diverge, crash-at-start, never-ready, "
+        "crash-after:N, slow:X"
+    )
+
+
+def _gpu_ids(tp_size: int, env: dict[str, str]) -> tuple[int, ...]:
+    visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not visible:
+        return tuple(range(tp_size))
+    try:
+        ids = tuple(int(x) for x in visible.split(",") if x.strip())
+    except ValueError:
+        raise SimArgsError(f"CUDA_VISIBLE_DEVICES={visible!r} is not a list of ids") from None
+    return ids[:tp_size]
+
+
+def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
+    """Build a :class:`SimConfig` from an SGLang-style command line and environment."""
+    env = dict(os.environ) if env is None else env
+    cfg = SimConfig()
+    faults: list[Fault] = []
+    for raw_key, value in _split(argv):
+        key = _ALIASES.get(raw_key, raw_key)
+        match key:
+            case "model_path":
+                cfg.model_path = value or cfg.model_path
+            case "served_model_name":
+                cfg.served_model_name = value
+            case "tp_size":
+                cfg.tp_size = _int(key, value)
+            case "host":
+                cfg.host = value or cfg.host
+            case "port":
+                cfg.port = _int(key, value)
+            case "speculative_algorithm":
+                algo = (value or "").upper()
+                if algo not in ALGORITHMS:
+                    raise SimArgsError(
+                        f"--speculative-algorithm {value!r}: choose from {', '.join(ALGORITHMS)}"
+                    )
+                cfg.algorithm = algo
+            case "speculative_num_draft_tokens":
+                cfg.num_draft_tokens = _int(key, value)
+            case "speculative_ddtree_budget":
+                cfg.ddtree_budget = _int(key, value)
+            case "speculative_num_steps":
+                cfg.num_steps = _int(key, value)
+            case "speculative_eagle_topk":
+                cfg.eagle_topk = _int(key, value)
+            case "speculative_draft_model_path":
+                cfg.draft_model_path = value
+            case "max_running_requests":
+                cfg.max_running_requests = _int(key, value)
+            case "context_length":
+                cfg.context_length = _int(key, value)
+            case "mem_fraction_static":
+                cfg.mem_fraction_static = _float(key, value)
+            case "speed":
+                cfg.speed = _float(key, value)
+            case "seed":
+                cfg.seed = _int(key, value)
+            case "sim_fault":
+                faults.append(_parse_fault(value or ""))
+            case "sim_gpu_state":
+                cfg.gpu_state_dir = value
+            case _:
+                cfg.extra[key] = True if value is None else value
+    if cfg.tp_size < 1:
+        raise SimArgsError("--tp-size must be at least 1")
+    if cfg.speed <= 0:
+        raise SimArgsError("--speed must be positive")
+    if not 0 < cfg.port < 65536:
+        raise SimArgsError(f"--port {cfg.port} is not a TCP port")
+    _apply_spec_defaults(cfg)
+    cfg.faults = tuple(faults)
+    cfg.gpu_state_dir = cfg.gpu_state_dir or env.get("SPECBENCH_SIM_STATE") or None
+    cfg.gpu_ids = _gpu_ids(cfg.tp_size, env)
+    return cfg
+
+
+def _apply_spec_defaults(cfg: SimConfig) -> None:
+    """Fill what SGLang would infer, and pick a running-request cap the KV budget allows."""
+    if cfg.algorithm == "DFLASH":
+        cfg.num_draft_tokens = cfg.num_draft_tokens or 16
+    elif cfg.algorithm == "DDTREE":
+        cfg.num_draft_tokens = cfg.num_draft_tokens or 16
+        cfg.ddtree_budget = cfg.ddtree_budget or 32
+    elif cfg.algorithm is not None:
+        cfg.num_steps = cfg.num_steps or 3
+        cfg.eagle_topk = cfg.eagle_topk or 1
+        cfg.num_draft_tokens = cfg.num_draft_tokens or cfg.num_steps + 1
+    for name in ("num_draft_tokens", "ddtree_budget", "num_steps"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise SimArgsError(f"--speculative-{name.replace('_', '-')} must be at least 1")
+    if cfg.max_running_requests is None:
+        # Wide trees reserve verify slots per request, so fewer requests fit; this is what
+        # makes a concurrency sweep queue beyond some level, as it does on the real server.
+        if cfg.algorithm == "DDTREE":
+            cfg.max_running_requests = max(4, min(32, 2048 // (cfg.ddtree_budget or 32)))
+        elif cfg.algorithm is not None:
+            cfg.max_running_requests = 32
+        else:
+            cfg.max_running_requests = 48

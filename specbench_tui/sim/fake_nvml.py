@@ -1,0 +1,200 @@
+"""A stand-in for pynvml on the simulated host, with the subset the telemetry agent uses.
+
+The simulated server has no GPU; it writes what a real one would show into
+``$SPECBENCH_SIM_NVML/gpu<N>.json``::
+
+    {"gpu": N, "pid": 1234, "name": "python3", "mem_used_mib": 81000, "mem_total_mib": 97887,
+     "util_pct": 85, "power_w": 450, "temp_c": 61, "updated": 1700000000.0}
+
+This module reads those files back through NVML's API, so the agent, the reader and the "wait
+until the GPUs are free" logic run the same code on a laptop as on an H200 host. As with the
+real driver, a process's GPU memory disappears with the process: a file whose pid is dead
+(or a zombie) reads as an idle GPU, so a killed simulator frees its GPUs without cleaning up.
+
+Writers should replace files atomically (write a temporary file, then ``os.replace``); a file
+read half-written is answered with its previous content, or idle.
+
+Standard library only: the agent loads this file by path, outside the package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+NVML_TEMPERATURE_GPU = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+
+SIM_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition (simulated)"
+TOTAL_MIB = 97887
+IDLE_MIB = 500
+IDLE_POWER_W = 30.0
+IDLE_TEMP_C = 32.0
+MIB = 1024 * 1024
+
+
+class NVMLError(Exception):
+    """Same name and role as pynvml.NVMLError, so ``except nvml.NVMLError`` works for both."""
+
+    def __init__(self, value: int | str = 0) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return str(self.value) if isinstance(self.value, str) else f"NVML error {self.value}"
+
+
+@dataclass
+class Memory:
+    total: int
+    used: int
+    free: int
+
+
+@dataclass
+class Utilization:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class ProcessInfo:
+    pid: int
+    usedGpuMemory: int | None
+
+
+@dataclass(frozen=True)
+class Handle:
+    index: int
+
+
+_state_dir: str | None = None
+_count = 0
+_last_good: dict[int, dict[str, Any]] = {}
+
+
+def nvmlInit() -> None:
+    global _state_dir, _count
+    state = os.environ.get("SPECBENCH_SIM_NVML", "")
+    if not state:
+        raise NVMLError("SPECBENCH_SIM_NVML is not set: no simulated GPU state directory")
+    if not os.path.isdir(state):
+        raise NVMLError(f"simulated GPU state directory {state} does not exist")
+    try:
+        count = int(os.environ.get("SPECBENCH_SIM_GPUS", "8"))
+    except ValueError as e:
+        raise NVMLError(f"SPECBENCH_SIM_GPUS is not an integer: {e}") from e
+    _state_dir, _count = state, max(0, count)
+
+
+def nvmlShutdown() -> None:
+    global _state_dir
+    _state_dir = None
+    _last_good.clear()
+
+
+def _require_init() -> str:
+    if _state_dir is None:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    return _state_dir
+
+
+def nvmlDeviceGetCount() -> int:
+    _require_init()
+    return _count
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> Handle:
+    _require_init()
+    if not 0 <= index < _count:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return Handle(index)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[-1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _read(handle: Handle) -> dict[str, Any] | None:
+    """The GPU's state written by a live simulated server, or None when the GPU is idle."""
+    path = os.path.join(_require_init(), f"gpu{handle.index}.json")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        _last_good[handle.index] = data
+    except FileNotFoundError:
+        _last_good.pop(handle.index, None)
+        return None
+    except (OSError, ValueError):
+        data = _last_good.get(handle.index)  # caught mid-write
+        if data is None:
+            return None
+    try:
+        pid = int(data.get("pid", 0))
+    except (TypeError, ValueError):
+        return None
+    return data if _pid_alive(pid) else None
+
+
+def _num(data: dict[str, Any], key: str, default: float) -> float:
+    try:
+        return float(data.get(key, default))
+    except (TypeError, ValueError):
+        return default
+
+
+def nvmlDeviceGetName(handle: Handle) -> str:
+    _require_init()
+    return SIM_NAME
+
+
+def nvmlDeviceGetMemoryInfo(handle: Handle) -> Memory:
+    data = _read(handle)
+    total_mib = _num(data, "mem_total_mib", TOTAL_MIB) if data else TOTAL_MIB
+    used_mib = _num(data, "mem_used_mib", IDLE_MIB) if data else IDLE_MIB
+    total, used = int(total_mib * MIB), int(min(used_mib, total_mib) * MIB)
+    return Memory(total=total, used=used, free=total - used)
+
+
+def nvmlDeviceGetUtilizationRates(handle: Handle) -> Utilization:
+    data = _read(handle)
+    util = int(_num(data, "util_pct", 0)) if data else 0
+    return Utilization(gpu=max(0, min(100, util)), memory=0)
+
+
+def nvmlDeviceGetPowerUsage(handle: Handle) -> int:
+    """Milliwatts, as the real call."""
+    data = _read(handle)
+    return int(1000 * (_num(data, "power_w", IDLE_POWER_W) if data else IDLE_POWER_W))
+
+
+def nvmlDeviceGetTemperature(handle: Handle, sensor: int = NVML_TEMPERATURE_GPU) -> int:
+    data = _read(handle)
+    return int(_num(data, "temp_c", IDLE_TEMP_C) if data else IDLE_TEMP_C)
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: Handle) -> list[ProcessInfo]:
+    """Bytes of GPU memory per process, as the real call (which reports MiB * 2**20)."""
+    data = _read(handle)
+    if not data:
+        return []
+    used = max(0.0, _num(data, "mem_used_mib", 0) - IDLE_MIB)
+    return [ProcessInfo(pid=int(data["pid"]), usedGpuMemory=int(used * MIB))]

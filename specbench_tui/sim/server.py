@@ -1,0 +1,680 @@
+"""The HTTP face of the simulator: SGLang's native and OpenAI-compatible endpoints on aiohttp.
+
+Responses follow SGLang's shapes (native ``/generate`` with cumulative ``text`` and
+``meta_info`` per SSE chunk, OpenAI ``chat.completion.chunk`` deltas), so the benchmark client
+runs unchanged against a real or simulated server. One addition, ``/sim/requests/{rid}``,
+reports when each chunk actually left, so tests can hold the client's timing to account.
+
+Chunk times are taken right before each write, on the same ``perf_counter`` clock the client
+uses on the same host; with Nagle disabled (aiohttp's default) and one write per chunk, what
+the client measures differs from this by loopback latency only.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from specbench_tui.sim.config import SimArgsError, SimConfig, parse_args
+from specbench_tui.sim.gpus import MemoryPlan, SimGpus, memory_plan
+from specbench_tui.sim.logfmt import ServerLog
+from specbench_tui.sim.model import PerfModel
+from specbench_tui.sim.scheduler import Scheduler, SimRequest
+
+_RECORDS_KEPT = 10_000
+_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's native default
+_DEFAULT_CHAT_MAX_TOKENS = 4096
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+_DONE = b"data: [DONE]\n\n"
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What was scheduled and sent for one finished request, kept compact (arrays, no text)."""
+
+    rid: str
+    api: str
+    stream: bool
+    received_perf: float
+    received_unix: float
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    verify_ct: int
+    finish_reason: dict[str, Any] | None
+    chunk_t: array.array
+    chunk_n: array.array
+    step_t: array.array
+    step_n: array.array
+
+    def as_json(self) -> dict[str, Any]:
+        r0 = self.received_perf
+        chunk_offsets = [round(t - r0, 7) for t in self.chunk_t]
+        return {
+            "rid": self.rid,
+            "api": self.api,
+            "stream": self.stream,
+            "received_unix": self.received_unix,
+            "received_perf": r0,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+            "spec_verify_ct": self.verify_ct,
+            "finish_reason": self.finish_reason,
+            "first_chunk_s": chunk_offsets[0] if chunk_offsets else None,
+            "last_chunk_s": chunk_offsets[-1] if chunk_offsets else None,
+            "chunk_offsets_s": chunk_offsets,
+            "chunk_tokens": list(self.chunk_n),
+            "step_offsets_s": [round(t - r0, 7) for t in self.step_t],
+            "step_tokens": list(self.step_n),
+        }
+
+
+class _Emitter:
+    """Sends a request's progress as SSE chunks and notes when each one left."""
+
+    def __init__(self, resp: web.StreamResponse) -> None:
+        self.resp = resp
+        self.times = array.array("d")
+        self.tokens = array.array("l")
+
+    async def send(self, payload: dict[str, Any], new_tokens: int) -> None:
+        data = b"data: " + _dumps(payload).encode() + b"\n\n"
+        self.times.append(time.perf_counter())
+        self.tokens.append(new_tokens)
+        await self.resp.write(data)
+
+
+class SimServer:
+    """One simulated SGLang server: lifecycle, endpoints, request records."""
+
+    def __init__(self, cfg: SimConfig, log: ServerLog) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.model = PerfModel(cfg)
+        self.plan: MemoryPlan = memory_plan(cfg)
+        self.scheduler = Scheduler(cfg, self.model, log, self.plan.max_total_tokens)
+        self.gpus = SimGpus(cfg, self._load)
+        self.ready = False
+        self.draining = False
+        self.served = 0
+        self.records: OrderedDict[str, RequestRecord] = OrderedDict()
+        self.stop_event = asyncio.Event()
+        self.exit_code = 0
+        self._created = int(time.time())
+        crash = cfg.fault("crash-after")
+        self._crash_after = int(crash.value) if crash else None
+
+    def _load(self) -> float:
+        """How busy the GPUs are, for the telemetry files: 0 idle, up to 1 at a full batch."""
+        sched = self.scheduler
+        if not sched.busy and time.perf_counter() - sched.last_step_end > 0.3:
+            return 0.0
+        return min(1.0, 0.3 + 0.7 * len(sched.running) / max(sched.cap, 1) * 4)
+
+    def _s(self, simulated_s: float) -> float:
+        return simulated_s / self.cfg.speed
+
+    # -- application ---------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._access_log], client_max_size=64 * 1024 * 1024)
+        app.add_routes(
+            [
+                web.get("/health", self.health),
+                web.get("/health_generate", self.health),
+                web.get("/get_server_info", self.server_info),
+                web.get("/server_info", self.server_info),
+                web.get("/get_model_info", self.model_info),
+                web.get("/model_info", self.model_info),
+                web.get("/v1/models", self.models),
+                web.post("/generate", self.generate),
+                web.post("/v1/chat/completions", self.chat),
+                web.post("/flush_cache", self.flush_cache),
+                web.get("/flush_cache", self.flush_cache),
+                web.get("/sim/requests/{rid}", self.request_record),
+            ]
+        )
+        return app
+
+    @web.middleware
+    async def _access_log(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            resp = await handler(request)
+        except web.HTTPException as exc:
+            self._log_access(request, exc.status)
+            raise
+        self._log_access(request, resp.status)
+        return resp
+
+    def _log_access(self, request: web.Request, status: int) -> None:
+        if request.path.startswith("/sim/"):
+            return
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        where = f"{peer[0]}:{peer[1]}" if peer else "127.0.0.1:0"
+        self.log.access(where, request.method, request.path_qs, status)
+
+    # -- simple endpoints ----------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.ready and not self.draining:
+            return web.Response(status=200)
+        return web.Response(status=503, text="Server is not ready")
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        info = self.cfg.server_info()
+        state: dict[str, Any] = {"last_gen_throughput": self.scheduler.stats.last_gen_throughput}
+        if self.cfg.speculative:
+            state["avg_spec_accept_length"] = self.scheduler.stats.avg_accept_length
+        info["internal_states"] = [state]
+        info["max_total_num_tokens"] = self.plan.max_total_tokens
+        return web.json_response(info)
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "model_path": self.cfg.model_path,
+                "tokenizer_path": self.cfg.model_path,
+                "is_generation": True,
+            }
+        )
+
+    async def models(self, request: web.Request) -> web.Response:
+        model = {
+            "id": self.cfg.model_name,
+            "object": "model",
+            "created": self._created,
+            "owned_by": "sglang",
+            "root": self.cfg.model_path,
+            "max_model_len": self.cfg.context_length,
+        }
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        if self.scheduler.busy:
+            return web.Response(status=400, text="Cache not flushed: requests are running.")
+        self.scheduler.cache = type(self.scheduler.cache)()
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
+
+    async def request_record(self, request: web.Request) -> web.Response:
+        record = self.records.get(request.match_info["rid"])
+        if record is None:
+            return web.json_response({"error": "unknown or unfinished request"}, status=404)
+        return web.json_response(record.as_json())
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def _refuse(self) -> web.Response | None:
+        if self.draining:
+            return web.json_response({"error": "server is shutting down"}, status=503)
+        if not self.ready:
+            return web.json_response({"error": "server is not ready"}, status=503)
+        return None
+
+    @staticmethod
+    async def _body(request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            raise web.HTTPBadRequest(text="request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPBadRequest(text="request body must be a JSON object")
+        return body
+
+    def _meta(self, req: SimRequest, now: float) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": req.rid,
+            "finish_reason": req.finish,
+            "prompt_tokens": req.prompt_tokens,
+            "completion_tokens": req.completion_tokens,
+            "cached_tokens": req.cached_tokens,
+            "e2e_latency": now - req.received,
+        }
+        if self.cfg.speculative:
+            meta["spec_verify_ct"] = req.verify_ct
+            meta["spec_accept_length"] = (
+                req.completion_tokens / req.verify_ct if req.verify_ct else 0.0
+            )
+        return meta
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        received = time.perf_counter()
+        refused = self._refuse()
+        if refused is not None:
+            return refused
+        body = await self._body(request)
+        text = body.get("text")
+        if text is None and isinstance(body.get("input_ids"), list):
+            text = " ".join(str(t) for t in body["input_ids"])
+        if not isinstance(text, str):
+            raise web.HTTPBadRequest(text="the simulator takes one prompt per request in 'text'")
+        params = body.get("sampling_params") or {}
+        req = self._new_request(
+            rid=body.get("rid"),
+            prompt=text,
+            max_new_tokens=params.get("max_new_tokens", _DEFAULT_MAX_NEW_TOKENS),
+            params=params,
+            stream=bool(body.get("stream", False)),
+            received=received,
+        )
+        if not req.stream:
+            await self._wait_done(request, req)
+            now = time.perf_counter()
+            payload = {"text": req.text, "meta_info": self._meta(req, now)}
+            self._record(req, "generate", [now], [req.completion_tokens])
+            return web.json_response(payload, dumps=lambda o: _dumps(o))
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        emitter = _Emitter(resp)
+        sent = 0
+        try:
+            while True:
+                await req.wake.wait()
+                req.wake.clear()
+                done = req.done
+                if req.completion_tokens > sent or done:
+                    now = time.perf_counter()
+                    chunk = {"text": req.text, "meta_info": self._meta(req, now)}
+                    await emitter.send(chunk, req.completion_tokens - sent)
+                    sent = req.completion_tokens
+                if done:
+                    break
+            await resp.write(_DONE)
+            await resp.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            self.scheduler.cancel(req, "client disconnected")
+            raise
+        self._record(req, "generate", emitter.times, emitter.tokens)
+        return resp
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        received = time.perf_counter()
+        refused = self._refuse()
+        if refused is not None:
+            return refused
+        body = await self._body(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise web.HTTPBadRequest(text="'messages' must be a non-empty list")
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        req = self._new_request(
+            rid=body.get("rid"),
+            prompt=_chat_prompt(messages),
+            max_new_tokens=max_tokens or _DEFAULT_CHAT_MAX_TOKENS,
+            params=body,
+            stream=bool(body.get("stream", False)),
+            received=received,
+        )
+        model = body.get("model") or self.cfg.model_name
+        created = int(time.time())
+        if not req.stream:
+            await self._wait_done(request, req)
+            now = time.perf_counter()
+            self._record(req, "chat", [now], [req.completion_tokens])
+            choice = {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": req.text,
+                    "reasoning_content": None,
+                    "tool_calls": None,
+                },
+                "logprobs": None,
+                "finish_reason": _openai_finish(req.finish),
+                "matched_stop": (req.finish or {}).get("matched"),
+            }
+            return web.json_response(
+                {
+                    "id": req.rid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [choice],
+                    "usage": _usage(req),
+                },
+                dumps=lambda o: _dumps(o),
+            )
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        emitter = _Emitter(resp)
+        sent_tokens = sent_chars = 0
+        base = {
+            "id": req.rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+        }
+        try:
+            while True:
+                await req.wake.wait()
+                req.wake.clear()
+                done = req.done
+                if req.completion_tokens > sent_tokens or done:
+                    delta: dict[str, Any] = {"content": req.text[sent_chars:]}
+                    if sent_tokens == 0:
+                        delta = {"role": "assistant", **delta}
+                    choice = {
+                        "index": 0,
+                        "delta": delta,
+                        "logprobs": None,
+                        "finish_reason": _openai_finish(req.finish) if done else None,
+                    }
+                    if done:
+                        choice["matched_stop"] = (req.finish or {}).get("matched")
+                    await emitter.send(
+                        {**base, "choices": [choice]}, req.completion_tokens - sent_tokens
+                    )
+                    sent_tokens, sent_chars = req.completion_tokens, len(req.text)
+                if done:
+                    break
+            if include_usage:
+                await resp.write(
+                    b"data: "
+                    + _dumps({**base, "choices": [], "usage": _usage(req)}).encode()
+                    + b"\n\n"
+                )
+            await resp.write(_DONE)
+            await resp.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            self.scheduler.cancel(req, "client disconnected")
+            raise
+        self._record(req, "chat", emitter.times, emitter.tokens)
+        return resp
+
+    def _new_request(
+        self,
+        *,
+        rid: Any,
+        prompt: str,
+        max_new_tokens: Any,
+        params: dict[str, Any],
+        stream: bool,
+        received: float,
+    ) -> SimRequest:
+        try:
+            max_new = int(max_new_tokens)
+            temperature = float(params.get("temperature", 1.0))
+        except (TypeError, ValueError):
+            raise web.HTTPBadRequest(text="max tokens and temperature must be numbers") from None
+        if max_new < 0:
+            raise web.HTTPBadRequest(text="max_new_tokens must be >= 0")
+        stop = params.get("stop") or ()
+        stops = (stop,) if isinstance(stop, str) else tuple(s for s in stop if isinstance(s, str))
+        req = SimRequest(
+            rid=str(rid) if rid else uuid.uuid4().hex,
+            prompt=prompt,
+            max_new_tokens=max(max_new, 1),
+            temperature=temperature,
+            stream=stream,
+            received=received,
+            stops=stops,
+            ignore_eos=bool(params.get("ignore_eos", False)),
+        )
+        self.scheduler.submit(req)
+        return req
+
+    async def _wait_done(self, request: web.Request, req: SimRequest) -> None:
+        try:
+            while not req.done:
+                await req.wake.wait()
+                req.wake.clear()
+        except asyncio.CancelledError:
+            self.scheduler.cancel(req, "client disconnected")
+            raise
+
+    def _record(self, req: SimRequest, api: str, chunk_t: Any, chunk_n: Any) -> None:
+        record = RequestRecord(
+            rid=req.rid,
+            api=api,
+            stream=req.stream,
+            received_perf=req.received,
+            received_unix=time.time() - (time.perf_counter() - req.received),
+            prompt_tokens=req.prompt_tokens,
+            cached_tokens=req.cached_tokens,
+            completion_tokens=req.completion_tokens,
+            verify_ct=req.verify_ct,
+            finish_reason=req.finish,
+            chunk_t=array.array("d", chunk_t),
+            chunk_n=array.array("l", chunk_n),
+            step_t=array.array("d", req.step_times),
+            step_n=array.array("l", req.step_tokens),
+        )
+        self.records[req.rid] = record
+        self.records.move_to_end(req.rid)
+        while len(self.records) > _RECORDS_KEPT:
+            self.records.popitem(last=False)
+        self.served += 1
+        if self._crash_after is not None and self.served >= self._crash_after:
+            self._crash()
+
+    def _crash(self) -> None:
+        """Die like a scheduler hitting a fatal CUDA error: no cleanup, files left behind."""
+        self.log.line(
+            "Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory "
+            "access was encountered"
+        )
+        self.log.line(
+            "Received sigquit from a child process. It usually means the child failed.", rank=None
+        )
+        # Let the response just produced reach its client before the process vanishes.
+        asyncio.get_running_loop().call_later(0.02, os._exit, 1)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start_up(self) -> None:
+        """Print SGLang's start-up story while memory ramps; then warm up and become ready."""
+        cfg, plan, log = self.cfg, self.plan, self.log
+        total = self._s(self.model.startup_s())
+        ranks = range(cfg.tp_size)
+        log.line(f"server_args=ServerArgs({_server_args_repr(cfg)})", rank=None)
+        if len(cfg.gpu_ids) < cfg.tp_size:
+            log.line(
+                f"Scheduler hit an exception: RuntimeError: CUDA error: invalid device "
+                f"ordinal (tp_size={cfg.tp_size}, visible GPUs: {list(cfg.gpu_ids)})"
+            )
+            self._fail()
+            return
+        for r in ranks:
+            log.line("Init torch distributed begin.", rank=r)
+        self.gpus.ramp_to(plan.context_mib, total * 0.05)
+        await asyncio.sleep(total * 0.05)
+        for r in ranks:
+            log.line("Init torch distributed ends. mem usage=0.51 GB", rank=r)
+            log.line(f"Load weight begin. avail mem={_gb(95000.0)} GB", rank=r)
+        if cfg.fault("crash-at-start"):
+            await asyncio.sleep(total * 0.1)
+            log.line("Scheduler hit an exception: Traceback (most recent call last):")
+            log.raw('  File "sglang/srt/managers/scheduler.py", line 2612, in run_scheduler')
+            log.raw("    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)")
+            log.raw("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable")
+            log.line(
+                "Received sigquit from a child process. It usually means the child failed.",
+                rank=None,
+            )
+            self._fail()
+            return
+        self.gpus.ramp_to(plan.loaded_mib, total * 0.5)
+        await asyncio.sleep(total * 0.5)
+        avail = 97887.0 - plan.loaded_mib
+        for r in ranks:
+            log.line(
+                f"Load weight end. type=Qwen3_5ForConditionalGeneration, dtype=torch.bfloat16, "
+                f"avail mem={_gb(avail)} GB, mem usage={_gb(plan.weights_mib)} GB.",
+                rank=r,
+            )
+        if cfg.speculative:
+            log.line(f"Loading draft model for {cfg.algorithm}: {cfg.draft_model_path}")
+        self.gpus.ramp_to(plan.pool_mib, total * 0.05)
+        await asyncio.sleep(total * 0.05)
+        half = _gb(plan.kv_mib / 2)
+        for r in ranks:
+            log.line(
+                f"KV Cache is allocated. #tokens: {plan.max_total_tokens}, "
+                f"K size: {half} GB, V size: {half} GB",
+                rank=r,
+            )
+            log.line(
+                "Capture cuda graph begin. This can take up to several minutes. "
+                f"avail mem={_gb(97887.0 - plan.pool_mib)} GB",
+                rank=r,
+            )
+        if cfg.fault("never-ready"):
+            return  # hangs in graph capture; health stays 503 until killed
+        self.gpus.ramp_to(plan.ready_mib, total * 0.3)
+        await asyncio.sleep(total * 0.3)
+        for r in ranks:
+            log.line(
+                f"Capture cuda graph end. Time elapsed: {total * 0.3:.2f} s. "
+                f"mem usage={_gb(plan.graphs_mib)} GB. "
+                f"avail mem={_gb(97887.0 - plan.ready_mib)} GB.",
+                rank=r,
+            )
+        log.line(
+            f"max_total_num_tokens={plan.max_total_tokens}, chunked_prefill_size=8192, "
+            f"max_prefill_tokens=16384, max_running_requests={self.scheduler.cap}, "
+            f"context_len={cfg.context_length}, "
+            f"available_gpu_mem={_gb(97887.0 - plan.ready_mib)} GB"
+        )
+        log.raw(f"INFO:     Started server process [{os.getpid()}]")
+        log.raw("INFO:     Waiting for application startup.")
+        log.raw("INFO:     Application startup complete.")
+        log.raw(f"INFO:     Uvicorn running on http://{cfg.host}:{cfg.port} (Press CTRL+C to quit)")
+        await self._warm_up()
+        self.ready = True
+        log.line("The server is fired up and ready to roll!", rank=None)
+
+    async def _warm_up(self) -> None:
+        """SGLang's own warm-up request: it counts in the lifetime accept-length average, the
+        mistake the campaign's per-request accept length avoids."""
+        req = SimRequest(
+            rid=uuid.uuid4().hex,
+            prompt="The capital city of France is",
+            max_new_tokens=8,
+            temperature=0.0,
+            stream=False,
+            received=time.perf_counter(),
+            internal=True,
+        )
+        self.scheduler.submit(req)
+        while not req.done:
+            await req.wake.wait()
+            req.wake.clear()
+        self.log.access("127.0.0.1:0", "POST", "/generate", 200)
+
+    def _fail(self) -> None:
+        self.exit_code = 1
+        self.stop_event.set()
+
+    async def shut_down(self) -> None:
+        """SIGTERM: refuse new work, abort what runs, release memory, remove our GPU files."""
+        self.draining = True
+        self.ready = False
+        self.scheduler.abort_all("server is shutting down")
+        await asyncio.sleep(0.02)  # handlers send their final chunks
+        self.scheduler.stop()
+        if self.gpus.mem_mib() > 0:
+            release = min(1.0, self._s(1.5))
+            self.gpus.ramp_to(0.0, release)
+            await asyncio.sleep(release)
+
+
+def _gb(mib: float) -> str:
+    return f"{mib / 1024:.2f}"
+
+
+def _server_args_repr(cfg: SimConfig) -> str:
+    shown = {k: v for k, v in cfg.server_info().items() if k not in ("version", "simulated")}
+    return ", ".join(f"{k}={v!r}" for k, v in shown.items())
+
+
+def _chat_prompt(messages: list[Any]) -> str:
+    """Render messages with a ChatML template, so prompt length and prefix caching behave as
+    they would behind a real chat template (earlier turns are a prefix of later ones)."""
+    parts = []
+    for msg in messages:
+        if not isinstance(msg, dict):
+            raise web.HTTPBadRequest(text="each message must be an object")
+        content = msg.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts.append(f"<|im_start|>{msg.get('role', 'user')}\n{content}<|im_end|>\n")
+    parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
+def _openai_finish(finish: dict[str, Any] | None) -> str | None:
+    return None if finish is None else str(finish.get("type"))
+
+
+def _usage(req: SimRequest) -> dict[str, Any]:
+    return {
+        "prompt_tokens": req.prompt_tokens,
+        "completion_tokens": req.completion_tokens,
+        "total_tokens": req.prompt_tokens + req.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
+    }
+
+
+async def serve(cfg: SimConfig, log: ServerLog) -> int:
+    """Run one server until SIGTERM/SIGINT or a start-up failure; returns the exit status."""
+    server = SimServer(cfg, log)
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port, reuse_address=True, shutdown_timeout=0.5)
+    try:
+        await site.start()
+    except OSError as exc:
+        log.line(
+            f"Exception in run_server: OSError: [Errno {exc.errno}] error while attempting "
+            f"to bind on address ({cfg.host!r}, {cfg.port}): {exc.strerror}",
+            rank=None,
+        )
+        await runner.cleanup()
+        return 1
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.stop_event.set)
+    tasks = [
+        asyncio.create_task(server.scheduler.run(), name="scheduler"),
+        asyncio.create_task(server.gpus.run(), name="gpus"),
+        asyncio.create_task(server.start_up(), name="startup"),
+    ]
+    await server.stop_event.wait()
+    if server.exit_code == 0:
+        log.line("Received SIGTERM. Shutting down gracefully.", rank=None)
+    await site.stop()
+    await server.shut_down()
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await runner.cleanup()
+    server.gpus.remove_all()
+    return server.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specbench_tui.sim``: parse SGLang's arguments and serve until told to stop."""
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    try:
+        cfg = parse_args(sys.argv[1:] if argv is None else argv)
+    except SimArgsError as exc:
+        print(f"launch_server: error: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(cfg, ServerLog()))
