@@ -1,9 +1,265 @@
-"""Render report.md and report.tex from a results directory (placeholder until aggregation lands)."""
+"""Render report.md and report.tex (and report.pdf where a TeX engine exists) from a results
+directory.
+
+The report is a view of the results and can always be rendered again, so it is written with
+temp files and atomic renames: a reader (or a crash) never sees half a report. LaTeX is the
+fragile part: every string that came from a plan or a log goes through one escape function
+(the template environment applies it to every value it prints), and the PDF is compiled in a
+scratch directory with a timeout, so a TeX problem costs the PDF and nothing else.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import unicodedata
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from specbench_tui.errors import InputError
+from specbench_tui.report.aggregate import Report, build_report
+
+log = logging.getLogger(__name__)
+
+TEMPLATES = Path(__file__).parent / "templates"
+TEX_ENGINES = ("pdflatex", "xelatex", "lualatex")
+TEX_TIMEOUT_S = 120.0
+TEX_MAX_PASSES = 3  # longtable settles its column widths over a second (rarely third) pass
+LOG_TAIL_LINES = 80
+MISSING = "—"
+
+
+# -- number formatting (shared by both formats, so they always agree) -------------------------
+
+
+def _fmt(digits: int, suffix: str = "") -> Callable[[Any], str]:
+    def fmt(v: Any) -> str:
+        if v is None:
+            return MISSING
+        try:
+            return f"{float(v):,.{digits}f}{suffix}"
+        except (TypeError, ValueError):
+            return str(v)
+
+    return fmt
+
+
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "toks": _fmt(1),  # tok/s
+    "secs": _fmt(3),  # seconds
+    "speedup": _fmt(2, "x"),
+    "accept": _fmt(2),
+    "pct": _fmt(1),
+    "watts": _fmt(1),
+    "mib": _fmt(0),
+    "celsius": _fmt(0),
+}
+
+
+def _opt(v: Any) -> Any:
+    """A missing identity value (a prompt set of a cell that has none) shown as a dash."""
+    return MISSING if v is None or v == "" else v
+
+
+# -- LaTeX -------------------------------------------------------------------------------------
+
+
+class TexRaw(str):
+    """LaTeX the templates build on purpose; the escaping finalizer lets it through."""
+
+    __slots__ = ()
+
+
+_TEX_CHARS = {
+    "\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&",
+    "#": r"\#", "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "\u2014": "---",
+    "\u2013": "--", "\u00d7": r"$\times$", "\u2192": r"$\rightarrow$", "\u2265": r"$\geq$",
+    "\u2264": r"$\leq$", "\u00b5": r"$\mu$", "\u2026": r"\ldots{}", "\u00a0": "~",
+    "\u2018": "`", "\u2019": "'", "\u201c": "``", "\u201d": "''",
+    # Break TeX ligatures that would change what a name says (-- and --- become dashes).
+    "-": "-{}",
+}
+
+
+def tex_escape(value: Any) -> str:
+    """Make any text safe as LaTeX body text, whatever the plan or a log put in it.
+
+    Characters the default fonts cannot set are reduced to their ASCII base letter (or '?'),
+    so an unusual label can never stop the PDF from compiling.
+    """
+    out: list[str] = []
+    for ch in str(value):
+        if ch in _TEX_CHARS:
+            out.append(_TEX_CHARS[ch])
+        elif ch < " " or ch == "\x7f":
+            out.append(" ")
+        elif ch.isascii():
+            out.append(ch)
+        else:
+            base = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
+            out.append("".join(_TEX_CHARS.get(c, c) for c in base) or "?")
+    return "".join(out)
+
+
+def _tex_finalize(value: Any) -> str:
+    """Applied by jinja to every printed value: nothing reaches the .tex unescaped."""
+    if isinstance(value, TexRaw):
+        return value
+    if value is None:
+        return "---"
+    return tex_escape(value)
+
+
+def _tex_num(fmt: Callable[[Any], str]) -> Callable[[Any], TexRaw]:
+    """Numbers in LaTeX: the same text as Markdown, with a proper dash for a missing value."""
+    return lambda v: TexRaw("---" if v is None else tex_escape(fmt(v)))
+
+
+def _tex_env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        block_start_string="((*", block_end_string="*))",
+        variable_start_string="(((", variable_end_string=")))",
+        comment_start_string="((=", comment_end_string="=))",
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined, finalize=_tex_finalize, autoescape=False,
+    )
+    env.filters.update({name: _tex_num(fmt) for name, fmt in FORMATS.items()})
+    env.filters["opt"] = lambda v: TexRaw("---") if v is None or v == "" else v
+    env.filters["e"] = lambda v: TexRaw(tex_escape(v))
+    env.filters["tt"] = lambda v: TexRaw(r"\texttt{" + tex_escape(v) + "}")
+    return env
+
+
+# -- Markdown ----------------------------------------------------------------------------------
+
+
+def md_escape(value: Any) -> str:
+    """Text safe inside a Markdown table cell: no pipe ends the cell, no star starts emphasis."""
+    text = " ".join(str(value).split())
+    for ch in ("\\", "|", "*", "_", "`", "<", "["):
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _md_env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False,
+    )
+    env.filters.update(FORMATS)
+    env.filters["md"] = md_escape
+    env.filters["opt"] = _opt
+    return env
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename: the old report stays until the new one
+    is complete."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def tex_engine() -> str | None:
+    """The first TeX engine on PATH; the template needs nothing beyond LaTeX base packages."""
+    for name in TEX_ENGINES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-lines:]) + "\n"
+
+
+def compile_pdf(tex_path: Path, pdf_path: Path, log_path: Path) -> bool:
+    """Compile ``tex_path`` into ``pdf_path``; on failure keep the log tail in ``log_path``.
+
+    The build runs in a scratch directory, so auxiliary files never litter the results, and a
+    failed build leaves neither a partial PDF nor a stale one that would disagree with
+    report.md. Never raises: a report without a PDF is still a report.
+    """
+    engine = tex_engine()
+    if engine is None:
+        log.info("no TeX engine on PATH (%s): report.pdf not built", ", ".join(TEX_ENGINES))
+        pdf_path.unlink(missing_ok=True)
+        return False
+    try:
+        with tempfile.TemporaryDirectory(prefix="specbench-report-") as tmp:
+            work = Path(tmp)
+            shutil.copyfile(tex_path, work / "report.tex")
+            cmd = [engine, "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape",
+                   "report.tex"]
+            for _ in range(TEX_MAX_PASSES):
+                proc = subprocess.run(cmd, cwd=work, stdin=subprocess.DEVNULL,
+                                      capture_output=True, timeout=TEX_TIMEOUT_S, check=False)
+                tex_log = work / "report.log"
+                text = (tex_log.read_text(errors="replace") if tex_log.exists()
+                        else proc.stdout.decode(errors="replace"))
+                if proc.returncode != 0 or not (work / "report.pdf").exists():
+                    _fail(pdf_path, log_path, f"{Path(engine).name} exited with status "
+                          f"{proc.returncode}\n" + _tail(text))
+                    return False
+                if "Rerun to get" not in text and "Rerun LaTeX" not in text:
+                    break
+            _write_atomic(pdf_path, (work / "report.pdf").read_bytes())
+    except subprocess.TimeoutExpired:
+        _fail(pdf_path, log_path, f"{Path(engine).name} ran past {TEX_TIMEOUT_S:.0f} s\n")
+        return False
+    except OSError as exc:
+        _fail(pdf_path, log_path, f"{Path(engine).name} could not run: {exc}\n")
+        return False
+    log_path.unlink(missing_ok=True)
+    return True
+
+
+def _fail(pdf_path: Path, log_path: Path, text: str) -> None:
+    log.warning("report.pdf not built; see %s", log_path)
+    pdf_path.unlink(missing_ok=True)
+    try:
+        _write_atomic(log_path, text.encode())
+    except OSError as exc:
+        log.warning("cannot write %s: %s", log_path, exc)
+
+
+def render_texts(report: Report) -> tuple[str, str]:
+    """The Markdown and LaTeX text of a report."""
+    md = _md_env().get_template("report.md.j2").render(r=report)
+    tex = _tex_env().get_template("report.tex.j2").render(r=report)
+    return md, tex
 
 
 def render_report(results_dir: Path) -> list[Path]:
-    return []
+    """Write report.md, report.tex and, where a TeX engine exists, report.pdf into
+    ``results_dir``; return the paths written."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise InputError(f"{root}: no such results directory")
+    md, tex = render_texts(build_report(root))
+    md_path, tex_path = root / "report.md", root / "report.tex"
+    _write_atomic(md_path, md.encode())
+    _write_atomic(tex_path, tex.encode())
+    written = [md_path, tex_path]
+    pdf_path = root / "report.pdf"
+    if compile_pdf(tex_path, pdf_path, root / "report.tex.log"):
+        written.append(pdf_path)
+    return written
