@@ -53,13 +53,17 @@ def main() -> None:
                 t0 = time.perf_counter()
                 proc = subprocess.run(
                     [sys.executable, "-m", "specbench_tui", str(path), "--dry-run", *extra],
-                    capture_output=True, text=True, check=True,
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
                 best = min(best, time.perf_counter() - t0)
             tail = proc.stdout.strip().splitlines()
             cells = next((ln for ln in tail if "cells" in ln and "service groups" in ln), "")
-            print(f"dry-run {' '.join(extra) or '(text)':8} best of 3: {best:.2f} s  "
-                  f"{cells or str(len(proc.stdout)) + ' bytes of JSON'}")
+            print(
+                f"dry-run {' '.join(extra) or '(text)':8} best of 3: {best:.2f} s  "
+                f"{cells or str(len(proc.stdout)) + ' bytes of JSON'}"
+            )
 
 
 if __name__ == "__main__":

@@ -31,17 +31,33 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--dry-run", action="store_true", help="review the plan; touch no host")
     mode.add_argument("--headless", action="store_true", help="no console: one line per event")
     mode.add_argument("--report", metavar="DIR", type=Path, help="render the report of DIR again")
-    mode.add_argument("--attach", metavar="DIR", type=Path,
-                      help="open the console on the headless campaign running in DIR")
+    mode.add_argument(
+        "--attach",
+        metavar="DIR",
+        type=Path,
+        help="open the console on the headless campaign running in DIR",
+    )
+    p.add_argument(
+        "--send",
+        nargs="+",
+        metavar=("ACTION", "TARGET"),
+        help="with --attach: send one command (pause, resume, skip, rerun, "
+        "rerun_failed, abort, retry_group) instead of opening the console",
+    )
     p.add_argument("--json", action="store_true", help="with --dry-run: one JSON document")
     p.add_argument("--results", metavar="DIR", type=Path, help="results root instead of the plan's")
-    p.add_argument("--fresh", action="store_true",
-                   help="start over; the old results directory is moved aside, never deleted")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over; the old results directory is moved aside, never deleted",
+    )
     p.add_argument("--only", metavar="PATTERN", help="run only cells whose id or name matches")
-    p.add_argument("--rerun-failed", action="store_true",
-                   help="run again the cells that failed last time")
-    p.add_argument("--sim", action="store_true",
-                   help="rehearse the plan on the embedded simulated host")
+    p.add_argument(
+        "--rerun-failed", action="store_true", help="run again the cells that failed last time"
+    )
+    p.add_argument(
+        "--sim", action="store_true", help="rehearse the plan on the embedded simulated host"
+    )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
     return p
 
@@ -65,6 +81,24 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _send(control: object, words: list[str]) -> int:
+    """One command to a running campaign; a refusal is bad input (exit 2) with its reason."""
+    import asyncio
+
+    from specbench_tui.engine.commands import Command
+
+    action, target = words[0].replace("-", "_"), " ".join(words[1:]) or None
+    try:
+        command = Command.from_json({"action": action, "target": target, "by": "cli"})
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    reply = asyncio.run(control.send(command))  # type: ignore[attr-defined]
+    if not reply.ok:
+        raise InputError(reply.text)
+    print(reply.text)
+    return EXIT_OK
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.json and not args.dry_run:
         raise InputError("--json goes with --dry-run")
@@ -75,11 +109,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         for path in written:
             print(path)
         return EXIT_OK
+    if args.send and args.attach is None:
+        raise InputError("--send goes with --attach RESULTS_DIR")
     if args.attach is not None:
         from specbench_tui.engine.control_socket import attach_control
-        from specbench_tui.tui.app import run_console
 
         control = attach_control(args.attach)
+        if args.send:
+            return _send(control, args.send)
+        from specbench_tui.tui.app import run_console
+
         return run_console(control, theme=args.theme)
 
     from specbench_tui.engine.layout import ResultsLayout
@@ -102,10 +141,17 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from specbench_tui.engine.campaign import Campaign, CampaignOptions
 
-    campaign = Campaign.prepare(plan, layout, CampaignOptions(
-        sim=args.sim, fresh=args.fresh, only=args.only, rerun_failed=args.rerun_failed,
-        control_socket=args.headless,
-    ))
+    campaign = Campaign.prepare(
+        plan,
+        layout,
+        CampaignOptions(
+            sim=args.sim,
+            fresh=args.fresh,
+            only=args.only,
+            rerun_failed=args.rerun_failed,
+            control_socket=args.headless,
+        ),
+    )
     if args.headless:
         from specbench_tui.engine.headless import run_headless
 

@@ -7,9 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from specbench_tui.plan import prompt_sets
-
-from specbench_tui.bench import prompts as prompts_mod
 from specbench_tui.bench.metrics import SUMMARY_COLUMNS, describe, percentile, summarize
 from specbench_tui.bench.prompts import (
     Prompt,
@@ -21,6 +18,7 @@ from specbench_tui.bench.prompts import (
 from specbench_tui.bench.records import RequestRecord
 from specbench_tui.bench.workloads import planned_requests, tool_output
 from specbench_tui.errors import InputError
+from specbench_tui.plan import prompt_sets
 from specbench_tui.plan.cells import Cell
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -19,7 +20,6 @@ from specbench_tui.bench.logparse import LogParser
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.workloads import run_cell
 from specbench_tui.plan.cells import Cell, ServiceGroup
-
 from tests.conftest import free_port
 
 LOGS: list[Path] = []
@@ -184,8 +184,9 @@ async def test_client_timing_matches_what_the_simulator_scheduled(sim: str) -> N
     async with BenchClient(sim, "sglang") as client:
         await client.generate("warm the connection", max_tokens=4)
         for i in range(6):
-            done = await client.generate(f"Explain how a hash map handles collisions ({i}).",
-                                         max_tokens=64)
+            done = await client.generate(
+                f"Explain how a hash map handles collisions ({i}).", max_tokens=64
+            )
             assert done.error is None and done.request_id
             async with httpx.AsyncClient() as http:
                 rec = (await http.get(f"{sim}/sim/requests/{done.request_id}")).json()
@@ -193,12 +194,14 @@ async def test_client_timing_matches_what_the_simulator_scheduled(sim: str) -> N
             assert sum(rec["chunk_tokens"]) == done.output_tokens
             ttft_err.append(done.ttft_s - rec["first_chunk_s"])
             offsets = rec["chunk_offsets_s"]
-            server_gaps = [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
+            server_gaps = [b - a for a, b in itertools.pairwise(offsets)]
             gap_err += [c - s for c, s in zip(done.itl_s, server_gaps, strict=True)]
     # The client's clock starts before the request is sent, the server's on receipt: TTFT
     # error is that transfer plus parsing (about 0.7 ms here); the bound leaves room for a
     # loaded CI machine. Gaps have no such offset and must agree within a millisecond.
-    print(f"client error, median: ttft {statistics.median(ttft_err) * 1e3:.3f} ms, "
-          f"gap {statistics.median(gap_err) * 1e3:.3f} ms over {len(gap_err)} gaps")
+    print(
+        f"client error, median: ttft {statistics.median(ttft_err) * 1e3:.3f} ms, "
+        f"gap {statistics.median(gap_err) * 1e3:.3f} ms over {len(gap_err)} gaps"
+    )
     assert 0 <= statistics.median(ttft_err) < 0.002, statistics.median(ttft_err)
     assert abs(statistics.median(gap_err)) < 0.001, statistics.median(gap_err)

@@ -18,7 +18,9 @@ from tests.conftest import MINIMAL_PLAN, ROOT
 
 pytestmark = pytest.mark.slow
 
-PLAN = MINIMAL_PLAN.replace("max_tokens = [32]\n", """max_tokens = [32, 48]
+PLAN = MINIMAL_PLAN.replace(
+    "max_tokens = [32]\n",
+    """max_tokens = [32, 48]
 repeats = 2
 
 [workloads.load]
@@ -27,14 +29,28 @@ levels = [1, 3]
 requests = 6
 prompts = ["code"]
 max_tokens = 24
-""")
+""",
+)
 
 
-def headless(plan: Path, results: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def headless(
+    plan: Path, results: Path, *extra: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "specbench_tui", str(plan), "--headless", "--results", str(results),
-         *extra],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(plan),
+            "--headless",
+            "--results",
+            str(results),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
 
 
@@ -47,10 +63,20 @@ def test_campaign_writes_every_contract_file(write_plan, tmp_path: Path) -> None
     proc = headless(plan, tmp_path / "res")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     root = tmp_path / "res" / "t"
-    for name in ("plan.toml", "events.jsonl", "requests.parquet", "cells.parquet",
-                 "telemetry.parquet", "report.md", "report.tex"):
+    for name in (
+        "plan.toml",
+        "events.jsonl",
+        "requests.parquet",
+        "cells.parquet",
+        "telemetry.parquet",
+        "report.md",
+        "report.tex",
+    ):
         assert (root / name).exists(), name
-    assert sorted(p.name for p in (root / "logs").iterdir()) == ["sim.ar.tp1.log", "sim.dflash.tp1.log"]
+    assert sorted(p.name for p in (root / "logs").iterdir()) == [
+        "sim.ar.tp1.log",
+        "sim.dflash.tp1.log",
+    ]
     assert "ready to roll" in (root / "logs" / "sim.ar.tp1.log").read_text()
 
     ev = events(root)
@@ -70,7 +96,9 @@ def test_campaign_writes_every_contract_file(write_plan, tmp_path: Path) -> None
     ar = req.filter(pl.col("config") == "ar")
     assert ar["accept_length"].null_count() == ar.height  # not speculative: null
     # accept length per request from meta_info: completion_tokens / spec_verify_ct
-    assert (spec["accept_length"] - spec["output_tokens"] / spec["spec_verify_ct"]).abs().max() < 1e-9
+    assert (
+        spec["accept_length"] - spec["output_tokens"] / spec["spec_verify_ct"]
+    ).abs().max() < 1e-9
     assert 1.5 < spec["accept_length"].mean() < 9.0
     # a speculative server sends several tokens per chunk; tokens come from the server's counts
     assert (spec["chunks"] < spec["output_tokens"]).all()
@@ -78,10 +106,27 @@ def test_campaign_writes_every_contract_file(write_plan, tmp_path: Path) -> None
 
     cells = pl.read_parquet(root / "cells.parquet")
     assert cells.height == 8 and set(cells["status"]) == {"done"}
-    for col in ("cell_id", "group", "host", "config", "tp", "workload", "kind", "prompt_set",
-                "max_tokens", "concurrency", "attempt", "requests", "errors", "wall_s",
-                "throughput_tok_s", "ttft_s_p50", "itl_s_p99", "output_tok_s_mean",
-                "accept_length_mean"):
+    for col in (
+        "cell_id",
+        "group",
+        "host",
+        "config",
+        "tp",
+        "workload",
+        "kind",
+        "prompt_set",
+        "max_tokens",
+        "concurrency",
+        "attempt",
+        "requests",
+        "errors",
+        "wall_s",
+        "throughput_tok_s",
+        "ttft_s_p50",
+        "itl_s_p99",
+        "output_tok_s_mean",
+        "accept_length_mean",
+    ):
         assert col in cells.columns, col
     tele = pl.read_parquet(root / "telemetry.parquet")
     assert tele.height > 0 and set(tele["gpu"]) <= {0, 1, 2, 3}
@@ -115,7 +160,9 @@ def test_kill_9_then_rerun_loses_nothing_and_repeats_nothing(write_plan, tmp_pat
     root = results / "t"
     proc = subprocess.Popen(
         [sys.executable, "-m", "specbench_tui", str(plan), "--headless", "--results", str(results)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
     )
     try:
         deadline = time.monotonic() + 90
@@ -139,7 +186,7 @@ def test_kill_9_then_rerun_loses_nothing_and_repeats_nothing(write_plan, tmp_pat
     again = headless(plan, results)
     assert again.returncode == 0, again.stdout + again.stderr
     ev = events(root)
-    second = ev[len(first):]
+    second = ev[len(first) :]
     restarted = {e["cell_id"] for e in second if e["event"] == "cell_started"}
     assert not restarted & finished_before  # a finished cell never runs again
     finished = [e["cell_id"] for e in ev if e["event"] == "cell_finished"]

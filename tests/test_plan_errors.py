@@ -26,59 +26,142 @@ def run(capsys: pytest.CaptureFixture[str], path: Path) -> str:
 CASES: list[tuple[str, str, str, str]] = [
     # (name, old, new, expected pattern in the message)
     ("malformed toml", 'label = "AR"', 'label = "AR', r"plan\.toml:\d+:\d+: not valid TOML"),
-    ("unknown key with suggestion", 'label = "AR"', 'lable = "AR"',
-     r"plan\.toml:\d+: configs\.ar\.lable: unknown key 'lable'; did you mean 'label'\?"),
-    ("unknown table", "[matrix]", "[matrx]\nconfigs=[]\n[matrix]",
-     r"matrx: unknown key 'matrx'; did you mean 'matrix'\?"),
+    (
+        "unknown key with suggestion",
+        'label = "AR"',
+        'lable = "AR"',
+        r"plan\.toml:\d+: configs\.ar\.lable: unknown key 'lable'; did you mean 'label'\?",
+    ),
+    (
+        "unknown table",
+        "[matrix]",
+        "[matrx]\nconfigs=[]\n[matrix]",
+        r"matrx: unknown key 'matrx'; did you mean 'matrix'\?",
+    ),
     ("wrong type", "gpus = 4", 'gpus = "four"', r"hosts\.sim\.gpus: .*integer"),
-    ("missing required key", 'kind = "single"\nprompts = ["chat"]\nsamples = 2\nmax_tokens = [32]',
-     'kind = "single"\nprompts = ["chat"]', r"workloads\.single\.max_tokens: missing required key"),
-    ("tp larger than gpus", "tp = [1]", "tp = [1, 8]",
-     r"matrix\.tp: TP 8 needs 8 GPUs but host 'sim' has gpus = 4"),
-    ("unknown config in matrix", 'configs = ["ar", "dflash"]', 'configs = ["ar", "dflsh"]',
-     r"matrix\.configs\[1\]: no config named 'dflsh'; did you mean 'dflash'\?"),
-    ("unknown host in matrix", "tp = [1]", 'tp = [1]\nhosts = ["gpu1"]',
-     r"matrix\.hosts\[0\]: no host named 'gpu1'"),
-    ("unknown config in workload", "max_tokens = [32]", 'max_tokens = [32]\nconfigs = ["eagle"]',
-     r"workloads\.single\.configs\[0\]: no config named 'eagle'"),
-    ("unknown prompt set", 'prompts = ["chat"]', 'prompts = ["poetry"]',
-     r"workloads\.single\.prompts\[0\]: no prompt set 'poetry'.*shipped set \(chat, code"),
-    ("empty params list", 'label = "AR"', 'label = "AR"\nparams = { budget = [] }',
-     r"configs\.ar\.params\.budget: empty list"),
-    ("duplicate expanded names", "[matrix]",
-     '[configs.x]\nparams = { b = [1] }\n[configs.x-1]\n[matrix]', r"plan\.toml:\d+: configs\.x(-1)?(\.params)?: expands to the name 'x-1'"),
-    ("unsafe campaign name", 'name = "t"', 'name = "My Campaign; rm -rf /"',
-     r"campaign\.name: 'My Campaign; rm -rf /' is not a safe campaign name"),
-    ("unsafe service name", "speed = 50", 'speed = 50\nstop_before = ["x.service; reboot"]',
-     r"hosts\.sim\.stop_before\[0\]: .*unsafe in a systemd unit name"),
-    ("unknown launch placeholder", 'label = "AR"',
-     'label = "AR"\nlaunch = ["{python}", "-m", "sglang.launch_server", "--tp", "{tpsize}"]',
-     r"configs\.ar\.launch: unknown placeholder \{tpsize\}"),
-    ("baseline not in matrix", 'baseline = "ar"', 'baseline = "eagle"',
-     r"campaign\.baseline: baseline 'eagle' is not in matrix\.configs"),
-    ("not exactly one host kind", "sim = true", 'sim = true\nssh = "root@gpu1"',
-     r"hosts\.sim: set exactly one of"),
-    ("bad duration", "max_tokens = [32]", 'max_tokens = [32]\ntimeout = "ten minutes"',
-     r"workloads\.single\.timeout: 'ten minutes' is not a duration"),
-    ("bad workload kind", 'kind = "single"', 'kind = "batch"', r"workloads\.single\.kind: 'kind' must be one of"),
-    ("workload tp outside matrix", "max_tokens = [32]", "max_tokens = [32]\ntp = [2]",
-     r"workloads\.single\.tp: TP 2 is not in matrix\.tp"),
-    ("bad logs regex", "[matrix]", "[logs]\nx = 'accept (?P<a[0-9]'\n[matrix]",
-     r"logs\.x: not a valid regular expression"),
+    (
+        "missing required key",
+        'kind = "single"\nprompts = ["chat"]\nsamples = 2\nmax_tokens = [32]',
+        'kind = "single"\nprompts = ["chat"]',
+        r"workloads\.single\.max_tokens: missing required key",
+    ),
+    (
+        "tp larger than gpus",
+        "tp = [1]",
+        "tp = [1, 8]",
+        r"matrix\.tp: TP 8 needs 8 GPUs but host 'sim' has gpus = 4",
+    ),
+    (
+        "unknown config in matrix",
+        'configs = ["ar", "dflash"]',
+        'configs = ["ar", "dflsh"]',
+        r"matrix\.configs\[1\]: no config named 'dflsh'; did you mean 'dflash'\?",
+    ),
+    (
+        "unknown host in matrix",
+        "tp = [1]",
+        'tp = [1]\nhosts = ["gpu1"]',
+        r"matrix\.hosts\[0\]: no host named 'gpu1'",
+    ),
+    (
+        "unknown config in workload",
+        "max_tokens = [32]",
+        'max_tokens = [32]\nconfigs = ["eagle"]',
+        r"workloads\.single\.configs\[0\]: no config named 'eagle'",
+    ),
+    (
+        "unknown prompt set",
+        'prompts = ["chat"]',
+        'prompts = ["poetry"]',
+        r"workloads\.single\.prompts\[0\]: no prompt set 'poetry'.*shipped set \(chat, code",
+    ),
+    (
+        "empty params list",
+        'label = "AR"',
+        'label = "AR"\nparams = { budget = [] }',
+        r"configs\.ar\.params\.budget: empty list",
+    ),
+    (
+        "duplicate expanded names",
+        "[matrix]",
+        "[configs.x]\nparams = { b = [1] }\n[configs.x-1]\n[matrix]",
+        r"plan\.toml:\d+: configs\.x(-1)?(\.params)?: expands to the name 'x-1'",
+    ),
+    (
+        "unsafe campaign name",
+        'name = "t"',
+        'name = "My Campaign; rm -rf /"',
+        r"campaign\.name: 'My Campaign; rm -rf /' is not a safe campaign name",
+    ),
+    (
+        "unsafe service name",
+        "speed = 50",
+        'speed = 50\nstop_before = ["x.service; reboot"]',
+        r"hosts\.sim\.stop_before\[0\]: .*unsafe in a systemd unit name",
+    ),
+    (
+        "unknown launch placeholder",
+        'label = "AR"',
+        'label = "AR"\nlaunch = ["{python}", "-m", "sglang.launch_server", "--tp", "{tpsize}"]',
+        r"configs\.ar\.launch: unknown placeholder \{tpsize\}",
+    ),
+    (
+        "baseline not in matrix",
+        'baseline = "ar"',
+        'baseline = "eagle"',
+        r"campaign\.baseline: baseline 'eagle' is not in matrix\.configs",
+    ),
+    (
+        "not exactly one host kind",
+        "sim = true",
+        'sim = true\nssh = "root@gpu1"',
+        r"hosts\.sim: set exactly one of",
+    ),
+    (
+        "bad duration",
+        "max_tokens = [32]",
+        'max_tokens = [32]\ntimeout = "ten minutes"',
+        r"workloads\.single\.timeout: 'ten minutes' is not a duration",
+    ),
+    (
+        "bad workload kind",
+        'kind = "single"',
+        'kind = "batch"',
+        r"workloads\.single\.kind: 'kind' must be one of",
+    ),
+    (
+        "workload tp outside matrix",
+        "max_tokens = [32]",
+        "max_tokens = [32]\ntp = [2]",
+        r"workloads\.single\.tp: TP 2 is not in matrix\.tp",
+    ),
+    (
+        "bad logs regex",
+        "[matrix]",
+        "[logs]\nx = 'accept (?P<a[0-9]'\n[matrix]",
+        r"logs\.x: not a valid regular expression",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "old", "new", "pattern"), CASES, ids=[c[0] for c in CASES])
-def test_bad_plan(capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path],
-                  name: str, old: str, new: str, pattern: str) -> None:
+def test_bad_plan(
+    capsys: pytest.CaptureFixture[str],
+    write_plan: Callable[..., Path],
+    name: str,
+    old: str,
+    new: str,
+    pattern: str,
+) -> None:
     assert old in MINIMAL_PLAN, name
     path = write_plan(MINIMAL_PLAN.replace(old, new, 1))
     err = run(capsys, path)
     assert re.search(pattern, err), err
 
 
-def test_error_names_the_right_line(capsys: pytest.CaptureFixture[str],
-                                    write_plan: Callable[..., Path]) -> None:
+def test_error_names_the_right_line(
+    capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path]
+) -> None:
     path = write_plan(MINIMAL_PLAN.replace('label = "AR"', 'lable = "AR"'))
     err = run(capsys, path)
     line = int(re.search(r"plan\.toml:(\d+):", err).group(1))  # type: ignore[union-attr]
@@ -92,8 +175,12 @@ def test_missing_plan_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
 
 def test_cli_process_exit_code_and_no_traceback(write_plan: Callable[..., Path]) -> None:
     path = write_plan(MINIMAL_PLAN.replace("tp = [1]", "tp = [16]"))
-    proc = subprocess.run([sys.executable, "-m", "specbench_tui", str(path), "--dry-run"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specbench_tui", str(path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "TP 16 needs 16 GPUs" in proc.stderr

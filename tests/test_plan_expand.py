@@ -19,7 +19,9 @@ def test_seed_campaign_shape() -> None:
     exp = expand(load_plan(SEED))
     assert len(exp.groups) == 24
     assert len(exp.cells) == 480
-    kinds = {k: sum(1 for c in exp.cells if c.kind == k) for k in ("single", "agentic", "concurrency")}
+    kinds = {
+        k: sum(1 for c in exp.cells if c.kind == k) for k in ("single", "agentic", "concurrency")
+    }
     assert kinds == {"single": 360, "agentic": 24, "concurrency": 96}
     # concurrency only on TP4/TP8, as the workload restricts it
     assert {c.tp for c in exp.cells if c.kind == "concurrency"} == {4, 8}
@@ -57,8 +59,11 @@ def test_ids_are_stable_and_content_derived(tmp_path: Path) -> None:
     assert [c.id for c in a.cells] == [c.id for c in b.cells]
     assert len({c.id for c in a.cells}) == 480
     changed = tmp_path / "p.toml"
-    changed.write_text(text.replace('"--speculative-num-draft-tokens", "16"',
-                                    '"--speculative-num-draft-tokens", "8"'))
+    changed.write_text(
+        text.replace(
+            '"--speculative-num-draft-tokens", "16"', '"--speculative-num-draft-tokens", "8"'
+        )
+    )
     c = expand(load_plan(changed))
     before = {x.name: x.id for x in a.cells}
     after = {x.name: x.id for x in c.cells}
@@ -69,9 +74,13 @@ def test_ids_are_stable_and_content_derived(tmp_path: Path) -> None:
 
 def test_matrix_exclude(tmp_path: Path) -> None:
     p = tmp_path / "p.toml"
-    p.write_text(SEED.read_text().replace(
-        "tp = [1, 4, 8]\n",
-        'tp = [1, 4, 8]\nexclude = [{ config = "ddtree-256", tp = 1 }, { config = "dflash", tp = 8 }]\n'))
+    p.write_text(
+        SEED.read_text().replace(
+            "tp = [1, 4, 8]\n",
+            "tp = [1, 4, 8]\n"
+            'exclude = [{ config = "ddtree-256", tp = 1 }, { config = "dflash", tp = 8 }]\n',
+        )
+    )
     exp = expand(load_plan(p))
     ids = {g.id for g in exp.groups}
     assert "ct200.ddtree-256.tp1" not in ids and "ct200.dflash.tp8" not in ids

@@ -19,8 +19,14 @@ from specbench_tui.errors import InputError
 from specbench_tui.plan.prompt_sets import resolve_prompt_set as find_prompt_set
 from specbench_tui.plan.prompt_sets import shipped_sets
 
-__all__ = ["Prompt", "load_named_set", "load_prompt_set", "resolve_prompt_set", "sample_prompts",
-           "shipped_sets"]
+__all__ = [
+    "Prompt",
+    "load_named_set",
+    "load_prompt_set",
+    "resolve_prompt_set",
+    "sample_prompts",
+    "shipped_sets",
+]
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,9 @@ def resolve_prompt_set(name: str, plan_dir: Path | str | None) -> Path:
     if path is not None:
         return path
     if name.endswith(".jsonl"):
-        raise InputError(f"prompt set file {base / name} not found (a .jsonl path is relative "
-                         "to the plan)")
+        raise InputError(
+            f"prompt set file {base / name} not found (a .jsonl path is relative to the plan)"
+        )
     known = ", ".join(shipped_sets()) or "none installed"
     raise InputError(
         f"prompt set {name!r}: neither {base / 'prompts' / (name + '.jsonl')} nor a shipped set "

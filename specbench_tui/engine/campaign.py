@@ -48,7 +48,7 @@ from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.host import Host, make_host
-from specbench_tui.hosts.service import Service, ServiceError
+from specbench_tui.hosts.service import Service
 from specbench_tui.plan.cells import Cell, ServiceGroup
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.plan.expand import expand
@@ -137,13 +137,18 @@ class Campaign:
                 c.status[cid] = "pending"
         if options.only:
             pattern = options.only
-            matched = [cid for cid, cell in c.cells.items()
-                       if fnmatch.fnmatchcase(cid, pattern) or fnmatch.fnmatchcase(cell.name, pattern)
-                       or pattern in cell.name]
+            matched = [
+                cid
+                for cid, cell in c.cells.items()
+                if fnmatch.fnmatchcase(cid, pattern)
+                or fnmatch.fnmatchcase(cell.name, pattern)
+                or pattern in cell.name
+            ]
             if not matched:
                 c.store.close()
-                raise InputError(f"--only {pattern!r} matches no cell id or name; "
-                                 "see the names with --dry-run")
+                raise InputError(
+                    f"--only {pattern!r} matches no cell id or name; see the names with --dry-run"
+                )
             keep = set(matched)
             for cid in c.cells:
                 if cid not in keep and c.status[cid] == "pending":
@@ -202,8 +207,14 @@ class Campaign:
         if self.current_cell is not None:
             self._interrupt_cell = True
         self._emit(Paused(by=cmd.by))
-        what = (f"; {self.current_cell.name} stops after its request in flight and runs again "
-                "on resume") if self.current_cell else ""
+        what = (
+            (
+                f"; {self.current_cell.name} stops after its request in flight and runs again "
+                "on resume"
+            )
+            if self.current_cell
+            else ""
+        )
         return Reply(True, "paused" + what)
 
     def _cmd_resume(self, cmd: Command) -> Reply:
@@ -226,9 +237,13 @@ class Campaign:
         group = next((g for g in self.groups if g.id == target), None)
         if group is not None:
             return [c.id for c in self.cells.values() if c.group == group.id], group
-        ids = [cid for cid, c in self.cells.items()
-               if cid == target or fnmatch.fnmatchcase(c.name, target)
-               or fnmatch.fnmatchcase(cid, target)]
+        ids = [
+            cid
+            for cid, c in self.cells.items()
+            if cid == target
+            or fnmatch.fnmatchcase(c.name, target)
+            or fnmatch.fnmatchcase(cid, target)
+        ]
         return ids, None
 
     def _cmd_skip(self, cmd: Command) -> Reply:
@@ -257,8 +272,16 @@ class Campaign:
 
     def _skip(self, cell: Cell, reason: str, by: str) -> None:
         self.status[cell.id] = "skipped"
-        self._emit(CellSkipped(cell_id=cell.id, group=cell.group, cell=cell.name,
-                               attempt=self.attempts[cell.id], reason=reason, by=by))
+        self._emit(
+            CellSkipped(
+                cell_id=cell.id,
+                group=cell.group,
+                cell=cell.name,
+                attempt=self.attempts[cell.id],
+                reason=reason,
+                by=by,
+            )
+        )
 
     def _requeue(self, cids: list[str], by: str) -> int:
         n = 0
@@ -266,8 +289,15 @@ class Campaign:
             if self.status[cid] in ("done", "failed", "skipped"):
                 self.status[cid] = "pending"
                 cell = self.cells[cid]
-                self._emit(CellQueued(cell_id=cid, group=cell.group, cell=cell.name,
-                                      attempt=self.attempts[cid] + 1, by=by))
+                self._emit(
+                    CellQueued(
+                        cell_id=cid,
+                        group=cell.group,
+                        cell=cell.name,
+                        attempt=self.attempts[cid] + 1,
+                        by=by,
+                    )
+                )
                 n += 1
         return n
 
@@ -302,8 +332,11 @@ class Campaign:
             self._restart_group = True
             self._interrupt_cell = True
             return Reply(True, f"restarting the server of {group.id}; the group continues")
-        failed = [c.id for c in self.cells.values()
-                  if c.group == group.id and self.status[c.id] == "failed"]
+        failed = [
+            c.id
+            for c in self.cells.values()
+            if c.group == group.id and self.status[c.id] == "failed"
+        ]
         n = self._requeue(failed, cmd.by)
         if not n:
             return Reply(False, f"{group.id} has no failed cells to retry")
@@ -312,26 +345,35 @@ class Campaign:
     # -- running ------------------------------------------------------------------------------
 
     def _pending(self, group: ServiceGroup) -> list[Cell]:
-        return [c for c in self.cells.values()
-                if c.group == group.id and self.status[c.id] == "pending"]
+        return [
+            c for c in self.cells.values() if c.group == group.id and self.status[c.id] == "pending"
+        ]
 
     def _next_group(self) -> ServiceGroup | None:
         return next((g for g in self.groups if self._pending(g)), None)
 
     async def run(self) -> int:
         """Drive the whole campaign; returns the exit status of the CLI contract."""
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
         self._started = time.time()
         done = [cid for cid, s in self.status.items() if s == "done"]
-        self._emit(CampaignStarted(
-            campaign=self.spec.campaign.name, title=self.spec.campaign.title,
-            plan_hash=self.plan.hash, results_dir=str(self.layout.root),
-            hosts=sorted({g.host for g in self.groups}),
-            groups=[g.to_json() for g in self.groups],
-            cells=[{**c.to_json(), "status": self.status[c.id], "attempt": self.attempts[c.id]}
-                   for c in self.cells.values()],
-            done=done, simulated=self._simulated(), pid=os.getpid(),
-        ))
+        self._emit(
+            CampaignStarted(
+                campaign=self.spec.campaign.name,
+                title=self.spec.campaign.title,
+                plan_hash=self.plan.hash,
+                results_dir=str(self.layout.root),
+                hosts=sorted({g.host for g in self.groups}),
+                groups=[g.to_json() for g in self.groups],
+                cells=[
+                    {**c.to_json(), "status": self.status[c.id], "attempt": self.attempts[c.id]}
+                    for c in self.cells.values()
+                ],
+                done=done,
+                simulated=self._simulated(),
+                pid=os.getpid(),
+            )
+        )
         if self.options.control_socket:
             from specbench_tui.engine.control_socket import serve_control
 
@@ -358,23 +400,43 @@ class Campaign:
         host = self._hosts.get(group.host)
         if host is None:
             hs = self.spec.hosts[group.host]
-            host = make_host(group.host, group.host_kind, hs.gpus, gpu_ids=hs.gpu_ids,
-                             on_notice=lambda level, text: self._notice(text, level),
-                             telemetry_interval_s=self.options.telemetry_interval_s)
+            host = make_host(
+                group.host,
+                group.host_kind,
+                hs.gpus,
+                gpu_ids=hs.gpu_ids,
+                on_notice=lambda level, text: self._notice(text, level),
+                telemetry_interval_s=self.options.telemetry_interval_s,
+            )
             host.telemetry(on_sample=self._on_gpu_sample)
             self._hosts[group.host] = host
         return host
 
     def _on_gpu_sample(self, s: Any) -> None:
         procs = [p.describe() for p in s.processes]
-        ev = GpuSample(host=s.host, gpu=s.gpu, util_pct=s.util_pct or 0.0,
-                       mem_used_mib=s.mem_used_mib or 0.0, mem_total_mib=s.mem_total_mib or 0.0,
-                       power_w=s.power_w or 0.0, temp_c=s.temp_c or 0.0, processes=procs)
+        ev = GpuSample(
+            host=s.host,
+            gpu=s.gpu,
+            util_pct=s.util_pct or 0.0,
+            mem_used_mib=s.mem_used_mib or 0.0,
+            mem_total_mib=s.mem_total_mib or 0.0,
+            power_w=s.power_w or 0.0,
+            temp_c=s.temp_c or 0.0,
+            processes=procs,
+        )
         self._emit(ev)
-        self.store.add_telemetry({"time": s.t, "host": s.host, "gpu": s.gpu,
-                                  "util_pct": s.util_pct, "mem_used_mib": s.mem_used_mib,
-                                  "mem_total_mib": s.mem_total_mib, "power_w": s.power_w,
-                                  "temp_c": s.temp_c})
+        self.store.add_telemetry(
+            {
+                "time": s.t,
+                "host": s.host,
+                "gpu": s.gpu,
+                "util_pct": s.util_pct,
+                "mem_used_mib": s.mem_used_mib,
+                "mem_total_mib": s.mem_total_mib,
+                "power_w": s.power_w,
+                "temp_c": s.temp_c,
+            }
+        )
 
     def _on_log_line(self, group: ServiceGroup) -> Callable[[str], None]:
         parse = self._log_parser.parse
@@ -386,21 +448,29 @@ class Campaign:
 
     async def _start_service(self, group: ServiceGroup, host: Host, attempt: int) -> Service | None:
         """Clear the GPUs, start the server, wait until healthy; None (and events) on failure."""
-        self._emit(GroupStarted(group=group.id, host=group.host, config=group.config, tp=group.tp,
-                                gpu_ids=list(group.gpu_ids), command=list(group.command),
-                                attempt=attempt))
+        self._emit(
+            GroupStarted(
+                group=group.id,
+                host=group.host,
+                config=group.config,
+                tp=group.tp,
+                gpu_ids=list(group.gpu_ids),
+                command=list(group.command),
+                attempt=attempt,
+            )
+        )
         svc: Service | None = None
         try:
             try:
                 await host.wait_gpus_free(group.gpu_ids, 10.0)
-            except Exception:  # noqa: BLE001 - held GPUs: stop foreign services, then wait
+            except Exception:
                 if group.stop_before:
                     await host.stop_foreign(group.stop_before)
                 await host.wait_gpus_free(group.gpu_ids, self.options.gpu_free_timeout_s)
             svc = host.service(group, self.layout.log_of(group.id), self._on_log_line(group))
             await svc.start()
             startup = await svc.wait_ready(group.ready_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - any start-up failure fails the group, not the run
+        except Exception as exc:
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             tail = list(getattr(exc, "log_tail", None) or (svc.log_tail(20) if svc else []))
             self._emit(ServiceFailed(group=group.id, reason=reason, log_tail=tail, attempt=attempt))
@@ -442,14 +512,20 @@ class Campaign:
                     code = svc.exit_code
                     if restarts >= self.options.server_restarts or not self._pending(group):
                         if self._pending(group):
-                            self._fail_group(group, f"server died again (exit code {code}) "
-                                             f"after {restarts} restart(s); giving up on the group",
-                                             svc.log_tail(20))
+                            self._fail_group(
+                                group,
+                                f"server died again (exit code {code}) "
+                                f"after {restarts} restart(s); giving up on the group",
+                                svc.log_tail(20),
+                            )
                         break
                     restarts += 1
                     attempt += 1
-                    self._notice(f"{group.id}: server died (exit code {code}); restarting it "
-                                 f"({restarts}/{self.options.server_restarts})", "warning")
+                    self._notice(
+                        f"{group.id}: server died (exit code {code}); restarting it "
+                        f"({restarts}/{self.options.server_restarts})",
+                        "warning",
+                    )
                     svc = await self._start_service(group, host, attempt)
                     if svc is None:
                         self._fail_group(group, self._last_service_failure(group))
@@ -474,9 +550,16 @@ class Campaign:
             self.attempts[cell.id] += 1
             self.status[cell.id] = "failed"
             self.reasons[cell.id] = reason
-            self._emit(CellFailed(cell_id=cell.id, group=group.id, cell=cell.name,
-                                  attempt=self.attempts[cell.id], reason=reason,
-                                  log_tail=tail or []))
+            self._emit(
+                CellFailed(
+                    cell_id=cell.id,
+                    group=group.id,
+                    cell=cell.name,
+                    attempt=self.attempts[cell.id],
+                    reason=reason,
+                    log_tail=tail or [],
+                )
+            )
 
     async def _run_one(self, cell: Cell, group: ServiceGroup, svc: Service) -> None:
         self.attempts[cell.id] += 1
@@ -486,8 +569,11 @@ class Campaign:
         self._interrupt_cell = False
         self._skip_current = False
         planned = cell_requests(cell, self.plan.dir)[0]
-        self._emit(CellStarted(cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt,
-                               requests=planned))
+        self._emit(
+            CellStarted(
+                cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt, requests=planned
+            )
+        )
         done = 0
 
         def on_request(rec: RequestRecord) -> None:
@@ -500,59 +586,103 @@ class Campaign:
 
         try:
             result = await run_cell(
-                cell, group, svc.base_url, campaign=self.spec.campaign.name, attempt=attempt,
-                seed=self.spec.campaign.seed, plan_dir=self.plan.dir, on_request=on_request,
+                cell,
+                group,
+                svc.base_url,
+                campaign=self.spec.campaign.name,
+                attempt=attempt,
+                seed=self.spec.campaign.seed,
+                plan_dir=self.plan.dir,
+                on_request=on_request,
                 should_stop=should_stop,
             )
-        except Exception as exc:  # noqa: BLE001 - one cell's problem must not end the campaign
+        except Exception as exc:
             result = CellResult(stopped=True)
             self._cell_failed(cell, attempt, f"{type(exc).__name__}: {exc}", [])
             self.current_cell = None
             return
         finally:
             self.current_cell = None
+        if result.errors and svc.alive():
+            # Failed requests often mean the server is going down; its exit status may lag
+            # behind the broken connections by a moment.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(svc.wait_exit(), 0.5)
         self._conclude(cell, group, svc, attempt, result)
 
-    def _conclude(self, cell: Cell, group: ServiceGroup, svc: Service, attempt: int,
-                  result: CellResult) -> None:
+    def _conclude(
+        self, cell: Cell, group: ServiceGroup, svc: Service, attempt: int, result: CellResult
+    ) -> None:
         # Rows are durable before the event that says the cell ended.
         self.store.write_cell_requests(cell.id, attempt, result.records)
         n, errors = len(result.records), result.errors
-        if result.stopped and not svc.alive():
-            self._cell_failed(cell, attempt, f"server exited (code {svc.exit_code}) during the "
-                              f"cell after {n} request(s)", svc.log_tail(20))
+        if not svc.alive():
+            # Whatever the rows say, a server that died during the cell makes them suspect.
+            self._cell_failed(
+                cell,
+                attempt,
+                f"server exited (code {svc.exit_code}) during the "
+                f"cell after {n - errors} good request(s)",
+                svc.log_tail(20),
+            )
         elif result.stopped and self._skip_current:
             self._skip(cell, "skipped while running", "operator")
         elif result.stopped:
             # Pause, abort or a group restart: the cell runs again whole as a new attempt.
             self.status[cell.id] = "pending"
             why = "aborted" if self._aborted else "interrupted"
-            self._emit(CellQueued(cell_id=cell.id, group=group.id, cell=cell.name,
-                                  attempt=attempt + 1, by=why))
+            self._emit(
+                CellQueued(
+                    cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt + 1, by=why
+                )
+            )
         elif n and errors / n > self.options.max_error_share:
             common = _most_common([r.error for r in result.records if r.error])
-            self._cell_failed(cell, attempt, f"{errors} of {n} requests failed; most often: "
-                              f"{common}", svc.log_tail(10))
+            self._cell_failed(
+                cell,
+                attempt,
+                f"{errors} of {n} requests failed; most often: {common}",
+                svc.log_tail(10),
+            )
         else:
-            figures = summarize(result.records, result.wall_s)
+            figures = {
+                "wall_s": round(result.wall_s, 4),
+                **summarize(result.records, result.wall_s),
+            }
             self.store.record_cell(cell, attempt, "done", figures, simulated=self._simulated())
             self.status[cell.id] = "done"
-            self._emit(CellFinished(
-                cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt,
-                requests=n, errors=errors, wall_s=round(result.wall_s, 4),
-                throughput_tok_s=figures.get("throughput_tok_s") or 0.0,
-                ttft_p50_s=figures.get("ttft_s_p50"),
-                output_tok_s_p50=figures.get("output_tok_s_p50"),
-                accept_length_mean=figures.get("accept_length_mean"),
-            ))
+            self._emit(
+                CellFinished(
+                    cell_id=cell.id,
+                    group=group.id,
+                    cell=cell.name,
+                    attempt=attempt,
+                    requests=n,
+                    errors=errors,
+                    wall_s=round(result.wall_s, 4),
+                    throughput_tok_s=figures.get("throughput_tok_s") or 0.0,
+                    ttft_p50_s=figures.get("ttft_s_p50"),
+                    output_tok_s_p50=figures.get("output_tok_s_p50"),
+                    accept_length_mean=figures.get("accept_length_mean"),
+                )
+            )
 
     def _cell_failed(self, cell: Cell, attempt: int, reason: str, tail: list[str]) -> None:
         self.status[cell.id] = "failed"
         self.reasons[cell.id] = reason
-        self.store.record_cell(cell, attempt, "failed", {"reason": reason},
-                               simulated=self._simulated())
-        self._emit(CellFailed(cell_id=cell.id, group=cell.group, cell=cell.name, attempt=attempt,
-                              reason=reason, log_tail=tail))
+        self.store.record_cell(
+            cell, attempt, "failed", {"reason": reason}, simulated=self._simulated()
+        )
+        self._emit(
+            CellFailed(
+                cell_id=cell.id,
+                group=cell.group,
+                cell=cell.name,
+                attempt=attempt,
+                reason=reason,
+                log_tail=tail,
+            )
+        )
 
     async def _shutdown(self) -> None:
         for host in self._hosts.values():
@@ -567,12 +697,13 @@ class Campaign:
             from specbench_tui.report.render import render_report
 
             render_report(self.layout.root)
-        except Exception as exc:  # noqa: BLE001 - a report problem must not lose the run's status
+        except Exception as exc:
             self._notice(f"report not written: {exc}", "warning")
 
     def _finish(self) -> int:
-        counts = {s: sum(1 for v in self.status.values() if v == s)
-                  for s in ("done", "failed", "skipped")}
+        counts = {
+            s: sum(1 for v in self.status.values() if v == s) for s in ("done", "failed", "skipped")
+        }
         if self._aborted:
             code = EXIT_ABORTED
         elif counts["failed"]:
@@ -580,9 +711,16 @@ class Campaign:
         else:
             code = EXIT_OK
         self.exit_code = code
-        self._emit(CampaignFinished(campaign=self.spec.campaign.name, finished=counts["done"],
-                                    failed=counts["failed"], skipped=counts["skipped"],
-                                    wall_s=round(time.time() - self._started, 3), exit_code=code))
+        self._emit(
+            CampaignFinished(
+                campaign=self.spec.campaign.name,
+                finished=counts["done"],
+                failed=counts["failed"],
+                skipped=counts["skipped"],
+                wall_s=round(time.time() - self._started, 3),
+                exit_code=code,
+            )
+        )
         self._finished = True
         for q in self._subs:
             q.put_nowait(_END)
@@ -598,8 +736,12 @@ class Campaign:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, lambda s=sig: asyncio.ensure_future(
-                    self.send(Command("abort", by=signal.Signals(s).name))))
+                loop.add_signal_handler(
+                    sig,
+                    lambda s=sig: asyncio.ensure_future(
+                        self.send(Command("abort", by=signal.Signals(s).name))
+                    ),
+                )
 
     def run_with_console(self, console: Callable[[Campaign], int]) -> int:
         """Run the console in this process; it starts the engine (``start_engine``)."""

@@ -11,7 +11,13 @@ from specbench_tui.engine.events import Event
 
 Action = Literal["pause", "resume", "skip", "rerun", "rerun_failed", "abort", "retry_group"]
 ACTIONS: tuple[str, ...] = (
-    "pause", "resume", "skip", "rerun", "rerun_failed", "abort", "retry_group",
+    "pause",
+    "resume",
+    "skip",
+    "rerun",
+    "rerun_failed",
+    "abort",
+    "retry_group",
 )
 
 

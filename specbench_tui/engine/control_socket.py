@@ -34,6 +34,8 @@ class _ShortPath:
     """AF_UNIX paths are limited to ~108 bytes; results directories can be deeper. Going
     through ``/proc/self/fd/N/`` of an open directory keeps the path short on Linux."""
 
+    detached = True  # closing a console on it leaves the campaign running
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
@@ -103,6 +105,8 @@ async def serve_control(campaign: Campaign, path: Path) -> asyncio.AbstractServe
 class AttachedControl:
     """A running headless campaign seen through its control socket (implements CampaignControl)."""
 
+    detached = True  # closing a console on it leaves the campaign running
+
     def __init__(self, path: Path) -> None:
         self.path = path
 
@@ -127,8 +131,9 @@ class AttachedControl:
         try:
             reader, writer = await self._open()
         except OSError as exc:
-            return Reply(False, f"the campaign is not answering ({exc.strerror or exc}); "
-                                "it may have ended")
+            return Reply(
+                False, f"the campaign is not answering ({exc.strerror or exc}); it may have ended"
+            )
         try:
             writer.write(json.dumps({"op": "command", **command.to_json()}).encode() + b"\n")
             await writer.drain()
@@ -147,16 +152,20 @@ def attach_control(results_dir: Path) -> AttachedControl:
     sock = layout.control_socket
     if not sock.exists():
         if layout.events.exists():
-            raise InputError(f"{layout.root}: no campaign is running here (it has ended or was "
-                             "started without --headless); its report: "
-                             f"specbench-tui --report {layout.root}")
+            raise InputError(
+                f"{layout.root}: no campaign is running here (it has ended or was "
+                "started without --headless); its report: "
+                f"specbench-tui --report {layout.root}"
+            )
         raise InputError(f"{layout.root}: no campaign here (no control.sock, no events.jsonl)")
     with _ShortPath(sock) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         try:
             s.connect(p)
         except OSError as exc:
             if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
-                raise InputError(f"{sock}: stale control socket: the campaign process is gone; "
-                                 "run the plan again to resume it") from None
+                raise InputError(
+                    f"{sock}: stale control socket: the campaign process is gone; "
+                    "run the plan again to resume it"
+                ) from None
             raise InputError(f"{sock}: cannot connect: {exc.strerror or exc}") from None
     return AttachedControl(sock)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections import Counter
 from typing import TextIO
 
 from specbench_tui.engine.campaign import Campaign
@@ -34,13 +35,18 @@ def format_event(ev: Event) -> str | None:
     """One line for a lifecycle event; None for live events (request, log, GPU sample)."""
     t = ev.to_json()["ts"][11:19]
     if isinstance(ev, CampaignStarted):
-        left = len(ev.cells) - len(ev.done)
-        return (f"{t} campaign {ev.campaign}: {len(ev.groups)} groups, {len(ev.cells)} cells, "
-                f"{len(ev.done)} already done, {left} to run -> {ev.results_dir}"
-                + (" [simulated]" if ev.simulated else ""))
+        status = Counter(c.get("status", "pending") for c in ev.cells)
+        earlier = "".join(f", {status[s]} {s} earlier" for s in ("failed", "skipped") if status[s])
+        hint = " (--rerun-failed runs them again)" if status["failed"] else ""
+        return (
+            f"{t} campaign {ev.campaign}: {len(ev.groups)} groups, {len(ev.cells)} cells, "
+            f"{len(ev.done)} already done{earlier}, {status['pending']} to run{hint} -> "
+            f"{ev.results_dir}" + (" [simulated]" if ev.simulated else "")
+        )
     if isinstance(ev, GroupStarted):
-        return (f"{t} group {ev.group}: starting server on GPUs "
-                f"{','.join(map(str, ev.gpu_ids))}" + (f" (attempt {ev.attempt})" if ev.attempt > 1 else ""))
+        return f"{t} group {ev.group}: starting server on GPUs {','.join(map(str, ev.gpu_ids))}" + (
+            f" (attempt {ev.attempt})" if ev.attempt > 1 else ""
+        )
     if isinstance(ev, ServiceReady):
         return f"{t} group {ev.group}: ready in {ev.startup_s:.1f}s"
     if isinstance(ev, ServiceFailed):
@@ -49,9 +55,11 @@ def format_event(ev: Event) -> str | None:
     if isinstance(ev, CellFinished):
         acc = f" accept {ev.accept_length_mean:.2f}" if ev.accept_length_mean else ""
         err = f" errors {ev.errors}" if ev.errors else ""
-        return (f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
-                f"{ev.throughput_tok_s:.1f} tok/s, ttft p50 {_num(ev.ttft_p50_s, '.3f')}s"
-                f"{acc}{err}, {ev.wall_s:.1f}s")
+        return (
+            f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
+            f"{ev.throughput_tok_s:.1f} tok/s, ttft p50 {_num(ev.ttft_p50_s, '.3f')}s"
+            f"{acc}{err}, {ev.wall_s:.1f}s"
+        )
     if isinstance(ev, CellFailed):
         return f"{t} FAILED {ev.cell} [{ev.cell_id}] attempt {ev.attempt}: {ev.reason}"
     if isinstance(ev, CellSkipped):
@@ -65,8 +73,10 @@ def format_event(ev: Event) -> str | None:
     if isinstance(ev, Notice):
         return f"{t} {ev.level}: {ev.text}"
     if isinstance(ev, CampaignFinished):
-        return (f"{t} finished {ev.campaign}: {ev.finished} done, {ev.failed} failed, "
-                f"{ev.skipped} skipped in {format_duration(ev.wall_s)} (exit {ev.exit_code})")
+        return (
+            f"{t} finished {ev.campaign}: {ev.finished} done, {ev.failed} failed, "
+            f"{ev.skipped} skipped in {format_duration(ev.wall_s)} (exit {ev.exit_code})"
+        )
     return None
 
 

@@ -11,7 +11,9 @@ class ResultsLayout:
     root: Path  # <results>/<campaign>/
 
     @classmethod
-    def for_campaign(cls, results_root: str | Path, campaign: str, *, sim: bool = False) -> ResultsLayout:
+    def for_campaign(
+        cls, results_root: str | Path, campaign: str, *, sim: bool = False
+    ) -> ResultsLayout:
         """A rehearsal (``--sim``) of a real plan gets its own directory, so simulated numbers can
         never be taken for measured ones or mark real cells as finished."""
         return cls(Path(results_root) / (f"{campaign}-sim" if sim else campaign))

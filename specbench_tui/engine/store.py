@@ -40,26 +40,64 @@ from specbench_tui.errors import InputError
 from specbench_tui.plan.cells import Cell
 
 REQUEST_SCHEMA: dict[str, Any] = {
-    "campaign": pl.String, "cell_id": pl.String, "attempt": pl.Int64, "group": pl.String,
-    "host": pl.String, "config": pl.String, "tp": pl.Int64, "workload": pl.String,
-    "kind": pl.String, "prompt_set": pl.String, "prompt_id": pl.String, "max_tokens": pl.Int64,
-    "concurrency": pl.Int64, "session": pl.Int64, "turn": pl.Int64, "repeat": pl.Int64,
-    "started_at": pl.Float64, "ttft_s": pl.Float64, "e2e_s": pl.Float64, "tpot_s": pl.Float64,
-    "itl_s": pl.List(pl.Float64), "output_tokens": pl.Int64, "prompt_tokens": pl.Int64,
-    "cached_tokens": pl.Int64, "chunks": pl.Int64, "output_tok_s": pl.Float64,
-    "spec_verify_ct": pl.Int64, "accept_length": pl.Float64, "finish_reason": pl.String,
-    "output_sha256": pl.String, "error": pl.String,
+    "campaign": pl.String,
+    "cell_id": pl.String,
+    "attempt": pl.Int64,
+    "group": pl.String,
+    "host": pl.String,
+    "config": pl.String,
+    "tp": pl.Int64,
+    "workload": pl.String,
+    "kind": pl.String,
+    "prompt_set": pl.String,
+    "prompt_id": pl.String,
+    "max_tokens": pl.Int64,
+    "concurrency": pl.Int64,
+    "session": pl.Int64,
+    "turn": pl.Int64,
+    "repeat": pl.Int64,
+    "started_at": pl.Float64,
+    "ttft_s": pl.Float64,
+    "e2e_s": pl.Float64,
+    "tpot_s": pl.Float64,
+    "itl_s": pl.List(pl.Float64),
+    "output_tokens": pl.Int64,
+    "prompt_tokens": pl.Int64,
+    "cached_tokens": pl.Int64,
+    "chunks": pl.Int64,
+    "output_tok_s": pl.Float64,
+    "spec_verify_ct": pl.Int64,
+    "accept_length": pl.Float64,
+    "finish_reason": pl.String,
+    "output_sha256": pl.String,
+    "error": pl.String,
 }
 assert tuple(REQUEST_SCHEMA) == REQUEST_COLUMNS, "request schema and record drifted apart"
 
 TELEMETRY_SCHEMA: dict[str, Any] = {
-    "time": pl.Float64, "host": pl.String, "gpu": pl.Int64, "util_pct": pl.Float64,
-    "mem_used_mib": pl.Float64, "mem_total_mib": pl.Float64, "power_w": pl.Float64,
+    "time": pl.Float64,
+    "host": pl.String,
+    "gpu": pl.Int64,
+    "util_pct": pl.Float64,
+    "mem_used_mib": pl.Float64,
+    "mem_total_mib": pl.Float64,
+    "power_w": pl.Float64,
     "temp_c": pl.Float64,
 }
 
-CELL_IDENTITY = ("cell_id", "name", "group", "host", "config", "tp", "workload", "kind",
-                 "prompt_set", "max_tokens", "concurrency")
+CELL_IDENTITY = (
+    "cell_id",
+    "name",
+    "group",
+    "host",
+    "config",
+    "tp",
+    "workload",
+    "kind",
+    "prompt_set",
+    "max_tokens",
+    "concurrency",
+)
 
 
 @dataclass
@@ -131,8 +169,10 @@ class ResultsStore:
             owner = Path(root / ".lock").read_text().strip() or "another process"
             os.close(self._lock_fd)
             self._lock_fd = None
-            raise InputError(f"{root}: a campaign is already running here (pid {owner}); "
-                             f"attach to it with --attach {root}") from None
+            raise InputError(
+                f"{root}: a campaign is already running here (pid {owner}); "
+                f"attach to it with --attach {root}"
+            ) from None
         os.ftruncate(self._lock_fd, 0)
         os.write(self._lock_fd, str(os.getpid()).encode())
         if self.layout.plan.exists() and self.layout.plan.read_text() != plan_text:
@@ -232,20 +272,26 @@ class ResultsStore:
     def part_path(self, cell_id: str, attempt: int) -> Path:
         return self.layout.parts / f"{cell_id}.a{attempt}.parquet"
 
-    def write_cell_requests(self, cell_id: str, attempt: int,
-                            records: Iterable[RequestRecord]) -> Path:
+    def write_cell_requests(
+        self, cell_id: str, attempt: int, records: Iterable[RequestRecord]
+    ) -> Path:
         rows = [r.to_row() for r in records]
-        df = pl.DataFrame(rows, schema=REQUEST_SCHEMA, orient="row") if rows else \
-            pl.DataFrame(schema=REQUEST_SCHEMA)
+        df = (
+            pl.DataFrame(rows, schema=REQUEST_SCHEMA, orient="row")
+            if rows
+            else pl.DataFrame(schema=REQUEST_SCHEMA)
+        )
         path = self.part_path(cell_id, attempt)
         write_parquet_atomic(df, path)
         return path
 
-    def record_cell(self, cell: Cell, attempt: int, status: str, figures: dict[str, Any],
-                    *, simulated: bool) -> None:
+    def record_cell(
+        self, cell: Cell, attempt: int, status: str, figures: dict[str, Any], *, simulated: bool
+    ) -> None:
         """Keep the cell's row for cells.parquet (latest attempt wins) and rewrite the views."""
-        row: dict[str, Any] = {k: getattr(cell, "id" if k == "cell_id" else k)
-                               for k in CELL_IDENTITY}
+        row: dict[str, Any] = {
+            k: getattr(cell, "id" if k == "cell_id" else k) for k in CELL_IDENTITY
+        }
         row.update({"attempt": attempt, "status": status, "simulated": simulated, **figures})
         self._cell_rows[cell.id] = row
         self.rebuild_views()
@@ -255,14 +301,17 @@ class ResultsStore:
             return []
         try:
             return pl.read_parquet(self.layout.cells).to_dicts()
-        except Exception:  # noqa: BLE001 - a view; rebuilt from events if unreadable
+        except Exception:
             return []
 
     def rebuild_views(self) -> None:
         parts = sorted(self.layout.parts.glob("*.parquet"))
         frames = [pl.read_parquet(p) for p in parts]
-        req = pl.concat(frames, how="diagonal_relaxed") if frames else \
-            pl.DataFrame(schema=REQUEST_SCHEMA)
+        req = (
+            pl.concat(frames, how="diagonal_relaxed")
+            if frames
+            else pl.DataFrame(schema=REQUEST_SCHEMA)
+        )
         write_parquet_atomic(req, self.layout.requests)
         if self._cell_rows:
             cells = pl.DataFrame(list(self._cell_rows.values()), infer_schema_length=None)
@@ -275,7 +324,9 @@ class ResultsStore:
         self.flush_telemetry()
 
     def flush_telemetry(self, *, force: bool = False, every_s: float = 5.0) -> None:
-        if not self._telemetry or (not force and time.monotonic() - self._telemetry_flushed < every_s):
+        if not self._telemetry or (
+            not force and time.monotonic() - self._telemetry_flushed < every_s
+        ):
             return
         self._telemetry_flushed = time.monotonic()
         new = pl.DataFrame(self._telemetry, schema=TELEMETRY_SCHEMA, orient="row")

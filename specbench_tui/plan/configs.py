@@ -44,8 +44,9 @@ def substitute(text: str, values: dict[str, object]) -> str:
             if name in values:
                 out.append(format(values[name], spec or ""))
             else:
-                out.append("{" + name + (f"!{conv}" if conv else "") +
-                           (f":{spec}" if spec else "") + "}")
+                out.append(
+                    "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+                )
     return "".join(out)
 
 
@@ -57,8 +58,10 @@ def param_combinations(cfg: ConfigSpec) -> list[tuple[tuple[str, ParamValue], ..
     if not cfg.params:
         return [()]
     keys = list(cfg.params)
-    return [tuple(zip(keys, combo, strict=True))
-            for combo in itertools.product(*(cfg.params[k] for k in keys))]
+    return [
+        tuple(zip(keys, combo, strict=True))
+        for combo in itertools.product(*(cfg.params[k] for k in keys))
+    ]
 
 
 def expanded_name(base: str, combo: tuple[tuple[str, ParamValue], ...]) -> str:
@@ -75,20 +78,22 @@ def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
             name = expanded_name(base, combo)
             args = [*server.args, *cfg.args]
             env = {**server.env, **cfg.env}
-            out.append(ResolvedConfig(
-                name=name,
-                base=base,
-                label=substitute(cfg.label or name, values),
-                launch=tuple(cfg.launch or server.launch or DEFAULT_LAUNCH),
-                python=cfg.python or server.python or "python3",
-                model=cfg.model or server.model or "",
-                port=cfg.port or server.port or 30000,
-                args=tuple(substitute(a, values) for a in args),
-                env=tuple(sorted((k, substitute(v, values)) for k, v in env.items())),
-                api=cfg.api or server.api or "sglang",
-                ready_timeout_s=cfg.ready_timeout or server.ready_timeout or 900.0,
-                params=combo,
-            ))
+            out.append(
+                ResolvedConfig(
+                    name=name,
+                    base=base,
+                    label=substitute(cfg.label or name, values),
+                    launch=tuple(cfg.launch or server.launch or DEFAULT_LAUNCH),
+                    python=cfg.python or server.python or "python3",
+                    model=cfg.model or server.model or "",
+                    port=cfg.port or server.port or 30000,
+                    args=tuple(substitute(a, values) for a in args),
+                    env=tuple(sorted((k, substitute(v, values)) for k, v in env.items())),
+                    api=cfg.api or server.api or "sglang",
+                    ready_timeout_s=cfg.ready_timeout or server.ready_timeout or 900.0,
+                    params=combo,
+                )
+            )
     return out
 
 

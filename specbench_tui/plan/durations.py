@@ -11,7 +11,7 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 def parse_duration(value: object) -> float:
     """Seconds from a duration; raises ValueError with the accepted forms."""
     if isinstance(value, bool):
-        raise ValueError("expected a duration like \"90s\", \"15m\" or \"1h30m\"")
+        raise ValueError('expected a duration like "90s", "15m" or "1h30m"')
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError("a duration cannot be negative")
@@ -21,7 +21,7 @@ def parse_duration(value: object) -> float:
         if text and _PART.sub("", text) == "":
             total = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
             return total
-    raise ValueError(f"{value!r} is not a duration; write e.g. \"90s\", \"15m\" or \"1h30m\"")
+    raise ValueError(f'{value!r} is not a duration; write e.g. "90s", "15m" or "1h30m"')
 
 
 def format_duration(seconds: float) -> str:

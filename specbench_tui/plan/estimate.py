@@ -49,8 +49,14 @@ def cell_requests(cell: Cell, plan_dir: Path) -> tuple[int, int]:
     return measured, measured // cell.repeats * cell.warmup
 
 
-def estimate(spec: PlanSpec, plan_dir: Path, groups: list[ServiceGroup], cells: list[Cell],
-             *, speed: dict[str, float] | None = None) -> Estimate:
+def estimate(
+    spec: PlanSpec,
+    plan_dir: Path,
+    groups: list[ServiceGroup],
+    cells: list[Cell],
+    *,
+    speed: dict[str, float] | None = None,
+) -> Estimate:
     """``speed``: per host, how much faster than real time it runs (simulated hosts)."""
     est = spec.estimate
     frac = est.output_fraction
@@ -64,14 +70,14 @@ def estimate(spec: PlanSpec, plan_dir: Path, groups: list[ServiceGroup], cells: 
         requests += measured
         n = measured + warm
         decode = c.max_tokens * frac / rate
-        prefill = PROMPT_TOKENS / (est.prefill_tok_s * c.tp ** 0.5)
+        prefill = PROMPT_TOKENS / (est.prefill_tok_s * c.tp**0.5)
         if c.kind == "agentic":
             ctx = sum(t * (c.tool_output_tokens + c.max_tokens * frac) for t in range(c.turns))
             prefill_total = c.sessions * (c.turns * prefill + ctx / est.prefill_tok_s)
             t = n * (decode + est.request_overhead) + prefill_total
         elif c.kind == "concurrency":
             level = c.concurrency or 1
-            t = n * (decode + prefill + est.request_overhead) / (level ** est.batch_scaling)
+            t = n * (decode + prefill + est.request_overhead) / (level**est.batch_scaling)
         else:
             t = n * (decode + prefill + est.request_overhead)
         per_cell[c.id] = t / (speed or {}).get(c.host, 1.0)
@@ -79,7 +85,9 @@ def estimate(spec: PlanSpec, plan_dir: Path, groups: list[ServiceGroup], cells: 
     for c in cells:
         per_group[c.group] += per_cell[c.id]
     startup = sum(est.startup / (speed or {}).get(g.host, 1.0) for g in groups)
-    rates = ", ".join(f"TP{k} {v:g}" for k, v in sorted(est.tok_s.items(), key=lambda kv: int(kv[0])))
+    rates = ", ".join(
+        f"TP{k} {v:g}" for k, v in sorted(est.tok_s.items(), key=lambda kv: int(kv[0]))
+    )
     assumptions = [
         f"server start-up {est.startup:g} s per group",
         f"autoregressive decode tok/s per request: {rates}",
@@ -89,8 +97,16 @@ def estimate(spec: PlanSpec, plan_dir: Path, groups: list[ServiceGroup], cells: 
         f"{est.batch_scaling:g}",
     ]
     if speed and any(v != 1.0 for v in speed.values()):
-        assumptions.append("simulated hosts run faster than real time: " +
-                           ", ".join(f"{h} x{v:g}" for h, v in speed.items()))
+        assumptions.append(
+            "simulated hosts run faster than real time: "
+            + ", ".join(f"{h} x{v:g}" for h, v in speed.items())
+        )
     assumptions.append("override any of these in the plan's [estimate] table")
-    return Estimate(total_s=sum(per_group.values()), startup_s=startup, requests=requests,
-                    per_group_s=per_group, per_cell_s=per_cell, assumptions=assumptions)
+    return Estimate(
+        total_s=sum(per_group.values()),
+        startup_s=startup,
+        requests=requests,
+        per_group_s=per_group,
+        per_cell_s=per_cell,
+        assumptions=assumptions,
+    )

@@ -42,7 +42,9 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
     """``sim``: rehearse on the embedded simulated host instead of the plan's hosts."""
     spec = plan.spec
     configs = {c.name: c for c in resolve_configs(spec)}
-    matrix_configs = [n for ref in spec.matrix.configs for n in names_matching(ref, list(configs.values()))]
+    matrix_configs = [
+        n for ref in spec.matrix.configs for n in names_matching(ref, list(configs.values()))
+    ]
     matrix_configs = list(dict.fromkeys(matrix_configs))
     host_names = spec.matrix.hosts if spec.matrix.hosts is not None else list(spec.hosts)
 
@@ -63,8 +65,9 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
     return Expansion(groups=groups, cells=cells)
 
 
-def _excluded(spec: PlanSpec, *, host: str, config: ResolvedConfig, tp: int,
-              workload: str | None) -> bool:
+def _excluded(
+    spec: PlanSpec, *, host: str, config: ResolvedConfig, tp: int, workload: str | None
+) -> bool:
     for ex in spec.matrix.exclude:
         if ex.host is not None and ex.host != host:
             continue
@@ -80,21 +83,42 @@ def _excluded(spec: PlanSpec, *, host: str, config: ResolvedConfig, tp: int,
     return False
 
 
-def _group(spec: PlanSpec, host_name: str, host: HostSpec, cfg: ResolvedConfig, tp: int,
-           *, sim: bool) -> ServiceGroup:
+def _group(
+    spec: PlanSpec, host_name: str, host: HostSpec, cfg: ResolvedConfig, tp: int, *, sim: bool
+) -> ServiceGroup:
     ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
     gpu_ids = tuple(sorted(ids)[-tp:])
     kind = "sim" if sim else host.kind
     port = cfg.port
-    values: dict[str, object] = {"python": cfg.python, "model": cfg.model or "model", "tp": tp,
-                                 "port": port, "host": "127.0.0.1", "config": cfg.name}
+    values: dict[str, object] = {
+        "python": cfg.python,
+        "model": cfg.model or "model",
+        "tp": tp,
+        "port": port,
+        "host": "127.0.0.1",
+        "config": cfg.name,
+    }
     values.update({k: v for k, v in cfg.params})
     if kind == "sim":
         speed = host.speed if host.sim else 50.0
-        command = (sys.executable, "-m", "specbench_tui.sim",
-                   "--model-path", cfg.model or "simulated-model", "--tp-size", str(tp),
-                   "--host", "127.0.0.1", "--port", str(port), *cfg.args,
-                   "--speed", f"{speed:g}", "--seed", str(spec.campaign.seed))
+        command = (
+            sys.executable,
+            "-m",
+            "specbench_tui.sim",
+            "--model-path",
+            cfg.model or "simulated-model",
+            "--tp-size",
+            str(tp),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *cfg.args,
+            "--speed",
+            f"{speed:g}",
+            "--seed",
+            str(spec.campaign.seed),
+        )
     else:
         command = tuple(substitute(t, values) for t in cfg.launch) + cfg.args
     env = dict(cfg.env)
@@ -122,7 +146,10 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
     # The hash sees the command with its port blanked: moving a server to another port
     # does not change what a cell measures.
     server_identity = {
-        "host": group.host, "tp": group.tp, "gpus": list(group.gpu_ids), "api": group.api,
+        "host": group.host,
+        "tp": group.tp,
+        "gpus": list(group.gpu_ids),
+        "api": group.api,
         "command": _command_identity(group),
         "env": dict(group.env),
     }
@@ -134,29 +161,64 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
         if _excluded(spec, host=group.host, config=cfg, tp=group.tp, workload=wname):
             continue
         common: dict[str, Any] = dict(
-            group=group.id, host=group.host, config=cfg.name, tp=group.tp, workload=wname,
-            kind=w.kind, timeout_s=w.timeout, params=cfg.params,
+            group=group.id,
+            host=group.host,
+            config=cfg.name,
+            tp=group.tp,
+            workload=wname,
+            kind=w.kind,
+            timeout_s=w.timeout,
+            params=cfg.params,
         )
         if isinstance(w, SingleWorkload):
             for pset in w.prompts:
                 for mt in w.max_tokens:
-                    out.append(_cell(server_identity, common, f"{group.id}/{wname}/{pset}/{mt}",
-                                     prompt_set=pset, prompts=(pset,), max_tokens=mt,
-                                     concurrency=None, samples=w.samples, repeats=w.repeats,
-                                     warmup=w.warmup, temperature=w.temperature))
+                    out.append(
+                        _cell(
+                            server_identity,
+                            common,
+                            f"{group.id}/{wname}/{pset}/{mt}",
+                            prompt_set=pset,
+                            prompts=(pset,),
+                            max_tokens=mt,
+                            concurrency=None,
+                            samples=w.samples,
+                            repeats=w.repeats,
+                            warmup=w.warmup,
+                            temperature=w.temperature,
+                        )
+                    )
         elif isinstance(w, AgenticWorkload):
-            out.append(_cell(server_identity, common, f"{group.id}/{wname}",
-                             prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
-                             prompts=tuple(w.prompts), max_tokens=w.max_tokens, concurrency=None,
-                             sessions=w.sessions, turns=w.turns, temperature=w.temperature,
-                             tool_output_tokens=w.tool_output_tokens))
+            out.append(
+                _cell(
+                    server_identity,
+                    common,
+                    f"{group.id}/{wname}",
+                    prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
+                    prompts=tuple(w.prompts),
+                    max_tokens=w.max_tokens,
+                    concurrency=None,
+                    sessions=w.sessions,
+                    turns=w.turns,
+                    temperature=w.temperature,
+                    tool_output_tokens=w.tool_output_tokens,
+                )
+            )
         elif isinstance(w, ConcurrencyWorkload):
             for level in w.levels:
-                out.append(_cell(server_identity, common, f"{group.id}/{wname}/c{level}",
-                                 prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
-                                 prompts=tuple(w.prompts), max_tokens=w.max_tokens,
-                                 concurrency=level, requests=w.requests,
-                                 temperature=w.temperature))
+                out.append(
+                    _cell(
+                        server_identity,
+                        common,
+                        f"{group.id}/{wname}/c{level}",
+                        prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
+                        prompts=tuple(w.prompts),
+                        max_tokens=w.max_tokens,
+                        concurrency=level,
+                        requests=w.requests,
+                        temperature=w.temperature,
+                    )
+                )
     return out
 
 
@@ -169,10 +231,15 @@ def _command_identity(group: ServiceGroup) -> list[str]:
     return cmd
 
 
-def _cell(server_identity: dict[str, Any], common: dict[str, Any], name: str,
-          **fields: Any) -> Cell:
+def _cell(
+    server_identity: dict[str, Any], common: dict[str, Any], name: str, **fields: Any
+) -> Cell:
     measured = {k: v for k, v in fields.items()}
-    identity = {"server": server_identity, "workload": common["workload"],
-                "kind": common["kind"], **measured}
+    identity = {
+        "server": server_identity,
+        "workload": common["workload"],
+        "kind": common["kind"],
+        **measured,
+    }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=list).encode())
     return Cell(id=digest.hexdigest()[:12], name=name, **common, **fields)

@@ -122,16 +122,22 @@ def _pydantic_error(err: Any, raw: dict[str, Any]) -> PlanError:
     if kind in ("union_tag_not_found", "union_tag_invalid"):
         return PlanError((*path, "kind"), f"'kind' must be one of {', '.join(KINDS)}")
     if kind == "string_pattern_mismatch" and path and path[-1] == "name":
-        return PlanError(path, f"{err.get('input')!r} is not a safe campaign name: use lowercase "
-                               "letters, digits, '.', '_' and '-' (at most 64, starting with a "
-                               "letter or digit); it names a directory and systemd units")
+        return PlanError(
+            path,
+            f"{err.get('input')!r} is not a safe campaign name: use lowercase "
+            "letters, digits, '.', '_' and '-' (at most 64, starting with a "
+            "letter or digit); it names a directory and systemd units",
+        )
     if kind == "string_pattern_mismatch":
-        return PlanError(path, f"{err.get('input')!r} has characters that are unsafe in a "
-                               "systemd unit name or a shell command; use letters, digits, "
-                               "':', '_', '.', '@' and '-'")
+        return PlanError(
+            path,
+            f"{err.get('input')!r} has characters that are unsafe in a "
+            "systemd unit name or a shell command; use letters, digits, "
+            "':', '_', '.', '@' and '-'",
+        )
     msg = err["msg"]
     if kind.endswith("_type") or kind.endswith("_parsing"):
         msg = f"{msg} (got {type(err.get('input')).__name__} {err.get('input')!r})"
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     return PlanError(path, msg[0].lower() + msg[1:] if msg else msg)

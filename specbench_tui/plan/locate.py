@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
-_KEY = re.compile(r"^\s*((?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+))*)\s*=")
+_KEY = re.compile(
+    r"^\s*((?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+))*)\s*="
+)
 _INLINE_KEY = re.compile(r"(?:^|[{,]\s*)((?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+))\s*=")
 
 
@@ -41,7 +43,7 @@ class LineIndex:
             if m:
                 base = (*table, *_split_dotted(m.group(1)))
                 self._paths.append((base, lineno))
-                rest = line[m.end():]
+                rest = line[m.end() :]
                 for sub in _INLINE_KEY.finditer(rest):
                     self._paths.append(((*base, *_split_dotted(sub.group(1))), lineno))
 

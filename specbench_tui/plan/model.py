@@ -25,8 +25,17 @@ UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9:_.@\\-]{0,250}$"
 KINDS = ("single", "agentic", "concurrency")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
 DEFAULT_LAUNCH = [
-    "{python}", "-m", "sglang.launch_server", "--model-path", "{model}", "--tp-size", "{tp}",
-    "--host", "127.0.0.1", "--port", "{port}",
+    "{python}",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "{model}",
+    "--tp-size",
+    "{tp}",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "{port}",
 ]
 
 
@@ -76,8 +85,10 @@ class ServerSpec(Strict):
     @classmethod
     def _env_to_str(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            return {k: str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x
-                    for k, x in v.items()}
+            return {
+                k: str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x
+                for k, x in v.items()
+            }
         return v
 
 
@@ -178,8 +189,12 @@ def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel
     if not path:
         return PlanSpec
     head, rest = path[0], path[1:]
-    simple = {"campaign": CampaignSpec, "server": ServerSpec, "checks": ChecksSpec,
-              "estimate": EstimateSpec}
+    simple = {
+        "campaign": CampaignSpec,
+        "server": ServerSpec,
+        "checks": ChecksSpec,
+        "estimate": EstimateSpec,
+    }
     if head in simple and not rest:
         return simple[head]
     if head == "hosts" and len(rest) == 1:
@@ -193,6 +208,9 @@ def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel
             return ExcludeSpec
     if head == "workloads" and len(rest) == 1:
         kind = (raw.get("workloads", {}).get(rest[0]) or {}).get("kind")
-        return {"single": SingleWorkload, "agentic": AgenticWorkload,
-                "concurrency": ConcurrencyWorkload}.get(kind, WorkloadBase)
+        return {
+            "single": SingleWorkload,
+            "agentic": AgenticWorkload,
+            "concurrency": ConcurrencyWorkload,
+        }.get(kind, WorkloadBase)
     return None

@@ -1,6 +1,7 @@
 """Where a prompt-set name points: beside the plan first, then the sets shipped in the package.
 
-``code`` -> ``<plan dir>/prompts/code.jsonl`` if it exists, else ``specbench_tui/prompts/code.jsonl``;
+``code`` -> ``<plan dir>/prompts/code.jsonl`` if it exists, else the package's
+``specbench_tui/prompts/code.jsonl``;
 ``my/set.jsonl`` -> a path relative to the plan file.
 """
 
@@ -30,6 +31,6 @@ def resolve_prompt_set(name: str, plan_dir: Path) -> Path | None:
 
 @lru_cache(maxsize=256)
 def count_prompts(path: Path) -> int:
-    """Non-blank lines: the number of prompts, without parsing them (the estimate needs only that)."""
+    """Non-blank lines: the number of prompts, without parsing them (all the estimate needs)."""
     with path.open("rb") as f:
         return sum(1 for line in f if line.strip())

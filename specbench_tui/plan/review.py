@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.plan.durations import format_duration
-from specbench_tui.plan.estimate import Estimate, estimate, cell_requests
+from specbench_tui.plan.estimate import Estimate, cell_requests, estimate
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.loader import Plan
 
@@ -35,7 +35,7 @@ def review(plan: Plan, results_dir: Path, *, sim: bool = False) -> Review:
 
 
 def _slice(cell_name: str, group: str) -> str:
-    return cell_name[len(group) + 1:]
+    return cell_name[len(group) + 1 :]
 
 
 def render_text(r: Review) -> str:
@@ -43,8 +43,10 @@ def render_text(r: Review) -> str:
     out: list[str] = []
     c = spec.campaign
     out.append(f"Campaign {c.name}" + (f": {c.title}" if c.title else ""))
-    out.append(f"  plan {r.plan.path} (sha256 {r.plan.hash}), results {r.results_dir}/"
-               + ("  [rehearsal on the simulated host]" if r.sim else ""))
+    out.append(
+        f"  plan {r.plan.path} (sha256 {r.plan.hash}), results {r.results_dir}/"
+        + ("  [rehearsal on the simulated host]" if r.sim else "")
+    )
     if c.baseline:
         out.append(f"  baseline {c.baseline}; seed {c.seed}")
     cells_by_group = {g: list(cs) for g, cs in groupby(exp.cells, key=lambda x: x.group)}
@@ -52,7 +54,9 @@ def render_text(r: Review) -> str:
         host = spec.hosts[host_name]
         host_groups = list(host_groups)
         if r.sim or host.sim:
-            where = f"simulated, {host.gpus} GPUs" + (f", speed x{host.speed:g}" if host.sim else "")
+            where = f"simulated, {host.gpus} GPUs" + (
+                f", speed x{host.speed:g}" if host.sim else ""
+            )
         elif host.ssh:
             where = f"ssh {host.ssh}, {host.services or 'systemd'}, {host.gpus} GPUs"
         else:
@@ -60,15 +64,19 @@ def render_text(r: Review) -> str:
         out.append("")
         out.append(f"host {host_name} ({where})")
         if host.stop_before and not r.sim:
-            out.append(f"  foreign services stopped when a group needs their GPUs: "
-                       f"{', '.join(host.stop_before)}"
-                       + ("; started again at the end" if host.restore_after else ""))
+            out.append(
+                f"  foreign services stopped when a group needs their GPUs: "
+                f"{', '.join(host.stop_before)}"
+                + ("; started again at the end" if host.restore_after else "")
+            )
         for gi, g in enumerate(host_groups):
             last_g = gi == len(host_groups) - 1
             bar = "   " if last_g else "│  "
-            out.append(f"{'└─' if last_g else '├─'} {g.id}  {g.label}  TP{g.tp}  GPUs "
-                       f"{','.join(map(str, g.gpu_ids))}  port {g.port}  "
-                       f"~{format_duration(est.per_group_s[g.id])}")
+            out.append(
+                f"{'└─' if last_g else '├─'} {g.id}  {g.label}  TP{g.tp}  GPUs "
+                f"{','.join(map(str, g.gpu_ids))}  port {g.port}  "
+                f"~{format_duration(est.per_group_s[g.id])}"
+            )
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
             out.append(f"{bar}   env {env}")
@@ -76,19 +84,28 @@ def render_text(r: Review) -> str:
             for wname, wcells in groupby(gcells, key=lambda x: x.workload):
                 wcells = list(wcells)
                 n_req = sum(cell_requests(x, r.plan.dir)[0] for x in wcells)
-                out.append(f"{bar}   {wname} ({wcells[0].kind}, {len(wcells)} cell"
-                           f"{'s' if len(wcells) != 1 else ''}, {n_req} requests)")
+                out.append(
+                    f"{bar}   {wname} ({wcells[0].kind}, {len(wcells)} cell"
+                    f"{'s' if len(wcells) != 1 else ''}, {n_req} requests)"
+                )
                 for x in wcells:
                     n = cell_requests(x, r.plan.dir)[0]
-                    out.append(f"{bar}     {x.id}  {_slice(x.name, g.id) or wname:<24} "
-                               f"{n:>4} req  ~{format_duration(est.per_cell_s[x.id])}")
+                    out.append(
+                        f"{bar}     {x.id}  {_slice(x.name, g.id) or wname:<24} "
+                        f"{n:>4} req  ~{format_duration(est.per_cell_s[x.id])}"
+                    )
     kinds = Counter(x.kind for x in exp.cells)
     out.append("")
-    out.append(f"{len(exp.groups)} service groups, {len(exp.cells)} cells ("
-               + ", ".join(f"{n} {k}" for k, n in kinds.items()) + f"), {est.requests} requests, "
-               f"{len(exp.groups)} server starts")
-    out.append(f"estimated wall time {format_duration(est.total_s)} "
-               f"(server start-ups {format_duration(est.startup_s)})")
+    out.append(
+        f"{len(exp.groups)} service groups, {len(exp.cells)} cells ("
+        + ", ".join(f"{n} {k}" for k, n in kinds.items())
+        + f"), {est.requests} requests, "
+        f"{len(exp.groups)} server starts"
+    )
+    out.append(
+        f"estimated wall time {format_duration(est.total_s)} "
+        f"(server start-ups {format_duration(est.startup_s)})"
+    )
     out.append("  assuming " + "; ".join(est.assumptions))
     return "\n".join(out)
 
@@ -108,18 +125,29 @@ def render_json(r: Review) -> dict[str, Any]:
         d["cells"] = sum(1 for x in exp.cells if x.group == g.id)
         groups.append(d)
     return {
-        "campaign": {**spec.campaign.model_dump(), "plan": str(r.plan.path),
-                     "plan_hash": r.plan.hash, "results_dir": str(r.results_dir),
-                     "simulated": r.sim},
-        "hosts": {n: {**h.model_dump(exclude_none=True), "kind": "sim" if r.sim else h.kind}
-                  for n, h in spec.hosts.items()},
+        "campaign": {
+            **spec.campaign.model_dump(),
+            "plan": str(r.plan.path),
+            "plan_hash": r.plan.hash,
+            "results_dir": str(r.results_dir),
+            "simulated": r.sim,
+        },
+        "hosts": {
+            n: {**h.model_dump(exclude_none=True), "kind": "sim" if r.sim else h.kind}
+            for n, h in spec.hosts.items()
+        },
         "groups": groups,
         "cells": cells,
-        "counts": {"groups": len(exp.groups), "cells": len(exp.cells), "requests": est.requests,
-                   "server_starts": len(exp.groups),
-                   "by_kind": dict(Counter(x.kind for x in exp.cells))},
-        "foreign_services": {n: h.stop_before for n, h in spec.hosts.items()
-                             if h.stop_before and not r.sim},
+        "counts": {
+            "groups": len(exp.groups),
+            "cells": len(exp.cells),
+            "requests": est.requests,
+            "server_starts": len(exp.groups),
+            "by_kind": dict(Counter(x.kind for x in exp.cells)),
+        },
+        "foreign_services": {
+            n: h.stop_before for n, h in spec.hosts.items() if h.stop_before and not r.sim
+        },
         "estimate_s": round(est.total_s, 1),
         "assumptions": est.assumptions,
     }

@@ -28,45 +28,81 @@ def check_plan(plan: Plan) -> list[PlanError]:
     spec = plan.spec
     errs: list[PlanError] = []
 
-    for table, names in (("hosts", spec.hosts), ("configs", spec.configs),
-                         ("workloads", spec.workloads)):
+    for table, names in (
+        ("hosts", spec.hosts),
+        ("configs", spec.configs),
+        ("workloads", spec.workloads),
+    ):
         for name in names:
             if not _SAFE.match(name):
-                errs.append(PlanError((table, name), f"name {name!r} has characters that are "
-                                      "unsafe in a file name, a systemd unit name or a shell; "
-                                      "use letters, digits, '_', '.' and '-'"))
+                errs.append(
+                    PlanError(
+                        (table, name),
+                        f"name {name!r} has characters that are "
+                        "unsafe in a file name, a systemd unit name or a shell; "
+                        "use letters, digits, '_', '.' and '-'",
+                    )
+                )
 
     for name, host in spec.hosts.items():
-        chosen = [k for k, on in (("ssh", host.ssh), ("local", host.local), ("sim", host.sim)) if on]
+        chosen = [
+            k for k, on in (("ssh", host.ssh), ("local", host.local), ("sim", host.sim)) if on
+        ]
         if len(chosen) != 1:
-            errs.append(PlanError(("hosts", name), "set exactly one of ssh = \"user@host\", "
-                                  f"local = true, sim = true (found {len(chosen) or 'none'})"))
+            errs.append(
+                PlanError(
+                    ("hosts", name),
+                    'set exactly one of ssh = "user@host", '
+                    f"local = true, sim = true (found {len(chosen) or 'none'})",
+                )
+            )
         if host.gpu_ids is not None:
             if len(host.gpu_ids) != host.gpus:
-                errs.append(PlanError(("hosts", name, "gpu_ids"), f"lists {len(host.gpu_ids)} "
-                                      f"GPU ids but gpus = {host.gpus}; make them agree"))
+                errs.append(
+                    PlanError(
+                        ("hosts", name, "gpu_ids"),
+                        f"lists {len(host.gpu_ids)} "
+                        f"GPU ids but gpus = {host.gpus}; make them agree",
+                    )
+                )
             elif len(set(host.gpu_ids)) != len(host.gpu_ids):
                 errs.append(PlanError(("hosts", name, "gpu_ids"), "has a GPU id twice"))
         if host.ssh is not None and not re.match(r"^[A-Za-z0-9_.@:\[\]-]+$", host.ssh):
-            errs.append(PlanError(("hosts", name, "ssh"), f"{host.ssh!r} is not an SSH "
-                                  "destination; write an alias, user@host or user@host:port"))
+            errs.append(
+                PlanError(
+                    ("hosts", name, "ssh"),
+                    f"{host.ssh!r} is not an SSH "
+                    "destination; write an alias, user@host or user@host:port",
+                )
+            )
 
     for name, cfg in spec.configs.items():
         for key, values in cfg.params.items():
             if not values:
-                errs.append(PlanError(("configs", name, "params", key),
-                                      "empty list: give at least one value"))
+                errs.append(
+                    PlanError(
+                        ("configs", name, "params", key), "empty list: give at least one value"
+                    )
+                )
             for v in values:
                 if not _SAFE.match(str(v)):
-                    errs.append(PlanError(("configs", name, "params", key),
-                                          f"value {v!r} cannot be part of a config name"))
+                    errs.append(
+                        PlanError(
+                            ("configs", name, "params", key),
+                            f"value {v!r} cannot be part of a config name",
+                        )
+                    )
         allowed = set(PLACEHOLDERS) | set(cfg.params)
-        templates = [("launch", t) for t in (cfg.launch or [])] + \
-                    [("args", t) for t in cfg.args] + [("label", cfg.label or "")]
+        templates = (
+            [("launch", t) for t in (cfg.launch or [])]
+            + [("args", t) for t in cfg.args]
+            + [("label", cfg.label or "")]
+        )
         errs += _check_placeholders(("configs", name), templates, allowed)
     errs += _check_placeholders(
         ("server",),
-        [("launch", t) for t in (spec.server.launch or [])] + [("args", t) for t in spec.server.args],
+        [("launch", t) for t in (spec.server.launch or [])]
+        + [("args", t) for t in spec.server.args],
         set(PLACEHOLDERS) | {k for c in spec.configs.values() for k in c.params},
     )
     if errs:
@@ -76,9 +112,13 @@ def check_plan(plan: Plan) -> list[PlanError]:
     first: dict[str, str] = {}
     for c in configs:
         if c.name in first:
-            errs.append(PlanError(("configs", c.base, "params") if c.params else ("configs", c.base),
-                                  f"expands to the name {c.name!r}, which config "
-                                  f"{first[c.name]!r} also has; rename one"))
+            errs.append(
+                PlanError(
+                    ("configs", c.base, "params") if c.params else ("configs", c.base),
+                    f"expands to the name {c.name!r}, which config "
+                    f"{first[c.name]!r} also has; rename one",
+                )
+            )
         else:
             first[c.name] = c.base
 
@@ -93,42 +133,74 @@ def check_plan(plan: Plan) -> list[PlanError]:
     for tp in m.tp:
         for h in hosts:
             if h in spec.hosts and tp > spec.hosts[h].gpus:
-                errs.append(PlanError(("matrix", "tp"), f"TP {tp} needs {tp} GPUs but host "
-                                      f"{h!r} has gpus = {spec.hosts[h].gpus}; drop TP {tp} or "
-                                      "exclude it for that host"))
+                errs.append(
+                    PlanError(
+                        ("matrix", "tp"),
+                        f"TP {tp} needs {tp} GPUs but host "
+                        f"{h!r} has gpus = {spec.hosts[h].gpus}; drop TP {tp} or "
+                        "exclude it for that host",
+                    )
+                )
     for i, ex in enumerate(m.exclude):
         if ex.config is not None and not names_matching(ex.config, configs):
-            errs.append(PlanError(("matrix", "exclude", i, "config"),
-                                  _unknown("config", ex.config, spec.configs)))
+            errs.append(
+                PlanError(
+                    ("matrix", "exclude", i, "config"), _unknown("config", ex.config, spec.configs)
+                )
+            )
         if ex.host is not None and ex.host not in spec.hosts:
-            errs.append(PlanError(("matrix", "exclude", i, "host"),
-                                  _unknown("host", ex.host, spec.hosts)))
+            errs.append(
+                PlanError(("matrix", "exclude", i, "host"), _unknown("host", ex.host, spec.hosts))
+            )
         if ex.workload is not None and ex.workload not in spec.workloads:
-            errs.append(PlanError(("matrix", "exclude", i, "workload"),
-                                  _unknown("workload", ex.workload, spec.workloads)))
+            errs.append(
+                PlanError(
+                    ("matrix", "exclude", i, "workload"),
+                    _unknown("workload", ex.workload, spec.workloads),
+                )
+            )
 
     for wname, w in spec.workloads.items():
         for i, ref in enumerate(w.configs or []):
             if not names_matching(ref, configs):
-                errs.append(PlanError(("workloads", wname, "configs", i),
-                                      _unknown("config", ref, spec.configs)))
+                errs.append(
+                    PlanError(
+                        ("workloads", wname, "configs", i), _unknown("config", ref, spec.configs)
+                    )
+                )
         for tp in w.tp or []:
             if tp not in m.tp:
-                errs.append(PlanError(("workloads", wname, "tp"), f"TP {tp} is not in "
-                                      f"matrix.tp {m.tp}; the workload can only restrict it"))
+                errs.append(
+                    PlanError(
+                        ("workloads", wname, "tp"),
+                        f"TP {tp} is not in matrix.tp {m.tp}; the workload can only restrict it",
+                    )
+                )
         for i, p in enumerate(w.prompts):
             if resolve_prompt_set(p, plan.dir) is None:
-                errs.append(PlanError(("workloads", wname, "prompts", i), _missing_prompts(p, plan)))
+                errs.append(
+                    PlanError(("workloads", wname, "prompts", i), _missing_prompts(p, plan))
+                )
 
     in_matrix = {n for ref in m.configs for n in names_matching(ref, configs)}
     if spec.campaign.baseline is not None:
         b = spec.campaign.baseline
         if len(names_matching(b, configs)) > 1:
-            errs.append(PlanError(("campaign", "baseline"), f"{b!r} is parametrized; name one "
-                                  "expansion, e.g. " + repr(names_matching(b, configs)[0])))
+            errs.append(
+                PlanError(
+                    ("campaign", "baseline"),
+                    f"{b!r} is parametrized; name one "
+                    "expansion, e.g. " + repr(names_matching(b, configs)[0]),
+                )
+            )
         elif b not in in_matrix:
-            errs.append(PlanError(("campaign", "baseline"), f"baseline {b!r} is not in "
-                                  f"matrix.configs {m.configs}; speedups need it measured"))
+            errs.append(
+                PlanError(
+                    ("campaign", "baseline"),
+                    f"baseline {b!r} is not in "
+                    f"matrix.configs {m.configs}; speedups need it measured",
+                )
+            )
 
     for name, pattern in spec.logs.items():
         try:
@@ -137,8 +209,12 @@ def check_plan(plan: Plan) -> list[PlanError]:
             errs.append(PlanError(("logs", name), f"not a valid regular expression: {exc}"))
             continue
         if not rx.groupindex:
-            errs.append(PlanError(("logs", name), "has no named group; write e.g. "
-                                  "'accept len: (?P<accept_len>[0-9.]+)'"))
+            errs.append(
+                PlanError(
+                    ("logs", name),
+                    "has no named group; write e.g. 'accept len: (?P<accept_len>[0-9.]+)'",
+                )
+            )
 
     needs_model = any(spec.hosts[h].kind != "sim" for h in hosts if h in spec.hosts)
     if needs_model and not any(c.model for c in configs):
@@ -146,20 +222,27 @@ def check_plan(plan: Plan) -> list[PlanError]:
     return errs
 
 
-def _check_placeholders(where: tuple[str, ...], templates: list[tuple[str, str]],
-                        allowed: set[str]) -> list[PlanError]:
+def _check_placeholders(
+    where: tuple[str, ...], templates: list[tuple[str, str]], allowed: set[str]
+) -> list[PlanError]:
     errs = []
     for key, text in templates:
         try:
             names = placeholders(text)
         except ValueError as exc:
-            errs.append(PlanError((*where, key), f"{text!r}: {exc} (write {{{{ for a literal "
-                                  "brace)"))
+            errs.append(
+                PlanError((*where, key), f"{text!r}: {exc} (write {{{{ for a literal brace)")
+            )
             continue
         for n in names:
             if n not in allowed:
-                errs.append(PlanError((*where, key), f"unknown placeholder {{{n}}} in {text!r}; "
-                                      f"known: {', '.join('{' + a + '}' for a in sorted(allowed))}"))
+                errs.append(
+                    PlanError(
+                        (*where, key),
+                        f"unknown placeholder {{{n}}} in {text!r}; "
+                        f"known: {', '.join('{' + a + '}' for a in sorted(allowed))}",
+                    )
+                )
     return errs
 
 
@@ -173,5 +256,7 @@ def _unknown(what: str, name: str, known: object) -> str:
 def _missing_prompts(name: str, plan: Plan) -> str:
     if name.endswith(".jsonl"):
         return f"prompt file {plan.dir / name} does not exist"
-    return (f"no prompt set {name!r}: neither {plan.dir / 'prompts' / (name + '.jsonl')} nor a "
-            f"shipped set ({', '.join(shipped_sets())})")
+    return (
+        f"no prompt set {name!r}: neither {plan.dir / 'prompts' / (name + '.jsonl')} nor a "
+        f"shipped set ({', '.join(shipped_sets())})"
+    )

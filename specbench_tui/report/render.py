@@ -77,12 +77,32 @@ class TexRaw(str):
 
 
 _TEX_CHARS = {
-    "\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&",
-    "#": r"\#", "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-    "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "\u2014": "---",
-    "\u2013": "--", "\u00d7": r"$\times$", "\u2192": r"$\rightarrow$", "\u2265": r"$\geq$",
-    "\u2264": r"$\leq$", "\u00b5": r"$\mu$", "\u2026": r"\ldots{}", "\u00a0": "~",
-    "\u2018": "`", "\u2019": "'", "\u201c": "``", "\u201d": "''",
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "_": r"\_",
+    "%": r"\%",
+    "&": r"\&",
+    "#": r"\#",
+    "$": r"\$",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
+    "\u2014": "---",
+    "\u2013": "--",
+    "\u00d7": r"$\times$",
+    "\u2192": r"$\rightarrow$",
+    "\u2265": r"$\geq$",
+    "\u2264": r"$\leq$",
+    "\u00b5": r"$\mu$",
+    "\u2026": r"\ldots{}",
+    "\u00a0": "~",
+    "\u2018": "`",
+    "\u2019": "'",
+    "\u201c": "``",
+    "\u201d": "''",
     # Break TeX ligatures that would change what a name says (-- and --- become dashes).
     "-": "-{}",
 }
@@ -125,11 +145,18 @@ def _tex_num(fmt: Callable[[Any], str]) -> Callable[[Any], TexRaw]:
 def _tex_env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
-        block_start_string="((*", block_end_string="*))",
-        variable_start_string="(((", variable_end_string=")))",
-        comment_start_string="((=", comment_end_string="=))",
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined, finalize=_tex_finalize, autoescape=False,
+        block_start_string="((*",
+        block_end_string="*))",
+        variable_start_string="(((",
+        variable_end_string=")))",
+        comment_start_string="((=",
+        comment_end_string="=))",
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        finalize=_tex_finalize,
+        autoescape=False,
     )
     env.filters.update({name: _tex_num(fmt) for name, fmt in FORMATS.items()})
     env.filters["opt"] = lambda v: TexRaw("---") if v is None or v == "" else v
@@ -151,8 +178,12 @@ def md_escape(value: Any) -> str:
 
 def _md_env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False,
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
     )
     env.filters.update(FORMATS)
     env.filters["md"] = md_escape
@@ -207,17 +238,34 @@ def compile_pdf(tex_path: Path, pdf_path: Path, log_path: Path) -> bool:
         with tempfile.TemporaryDirectory(prefix="specbench-report-") as tmp:
             work = Path(tmp)
             shutil.copyfile(tex_path, work / "report.tex")
-            cmd = [engine, "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape",
-                   "report.tex"]
+            cmd = [
+                engine,
+                "-interaction=nonstopmode",
+                "-halt-on-error",
+                "-no-shell-escape",
+                "report.tex",
+            ]
             for _ in range(TEX_MAX_PASSES):
-                proc = subprocess.run(cmd, cwd=work, stdin=subprocess.DEVNULL,
-                                      capture_output=True, timeout=TEX_TIMEOUT_S, check=False)
+                proc = subprocess.run(
+                    cmd,
+                    cwd=work,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=TEX_TIMEOUT_S,
+                    check=False,
+                )
                 tex_log = work / "report.log"
-                text = (tex_log.read_text(errors="replace") if tex_log.exists()
-                        else proc.stdout.decode(errors="replace"))
+                text = (
+                    tex_log.read_text(errors="replace")
+                    if tex_log.exists()
+                    else proc.stdout.decode(errors="replace")
+                )
                 if proc.returncode != 0 or not (work / "report.pdf").exists():
-                    _fail(pdf_path, log_path, f"{Path(engine).name} exited with status "
-                          f"{proc.returncode}\n" + _tail(text))
+                    _fail(
+                        pdf_path,
+                        log_path,
+                        f"{Path(engine).name} exited with status {proc.returncode}\n" + _tail(text),
+                    )
                     return False
                 if "Rerun to get" not in text and "Rerun LaTeX" not in text:
                     break

@@ -110,6 +110,7 @@ class SimServer:
         self.gpus = SimGpus(cfg, self._load)
         self.ready = False
         self.draining = False
+        self.crashed = False  # a fatal error happened; the process is about to vanish
         self.served = 0
         self.records: OrderedDict[str, RequestRecord] = OrderedDict()
         self.stop_event = asyncio.Event()
@@ -252,6 +253,8 @@ class SimServer:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         received = time.perf_counter()
+        if self.crashed:  # no answer: the client sees the connection drop when we exit
+            await asyncio.sleep(3600)
         refused = self._refuse()
         if refused is not None:
             return refused
@@ -302,6 +305,8 @@ class SimServer:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         received = time.perf_counter()
+        if self.crashed:  # no answer: the client sees the connection drop when we exit
+            await asyncio.sleep(3600)
         refused = self._refuse()
         if refused is not None:
             return refused
@@ -463,6 +468,7 @@ class SimServer:
 
     def _crash(self) -> None:
         """Die like a scheduler hitting a fatal CUDA error: no cleanup, files left behind."""
+        self.crashed = True
         self.log.line(
             "Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory "
             "access was encountered"

@@ -1,0 +1,88 @@
+"""Status marks and theme-derived Rich styles shared by the panes.
+
+The panes build Rich ``Text`` (the tree's labels, bars, the log highlighter), which cannot
+refer to CSS variables; so the colours are read from the current theme here, once per theme
+change, and every pane asks this module rather than hard-coding a colour. That is what makes
+the 16-colour theme work: its ``ansi_*`` colours come through as the terminal's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import App
+from textual.color import Color
+
+#: One glyph per status, distinct in shape as well as colour (colour-blind and 16-colour use).
+MARKS: dict[str, str] = {
+    "pending": "·",
+    "running": "▶",
+    "done": "✓",
+    "failed": "✗",
+    "skipped": "↷",
+}
+
+SERVER_MARKS: dict[str, str] = {
+    "pending": "·",
+    "starting": "…",
+    "ready": "●",
+    "failed": "✗",
+    "stopped": "○",
+}
+
+
+@dataclass(frozen=True)
+class Palette:
+    """Rich styles for the semantic colours of the current theme."""
+
+    success: Style
+    error: Style
+    warning: Style
+    accent: Style
+    primary: Style
+    muted: Style
+    bold: Style
+
+    def status(self, status: str) -> Style:
+        return {
+            "done": self.success,
+            "failed": self.error,
+            "skipped": self.warning,
+            "running": self.accent,
+            "ready": self.success,
+            "starting": self.accent,
+            "stopped": self.muted,
+        }.get(status, self.muted)
+
+
+def _style(variables: dict[str, str], name: str, fallback: str) -> Style:
+    try:
+        return Style(color=Color.parse(variables.get(name, fallback)).rich_color)
+    except Exception:  # a theme variable that is not a plain colour: fall back, never crash
+        return Style(color=Color.parse(fallback).rich_color)
+
+
+def palette_for(app: App[object]) -> Palette:
+    v = app.theme_variables
+    return Palette(
+        success=_style(v, "success", "green"),
+        error=_style(v, "error", "red"),
+        warning=_style(v, "warning", "yellow"),
+        accent=_style(v, "accent", "yellow"),
+        primary=_style(v, "primary", "blue"),
+        muted=Style(dim=True),
+        bold=Style(bold=True),
+    )
+
+
+def bar(fraction: float, width: int, style: Style, empty: Style) -> Text:
+    """A horizontal bar in eighths of a cell, so that small changes are visible at any width."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    partial = " ▏▎▍▌▋▊▉"[part].strip() if part else ""
+    text = Text("█" * full + partial, style=style)
+    text.append("░" * (width - full - (1 if partial else 0)), style=empty)
+    return text

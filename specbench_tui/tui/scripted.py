@@ -1,0 +1,493 @@
+"""A ``CampaignControl`` that plays a scripted campaign, for tests, the console bench and a look
+at the console without the engine.
+
+It answers commands the way the engine contract says (a ``Reply`` for each, ``ok=False`` with
+the reason when nothing applies) and publishes the events the engine would, so key presses in a
+test have a visible effect. It keeps its own ``CampaignProgress`` to decide, exactly as any
+observer would: it never needs more than the event stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from fnmatch import fnmatchcase
+
+from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.events import (
+    Aborted,
+    CampaignFinished,
+    CampaignStarted,
+    CellFailed,
+    CellFinished,
+    CellQueued,
+    CellSkipped,
+    CellStarted,
+    Event,
+    GpuSample,
+    GroupFinished,
+    GroupStarted,
+    LogLine,
+    Paused,
+    RequestDone,
+    Resumed,
+    ServiceReady,
+)
+from specbench_tui.engine.progress import CampaignProgress
+from specbench_tui.plan.cells import Cell, ServiceGroup
+
+#: A fixed start so that everything derived from timestamps (plots, elapsed) is reproducible.
+T0 = 1_760_000_000.0
+
+
+class ScriptedControl:
+    """Replays ``events`` to every subscriber, then whatever ``publish`` adds, until ``close``."""
+
+    detached = False  # an in-process campaign: closing the console ends it
+
+    def __init__(
+        self,
+        events: list[Event] | None = None,
+        *,
+        close_after_replay: bool = False,
+        clock_step: float = 0.5,
+    ) -> None:
+        self.history: list[Event] = []
+        self.commands: list[Command] = []
+        self.replies: list[Reply] = []
+        self.progress = CampaignProgress()
+        self._queues: list[asyncio.Queue[Event | None]] = []
+        self._closed = False
+        self._clock_step = clock_step
+        for ev in events or []:
+            self.publish(ev)
+        if close_after_replay:
+            self.close()
+
+    # --- producer side ---------------------------------------------------------------------
+
+    def publish(self, ev: Event) -> None:
+        self.history.append(ev)
+        self.progress.apply(ev)
+        for q in self._queues:
+            q.put_nowait(ev)
+
+    def close(self) -> None:
+        """End the stream, as the engine does after ``campaign_finished``."""
+        self._closed = True
+        for q in self._queues:
+            q.put_nowait(None)
+
+    def _now(self) -> float:
+        """Scripted time: just after the last event, so replies stay deterministic."""
+        last = self.history[-1].ts if self.history else T0
+        return last + self._clock_step
+
+    # --- CampaignControl -------------------------------------------------------------------
+
+    async def subscribe(self) -> AsyncIterator[Event]:
+        q: asyncio.Queue[Event | None] = asyncio.Queue()
+        replay = list(self.history)
+        self._queues.append(q)
+        try:
+            for ev in replay:
+                yield ev
+            if self._closed and q.empty():
+                return
+            while True:
+                item = await q.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            self._queues.remove(q)
+
+    async def send(self, command: Command) -> Reply:
+        self.commands.append(command)
+        reply = self._handle(command)
+        self.replies.append(reply)
+        return reply
+
+    # --- a small engine's worth of answers -------------------------------------------------
+
+    def _targets(self, target: str | None) -> list[str]:
+        p = self.progress
+        if target is None:
+            return [p.current_cell] if p.current_cell else []
+        if target in p.cells:
+            return [target]
+        if target in p.groups:
+            return list(p.groups[target].cells)
+        return [c.id for c in p.cells.values() if fnmatchcase(c.name, target)]
+
+    def _handle(self, cmd: Command) -> Reply:
+        p = self.progress
+        if p.finished and cmd.action not in ("rerun", "rerun_failed"):
+            return Reply(False, "the campaign has finished")
+        ts = self._now()
+        if cmd.action == "pause":
+            if p.paused:
+                return Reply(False, "already paused")
+            self.publish(Paused(by=cmd.by, ts=ts))
+            return Reply(True, "paused: the running cell finishes, nothing new starts")
+        if cmd.action == "resume":
+            if not p.paused:
+                return Reply(False, "nothing to resume: the campaign is running")
+            self.publish(Resumed(by=cmd.by, ts=ts))
+            return Reply(True, "resumed")
+        if cmd.action == "abort":
+            self.publish(Aborted(by=cmd.by, reason="operator abort", ts=ts))
+            c = p.counts
+            self.publish(
+                CampaignFinished(
+                    campaign=p.campaign,
+                    finished=c.done,
+                    failed=c.failed,
+                    skipped=c.skipped,
+                    exit_code=130,
+                    ts=ts,
+                )
+            )
+            self.close()
+            return Reply(True, "aborting: the running cell is stopped, results so far are kept")
+        if cmd.action == "skip":
+            ids = [
+                i for i in self._targets(cmd.target) if p.cells[i].status in ("pending", "running")
+            ]
+            if not ids:
+                return Reply(False, f"nothing to skip: {cmd.target or 'no cell is running'}")
+            for i in ids:
+                c = p.cells[i]
+                self.publish(
+                    CellSkipped(
+                        cell_id=i,
+                        group=c.group,
+                        cell=c.name,
+                        attempt=max(c.attempt, 1),
+                        by=cmd.by,
+                        reason=f"skipped by {cmd.by}",
+                        ts=ts,
+                    )
+                )
+            return Reply(True, f"skipped {len(ids)} cell(s)")
+        if cmd.action in ("rerun", "rerun_failed"):
+            if cmd.action == "rerun_failed":
+                ids = [c.id for c in p.failed_cells()]
+                if not ids:
+                    return Reply(False, "no failed cells to rerun")
+            else:
+                if cmd.target is None:
+                    return Reply(False, "rerun needs a cell: select one in the plan tree")
+                ids = [
+                    i
+                    for i in self._targets(cmd.target)
+                    if p.cells[i].status in ("done", "failed", "skipped")
+                ]
+                if not ids:
+                    return Reply(False, f"nothing to rerun in {cmd.target}: not run yet")
+            for i in ids:
+                c = p.cells[i]
+                self.publish(
+                    CellQueued(
+                        cell_id=i,
+                        group=c.group,
+                        cell=c.name,
+                        attempt=c.attempt + 1,
+                        by=cmd.by,
+                        ts=ts,
+                    )
+                )
+            return Reply(True, f"queued {len(ids)} cell(s) again")
+        if cmd.action == "retry_group":
+            gid = cmd.target or p.current_group
+            if not gid or gid not in p.groups:
+                return Reply(False, "no service group to retry")
+            return Reply(True, f"restarting {gid} after the running cell")
+        return Reply(False, f"unknown command {cmd.action}")
+
+
+# --- a realistic scripted campaign -------------------------------------------------------
+
+_GPU_TOTAL = 97_887.0
+
+
+def _groups() -> list[ServiceGroup]:
+    def group(
+        config: str, label: str, tp: int, gpus: tuple[int, ...], spec: bool, extra: tuple[str, ...]
+    ) -> ServiceGroup:
+        cmd = (
+            "python",
+            "-m",
+            "specbench_tui.sim.server",
+            "--model-path",
+            "/dev/shm/Qwen3.6-27B",
+            "--tp-size",
+            str(tp),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(30000 + gpus[0]),
+            *extra,
+        )
+        return ServiceGroup(
+            id=f"sim.{config}.tp{tp}",
+            host="sim",
+            host_kind="sim",
+            config=config,
+            label=label,
+            tp=tp,
+            gpu_ids=gpus,
+            port=30000 + gpus[0],
+            command=cmd,
+            env=(),
+            api="sglang",
+            ready_timeout_s=900.0,
+            speculative=spec,
+        )
+
+    dflash = ("--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "16")
+    ddtree = ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "16")
+    return [
+        group("ar", "Autoregressive", 1, (0,), False, ()),
+        group("dflash", "DFlash (linear, block 16)", 1, (0,), True, dflash),
+        group("ddtree-16", "DDTree (budget 16)", 1, (0,), True, ddtree),
+        group("ddtree-16", "DDTree (budget 16)", 4, (0, 1, 2, 3), True, ddtree),
+    ]
+
+
+def _cells(groups: list[ServiceGroup]) -> list[Cell]:
+    cells: list[Cell] = []
+    for g in groups:
+        base = dict(
+            group=g.id,
+            host=g.host,
+            config=g.config,
+            tp=g.tp,
+            params=(("budget", 16),) if "ddtree" in g.config else (),
+        )
+        for ps in ("code", "math"):
+            cells.append(
+                Cell(
+                    id=f"{g.config[:3]}{g.tp}{ps[:2]}64",
+                    name=f"{g.id}/single/{ps}/64",
+                    workload="single",
+                    kind="single",
+                    prompt_set=ps,
+                    max_tokens=64,
+                    concurrency=None,
+                    prompts=(ps,),
+                    samples=4,
+                    repeats=2,
+                    warmup=1,
+                    **base,
+                )
+            )
+        cells.append(
+            Cell(
+                id=f"{g.config[:3]}{g.tp}agent",
+                name=f"{g.id}/agentic",
+                workload="agentic",
+                kind="agentic",
+                prompt_set=None,
+                max_tokens=128,
+                concurrency=None,
+                prompts=("code",),
+                sessions=2,
+                turns=3,
+                tool_output_tokens=256,
+                **base,
+            )
+        )
+        cells.append(
+            Cell(
+                id=f"{g.config[:3]}{g.tp}conc4",
+                name=f"{g.id}/concurrency/c4",
+                workload="concurrency",
+                kind="concurrency",
+                prompt_set=None,
+                max_tokens=128,
+                concurrency=4,
+                prompts=("chat",),
+                requests=16,
+                **base,
+            )
+        )
+    return cells
+
+
+def _stats_line(
+    ts: float, tp: int, accept: float | None, gen: float, running: int, queue: int
+) -> LogLine:
+    acc = f"accept len: {accept:.2f}, accept rate: {accept / 16:.2f}, " if accept else ""
+    line = (
+        f"[2025-10-09 08:{int(ts) // 60 % 60:02d}:{int(ts) % 60:02d} TP0] Decode batch, "
+        f"#running-req: {running}, #token: {running * 900}, token usage: 0.{running + 10}, "
+        f"{acc}cuda graph: True, gen throughput (token/s): {gen:.2f}, #queue-req: {queue},"
+    )
+    stats = {"running_req": float(running), "queue_req": float(queue), "gen_throughput": gen}
+    if accept:
+        stats["accept_len"] = accept
+    return LogLine(group="", line=line, stats=stats, ts=ts)
+
+
+def sample_campaign(*, finish: bool = False) -> list[Event]:
+    """A campaign on one simulated host: four service groups, sixteen cells; the first group
+    finished, a cell of the second failed (with its log tail), the third running, the fourth
+    pending; log lines with stats, per-request results and GPU samples along the way.
+    ``finish=True`` carries it to ``campaign_finished``."""
+    groups = _groups()
+    cells = _cells(groups)
+    by_group: dict[str, list[Cell]] = {}
+    for c in cells:
+        by_group.setdefault(c.group, []).append(c)
+    evs: list[Event] = [
+        CampaignStarted(
+            campaign="demo",
+            title="DDTree vs DFlash vs AR (simulated)",
+            plan_hash="3f9a1c",
+            results_dir="results/demo",
+            hosts=["sim"],
+            groups=[g.to_json() for g in groups],
+            cells=[c.to_json() for c in cells],
+            simulated=True,
+            pid=4242,
+            ts=T0,
+        )
+    ]
+    t = T0
+    speeds = {"ar": (38.0, None), "dflash": (95.0, 5.8), "ddtree-16": (131.0, 7.9)}
+
+    def gpu_samples(ts: float, busy: tuple[int, ...]) -> list[Event]:
+        out: list[Event] = []
+        for gpu in range(8):
+            on = gpu in busy
+            out.append(
+                GpuSample(
+                    host="sim",
+                    gpu=gpu,
+                    util_pct=87.0 - gpu if on else 0.0,
+                    mem_used_mib=83_200.0 + 100 * gpu if on else 512.0,
+                    mem_total_mib=_GPU_TOTAL,
+                    power_w=412.0 - gpu if on else 61.0,
+                    temp_c=66.0 + gpu if on else 34.0,
+                    processes=[f"sglang::scheduler_TP{busy.index(gpu)}"] if on else [],
+                    ts=ts,
+                )
+            )
+        return out
+
+    def run_group(g: ServiceGroup, stop: int | None = None, fail: int | None = None) -> None:
+        nonlocal t
+        evs.append(
+            GroupStarted(
+                group=g.id,
+                host=g.host,
+                config=g.config,
+                tp=g.tp,
+                gpu_ids=list(g.gpu_ids),
+                command=list(g.command),
+                ts=t,
+            )
+        )
+        t += 12.0
+        evs.append(LogLine(group=g.id, line="The server is fired up and ready to roll!", ts=t))
+        evs.append(ServiceReady(group=g.id, startup_s=12.0, ts=t))
+        speed, accept = speeds[g.config]
+        speed *= g.tp**0.5
+        for i, c in enumerate(by_group[g.id]):
+            if stop is not None and i == stop:
+                evs.append(CellStarted(cell_id=c.id, group=g.id, cell=c.name, requests=8, ts=t))
+                for r in range(3):
+                    t += 1.5
+                    evs.append(
+                        RequestDone(
+                            cell_id=c.id,
+                            group=g.id,
+                            ttft_s=0.041 + 0.002 * r,
+                            e2e_s=1.4,
+                            output_tokens=64,
+                            output_tok_s=speed + 3 * r,
+                            accept_length=accept,
+                            done=r + 1,
+                            total=8,
+                            ts=t,
+                        )
+                    )
+                    ev = _stats_line(t, g.tp, accept, speed * 1.02, 1, 0)
+                    ev.group = g.id
+                    evs.append(ev)
+                evs.extend(gpu_samples(t, g.gpu_ids))
+                return
+            evs.append(CellStarted(cell_id=c.id, group=g.id, cell=c.name, requests=8, ts=t))
+            for r in range(4):
+                t += 2.0
+                evs.append(
+                    RequestDone(
+                        cell_id=c.id,
+                        group=g.id,
+                        ttft_s=0.040 + 0.003 * r,
+                        e2e_s=1.5,
+                        output_tokens=64,
+                        output_tok_s=speed - 2 * r + i,
+                        accept_length=accept,
+                        done=2 * r + 2,
+                        total=8,
+                        ts=t,
+                    )
+                )
+                ev = _stats_line(t, g.tp, accept, speed * 0.98 + r, 1 + r % 2, 0)
+                ev.group = g.id
+                evs.append(ev)
+            evs.extend(gpu_samples(t, g.gpu_ids))
+            if fail is not None and i == fail:
+                tail = [
+                    "[2025-10-09 08:21:40 TP0] Decode batch, #running-req: 4, #token: 3600, "
+                    "token usage: 0.14, cuda graph: True, gen throughput (token/s): 88.10, "
+                    "#queue-req: 0,",
+                    "[2025-10-09 08:21:41 TP0] Scheduler hit an exception: Traceback (most "
+                    "recent call last):",
+                    '  File "sglang/srt/managers/scheduler.py", line 2140, in run_scheduler',
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                ]
+                for line in tail:
+                    evs.append(LogLine(group=g.id, line=line, ts=t))
+                evs.append(
+                    CellFailed(
+                        cell_id=c.id,
+                        group=g.id,
+                        cell=c.name,
+                        reason="12 of 16 requests failed: server returned 500 (CUDA out of memory)",
+                        log_tail=tail,
+                        ts=t,
+                    )
+                )
+                continue
+            evs.append(
+                CellFinished(
+                    cell_id=c.id,
+                    group=g.id,
+                    cell=c.name,
+                    requests=8,
+                    wall_s=8.0,
+                    throughput_tok_s=speed * 0.97,
+                    ttft_p50_s=0.044,
+                    output_tok_s_p50=speed,
+                    accept_length_mean=accept,
+                    ts=t,
+                )
+            )
+        evs.append(GroupFinished(group=g.id, status="done", ts=t))
+
+    run_group(groups[0])
+    run_group(groups[1], fail=3)
+    if finish:
+        run_group(groups[2])
+        run_group(groups[3])
+        evs.append(
+            CampaignFinished(
+                campaign="demo", finished=15, failed=1, skipped=0, wall_s=t - T0, exit_code=1, ts=t
+            )
+        )
+    else:
+        run_group(groups[2], stop=2)
+    return evs

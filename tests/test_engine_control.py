@@ -1,0 +1,272 @@
+"""Operator commands and fault handling, driven against real simulated campaigns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from specbench_tui.engine.campaign import Campaign, CampaignOptions
+from specbench_tui.engine.commands import Command
+from specbench_tui.engine.control_socket import attach_control
+from specbench_tui.engine.events import CellFinished, CellStarted, Event
+from specbench_tui.engine.layout import ResultsLayout
+from specbench_tui.errors import InputError
+from specbench_tui.plan.loader import load_plan
+from tests.conftest import MINIMAL_PLAN, ROOT
+
+pytestmark = pytest.mark.slow
+
+PLAN = MINIMAL_PLAN.replace("max_tokens = [32]\n", "max_tokens = [32, 48, 64]\nrepeats = 2\n")
+
+
+def prepare(path: Path, results: Path, **opts: object) -> Campaign:
+    plan = load_plan(path)
+    layout = ResultsLayout.for_campaign(results, plan.spec.campaign.name)
+    return Campaign.prepare(plan, layout, CampaignOptions(**opts))  # type: ignore[arg-type]
+
+
+async def wait_for(campaign: Campaign, pred: Callable[[Event], bool], timeout: float = 30) -> Event:
+    async def scan() -> Event:
+        async for ev in campaign.subscribe():
+            if pred(ev):
+                return ev
+        raise AssertionError("campaign ended first")
+
+    return await asyncio.wait_for(scan(), timeout)
+
+
+def events(root: Path) -> list[dict]:
+    return [json.loads(x) for x in (root / "events.jsonl").read_text().splitlines()]
+
+
+async def test_pause_holds_the_queue_and_resume_continues(write_plan, tmp_path: Path) -> None:
+    c = prepare(write_plan(PLAN.replace("speed = 50", "speed = 10")), tmp_path)
+    run = asyncio.create_task(c.run())
+    await wait_for(c, lambda e: isinstance(e, CellFinished))
+    reply = await c.send(Command("pause", by="test"))
+    assert reply.ok, reply.text
+    assert not (await c.send(Command("pause"))).ok  # already paused: said, not ignored
+    await asyncio.sleep(0.3)  # let the cell in flight stop
+    started = sum(1 for e in c._durable if isinstance(e, CellStarted))
+    await asyncio.sleep(1.0)
+    assert sum(1 for e in c._durable if isinstance(e, CellStarted)) == started  # queue held
+    assert not run.done()
+    assert (await c.send(Command("resume", by="test"))).ok
+    assert not (await c.send(Command("resume"))).ok
+    assert await asyncio.wait_for(run, 60) == 0
+    ev = events(c.layout.root)
+    names = [e["event"] for e in ev]
+    assert "paused" in names and "resumed" in names
+    assert Counter(e["event"] for e in ev)["cell_finished"] == 6
+    assert (await c.send(Command("pause"))).ok is False  # finished: nothing to pause
+
+
+async def test_skip_and_rerun_make_the_right_attempts(write_plan, tmp_path: Path) -> None:
+    c = prepare(write_plan(PLAN.replace("speed = 50", "speed = 20")), tmp_path)
+    dflash_group = "sim.dflash.tp1"
+    run = asyncio.create_task(c.run())
+    first = await wait_for(c, lambda e: isinstance(e, CellFinished))
+    assert (await c.send(Command("skip", target=dflash_group, by="alice"))).ok
+    r = await c.send(Command("rerun", target=first.cell_id, by="alice"))  # type: ignore[attr-defined]
+    assert r.ok, r.text
+    bad = await c.send(Command("rerun", target="no-such-cell"))
+    assert not bad.ok and "no cell matches" in bad.text
+    assert await asyncio.wait_for(run, 60) == 0
+    ev = events(c.layout.root)
+    skipped = [e for e in ev if e["event"] == "cell_skipped"]
+    assert len(skipped) == 3 and all(e["by"] == "alice" for e in skipped)
+    assert all(e["group"] == dflash_group for e in skipped)
+    reruns = [e for e in ev if e["event"] == "cell_finished" and e["cell_id"] == first.cell_id]  # type: ignore[attr-defined]
+    assert [e["attempt"] for e in reruns] == [1, 2]
+    req = pl.read_parquet(c.layout.requests)
+    mine = req.filter(pl.col("cell_id") == first.cell_id)  # type: ignore[attr-defined]
+    assert sorted(set(mine["attempt"])) == [1, 2]  # the earlier attempt stays in the results
+    cells = pl.read_parquet(c.layout.cells)
+    assert cells.filter(pl.col("cell_id") == first.cell_id)["attempt"].to_list() == [2]  # type: ignore[attr-defined]
+
+
+async def test_abort_leaves_a_consistent_resumable_directory(write_plan, tmp_path: Path) -> None:
+    path = write_plan(PLAN.replace("speed = 50", "speed = 10"))
+    c = prepare(path, tmp_path)
+    run = asyncio.create_task(c.run())
+    await wait_for(c, lambda e: isinstance(e, CellFinished))
+    assert (await c.send(Command("abort", by="test"))).ok
+    assert await asyncio.wait_for(run, 30) == 130
+    ev = events(c.layout.root)
+    assert ev[-1]["event"] == "campaign_finished" and ev[-1]["exit_code"] == 130
+    done = {e["cell_id"] for e in ev if e["event"] == "cell_finished"}
+    assert 1 <= len(done) < 6
+    req = pl.read_parquet(c.layout.requests)
+    cells = pl.read_parquet(c.layout.cells).select("cell_id", "attempt")
+    assert req.join(cells, on=["cell_id", "attempt"]).height == len(done) * 4
+    # The interrupted cell's partial rows stay, as an attempt that does not count.
+    assert set(req.join(cells, on=["cell_id", "attempt"], how="anti")["cell_id"]) <= {
+        e["cell_id"] for e in ev if e["event"] == "cell_queued"
+    }
+
+    again = prepare(path, tmp_path)
+    assert await asyncio.wait_for(again.run(), 60) == 0
+    ev2 = events(c.layout.root)[len(ev) :]
+    assert not done & {e["cell_id"] for e in ev2 if e["event"] == "cell_started"}
+    assert len({e["cell_id"] for e in events(c.layout.root) if e["event"] == "cell_finished"}) == 6
+    req = pl.read_parquet(c.layout.requests)
+    assert (
+        req.join(
+            pl.read_parquet(c.layout.cells).select("cell_id", "attempt"), on=["cell_id", "attempt"]
+        ).height
+        == 24
+    )
+
+
+async def test_server_dying_mid_cell_is_restarted_once_then_given_up(
+    write_plan, tmp_path: Path
+) -> None:
+    # The AR server dies after serving 2 requests, every time it is started.
+    text = PLAN.replace('label = "AR"', 'label = "AR"\nargs = ["--sim-fault", "crash-after:2"]')
+    text = text.replace("speed = 50", "speed = 10")
+    c = prepare(write_plan(text), tmp_path)
+    assert await asyncio.wait_for(c.run(), 90) == 1
+    ev = events(c.layout.root)
+    ar = [e for e in ev if e.get("group") == "sim.ar.tp1"]
+    starts = [e for e in ar if e["event"] == "group_started"]
+    assert [e["attempt"] for e in starts] == [1, 2]  # restarted once
+    failed = [e for e in ar if e["event"] == "cell_failed"]
+    assert failed and "server exited" in failed[0]["reason"]
+    assert any("giving up on the group" in e["reason"] for e in failed)
+    assert all(e["log_tail"] for e in failed)
+    notices = [e["text"] for e in ev if e["event"] == "notice"]
+    assert any("restarting it" in t for t in notices)
+    # The other group ran to the end.
+    assert (
+        sum(1 for e in ev if e["event"] == "cell_finished" and e["group"] == "sim.dflash.tp1") == 3
+    )
+
+
+def test_rerun_failed_runs_exactly_the_failed_cells(write_plan, tmp_path: Path) -> None:
+    text = PLAN.replace('label = "AR"', 'label = "AR"\nargs = ["--sim-fault", "crash-at-start"]')
+    path = write_plan(text)
+    cmd = [
+        sys.executable,
+        "-m",
+        "specbench_tui",
+        str(path),
+        "--headless",
+        "--results",
+        str(tmp_path),
+    ]
+    assert subprocess.run(cmd, capture_output=True, timeout=90, cwd=ROOT).returncode == 1
+    root = tmp_path / "t"
+    first = events(root)
+    failed = {e["cell_id"] for e in first if e["event"] == "cell_failed"}
+    assert len(failed) == 3
+    proc = subprocess.run(
+        [*cmd, "--rerun-failed"], capture_output=True, text=True, timeout=90, cwd=ROOT
+    )
+    assert proc.returncode == 1
+    second = events(root)[len(first) :]
+    refailed = {e["cell_id"] for e in second if e["event"] == "cell_failed"}
+    assert refailed == failed
+    assert not {e["cell_id"] for e in second if e["event"] == "cell_started"} - failed
+    # A plain resume leaves failed cells alone: there is nothing to run.
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert again.returncode == 1 and "0 to run" in again.stdout
+
+
+def test_headless_attach_pause_detach_and_finish(write_plan, tmp_path: Path) -> None:
+    path = write_plan(PLAN.replace("speed = 50", "speed = 6"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(path),
+            "--headless",
+            "--results",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    root = tmp_path / "t"
+    try:
+        deadline = time.monotonic() + 30
+        while not (root / "control.sock").exists():
+            assert time.monotonic() < deadline, "no control socket"
+            time.sleep(0.05)
+        assert (root / "control.sock").stat().st_mode & 0o777 == 0o600
+
+        async def console() -> list[str]:
+            control = attach_control(root)
+            seen: list[str] = []
+            async for ev in control.subscribe():
+                seen.append(ev.name if ev.name != "unknown" else ev.to_json()["event"])
+                if ev.name == "cell_finished":
+                    break
+            assert (await control.send(Command("pause", by="console-2"))).ok
+            return seen  # leaving the loop closes the subscription: the console detaches
+
+        seen = asyncio.run(console())
+        assert seen[0] == "campaign_started"  # replay from the beginning
+        time.sleep(0.5)
+        assert proc.poll() is None  # detaching changed nothing: still running, paused
+
+        # Bad commands say what is wrong and exit 2; good ones print the reply.
+        send = [sys.executable, "-m", "specbench_tui", "--attach", str(root), "--send"]
+        bad = subprocess.run(
+            [*send, "rerun", "no-such-cell"], capture_output=True, text=True, timeout=30, cwd=ROOT
+        )
+        assert bad.returncode == 2 and "no cell matches 'no-such-cell'" in bad.stderr
+        ok = subprocess.run([*send, "resume"], capture_output=True, text=True, timeout=30, cwd=ROOT)
+        assert ok.returncode == 0 and ok.stdout.strip() == "resumed"
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "paused by console-2" in out and "resumed by cli" in out
+    assert not (root / "control.sock").exists() or not _connectable(root / "control.sock")
+
+
+def _connectable(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
+def test_attach_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such results directory"):
+        attach_control(tmp_path / "nope")
+    with pytest.raises(InputError, match="no campaign here"):
+        attach_control(tmp_path)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(tmp_path / "control.sock"))
+    stale.close()  # the file stays, nobody listens: a dead campaign's socket
+    with pytest.raises(InputError, match="stale control socket"):
+        attach_control(tmp_path)
+
+
+def test_cli_attach_and_send_exit_codes(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "specbench_tui", "--attach", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2 and "no campaign here" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,190 @@
+"""The campaign progress reducer, the console's inbox and live series: pure, no textual."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from specbench_tui.engine.events import (
+    CampaignFinished,
+    CampaignStarted,
+    CellFailed,
+    CellFinished,
+    CellQueued,
+    CellSkipped,
+    CellStarted,
+    Event,
+    GpuSample,
+    GroupFinished,
+    GroupStarted,
+    LogLine,
+    Paused,
+    RequestDone,
+    Resumed,
+    ServiceFailed,
+    ServiceReady,
+)
+from specbench_tui.engine.progress import CampaignProgress, format_duration
+from specbench_tui.tui.inbox import EventInbox
+from specbench_tui.tui.scripted import T0, sample_campaign
+
+
+def _progress(events: list[Event]) -> CampaignProgress:
+    p = CampaignProgress()
+    p.apply_all(events)
+    return p
+
+
+def _start(cells: int = 4, done: list[str] | None = None) -> CampaignStarted:
+    kinds = ["single", "single", "agentic", "concurrency"]
+    return CampaignStarted(
+        campaign="c",
+        hosts=["h"],
+        ts=T0,
+        done=done or [],
+        groups=[
+            {
+                "id": "h.ar.tp1",
+                "host": "h",
+                "config": "ar",
+                "tp": 1,
+                "gpu_ids": [0],
+                "command": ["srv", "--tp", "1"],
+            }
+        ],
+        cells=[
+            {
+                "id": f"c{i}",
+                "name": f"h.ar.tp1/w{i}",
+                "group": "h.ar.tp1",
+                "host": "h",
+                "kind": kinds[i % 4],
+                "workload": f"w{i}",
+            }
+            for i in range(cells)
+        ],
+    )
+
+
+def test_sample_campaign_state() -> None:
+    events = sample_campaign()
+    p = _progress(events)
+    c = p.counts
+    assert (c.done, c.failed, c.skipped, c.running, c.pending, c.total) == (9, 1, 0, 1, 5, 16)
+    assert p.current_cell == "ddt1agent" and p.current_group == "sim.ddtree-16.tp1"
+    assert p.groups["sim.ar.tp1"].server == "stopped"
+    assert p.groups["sim.ddtree-16.tp1"].server == "ready"
+    failed = p.cells["dfl1conc4"]
+    assert failed.status == "failed" and "CUDA out of memory" in failed.reason
+    assert any("OutOfMemoryError" in line for line in failed.log_tail)
+    assert p.cells["ar1co64"].figures["throughput_tok_s"] is not None
+    assert p.cells["ddt1agent"].requests_done == 3
+    assert p.gpus[("sim", 0)].processes == ["sglang::scheduler_TP0"]
+    assert p.state_word == "running" and not p.finished
+
+
+def test_lifecycle_statuses_attempts_and_rerun() -> None:
+    p = _progress([_start()])
+    assert p.counts.pending == 4
+    p.apply(GroupStarted(group="h.ar.tp1", host="h", tp=1, ts=T0 + 1))
+    assert p.groups["h.ar.tp1"].server == "starting"
+    p.apply(ServiceReady(group="h.ar.tp1", startup_s=9.0, ts=T0 + 10))
+    assert p.groups["h.ar.tp1"].uptime_s(T0 + 70) == 60.0
+    p.apply(CellStarted(cell_id="c0", ts=T0 + 10))
+    assert p.cells["c0"].status == "running" and p.current_cell == "c0"
+    p.apply(RequestDone(cell_id="c0", done=1, total=4, error="boom", ts=T0 + 11))
+    assert p.cells["c0"].request_errors == 1 and p.cells["c0"].requests_total == 4
+    p.apply(CellFailed(cell_id="c0", reason="bad", log_tail=["x"], ts=T0 + 20))
+    assert p.cells["c0"].status == "failed" and p.current_cell is None
+    p.apply(CellQueued(cell_id="c0", attempt=2, ts=T0 + 21))
+    assert p.cells["c0"].status == "pending" and p.cells["c0"].attempt == 1
+    p.apply(CellStarted(cell_id="c0", attempt=2, ts=T0 + 22))
+    p.apply(CellFinished(cell_id="c0", attempt=2, requests=4, wall_s=5.0, ts=T0 + 30))
+    assert p.cells["c0"].status == "done" and p.cells["c0"].attempt == 2
+    assert p.cells["c0"].duration_s == 8.0 and p.cells["c0"].reason == ""
+    p.apply(CellSkipped(cell_id="c1", by="operator", ts=T0 + 31))
+    assert p.cells["c1"].status == "skipped" and "operator" in p.cells["c1"].reason
+    p.apply(ServiceFailed(group="h.ar.tp1", reason="no health", log_tail=["oops"], ts=T0 + 40))
+    assert p.groups["h.ar.tp1"].server == "failed"
+    assert list(p.groups["h.ar.tp1"].log_tail)[-1] == "oops"
+    p.apply(GroupFinished(group="h.ar.tp1", status="failed", ts=T0 + 41))
+    assert p.groups["h.ar.tp1"].server == "failed" and p.current_group is None
+
+
+def test_pause_resume_finish_and_elapsed() -> None:
+    p = _progress([_start()])
+    assert p.elapsed_s(T0 + 5) == 5.0
+    p.apply(Paused(by="op", ts=T0 + 1))
+    assert p.paused and p.state_word == "paused"
+    p.apply(Resumed(ts=T0 + 2))
+    assert not p.paused
+    p.apply(CellStarted(cell_id="c0", ts=T0 + 3))
+    p.apply(CampaignFinished(campaign="c", exit_code=130, ts=T0 + 9))
+    assert p.finished and p.exit_code == 130 and p.state_word == "finished"
+    assert p.elapsed_s(T0 + 1000) == 9.0  # frozen at the end
+    assert p.cells["c0"].status == "skipped"  # cut short
+    assert p.eta_s(T0 + 1000) == 0.0
+
+
+def test_eta_uses_per_kind_means() -> None:
+    p = _progress([_start(cells=8)])
+    assert p.eta_s(T0) is None  # nothing measured yet
+    p.apply(GroupStarted(group="h.ar.tp1", ts=T0))
+    p.apply(ServiceReady(group="h.ar.tp1", startup_s=10.0, ts=T0 + 10))
+    p.apply(CellStarted(cell_id="c0", ts=T0 + 10))  # single
+    p.apply(CellFinished(cell_id="c0", ts=T0 + 20))  # 10 s
+    p.apply(CellStarted(cell_id="c2", ts=T0 + 20))  # agentic
+    p.apply(CellFinished(cell_id="c2", ts=T0 + 50))  # 30 s
+    # left: c1,c4,c5 single (3x10), c6 agentic (30), c3,c7 concurrency (overall mean 20 each)
+    assert p.eta_s(T0 + 50) == 3 * 10 + 30 + 2 * 20
+    p.apply(CellStarted(cell_id="c1", ts=T0 + 50))
+    assert p.eta_s(T0 + 54) == 6 + 2 * 10 + 30 + 2 * 20  # the running cell's remainder
+
+
+def test_resumed_cells_are_done_and_unknown_events_ignored() -> None:
+    p = _progress([_start(done=["c0", "c1"])])
+    assert p.counts.done == 2 and p.cells["c0"].resumed
+    p.apply(Event.from_json({"event": "from_the_future", "x": 1}))
+    p.apply(CellStarted(cell_id="zz", cell="h.ar.tp1/new", group="h.ar.tp1", ts=T0))
+    assert p.cells["zz"].status == "running" and "zz" in p.groups["h.ar.tp1"].cells
+
+
+def test_logs_and_gpu_samples() -> None:
+    p = _progress([_start()])
+    p.apply(LogLine(group="h.ar.tp1", line="l", stats={"gen_throughput": 5.0}))
+    p.apply(GpuSample(host="h", gpu=1, util_pct=50, mem_used_mib=10, mem_total_mib=20))
+    assert p.groups["h.ar.tp1"].last_stats["gen_throughput"] == 5.0
+    assert p.gpus[("h", 1)].util_pct == 50
+
+
+def test_finished_sample_counts() -> None:
+    p = _progress(sample_campaign(finish=True))
+    assert p.finished and p.exit_code == 1
+    assert (p.counts.done, p.counts.failed) == (15, 1)
+
+
+def test_format_duration() -> None:
+    assert format_duration(None) == "--:--"
+    assert format_duration(65) == "1:05"
+    assert format_duration(3723) == "1:02:03"
+
+
+def test_inbox_drops_live_events_only() -> None:
+    inbox = EventInbox(live_limit=100)
+    inbox.put(CellStarted(cell_id="a"))
+    for i in range(500):
+        inbox.put(RequestDone(cell_id="a", done=i))
+    inbox.put(CellFinished(cell_id="a"))
+    out = inbox.drain()
+    assert inbox.dropped > 0 and len(out) <= 102
+    assert isinstance(out[0], CellStarted) and isinstance(out[-1], CellFinished)
+    assert isinstance(out[-2], RequestDone) and out[-2].done == 499  # the newest are kept
+    assert inbox.drain() == []
+
+
+def test_progress_does_not_import_textual() -> None:
+    code = (
+        "import sys; import specbench_tui.engine.progress; "
+        "assert 'textual' not in sys.modules, 'textual imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

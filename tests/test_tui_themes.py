@@ -1,0 +1,76 @@
+"""Theme files: they validate, the shipped copy matches the repository's, bad ones are
+reported with their place, and every theme renders the whole console."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specbench_tui.tui.app import ConsoleApp
+from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
+from specbench_tui.tui.themes import (
+    PACKAGE_THEMES,
+    load_all_themes,
+    load_themes,
+    resolve_theme_name,
+)
+
+REPO_THEMES = Path(__file__).resolve().parents[1] / "themes"
+
+
+def test_repository_themes_load_and_match_the_packaged_copy() -> None:
+    themes, errors = load_themes(REPO_THEMES)
+    assert errors == []
+    assert {"specbench-dark", "specbench-light", "specbench-ansi16"} <= set(themes)
+    assert themes["specbench-ansi16"].ansi and not themes["specbench-light"].dark
+    for path in REPO_THEMES.glob("*.toml"):
+        assert (PACKAGE_THEMES / path.name).read_text() == path.read_text(), path.name
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('name = "a"\nprimary = "nope"\n', "primary: Value error, not a colour"),
+        ('name = "a"\nprimary = "#fff"\nprimry = "#000"\n', "primry: Extra inputs"),
+        ('name = "Bad Name"\nprimary = "#fff"\n', "name: String should match"),
+        ('name = "a"\nprimary = \n', "invalid TOML"),
+        ('primary = "#fff"\n', "name: Field required"),
+    ],
+)
+def test_invalid_theme_files_are_reported(tmp_path: Path, body: str, expected: str) -> None:
+    (tmp_path / "bad.toml").write_text(body)
+    (tmp_path / "good.toml").write_text('name = "good"\nprimary = "#123456"\n')
+    themes, errors = load_themes(tmp_path)
+    assert list(themes) == ["good"]
+    assert len(errors) == 1 and "bad.toml" in errors[0] and expected in errors[0], errors
+
+
+def test_missing_directory_is_not_an_error(tmp_path: Path) -> None:
+    assert load_themes(tmp_path / "none") == ({}, [])
+
+
+def test_later_directory_overrides_and_names_resolve(tmp_path: Path) -> None:
+    (tmp_path / "dark.toml").write_text('name = "specbench-dark"\nprimary = "#ff0000"\n')
+    themes, errors = load_all_themes([PACKAGE_THEMES, tmp_path])
+    assert errors == [] and themes["specbench-dark"].primary == "#ff0000"
+    assert resolve_theme_name("dark", themes) == "specbench-dark"
+    assert resolve_theme_name("specbench-light", themes) == "specbench-light"
+    assert resolve_theme_name("nord", themes, {"nord"}) == "nord"
+    assert resolve_theme_name("nope", themes) is None
+    assert resolve_theme_name(None, themes) is None
+
+
+@pytest.mark.parametrize("theme", ["dark", "light", "ansi16"])
+async def test_every_theme_renders_the_console(theme: str) -> None:
+    events = sample_campaign()
+    app = ConsoleApp(ScriptedControl(events), theme=theme, clock=lambda: events[-1].ts)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(20):
+            await pilot.pause(0.03)
+            if app.frames and not len(app.inbox):
+                break
+        await pilot.pause(0.3)  # plots drawn with the theme's colours
+        assert app.theme == f"specbench-{theme}"
+        assert app.plot_draws > 0
+        assert "specbench" in app.export_screenshot()
