@@ -65,8 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _default_plan() -> Path:
     if DEMO_PLAN.exists():
         return DEMO_PLAN
-    shipped = Path(__file__).resolve().parent.parent / "plans" / "demo.toml"
-    return shipped if shipped.exists() else DEMO_PLAN
+    here = Path(__file__).resolve().parent
+    for shipped in (here / "plans" / "demo.toml", here.parent / "plans" / "demo.toml"):
+        if shipped.exists():  # a wheel carries the demo inside the package; a checkout beside it
+            return shipped
+    return DEMO_PLAN
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,7 +103,8 @@ async def test_abort_leaves_a_consistent_resumable_directory(write_plan, tmp_pat
     assert (await c.send(Command("abort", by="test"))).ok
     assert await asyncio.wait_for(run, 30) == 130
     ev = events(c.layout.root)
-    assert ev[-1]["event"] == "campaign_finished" and ev[-1]["exit_code"] == 130
+    finished = [e for e in ev if e["event"] == "campaign_finished"]
+    assert len(finished) == 1 and finished[0]["exit_code"] == 130
     done = {e["cell_id"] for e in ev if e["event"] == "cell_finished"}
     assert 1 <= len(done) < 6
     req = pl.read_parquet(c.layout.requests)

@@ -387,7 +387,10 @@ class Campaign:
                 await self._run_group(group)
         finally:
             await self._shutdown()
-        return self._finish()
+        code = self._finish()
+        await self._write_report()
+        self._close()
+        return code
 
     def _simulated(self) -> bool:
         return self.options.sim or all(g.host_kind == "sim" for g in self.groups)
@@ -693,12 +696,20 @@ class Campaign:
         self._hosts.clear()
         self.store.flush_telemetry(force=True)
         self.store.rebuild_views()
-        try:
-            from specbench_tui.report.render import render_report
 
-            render_report(self.layout.root)
-        except Exception as exc:
-            self._notice(f"report not written: {exc}", "warning")
+    async def _write_report(self) -> None:
+        """After campaign_finished, so the report knows how the campaign ended; in a thread,
+        since a TeX run takes seconds and consoles still follow the event stream."""
+        from specbench_tui.report.render import render_report
+
+        try:
+            written = await asyncio.to_thread(render_report, self.layout.root)
+        except Exception as exc:  # a report problem must not change the exit status
+            self._notice(
+                f"report not written: {exc}; retry with --report {self.layout.root}", "warning"
+            )
+        else:
+            self._notice("report: " + ", ".join(str(p) for p in written))
 
     def _finish(self) -> int:
         counts = {
@@ -721,13 +732,15 @@ class Campaign:
                 exit_code=code,
             )
         )
-        self._finished = True
+        self._finished = True  # commands are refused from here on
+        return code
+
+    def _close(self) -> None:
         for q in self._subs:
             q.put_nowait(_END)
         if self._control_server is not None:
             self._control_server.close()
         self.store.close()
-        return code
 
     # -- process-level entry points ------------------------------------------------------------
 

@@ -2,9 +2,8 @@
 
 Where they are looked for, in order (a later file with the same name wins):
 
-1. ``specbench_tui/tui/themes/`` inside the package: the built-in ones travel with any install,
-   since a wheel only carries the package (the repository's ``themes/`` is a copy of these,
-   kept identical by a test, so that the documented place works in a checkout);
+1. the built-in ones: the repository's ``themes/`` (a checkout or an editable install), which a
+   wheel carries as ``specbench_tui/themes/`` (pyproject's force-include);
 2. ``themes/`` in the working directory: a user's own or edited themes, no reinstall needed.
 
 A file that does not validate is reported (one line: file, key, what is wrong) and skipped;
@@ -22,7 +21,11 @@ from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 DEFAULT_THEME = "specbench-dark"
-PACKAGE_THEMES = Path(__file__).parent / "themes"
+_PACKAGE = Path(__file__).resolve().parent.parent
+PACKAGE_THEMES = next(
+    (d for d in (_PACKAGE / "themes", _PACKAGE.parent / "themes") if d.is_dir()),
+    _PACKAGE.parent / "themes",
+)
 
 
 class ThemeFile(BaseModel):
