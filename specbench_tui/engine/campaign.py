@@ -112,11 +112,17 @@ class Campaign:
     def prepare(cls, plan: Plan, layout: ResultsLayout, options: CampaignOptions) -> Campaign:
         """Open the results directory and decide which cells run; input problems raise
         InputError before anything starts."""
+        c = cls(plan, layout, options)
+        ssh_hosts = sorted({g.host for g in c.groups if g.host_kind == "ssh"})
+        if ssh_hosts:
+            raise InputError(
+                f"{plan.path}: host {ssh_hosts[0]!r} is an SSH host, which this version cannot "
+                "run yet; review it with --dry-run or rehearse it with --sim"
+            )
         if options.fresh:
             moved = ResultsStore.move_aside(layout)
             if moved is not None:
                 print(f"specbench-tui: previous results moved to {moved}")
-        c = cls(plan, layout, options)
         c.store.open(plan.text, plan.hash)
         history = c.store.history()
         for cid in c.cells:

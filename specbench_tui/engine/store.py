@@ -145,6 +145,16 @@ class ResultsStore:
         """``--fresh``: keep the old directory under a dated name; never delete results."""
         if not layout.root.exists():
             return None
+        lock = layout.root / ".lock"
+        if lock.exists():
+            with open(lock) as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise InputError(
+                        f"{layout.root}: a campaign is running here; --fresh would move it "
+                        f"away under its feet (attach with --attach {layout.root})"
+                    ) from None
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         target = layout.root.with_name(f"{layout.root.name}.{stamp}")
         n = 1
