@@ -24,7 +24,7 @@ from specbench_tui.engine.events import (
     ServiceFailed,
     ServiceReady,
 )
-from specbench_tui.engine.progress import CampaignProgress, format_duration
+from specbench_tui.engine.progress import CampaignProgress, format_clock
 from specbench_tui.tui.inbox import EventInbox
 from specbench_tui.tui.scripted import T0, sample_campaign
 
@@ -163,10 +163,10 @@ def test_finished_sample_counts() -> None:
     assert (p.counts.done, p.counts.failed) == (15, 1)
 
 
-def test_format_duration() -> None:
-    assert format_duration(None) == "--:--"
-    assert format_duration(65) == "1:05"
-    assert format_duration(3723) == "1:02:03"
+def test_format_clock() -> None:
+    assert format_clock(None) == "--:--"
+    assert format_clock(65) == "1:05"
+    assert format_clock(3723) == "1:02:03"
 
 
 def test_inbox_drops_live_events_only() -> None:

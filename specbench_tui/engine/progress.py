@@ -498,7 +498,7 @@ _HANDLERS: dict[type, Any] = {
 }
 
 
-def format_duration(seconds: float | None) -> str:
+def format_clock(seconds: float | None) -> str:
     """``1:02:03`` / ``2:03``: compact and fixed-format so header columns do not jump."""
     if seconds is None:
         return "--:--"

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import httpx
 
 from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.plan.durations import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +51,6 @@ class ServiceError(Exception):
 
     def __str__(self) -> str:
         return self.reason
-
-
-def format_duration(seconds: float) -> str:
-    """Say a timeout the way the plan writes it ("15m", "90s", "1h30m"), not as 900.0."""
-    if seconds < 10 and seconds != int(seconds):
-        return f"{seconds:.1f}s"
-    s = round(seconds)
-    if s < 120 and s % 60:
-        return f"{s}s"
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    out = (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{sec}s" if sec else "")
-    return out or "0s"
 
 
 def describe_exit(code: int | None) -> str:

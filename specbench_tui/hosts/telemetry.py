@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench_tui.hosts.service import ServiceError, format_duration
+from specbench_tui.hosts.service import ServiceError
+from specbench_tui.plan.durations import format_duration
 
 log = logging.getLogger(__name__)
 

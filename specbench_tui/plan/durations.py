@@ -25,10 +25,13 @@ def parse_duration(value: object) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """Short human form: 42s, 7m05s, 3h12m."""
+    """Say a timeout the way the plan writes it ("15m", "90s", "1h30m"), not as 900.0."""
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f}s"
     s = round(seconds)
-    if s < 60:
+    if s < 120 and s % 60:
         return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    out = (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{sec}s" if sec else "")
+    return out or "0s"

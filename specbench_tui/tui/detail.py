@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from specbench_tui.engine.progress import CampaignProgress, CellState, GroupState, format_duration
+from specbench_tui.engine.progress import CampaignProgress, CellState, GroupState, format_clock
 from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for
 from specbench_tui.tui.plan_tree import NodeRef
 
@@ -93,7 +93,7 @@ def cell_text(p: CampaignProgress, c: CellState, pal: Palette, now: float) -> Te
         if c.requests_total:
             meta.append(f"requests {c.requests_done}/{c.requests_total}")
         if c.started_at is not None:
-            meta.append(f"for {format_duration(now - c.started_at)}")
+            meta.append(f"for {format_clock(now - c.started_at)}")
     t.append(" · ".join(meta) + "\n", style=pal.muted)
     # what decides the next move first: the failure and its log, or the figures
     if c.status in ("failed", "skipped") and c.reason:
@@ -141,7 +141,7 @@ def group_text(p: CampaignProgress, g: GroupState, pal: Palette, now: float) -> 
         facts.append(f"started in {g.startup_s:.0f} s")
     up = g.uptime_s(now)
     if up is not None:
-        facts.append(f"up {format_duration(up)}")
+        facts.append(f"up {format_clock(up)}")
     t.append(" · ".join(facts) + "\n", style=pal.muted)
     _command(g, pal, t)
     if g.reason:

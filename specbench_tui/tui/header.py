@@ -7,7 +7,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
-from specbench_tui.engine.progress import CampaignProgress, format_duration
+from specbench_tui.engine.progress import CampaignProgress, format_clock
 from specbench_tui.tui.look import MARKS, bar, palette_for
 
 
@@ -48,14 +48,14 @@ class CampaignHeader(Static):
         t.append("  ")
         t.append(f" {mark} {word.upper()} ", style=state_style + Style(bold=True, reverse=True))
         t.append("  ")
-        t.append(format_duration(p.elapsed_s(now)))
+        t.append(format_clock(p.elapsed_s(now)))
         t.append("  ")
         for status, n in (("done", c.done), ("failed", c.failed), ("skipped", c.skipped)):
             t.append(f"{MARKS[status]}{n} ", style=pal.status(status))
         t.append(f"/{c.total}", style=pal.muted)
         eta = p.eta_s(now)
         t.append("  ETA ", style=pal.muted)
-        t.append(format_duration(eta) if eta is not None else "—")
+        t.append(format_clock(eta) if eta is not None else "—")
         width = self.size.width
         if width >= 110 and c.total:
             t.append("  ")

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from specbench_tui.engine.progress import CampaignProgress, GpuState, GroupState, format_duration
+from specbench_tui.engine.progress import CampaignProgress, GpuState, GroupState, format_clock
 from specbench_tui.tui.look import SERVER_MARKS, Palette, bar, palette_for
 
 
@@ -26,12 +26,10 @@ def _server_line(
     t.append(f"{SERVER_MARKS[g.server]} {g.server}", style=pal.status(g.server))
     up = g.uptime_s(now)
     if up is not None:
-        t.append(f"  up {format_duration(up)}  ")
+        t.append(f"  up {format_clock(up)}  ")
         t.append("healthy", style=pal.success)
     elif g.server == "starting" and g.started_at is not None:
-        t.append(
-            f" for {format_duration(now - g.started_at)}, waiting for health", style=pal.accent
-        )
+        t.append(f" for {format_clock(now - g.started_at)}, waiting for health", style=pal.accent)
     elif g.server == "failed":
         t.append("  unhealthy", style=pal.error)
     stats = g.last_stats
