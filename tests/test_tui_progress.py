@@ -188,3 +188,14 @@ def test_progress_does_not_import_textual() -> None:
         "assert 'textual' not in sys.modules, 'textual imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_earlier_failures_and_cells_left_out_of_this_run_show_as_such() -> None:
+    start = _start()
+    start.cells[1].update(status="failed", attempt=2, reason="server did not start")
+    start.cells[2].update(status="held")
+    p = _progress([start])
+    assert p.cells["c1"].status == "failed" and p.cells["c1"].attempt == 2
+    assert p.cells["c1"].reason == "server did not start" and p.cells["c1"].resumed
+    assert p.cells["c2"].status == "skipped" and "not selected" in p.cells["c2"].reason
+    assert p.cells["c0"].status == "pending"

@@ -372,7 +372,12 @@ class Campaign:
                 hosts=sorted({g.host for g in self.groups}),
                 groups=[g.to_json() for g in self.groups],
                 cells=[
-                    {**c.to_json(), "status": self.status[c.id], "attempt": self.attempts[c.id]}
+                    {
+                        **c.to_json(),
+                        "status": self.status[c.id],
+                        "attempt": self.attempts[c.id],
+                        "reason": self.reasons.get(c.id, ""),
+                    }
                     for c in self.cells.values()
                 ],
                 done=done,

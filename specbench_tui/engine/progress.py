@@ -214,8 +214,15 @@ class CampaignProgress:
                 kind=str(c.get("kind", "single")),
                 spec=dict(c),
             )
+            cell.attempt = int(c.get("attempt", 0) or 0)
+            earlier = c.get("status")
             if cid in done:
                 cell.status, cell.resumed = "done", True
+            elif earlier in ("failed", "skipped"):  # ended in an earlier run of the plan
+                cell.status, cell.resumed = earlier, True
+                cell.reason = str(c.get("reason", ""))
+            elif earlier == "held":
+                cell.status, cell.reason = "skipped", "not selected for this run"
             self.cells[cid] = cell
             self._by_name[cell.name] = cid
             group = self.groups.get(gid)

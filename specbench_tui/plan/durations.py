@@ -25,10 +25,11 @@ def parse_duration(value: object) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """Say a timeout the way the plan writes it ("15m", "90s", "1h30m"), not as 900.0."""
+    """Say a duration the way a plan writes it ("15m", "90s", "1h30m"), not as 900.0; past an
+    hour, to the minute (seconds are noise in an estimate of hours)."""
     if seconds < 10 and seconds != int(seconds):
         return f"{seconds:.1f}s"
-    s = round(seconds)
+    s = round(seconds) if seconds < 3600 else round(seconds / 60) * 60
     if s < 120 and s % 60:
         return f"{s}s"
     h, rem = divmod(s, 3600)
