@@ -215,10 +215,17 @@ def test_headless_attach_pause_detach_and_finish(write_plan, tmp_path: Path) -> 
                 seen.append(ev.name if ev.name != "unknown" else ev.to_json()["event"])
                 if ev.name == "cell_finished":
                     break
-            assert (await control.send(Command("pause", by="console-2"))).ok
             return seen  # leaving the loop closes the subscription: the console detaches
 
-        seen = asyncio.run(console())
+        async def two_consoles() -> list[str]:
+            # Two consoles attached at once each get the whole stream.
+            a, b = await asyncio.gather(console(), console())
+            assert a[0] == b[0] == "campaign_started"
+            reply = await attach_control(root).send(Command("pause", by="console-2"))
+            assert reply.ok
+            return a
+
+        seen = asyncio.run(two_consoles())
         assert seen[0] == "campaign_started"  # replay from the beginning
         time.sleep(0.5)
         assert proc.poll() is None  # detaching changed nothing: still running, paused
@@ -271,3 +278,57 @@ def test_cli_attach_and_send_exit_codes(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2 and "no campaign here" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+async def test_request_timeouts_fail_the_cell_with_a_reason(write_plan, tmp_path: Path) -> None:
+    text = PLAN.replace("repeats = 2\n", 'repeats = 2\ntimeout = "20ms"\n')
+    text = text.replace("speed = 50", "speed = 2")  # slow enough that a request takes > 20 ms
+    c = prepare(write_plan(text), tmp_path)
+    assert await asyncio.wait_for(c.run(), 90) == 1
+    ev = events(c.layout.root)
+    failed = [e for e in ev if e["event"] == "cell_failed"]
+    assert len(failed) == 6
+    assert all("4 of 4 requests failed; most often: timeout after" in e["reason"] for e in failed)
+    req = pl.read_parquet(c.layout.requests)
+    assert req.height == 24 and req["error"].str.starts_with("timeout").all()
+
+
+async def test_retry_group_restarts_the_running_server_and_continues(
+    write_plan, tmp_path: Path
+) -> None:
+    c = prepare(write_plan(PLAN.replace("speed = 50", "speed = 10")), tmp_path)
+    run = asyncio.create_task(c.run())
+    first = await wait_for(c, lambda e: isinstance(e, CellFinished))
+    reply = await c.send(Command("retry_group", by="test"))
+    assert reply.ok and "restarting" in reply.text
+    assert await asyncio.wait_for(run, 60) == 0
+    ev = events(c.layout.root)
+    group = first.group  # type: ignore[attr-defined]
+    starts = [e["attempt"] for e in ev if e["event"] == "group_started" and e["group"] == group]
+    assert starts == [1, 2]
+    assert len({e["cell_id"] for e in ev if e["event"] == "cell_finished"}) == 6
+    bad = await c.send(Command("retry_group", target="nope"))
+    assert not bad.ok
+
+
+def test_only_runs_the_matching_cells(write_plan, tmp_path: Path) -> None:
+    path = write_plan(PLAN)
+    cmd = [sys.executable, "-m", "specbench_tui", str(path), "--headless"]
+    proc = subprocess.run(
+        [*cmd, "--results", str(tmp_path), "--only", "*dflash*/48"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    done = [e for e in events(tmp_path / "t") if e["event"] == "cell_finished"]
+    assert [e["cell"] for e in done] == ["sim.dflash.tp1/single/chat/48"]
+    none = subprocess.run(
+        [*cmd, "--results", str(tmp_path), "--only", "zzz*"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert none.returncode == 2 and "matches no cell" in none.stderr

@@ -65,7 +65,6 @@ class CampaignOptions:
     only: str | None = None
     rerun_failed: bool = False
     control_socket: bool = False
-    max_error_share: float = 0.5  # a cell with more failed requests than this fails
     gpu_free_timeout_s: float = 300.0
     stop_grace_s: float = 30.0
     server_restarts: int = 1  # restarts of a group's server after it dies mid-cell
@@ -650,7 +649,7 @@ class Campaign:
                     cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt + 1, by=why
                 )
             )
-        elif n and errors / n > self.options.max_error_share:
+        elif n and errors / n > self.spec.checks.max_error_share:
             common = _most_common([r.error for r in result.records if r.error])
             self._cell_failed(
                 cell,

@@ -158,6 +158,8 @@ Workload = Annotated[
 
 class ChecksSpec(Strict):
     greedy_equivalence: bool = False
+    # A cell whose share of failed requests (timeouts, HTTP errors) exceeds this fails.
+    max_error_share: float = Field(default=0.5, ge=0, le=1)
 
 
 class EstimateSpec(Strict):
