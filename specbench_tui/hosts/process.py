@@ -245,7 +245,8 @@ class ProcessService(Service):
                     self._reader.cancel()
             self._write_log(f"----- {self.group.id} {describe_exit(proc.returncode)}")
         self._close_log()
-        await self._wait_port_free()
+        if proc is not None:  # never started: the port is not ours to wait for
+            await self._wait_port_free()
 
     async def _wait_port_free(self) -> None:
         port = self.group.port

@@ -674,12 +674,27 @@ async def serve(cfg: SimConfig, log: ServerLog) -> int:
     return server.exit_code
 
 
+USAGE = """\
+usage: python -m specbench_tui.sim [SGLang launch_server arguments] [--speed F] [--seed N]
+       [--sim-fault diverge|crash-at-start|never-ready|crash-after:N|slow:X] [--sim-gpu-state DIR]
+
+A simulated SGLang server: same HTTP API and log lines, simulated GPUs. Understood SGLang
+arguments: --model-path, --tp-size, --host, --port, --speculative-algorithm,
+--speculative-num-draft-tokens, --speculative-ddtree-budget, --speculative-num-steps,
+--speculative-eagle-topk, --max-running-requests, --served-model-name; others are accepted and
+ignored, as a real config passes many. --speed compresses simulated time."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m specbench_tui.sim``: parse SGLang's arguments and serve until told to stop."""
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:  # unknown flags are accepted, so say it before serving
+        print(USAGE)
+        return 0
     try:
-        cfg = parse_args(sys.argv[1:] if argv is None else argv)
+        cfg = parse_args(argv)
     except SimArgsError as exc:
         print(f"launch_server: error: {exc}", file=sys.stderr)
         return 2
