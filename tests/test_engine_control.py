@@ -332,3 +332,22 @@ def test_only_runs_the_matching_cells(write_plan, tmp_path: Path) -> None:
         cwd=ROOT,
     )
     assert none.returncode == 2 and "matches no cell" in none.stderr
+
+
+async def test_abort_cuts_a_long_start_up_and_leaves_cells_to_resume(
+    write_plan, tmp_path: Path
+) -> None:
+    text = PLAN.replace('label = "AR"', 'label = "AR"\nargs = ["--sim-fault", "never-ready"]')
+    text = text.replace("[server]\n", '[server]\nready_timeout = "10m"\n')
+    c = prepare(write_plan(text), tmp_path)
+    run = asyncio.create_task(c.run())
+    await wait_for(c, lambda e: e.name == "group_started")
+    await asyncio.sleep(0.5)
+    t0 = time.monotonic()
+    assert (await c.send(Command("abort", by="test"))).ok
+    assert await asyncio.wait_for(run, 30) == 130
+    assert time.monotonic() - t0 < 15  # not the 10-minute ready timeout
+    names = [e["event"] for e in events(c.layout.root)]
+    assert "cell_failed" not in names and "cell_started" not in names
+    history = prepare(write_plan(text, name="again.toml"), tmp_path).status
+    assert set(history.values()) == {"pending"}

@@ -15,9 +15,9 @@ import os
 import signal
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.bench.metrics import summarize
@@ -48,13 +48,14 @@ from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.host import Host, make_host
-from specbench_tui.hosts.service import Service
+from specbench_tui.hosts.service import Service, ServiceError
 from specbench_tui.plan.cells import Cell, ServiceGroup
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.plan.expand import expand
 from specbench_tui.plan.loader import Plan
 
 EXIT_OK, EXIT_FAILED, EXIT_ABORTED = 0, 1, 130
+T = TypeVar("T")
 _END = object()
 
 
@@ -93,6 +94,7 @@ class Campaign:
         self._running = asyncio.Event()
         self._running.set()
         self._aborted = False
+        self._abort_event = asyncio.Event()
         self._finished = False
         self._interrupt_cell = False  # pause, skip or abort asked the running cell to stop
         self._skip_current = False
@@ -233,6 +235,7 @@ class Campaign:
         if self._aborted:
             return Reply(False, "already aborting")
         self._aborted = True
+        self._abort_event.set()
         self._interrupt_cell = True
         self._running.set()
         self._emit(Aborted(by=cmd.by, reason="operator"))
@@ -459,8 +462,11 @@ class Campaign:
 
         return on_line
 
-    async def _start_service(self, group: ServiceGroup, host: Host, attempt: int) -> Service | None:
-        """Clear the GPUs, start the server, wait until healthy; None (and events) on failure."""
+    async def _start_service(
+        self, group: ServiceGroup, host: Host, attempt: int
+    ) -> Service | ServiceFailed:
+        """Clear the GPUs, start the server, wait until healthy. A failure is returned (and
+        published) as its ServiceFailed event; an abort cuts any of the waits short."""
         self._emit(
             GroupStarted(
                 group=group.id,
@@ -474,75 +480,95 @@ class Campaign:
         )
         svc: Service | None = None
         try:
-            try:
-                await host.wait_gpus_free(group.gpu_ids, 10.0)
-            except Exception:
-                if group.stop_before:
-                    await host.stop_foreign(group.stop_before)
-                await host.wait_gpus_free(group.gpu_ids, self.options.gpu_free_timeout_s)
+            await self._unless_aborted(self._clear_gpus(group, host))
             svc = host.service(group, self.layout.log_of(group.id), self._on_log_line(group))
             await svc.start()
-            startup = await svc.wait_ready(group.ready_timeout_s)
+            startup = await self._unless_aborted(svc.wait_ready(group.ready_timeout_s))
         except Exception as exc:
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             tail = list(getattr(exc, "log_tail", None) or (svc.log_tail(20) if svc else []))
-            self._emit(ServiceFailed(group=group.id, reason=reason, log_tail=tail, attempt=attempt))
+            failure = ServiceFailed(group=group.id, reason=reason, log_tail=tail, attempt=attempt)
+            self._emit(failure)
             if svc is not None:
                 with contextlib.suppress(Exception):
                     await svc.stop(self.options.stop_grace_s)
-            return None
+            return failure
         self._emit(ServiceReady(group=group.id, startup_s=round(startup, 3), attempt=attempt))
         return svc
+
+    async def _clear_gpus(self, group: ServiceGroup, host: Host) -> None:
+        """Wait for the group's GPUs to be free; if something holds them and the plan names
+        foreign services, stop those first."""
+        try:
+            await host.wait_gpus_free(group.gpu_ids, 10.0)
+        except Exception:
+            if not group.stop_before:
+                await host.wait_gpus_free(group.gpu_ids, self.options.gpu_free_timeout_s)
+                return
+            await host.stop_foreign(group.stop_before)
+            await host.wait_gpus_free(group.gpu_ids, self.options.gpu_free_timeout_s)
+
+    async def _unless_aborted(self, awaitable: Awaitable[T]) -> T:
+        """Await something long (a GPU wait, a 15-minute start-up) that an abort must cut."""
+        task = asyncio.ensure_future(awaitable)
+        abort = asyncio.ensure_future(self._abort_event.wait())
+        try:
+            await asyncio.wait({task, abort}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            abort.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise ServiceError("aborted by the operator before the server was ready")
+        return task.result()
 
     async def _run_group(self, group: ServiceGroup) -> None:
         self.current_group = group
         host = self._host(group)
         restarts = 0
         attempt = 1
-        svc = await self._start_service(group, host, attempt)
+        svc: Service | None = None
         try:
-            if svc is None:
-                self._fail_group(group, self._last_service_failure(group))
-                return
-            while not self._aborted:
+            started = await self._start_service(group, host, attempt)
+            while isinstance(started, Service):
+                svc = started
                 await self._gate()
                 if self._aborted:
-                    break
-                if self._restart_group:
+                    return
+                if self._restart_group:  # the operator asked for a fresh server
                     self._restart_group = False
                     await svc.stop(self.options.stop_grace_s)
-                    attempt += 1
-                    svc = await self._start_service(group, host, attempt)
-                    if svc is None:
-                        self._fail_group(group, self._last_service_failure(group))
-                        return
+                    svc, attempt = None, attempt + 1
+                    started = await self._start_service(group, host, attempt)
+                    continue
                 pending = self._pending(group)
                 if not pending:
-                    break
-                cell = pending[0]
-                await self._run_one(cell, group, svc)
-                if not svc.alive() and not self._aborted:
-                    code = svc.exit_code
-                    if restarts >= self.options.server_restarts or not self._pending(group):
-                        if self._pending(group):
-                            self._fail_group(
-                                group,
-                                f"server died again (exit code {code}) "
-                                f"after {restarts} restart(s); giving up on the group",
-                                svc.log_tail(20),
-                            )
-                        break
-                    restarts += 1
-                    attempt += 1
-                    self._notice(
-                        f"{group.id}: server died (exit code {code}); restarting it "
-                        f"({restarts}/{self.options.server_restarts})",
-                        "warning",
+                    return
+                await self._run_one(pending[0], group, svc)
+                if svc.alive() or self._aborted:
+                    continue
+                code = svc.exit_code
+                if not self._pending(group):
+                    return
+                if restarts >= self.options.server_restarts:
+                    self._fail_group(
+                        group,
+                        f"server died again (exit code {code}) after {restarts} restart(s); "
+                        "giving up on the group",
+                        svc.log_tail(20),
                     )
-                    svc = await self._start_service(group, host, attempt)
-                    if svc is None:
-                        self._fail_group(group, self._last_service_failure(group))
-                        return
+                    return
+                restarts += 1
+                svc, attempt = None, attempt + 1
+                self._notice(
+                    f"{group.id}: server died (exit code {code}); restarting it "
+                    f"({restarts}/{self.options.server_restarts})",
+                    "warning",
+                )
+                started = await self._start_service(group, host, attempt)
+            if not self._aborted:  # an abort during start-up leaves the cells to a resume
+                self._fail_group(group, f"server did not start: {started.reason}", started.log_tail)
         finally:
             if svc is not None:
                 with contextlib.suppress(Exception):
@@ -551,12 +577,6 @@ class Campaign:
             status = "failed" if "failed" in states else ("done" if "done" in states else "skipped")
             self._emit(GroupFinished(group=group.id, status=status))
             self.current_group = None
-
-    def _last_service_failure(self, group: ServiceGroup) -> str:
-        for ev in reversed(self._durable):
-            if isinstance(ev, ServiceFailed) and ev.group == group.id:
-                return f"server did not start: {ev.reason}"
-        return "server did not start"
 
     def _fail_group(self, group: ServiceGroup, reason: str, tail: list[str] | None = None) -> None:
         for cell in self._pending(group):
