@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -204,3 +205,32 @@ def test_kill_9_then_rerun_loses_nothing_and_repeats_nothing(write_plan, tmp_pat
     counted = req.join(cells.select("cell_id", "attempt"), on=["cell_id", "attempt"])
     assert counted.height == 2 * (8 + 12)  # no duplicated rows, none lost
     assert counted.group_by("cell_id", "attempt").len()["len"].max() <= 8
+
+
+def test_greedy_divergence_is_located_live_and_in_the_report(write_plan, tmp_path: Path) -> None:
+    text = PLAN.replace(
+        '"--speculative-num-draft-tokens", "8"]',
+        '"--speculative-num-draft-tokens", "8", "--sim-fault", "diverge"]',
+    ).replace("[matrix]", "[checks]\ngreedy_equivalence = true\n\n[matrix]")
+    proc = headless(write_plan(text), tmp_path / "res")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    root = tmp_path / "res" / "t"
+    notices = [e["text"] for e in events(root) if e["event"] == "notice"]
+    warned = [n for n in notices if n.startswith("greedy outputs differ: dflash vs ar")]
+    assert warned  # diverge starts 8-47 tokens in, so the 48-token cell at least differs
+    assert "word" in warned[0] and "char" in warned[0]
+    report = (root / "report.md").read_text()
+    assert "Outputs that differ from the baseline" in report
+    assert re.search(r"\| word \d+ \(char \d+\): `", report)
+
+
+def test_identical_greedy_outputs_raise_no_warning(write_plan, tmp_path: Path) -> None:
+    text = PLAN.replace("[matrix]", "[checks]\ngreedy_equivalence = true\n\n[matrix]")
+    proc = headless(write_plan(text), tmp_path / "res")
+    assert proc.returncode == 0
+    notices = [e["text"] for e in events(tmp_path / "res" / "t") if e["event"] == "notice"]
+    assert not [n for n in notices if n.startswith("greedy outputs differ")]
+    assert (
+        "All compared outputs match the baseline"
+        in (tmp_path / "res" / "t" / "report.md").read_text()
+    )

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from specbench_tui.bench.greedy import first_difference
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.records import RequestRecord
@@ -682,6 +683,8 @@ class Campaign:
                 "wall_s": round(result.wall_s, 4),
                 **summarize(result.records, result.wall_s),
             }
+            if cell.kind == "single" and cell.temperature == 0 and result.texts:
+                self.store.write_cell_texts(cell.id, attempt, result.texts)
             self.store.record_cell(cell, attempt, "done", figures, simulated=self._simulated())
             self.status[cell.id] = "done"
             self._emit(
@@ -699,6 +702,45 @@ class Campaign:
                     accept_length_mean=figures.get("accept_length_mean"),
                 )
             )
+            self._check_greedy(cell)
+
+    def _check_greedy(self, cell: Cell) -> None:
+        """Compare a finished temperature-0 single-stream cell with its baseline counterpart
+        (same host, TP, workload, prompt set, max_tokens) as soon as both exist, so a lossy
+        config shows up during the campaign rather than in the report."""
+        baseline = self.spec.campaign.baseline
+        if not (self.spec.checks.greedy_equivalence and baseline) or cell.kind != "single":
+            return
+        if cell.temperature != 0:
+            return
+        twins = [
+            c
+            for c in self.cells.values()
+            if (c.host, c.tp, c.workload, c.prompt_set, c.max_tokens)
+            == (cell.host, cell.tp, cell.workload, cell.prompt_set, cell.max_tokens)
+            and c.id != cell.id
+            and self.status[c.id] == "done"
+        ]
+        pairs = (
+            [(c, cell) for c in twins if c.config != baseline]
+            if cell.config == baseline
+            else [(cell, c) for c in twins if c.config == baseline]
+        )
+        for other, base in pairs:
+            ours, theirs = self.store.read_cell_texts(other.id), self.store.read_cell_texts(base.id)
+            diffs = [
+                (pid, d)
+                for pid in sorted(ours.keys() & theirs.keys())
+                if (d := first_difference(ours[pid], theirs[pid])) is not None
+            ]
+            if diffs:
+                pid, d = diffs[0]
+                more = f" (and {len(diffs) - 1} more prompts)" if len(diffs) > 1 else ""
+                self._notice(
+                    f"greedy outputs differ: {other.config} vs {base.config} at {other.name}, "
+                    f"prompt {pid}, {d.describe()}{more}",
+                    "warning",
+                )
 
     def _cell_failed(self, cell: Cell, attempt: int, reason: str, tail: list[str]) -> None:
         self.status[cell.id] = "failed"

@@ -295,6 +295,26 @@ class ResultsStore:
         write_parquet_atomic(df, path)
         return path
 
+    def texts_path(self, cell_id: str, attempt: int) -> Path:
+        return self.layout.parts / f"{cell_id}.a{attempt}.texts.json"
+
+    def write_cell_texts(self, cell_id: str, attempt: int, texts: dict[str, str]) -> None:
+        """Outputs by prompt, for the greedy-equivalence check (the rows keep only hashes)."""
+        path = self.texts_path(cell_id, attempt)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(texts, ensure_ascii=False))
+        os.replace(tmp, path)
+
+    def read_cell_texts(self, cell_id: str) -> dict[str, str]:
+        """The texts of the attempt that counts for a finished cell; empty when unknown."""
+        row = self._cell_rows.get(cell_id)
+        if not row or row.get("status") != "done":
+            return {}
+        try:
+            return json.loads(self.texts_path(cell_id, int(row["attempt"])).read_text())
+        except (OSError, ValueError):
+            return {}
+
     def record_cell(
         self, cell: Cell, attempt: int, status: str, figures: dict[str, Any], *, simulated: bool
     ) -> None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.greedy import Divergence, first_difference
+
 # Request columns that identify a measurement; nulls in them are filled with a sentinel before
 # joins, because polars never matches a null key.
 _NULL_KEY = -1
@@ -626,6 +628,24 @@ def _temperatures(inp: Inputs) -> dict[str, float]:
     return out
 
 
+def _first_difference(root: Path, row: dict[str, Any]) -> Divergence | None:
+    """Where a divergent output leaves the baseline's, from the texts the engine keeps beside
+    the request rows (rows hold only hashes); None when either text is not on disk."""
+
+    def text(cell: Any, attempt: Any) -> str | None:
+        try:
+            path = root / "parts" / f"{cell}.a{int(attempt)}.texts.json"
+            return json.loads(path.read_text()).get(str(row["prompt_id"]))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    ours = text(row.get("cell_id"), row.get("attempt"))
+    theirs = text(row.get("base_cell"), row.get("base_attempt"))
+    if ours is None or theirs is None:
+        return None
+    return first_difference(ours, theirs)
+
+
 def greedy_equivalence(
     inp: Inputs, req: pl.DataFrame | None, baseline: str | None, order: _Order, limit: int = 50
 ) -> dict[str, Any]:
@@ -681,7 +701,11 @@ def greedy_equivalence(
     base = (
         df.filter(pl.col("config") == baseline)
         .group_by(keys)
-        .agg(pl.col("output_sha256").first().alias("base_sha"))
+        .agg(
+            pl.col("output_sha256").first().alias("base_sha"),
+            pl.col("cell_id").first().alias("base_cell"),
+            pl.col("attempt").first().alias("base_attempt"),
+        )
     )
     if base.height == 0:
         res["note"] = f"the baseline {baseline!r} has no temperature-0 single-stream outputs"
@@ -732,6 +756,7 @@ def greedy_equivalence(
             "prompt_id": _key_out(r["prompt_id"]),
             "max_tokens": _key_out(r["max_tokens"]),
             "repeat": _key_out(r["repeat"]),
+            "first": _first_difference(inp.root, r),
         }
         for r in div[:limit]
     ]
