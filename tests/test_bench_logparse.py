@@ -130,3 +130,21 @@ def test_fast_enough() -> None:
     parsed = sum(1 for line in lines if parser.parse(line) is not None)
     assert parsed == 10000
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_parse_line_names_the_plan_patterns_that_matched() -> None:
+    from specbench_tui.engine.events import LogLine
+    from specbench_tui.tui.log_pane import PATTERN_MARK, display_line
+
+    parser = LogParser(
+        {"ddtree": r"DDTree.*accept[_ ]len(?:gth)?[=:] *(?P<ddtree_accept_len>[0-9.]+)"}
+    )
+    line = "[2026-01-01 12:00:00 TP0] DDTree stats: budget=16, tree nodes=16, accept_len=4.12"
+    stats, matches = parser.parse_line(line)
+    assert stats == {"ddtree_accept_len": 4.12} and matches == ["ddtree"]
+    decode = "[2026-01-01 12:00:00 TP0] Decode batch, #running-req: 1, accept len: 3.10,"
+    assert parser.parse_line(decode)[1] == []
+    assert display_line(LogLine(group="g", line=line, stats=stats, matches=matches)).startswith(
+        PATTERN_MARK
+    )
+    assert not display_line(LogLine(group="g", line=decode)).startswith(PATTERN_MARK)

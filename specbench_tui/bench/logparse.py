@@ -116,12 +116,18 @@ class LogParser:
 
     def parse(self, line: str) -> dict[str, float] | None:
         """The numbers in one log line, or None when it carries none we know. Never raises."""
-        try:
-            return self._parse(line)
-        except Exception:  # a log line is untrusted input; a parser bug must not stop a run
-            return None
+        return self.parse_line(line)[0]
 
-    def _parse(self, line: str) -> dict[str, float] | None:
+    def parse_line(self, line: str) -> tuple[dict[str, float] | None, list[str]]:
+        """The numbers in one log line and the names of the plan's ``[logs]`` patterns that
+        matched it (a console highlights those). Never raises."""
+        matched: list[str] = []
+        try:
+            return self._parse(line, matched), matched
+        except Exception:  # a log line is untrusted input; a parser bug must not stop a run
+            return None, []
+
+    def _parse(self, line: str, matched: list[str]) -> dict[str, float] | None:
         out: dict[str, float] = {}
         # One cheap substring test keeps the common (non-stats) line off the slow path.
         if " batch" in line:
@@ -142,6 +148,7 @@ class LogParser:
             m = rx.search(line)
             if m is None:
                 continue
+            matched.append(name)
             named = m.groupdict()
             if named:
                 for key, raw in named.items():

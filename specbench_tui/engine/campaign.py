@@ -456,10 +456,11 @@ class Campaign:
         )
 
     def _on_log_line(self, group: ServiceGroup) -> Callable[[str], None]:
-        parse = self._log_parser.parse
+        parse = self._log_parser.parse_line
 
         def on_line(line: str) -> None:
-            self._emit(LogLine(group=group.id, line=line, stats=parse(line)))
+            stats, matches = parse(line)
+            self._emit(LogLine(group=group.id, line=line, stats=stats, matches=matches))
 
         return on_line
 

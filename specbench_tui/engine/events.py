@@ -255,6 +255,7 @@ class LogLine(Event):
     group: str
     line: str
     stats: dict[str, float] | None = None  # parsed SGLang stats or [logs] pattern groups
+    matches: list[str] = field(default_factory=list)  # names of the [logs] patterns that hit
 
 
 @dataclass(kw_only=True)

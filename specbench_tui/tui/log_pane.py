@@ -26,27 +26,8 @@ from specbench_tui.tui.look import Palette, palette_for
 #: Lines kept for filtering; the full log is in ``logs/<group>.log`` of the results directory.
 KEEP_LINES = 5000
 
-#: Lines whose stats come from the plan's ``[logs]`` patterns start with this mark, since a
-#: log line alone does not say which pattern matched it.
+#: Lines the plan's own ``[logs]`` patterns matched start with this mark.
 PATTERN_MARK = "◆ "
-SGLANG_KEYS = frozenset(
-    {
-        "accept_len",
-        "accept_rate",
-        "gen_throughput",
-        "running_req",
-        "queue_req",
-        "token_usage",
-        "token",
-        "full_token",
-        "mamba_usage",
-        "cuda_graph",
-        "new_seq",
-        "new_token",
-        "cached_token",
-        "input_throughput",
-    }
-)
 
 _STATS = re.compile(r"(?:Decode|Prefill) batch[.,]")
 _VALUE = re.compile(
@@ -100,13 +81,7 @@ def display_line(ev: LogLine) -> str:
     date (the pane is narrow and the stats are at the end of the line), and a line is marked
     when the plan's own ``[logs]`` patterns matched it."""
     line = _DATED.sub(r"[\1", ev.line, count=1)
-    if (
-        ev.stats
-        and not _STATS.search(line)
-        and any(k not in SGLANG_KEYS and not k.endswith("_total") for k in ev.stats)
-    ):
-        return PATTERN_MARK + line
-    return line
+    return PATTERN_MARK + line if ev.matches else line
 
 
 class LogPane(Vertical):
