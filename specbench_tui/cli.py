@@ -6,6 +6,7 @@ Input problems end with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -59,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim", action="store_true", help="rehearse the plan on the embedded simulated host"
     )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
+    p.add_argument(
+        "--ssh-config",
+        metavar="FILE",
+        help="SSH client config instead of ~/.ssh/config (like ssh -F)",
+    )
     return p
 
 
@@ -86,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _send(control: object, words: list[str]) -> int:
     """One command to a running campaign; a refusal is bad input (exit 2) with its reason."""
-    import asyncio
-
     from specbench_tui.engine.commands import Command
 
     action, target = words[0].replace("-", "_"), " ".join(words[1:]) or None
@@ -153,8 +157,14 @@ def _dispatch(args: argparse.Namespace) -> int:
             only=args.only,
             rerun_failed=args.rerun_failed,
             control_socket=args.headless,
+            ssh_config=args.ssh_config,
         ),
     )
+    try:
+        asyncio.run(campaign.check_hosts())
+    except BaseException:
+        campaign.store.close()
+        raise
     if args.headless:
         from specbench_tui.engine.headless import run_headless
 

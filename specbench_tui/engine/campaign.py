@@ -48,7 +48,7 @@ from specbench_tui.engine.events import (
 from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import InputError
-from specbench_tui.hosts.host import Host, make_host
+from specbench_tui.hosts.host import Host, SshSettings, make_host
 from specbench_tui.hosts.service import Service, ServiceError
 from specbench_tui.plan.cells import Cell, ServiceGroup
 from specbench_tui.plan.estimate import cell_requests
@@ -72,6 +72,7 @@ class CampaignOptions:
     server_restarts: int = 1  # restarts of a group's server after it dies mid-cell
     telemetry_interval_s: float = 1.0
     live_history: int = 2000  # live events kept for a console that attaches late
+    ssh_config: str | None = None  # like ``ssh -F FILE``; None: ~/.ssh/config
 
 
 class Campaign:
@@ -115,12 +116,6 @@ class Campaign:
         """Open the results directory and decide which cells run; input problems raise
         InputError before anything starts."""
         c = cls(plan, layout, options)
-        ssh_hosts = sorted({g.host for g in c.groups if g.host_kind == "ssh"})
-        if ssh_hosts:
-            raise InputError(
-                f"{plan.path}: host {ssh_hosts[0]!r} is an SSH host, which this version cannot "
-                "run yet; review it with --dry-run or rehearse it with --sim"
-            )
         if options.fresh:
             moved = ResultsStore.move_aside(layout)
             if moved is not None:
@@ -413,21 +408,51 @@ class Campaign:
         """Hold here while paused (the server and telemetry keep running)."""
         await self._running.wait()
 
+    def _new_host(self, name: str, kind: Any) -> Host:
+        hs = self.spec.hosts[name]
+        ssh = None
+        if kind == "ssh":
+            assert hs.ssh is not None
+            ssh = SshSettings(
+                destination=hs.ssh,
+                campaign=self.spec.campaign.name,
+                services=hs.services or "systemd",
+                workdir=hs.workdir,
+                prepare=tuple(hs.prepare),
+                restore_after=hs.restore_after,
+                ssh_config=self.options.ssh_config,
+            )
+        return make_host(
+            name,
+            kind,
+            hs.gpus,
+            gpu_ids=hs.gpu_ids,
+            on_notice=lambda level, text: self._notice(text, level),
+            telemetry_interval_s=self.options.telemetry_interval_s,
+            ssh=ssh,
+        )
+
     def _host(self, group: ServiceGroup) -> Host:
         host = self._hosts.get(group.host)
         if host is None:
-            hs = self.spec.hosts[group.host]
-            host = make_host(
-                group.host,
-                group.host_kind,
-                hs.gpus,
-                gpu_ids=hs.gpu_ids,
-                on_notice=lambda level, text: self._notice(text, level),
-                telemetry_interval_s=self.options.telemetry_interval_s,
-            )
+            host = self._new_host(group.host, group.host_kind)
             host.telemetry(on_sample=self._on_gpu_sample)
             self._hosts[group.host] = host
         return host
+
+    async def check_hosts(self) -> None:
+        """Before anything runs: reach every SSH host and check what its servers need, so an
+        unknown host key or a missing model is one clear line (InputError), not a failed
+        group an hour in. Connections are closed again: the run opens its own."""
+        kinds = {g.host: g.host_kind for g in self.groups}
+        for name, kind in kinds.items():
+            if kind != "ssh":
+                continue
+            host = self._new_host(name, kind)
+            try:
+                await host.preflight([g for g in self.groups if g.host == name])  # type: ignore[attr-defined]
+            finally:
+                await host.close()
 
     def _on_gpu_sample(self, s: Any) -> None:
         procs = [p.describe() for p in s.processes]

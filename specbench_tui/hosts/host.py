@@ -14,12 +14,14 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from specbench_tui.hosts.process import ProcessService
 from specbench_tui.hosts.service import LineCallback, Service
 from specbench_tui.hosts.telemetry import (
+    AgentRunner,
     GpusNotFreeError,
     LocalAgentRunner,
     ProblemCallback,
@@ -84,6 +86,10 @@ class Host:
     def agent_env(self) -> dict[str, str]:
         return {}
 
+    def agent_runner(self) -> AgentRunner:
+        """Where the telemetry agent runs: a local process here, over SSH on an SSH host."""
+        return LocalAgentRunner(self.python, self.agent_env())
+
     def telemetry(
         self,
         on_sample: SampleCallback | None = None,
@@ -97,7 +103,7 @@ class Host:
         if self._reader is None:
             self._reader = TelemetryReader(
                 self.name,
-                LocalAgentRunner(self.python, self.agent_env()),
+                self.agent_runner(),
                 interval_s=self.telemetry_interval_s,
                 gpus=self.gpu_ids,
             )
@@ -226,8 +232,9 @@ def make_host(
     state_dir: str | os.PathLike[str] | None = None,
     on_notice: NoticeCallback | None = None,
     telemetry_interval_s: float = 1.0,
+    ssh: SshSettings | None = None,
 ) -> Host:
-    """The Host for a plan host of the given kind."""
+    """The Host for a plan host of the given kind (``ssh`` settings for an SSH host)."""
     if kind == "sim":
         return SimHost(
             name,
@@ -245,4 +252,28 @@ def make_host(
             on_notice=on_notice,
             telemetry_interval_s=telemetry_interval_s,
         )
-    raise NotImplementedError(f"host {name}: SSH hosts are not supported yet")
+    if ssh is None:
+        raise ValueError(f"host {name}: an SSH host needs its ssh settings")
+    from specbench_tui.hosts.ssh_host import SshHost
+
+    return SshHost(
+        name,
+        gpus,
+        ssh,
+        gpu_ids=gpu_ids,
+        on_notice=on_notice,
+        telemetry_interval_s=telemetry_interval_s,
+    )
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """What the plan says about an SSH host, beyond its GPUs."""
+
+    destination: str
+    campaign: str
+    services: Literal["systemd", "process"] = "systemd"
+    workdir: str = "~/specbench"
+    prepare: tuple[str, ...] = ()
+    restore_after: bool = True
+    ssh_config: str | None = None  # like ``ssh -F``; None: ~/.ssh/config

@@ -94,7 +94,9 @@ class Destination:
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return (f"{self.user}@" if self.user else "") + host + (f":{self.port}" if self.port else "")
+        return (
+            (f"{self.user}@" if self.user else "") + host + (f":{self.port}" if self.port else "")
+        )
 
     def ssh_command(self) -> str:
         """The ``ssh`` command a user would type to reach it (for messages)."""
@@ -131,6 +133,21 @@ def env_prefix(env: Mapping[str, str]) -> str:
 
 def quote_command(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def until_channel_closed(line: str) -> str:
+    """Wrap a never-ending command (``tail -F``, ``journalctl -f``) so that it ends when our
+    channel closes or the connection drops.
+
+    Without a pty, sshd sends no signal when a channel closes, and a follower only notices
+    at its next write, which may be never: each reconnect would leave one behind on the
+    host. The wrapper waits for EOF on stdin (the channel closing) and kills the follower.
+    """
+    # ``set -m`` puts the follower in a process group of its own, so the kill reaches all
+    # of it (a compound command forks); an asynchronous list's stdin would be /dev/null,
+    # hence the channel kept on fd 3 for the watcher.
+    watcher = "(cat <&3 >/dev/null; kill -TERM -$p 2>/dev/null) >/dev/null 2>&1 &"
+    return f"exec 3<&0; set -m; {{ {line} ; }} </dev/null & p=$!; {watcher} wait $p"
 
 
 class SshConnection:
@@ -358,7 +375,9 @@ class SshConnection:
         connection ends the iteration; the caller decides whether to resume (log tails
         resume from the offset they reached, so nothing is read twice).
         """
-        proc = await self.start_process(command, env=env)
+        line = command if isinstance(command, str) else quote_command(command)
+        line = env_prefix(env or {}) + line if env else line
+        proc = await self.start_process(until_channel_closed(line))
         try:
             buf = b""
             while True:

@@ -1,0 +1,459 @@
+"""A group's server as a transient systemd unit on an SSH host (``services = "systemd"``).
+
+systemd is the better supervisor on a GPU host: the unit's cgroup holds every TP worker,
+so ``systemctl stop`` leaves nothing behind; the server survives our SSH connection and even
+our crash; the journal keeps its output. We start it with ``systemd-run`` (no unit file to
+install or clean up: ``--collect`` unloads it once it ends) and ``Type=exec``, so a bad
+ExecStart (a wrong interpreter path) fails the start itself instead of a later health
+timeout.
+
+Reading state: ``systemctl show`` in its ``KEY=VALUE`` form, because with ``--value`` the
+values come in systemd's order, not the order asked for. A collected unit no longer exists
+once it has failed, so the exit status is taken from systemd's own journal line ("Main
+process exited, code=exited, status=1/FAILURE"), which ``journalctl -u`` includes.
+
+The log is followed with ``journalctl -u UNIT -o json --after-cursor C -f``, keeping the last
+cursor, so a reconnect resumes exactly where it stopped. journald writes MESSAGE as a list
+of byte values when the text is not printable UTF-8 (colour codes, a stray byte); both forms
+are read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
+from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError, quote_command
+from specbench_tui.plan.cells import ServiceGroup
+
+log = logging.getLogger(__name__)
+
+UNIT_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
+SHOW_KEYS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainPID", "LoadState")
+_MAIN_EXITED = re.compile(r"Main process exited, code=(\w+), status=(\d+)")
+
+PORT_CHECK = (
+    "import errno,socket,sys\n"
+    "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+    "try: s.bind(('0.0.0.0',int(sys.argv[1])))\n"
+    "except OSError as e: sys.exit(1 if e.errno==errno.EADDRINUSE else 0)\n"
+)
+
+
+def unit_name(campaign: str, group_id: str) -> str:
+    """``specbench-<campaign>-<group>.service``; refuses characters systemd would escape
+    (the plan allows none, so one here is a bug, not something to mangle silently)."""
+    for part in (campaign, group_id):
+        if not UNIT_PART.match(part):
+            raise ValueError(f"{part!r} cannot be part of a systemd unit name")
+    name = f"specbench-{campaign}-{group_id}.service"
+    if len(name) > 255:
+        raise ValueError(f"unit name too long ({len(name)} > 255): {name}")
+    return name
+
+
+def parse_show(text: str, keys: Iterable[str] = SHOW_KEYS) -> dict[str, str]:
+    """``systemctl show`` output: ``KEY=VALUE`` lines; bare values (``--value``) are taken
+    in the order of ``keys`` as a fallback."""
+    out: dict[str, str] = {}
+    bare: list[str] = []
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key and key.isidentifier():
+            out[key] = value
+        else:
+            bare.append(line)
+    if not out and bare:
+        out = dict(zip(keys, bare, strict=False))
+    return out
+
+
+def journal_message(entry: Mapping[str, Any]) -> str | None:
+    """The MESSAGE of a journald JSON entry: a string, a list of byte values, or null."""
+    msg = entry.get("MESSAGE")
+    if msg is None:
+        return None
+    if isinstance(msg, list):
+        try:
+            return bytes(int(b) & 0xFF for b in msg).decode("utf-8", errors="replace")
+        except (TypeError, ValueError):
+            return None
+    return str(msg)
+
+
+def main_exit_status(message: str) -> int | None:
+    """systemd's "Main process exited, code=exited|killed, status=N/NAME" as a return code
+    (negative for a signal, like Popen)."""
+    m = _MAIN_EXITED.search(message)
+    if not m:
+        return None
+    code = int(m.group(2))
+    return code if m.group(1) == "exited" else -code
+
+
+class SystemdService(Service):
+    """The group's command as the transient unit ``specbench-<campaign>-<group>.service``.
+
+    ``cwd`` is the server's working directory (default: the unit's default, ``/``);
+    ``python`` is used on the host for the port check.
+    """
+
+    def __init__(
+        self,
+        group: ServiceGroup,
+        ssh: SshConnection,
+        log_path: str | os.PathLike[str],
+        on_line: LineCallback | None = None,
+        *,
+        campaign: str,
+        cwd: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        python: str = "python3",
+        port_free_timeout_s: float = 30.0,
+        poll_s: float = 0.5,
+    ) -> None:
+        super().__init__(group, on_line)
+        self.ssh = ssh
+        self.unit = unit_name(campaign, group.id)
+        self.log_path = Path(log_path)
+        self.cwd = cwd
+        self.extra_env = dict(extra_env or {})
+        self.python = python
+        self.port_free_timeout_s = port_free_timeout_s
+        self.poll_s = poll_s
+        self.main_pid: int | None = None
+        self.cursor: str | None = None  # the last journal entry read
+        self._started = False
+        self._exit_code: int | None = None
+        self._journal_exit: int | None = None
+        self._exited = asyncio.Event()
+        self._forward: PortForward | None = None
+        self._tail_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._log: IO[str] | None = None
+
+    # --- Service --------------------------------------------------------------------------
+
+    def alive(self) -> bool:
+        """From the last poll (every ``poll_s``): no round trip here."""
+        return self._started and not self._exited.is_set()
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._exit_code
+
+    async def show(self) -> dict[str, str]:
+        """The unit's state (an unknown unit reads as inactive, LoadState=not-found)."""
+        res = await self.ssh.run(
+            ["systemctl", "show", "-p", ",".join(SHOW_KEYS), self.unit], timeout_s=30.0
+        )
+        return parse_show(res.stdout)
+
+    async def start(self) -> None:
+        if self.alive():
+            raise ServiceError(f"{self.group.id}: {self.unit} already running on {self.ssh}")
+        if not self.group.command:
+            raise ServiceError(f"{self.group.id}: the service group has no command")
+        await self._stop_background()
+        state = await self.show()
+        if state.get("ActiveState") in ACTIVE_STATES:
+            raise ServiceError(
+                f"{self.group.id}: {self.unit} is already {state['ActiveState']} on {self.ssh} "
+                f"(left from an earlier run?); stop it with `systemctl stop {self.unit}`"
+            )
+        if await self._port_in_use():
+            raise ServiceError(
+                f"{self.group.id}: port {self.group.port} already in use on {self.ssh}; "
+                "stop it or change the plan's port"
+            )
+        self._reset_for_start()
+        self._exited = asyncio.Event()
+        self._exit_code = self._journal_exit = None
+        self.main_pid = None
+        # a failed earlier unit of the same name would block the new one
+        await self.ssh.run(["systemctl", "reset-failed", self.unit], timeout_s=30.0)
+        self.cursor = await self._journal_end()
+        self._open_log()
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        self._write_log(
+            f"----- {stamp} starting {self.group.id} as {self.unit} on {self.ssh}: "
+            f"{quote_command(self.group.command)}"
+        )
+        env = {**dict(self.group.env), **self.extra_env}
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        argv = [
+            "systemd-run",
+            f"--unit={self.unit}",
+            "--property=Type=exec",
+            "--collect",
+            "--quiet",
+            *(f"--setenv={k}={v}" for k, v in env.items()),
+            *([f"--working-directory={self.cwd}"] if self.cwd else []),
+            "--",
+            *self.group.command,
+        ]
+        try:
+            res = await self.ssh.run(argv, timeout_s=120.0)
+        except SshError as e:
+            self._close_log()
+            raise ServiceError(f"{self.group.id}: cannot start {self.unit}: {e.reason}") from e
+        self._tail_task = asyncio.create_task(self._follow_journal(), name=f"journal-{self.unit}")
+        if not res.ok:
+            err = " ".join(res.stderr.strip().splitlines()[:1]) or f"status {res.exit_status}"
+            await asyncio.sleep(0.3)  # let the tail fetch systemd's lines on the failure
+            await self._stop_background()
+            self._close_log()
+            raise ServiceError(
+                f"{self.group.id}: systemd-run failed for {self.unit} on {self.ssh}: {err} "
+                f"(ExecStart: {self.group.command[0]})",
+                self.log_tail(),
+            )
+        self._started = True
+        state = await self.show()
+        with contextlib.suppress(ValueError):
+            self.main_pid = int(state.get("ExecMainPID", "0")) or None
+        self._forward = PortForward(self.ssh, self.group.port)
+        try:
+            local = await self._forward.open()
+        except SshError as e:
+            raise ServiceError(f"{self.group.id}: {e.reason}") from e
+        self._base_url = f"http://127.0.0.1:{local}"
+        self._watch_task = asyncio.create_task(self._watch(), name=f"watch-{self.unit}")
+
+    async def wait_exit(self) -> int | None:
+        if not self._started:
+            return None
+        await self._exited.wait()
+        return self._exit_code
+
+    async def stop(self, grace_s: float = 30.0) -> None:
+        if self._started:
+            state = await self.show()
+            if state.get("ActiveState") in ACTIVE_STATES:
+                self._write_log(f"----- stopping {self.unit} (grace {grace_s:g}s)")
+                await self.ssh.run(["systemctl", "stop", "--no-block", self.unit], timeout_s=30)
+                if not await self._wait_inactive(grace_s):
+                    self._write_log(f"----- {self.unit} did not stop; sending SIGKILL")
+                    await self.ssh.run(
+                        ["systemctl", "kill", "--signal=KILL", self.unit], timeout_s=30.0
+                    )
+                    await self._wait_inactive(10.0)
+            await self._settle_exit(state_checked=True)
+            await asyncio.sleep(0.2)  # systemd's last journal lines
+            self._write_log(f"----- {self.unit} {describe_exit(self._exit_code)}")
+        await self._stop_background()
+        self._close_log()
+        if self._started:
+            await self._wait_port_free()
+
+    # --- internals -------------------------------------------------------------------------
+
+    async def _wait_inactive(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if (await self.show()).get("ActiveState") not in ACTIVE_STATES:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
+
+    async def _settle_exit(self, state_checked: bool = False) -> None:
+        """Record the end: the journal's exit line if seen (a collected unit keeps no
+        status), else what ``systemctl show`` still says."""
+        if self._exited.is_set():
+            return
+        for _ in range(10):  # the journal line may trail the state change a little
+            if self._journal_exit is not None:
+                break
+            await asyncio.sleep(0.05)
+        code = self._journal_exit
+        if code is None:
+            state = await self.show()
+            if state.get("LoadState") != "not-found" and state.get("Result") != "success":
+                with contextlib.suppress(ValueError):
+                    code = int(state.get("ExecMainStatus", ""))
+        self._exit_code = code
+        self._exited.set()
+
+    async def _watch(self) -> None:
+        while not self._exited.is_set():
+            try:
+                state = await self.show()
+            except SshError as e:
+                log.warning("%s: cannot poll %s: %s", self.group.id, self.unit, e)
+                await asyncio.sleep(self.poll_s * 4)
+                continue
+            if state.get("ActiveState") not in ACTIVE_STATES:
+                await self._settle_exit()
+                return
+            await asyncio.sleep(self.poll_s)
+
+    async def _journal_end(self) -> str | None:
+        """The cursor of the newest journal entry, so the tail starts after it and a
+        previous run of the same unit name is not shown again."""
+        res = await self.ssh.run(["journalctl", "-n", "1", "-o", "json", "--no-pager"])
+        for line in reversed(res.stdout.splitlines()):
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and entry.get("__CURSOR"):
+                    return str(entry["__CURSOR"])
+        return None
+
+    def journal_command(self) -> list[str]:
+        argv = ["journalctl", "-u", self.unit, "-o", "json", "--no-pager", "-f"]
+        if self.cursor:
+            argv += [f"--after-cursor={self.cursor}"]
+        else:
+            argv += ["-n", "all"]
+        return argv
+
+    async def _follow_journal(self) -> None:
+        """Follow the unit's journal; after a drop resume after the last cursor read."""
+        while True:
+            try:
+                async for line in self.ssh.stream_lines(self.journal_command()):
+                    self._handle_entry(line)
+            except SshError as e:
+                log.warning("%s: journal: %s", self.unit, e)
+                await asyncio.sleep(2.0)
+                continue
+            except Exception as e:  # a channel error: retry
+                log.warning("%s: journal: %s", self.unit, e)
+            await asyncio.sleep(0.5)
+
+    def _handle_entry(self, line: str) -> None:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(entry, dict):
+            return
+        if entry.get("__CURSOR"):
+            self.cursor = str(entry["__CURSOR"])
+        msg = journal_message(entry)
+        if msg is None:
+            return
+        if entry.get("UNIT") == self.unit or entry.get("_PID") == "1":  # systemd about the unit
+            code = main_exit_status(msg)
+            if code is not None:
+                self._journal_exit = code
+        for part in msg.split("\n"):
+            if "\r" in part:
+                parts = [p for p in part.split("\r") if p.strip()]
+                part = parts[-1] if parts else ""
+            self._write_log(part)
+            self._emit_line(part)
+
+    async def _port_in_use(self) -> bool:
+        res = await self.ssh.run(
+            [self.python, "-c", PORT_CHECK, str(self.group.port)], timeout_s=30.0
+        )
+        return res.exit_status == 1
+
+    async def _wait_port_free(self) -> None:
+        deadline = time.monotonic() + self.port_free_timeout_s
+        while await self._port_in_use():
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    f"{self.group.id}: port {self.group.port} on {self.ssh} still in use after "
+                    f"{self.unit} stopped",
+                    self.log_tail(),
+                )
+            await asyncio.sleep(0.2)
+
+    async def _stop_background(self) -> None:
+        for task in (self._watch_task, self._tail_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._watch_task = self._tail_task = None
+        if self._forward is not None:
+            await self._forward.close()
+            self._forward = None
+
+    def _open_log(self) -> None:
+        self._close_log()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
+
+    def _write_log(self, line: str) -> None:
+        if self._log is None:
+            return
+        try:
+            self._log.write(line + "\n")
+            self._log.flush()
+        except OSError:
+            pass  # a full local disk must not stop the campaign
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+
+
+class ForeignUnits:
+    """Services outside the campaign stopped to free GPUs (``stop_before``), and started
+    again at the end (``restore_after``). Only those that were active are restarted."""
+
+    def __init__(self, ssh: SshConnection) -> None:
+        self.ssh = ssh
+        self.stopped: list[str] = []
+
+    async def stop(self, names: Iterable[str], timeout_s: float = 120.0) -> list[str]:
+        """Stop each active unit; returns the ones stopped now. Raises ServiceError when a
+        stop fails (the GPU wait would otherwise blame the wrong thing)."""
+        now: list[str] = []
+        for name in names:
+            if not UNIT_PART.match(name):
+                raise ServiceError(f"{self.ssh}: {name!r} is not a systemd unit name")
+            res = await self.ssh.run(["systemctl", "is-active", name], timeout_s=30.0)
+            if res.stdout.strip() not in ACTIVE_STATES:
+                continue
+            res = await self.ssh.run(["systemctl", "stop", name], timeout_s=timeout_s)
+            if not res.ok:
+                err = (res.stderr.strip().splitlines() or [f"status {res.exit_status}"])[-1]
+                raise ServiceError(f"{self.ssh}: cannot stop {name}: {err}")
+            if name not in self.stopped:
+                self.stopped.append(name)
+            now.append(name)
+        return now
+
+    async def restore(self, timeout_s: float = 120.0) -> list[str]:
+        """Start again what ``stop`` stopped; returns problems, one line each (restoring
+        is best effort: one unit that fails must not keep the others down)."""
+        problems: list[str] = []
+        for name in list(self.stopped):
+            try:
+                res = await self.ssh.run(["systemctl", "start", name], timeout_s=timeout_s)
+            except SshError as e:
+                problems.append(f"cannot start {name} again: {e.reason}")
+                continue
+            if res.ok:
+                self.stopped.remove(name)
+            else:
+                err = (res.stderr.strip().splitlines() or [f"status {res.exit_status}"])[-1]
+                problems.append(f"cannot start {name} again: {err}")
+        return problems
+
+
+__all__ = [
+    "ForeignUnits",
+    "SystemdService",
+    "journal_message",
+    "main_exit_status",
+    "parse_show",
+    "unit_name",
+]

@@ -1,0 +1,210 @@
+"""A whole campaign on a host reached over real SSH (OpenSSH sshd on 127.0.0.1): servers
+started there as processes, reached through port forwards, GPUs read by the agent over SSH."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import ROOT, free_port
+from fake_systemd import install
+from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
+
+pytestmark = pytest.mark.slow
+
+PLAN = """\
+[campaign]
+name = "remote"
+baseline = "ar"
+
+[hosts.box]
+ssh = "sbtest"
+gpus = 4
+services = "process"
+workdir = "{workdir}"
+
+[server]
+python = "{python}"
+model = "{model}"
+port = {port}
+launch = ["{{python}}", "-m", "specbench_tui.sim", "--model-path", "{{model}}", "--tp-size",
+          "{{tp}}", "--host", "127.0.0.1", "--port", "{{port}}", "--speed", "50"]
+ready_timeout = "60s"
+
+[configs.ar]
+[configs.dflash]
+args = ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8"]
+
+[matrix]
+configs = ["ar", "dflash"]
+tp = [1, 2]
+
+[workloads.single]
+kind = "single"
+prompts = ["chat"]
+samples = 2
+max_tokens = [24]
+"""
+
+
+def write(tmp_path: Path, **kw: str) -> Path:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    values = {
+        "workdir": str(tmp_path / "remote"),
+        "python": sys.executable,
+        "model": str(model),
+        "port": str(free_port()),
+    } | kw
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN.format(**values))
+    return path
+
+
+def run(plan: Path, sshd: Sshd, results: Path) -> subprocess.CompletedProcess[str]:  # noqa: F811
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(plan),
+            "--headless",
+            "--results",
+            str(results),
+            "--ssh-config",
+            str(sshd.config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+
+
+def test_campaign_over_ssh(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    proc = run(write(tmp_path), sshd, tmp_path / "res")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    root = tmp_path / "res" / "remote"
+    events = [json.loads(x) for x in (root / "events.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "cell_finished" for e in events) == 4
+    assert sum(e["event"] == "service_ready" for e in events) == 4
+    req = pl.read_parquet(root / "requests.parquet")
+    assert req.height == 8 and req["error"].null_count() == 8
+    # the server log came back over SSH, and was written on the host too
+    assert "ready to roll" in (root / "logs" / "box.dflash.tp2.log").read_text()
+    assert (tmp_path / "remote" / "logs" / "box.dflash.tp2.log").exists()
+    tele = pl.read_parquet(root / "telemetry.parquet")
+    assert tele.height > 0 and set(tele["host"]) == {"box"}
+
+
+def test_missing_model_is_one_line_before_anything_runs(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    proc = run(write(tmp_path, model="/dev/shm/not-there"), sshd, tmp_path / "res")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "specbench-tui: host box: model /dev/shm/not-there not found "
+        "(a prepare command in the plan can fix it)"
+    )
+
+
+def test_prepare_fixes_what_preflight_finds_missing(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    model = tmp_path / "shm-model"
+    plan = write(tmp_path, model=str(model))
+    plan.write_text(
+        plan.read_text().replace(
+            'services = "process"', f'services = "process"\nprepare = ["mkdir -p {model}"]'
+        )
+    )
+    proc = run(plan, sshd, tmp_path / "res")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert model.is_dir()
+
+
+def test_unknown_host_key_is_refused_with_exit_2(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    config = tmp_path / "ssh_config"
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    config.write_text(sshd.config.read_text().replace(str(sshd.known_hosts), str(empty)))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(write(tmp_path)),
+            "--headless",
+            "--results",
+            str(tmp_path / "res"),
+            "--ssh-config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert "host key of sbtest is not in" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_systemd_host_stops_the_foreign_service_only_when_needed(
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The seed campaign's situation: a foreign service holds GPU 0; TP1 runs beside it on the
+    top GPU, TP4 needs GPU 0, so the service is stopped then, and started again at the end."""
+    install(sshd.fakebin)
+    files = sshd.systemd_state / "unit-files"
+    files.mkdir(exist_ok=True)
+    hog_port = free_port()
+    hog = [
+        sys.executable,
+        "-m",
+        "specbench_tui.sim",
+        "--tp-size",
+        "1",
+        "--port",
+        str(hog_port),
+        "--speed",
+        "50",
+    ]  # on GPU 0, as CUDA_VISIBLE_DEVICES is unset
+    (files / "gpu0-wrapper.service.json").write_text(json.dumps({"ExecStart": hog}))
+    ssh_cmd = ["ssh", "-F", str(sshd.config), "sbtest"]
+    subprocess.run([*ssh_cmd, "systemctl start gpu0-wrapper.service"], check=True, timeout=30)
+    try:
+        plan = write(tmp_path)
+        plan.write_text(
+            plan.read_text()
+            .replace(
+                'services = "process"',
+                'services = "systemd"\nstop_before = ["gpu0-wrapper.service"]',
+            )
+            .replace("tp = [1, 2]", "tp = [1, 4]")
+        )
+        proc = run(plan, sshd, tmp_path / "res")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        root = tmp_path / "res" / "remote"
+        events = [json.loads(x) for x in (root / "events.jsonl").read_text().splitlines()]
+        names = [(e["event"], e.get("group"), e.get("text", "")) for e in events]
+        stopped = next(i for i, n in enumerate(names) if "stopped gpu0-wrapper" in n[2])
+        first_tp4 = next(
+            i for i, n in enumerate(names) if n[0] == "group_started" and n[1].endswith("tp4")
+        )
+        last_tp1 = max(
+            i for i, n in enumerate(names) if n[0] == "group_finished" and n[1].endswith("tp1")
+        )
+        assert last_tp1 < first_tp4 < stopped  # kept running through TP1, stopped for TP4
+        assert any("started gpu0-wrapper.service again" in n[2] for n in names)
+        assert sum(e["event"] == "cell_finished" for e in events) == 4
+        active = subprocess.run(
+            [*ssh_cmd, "systemctl is-active gpu0-wrapper.service"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert active.stdout.strip() == "active"
+    finally:
+        subprocess.run([*ssh_cmd, "systemctl stop gpu0-wrapper.service"], timeout=30)
