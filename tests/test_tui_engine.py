@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
+from specbench_tui.engine.commands import Command
 from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.tui.app import ConsoleApp
@@ -74,3 +75,60 @@ def test_core_packages_never_import_textual() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+async def test_console_attached_to_a_headless_campaign(write_plan, tmp_path: Path) -> None:
+    """--attach: the console replays a running headless campaign, steers it, and leaving it
+    leaves the campaign running."""
+    import asyncio
+    import time
+
+    from specbench_tui.engine.control_socket import attach_control
+    from tests.conftest import ROOT
+
+    text = MINIMAL_PLAN.replace("max_tokens = [32]\n", "max_tokens = [32, 48, 64]\nrepeats = 2\n")
+    path = write_plan(text.replace("speed = 50", "speed = 6"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(path),
+            "--headless",
+            "--results",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    root = tmp_path / "t"
+    try:
+        deadline = time.monotonic() + 30
+        while not (root / "control.sock").exists():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        app = ConsoleApp(attach_control(root))
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if app.progress.cells and app.progress.counts.done >= 1:
+                    break
+            assert len(app.progress.cells) == 6  # the plan came with the replay
+            await pilot.press("p")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if app.progress.paused:
+                    break
+            assert app.progress.paused  # the pause went to the campaign and came back
+            await pilot.press("q")  # a detached console leaves without asking
+            await pilot.pause(0.3)
+        assert proc.poll() is None  # still running, paused
+        reply = await attach_control(root).send(Command("resume", by="test"))
+        assert reply.ok
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
