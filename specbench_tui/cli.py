@@ -160,6 +160,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             ssh_config=args.ssh_config,
         ),
     )
+    if campaign.moved_aside is not None:
+        print(f"specbench-tui: previous results moved to {campaign.moved_aside}")
     try:
         asyncio.run(campaign.check_hosts())
     except BaseException:

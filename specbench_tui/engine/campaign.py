@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from specbench_tui.bench.greedy import first_difference
@@ -108,6 +109,7 @@ class Campaign:
         self._started = time.time()
         self._hosts: dict[str, Host] = {}
         self._control_server: Any = None
+        self.moved_aside: Path | None = None  # --fresh: where the old results went
 
     # -- preparation ---------------------------------------------------------------------------
 
@@ -117,9 +119,7 @@ class Campaign:
         InputError before anything starts."""
         c = cls(plan, layout, options)
         if options.fresh:
-            moved = ResultsStore.move_aside(layout)
-            if moved is not None:
-                print(f"specbench-tui: previous results moved to {moved}")
+            c.moved_aside = ResultsStore.move_aside(layout)
         c.store.open(plan.text, plan.hash)
         history = c.store.history()
         for cid in c.cells:
