@@ -19,7 +19,6 @@ import socket
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
 
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
 from specbench_tui.plan.cells import ServiceGroup
@@ -143,7 +142,6 @@ class ProcessService(Service):
         self._proc: asyncio.subprocess.Process | None = None
         self._pgid: int | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._log: IO[str] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -172,9 +170,7 @@ class ProcessService(Service):
         env.update(dict(self.group.env))
         env.update(self.extra_env)
         env.setdefault("PYTHONUNBUFFERED", "1")  # a Python server's lines arrive as printed
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._close_log()
-        self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
+        self._open_log()
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         self._write_log(f"----- {stamp} starting {self.group.id}: {' '.join(self.group.command)}")
         try:
@@ -297,29 +293,6 @@ class ProcessService(Service):
                 buf = b""
         if buf:
             self._handle_raw(buf)
-
-    def _handle_raw(self, raw: bytes) -> None:
-        if b"\r" in raw:
-            parts = [p for p in raw.split(b"\r") if p.strip()]
-            raw = parts[-1] if parts else b""
-        line = raw.decode("utf-8", errors="replace")
-        self._write_log(line)
-        self._emit_line(line)
-
-    def _write_log(self, line: str) -> None:
-        if self._log is None:
-            return
-        try:
-            self._log.write(line + "\n")
-            self._log.flush()
-        except OSError:
-            pass  # a full disk must not take the server down with it; the tail still works
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()
-            self._log = None
 
 
 try:  # loaded here, not in the forked child, where only async-signal-safe work belongs

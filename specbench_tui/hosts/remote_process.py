@@ -22,7 +22,6 @@ import shlex
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
 
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
 from specbench_tui.hosts.ssh import (
@@ -120,7 +119,6 @@ class RemoteProcessService(Service):
         self._tail_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._offset = 0  # bytes of the remote log consumed
-        self._log: IO[str] | None = None
 
     # --- remote file names ----------------------------------------------------------------
 
@@ -353,14 +351,6 @@ class RemoteProcessService(Service):
             while self._offset < size and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
 
-    def _handle_raw(self, raw: bytes) -> None:
-        if b"\r" in raw:
-            parts = [p for p in raw.split(b"\r") if p.strip()]
-            raw = parts[-1] if parts else b""
-        line = raw.decode("utf-8", errors="replace")
-        self._write_log(line)
-        self._emit_line(line)
-
     async def _stop_background(self) -> None:
         for task in (self._watch_task, self._tail_task):
             if task is not None and not task.done():
@@ -371,23 +361,3 @@ class RemoteProcessService(Service):
         if self._forward is not None:
             await self._forward.close()
             self._forward = None
-
-    def _open_log(self) -> None:
-        self._close_log()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
-
-    def _write_log(self, line: str) -> None:
-        if self._log is None:
-            return
-        try:
-            self._log.write(line + "\n")
-            self._log.flush()
-        except OSError:
-            pass  # a full local disk must not stop the campaign; the tail still works
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()
-            self._log = None

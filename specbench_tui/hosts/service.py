@@ -10,12 +10,15 @@ only starts, watches and stops its kind of process and feeds each log line to ``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -91,6 +94,42 @@ class Service(ABC):
         self.started_at: float | None = None  # time.monotonic() of the last start()
         self.ready_after_s: float | None = None  # start-up time of the last wait_ready()
         self._last_health = ""  # the last probe's outcome, for the timeout message
+        self.log_path: Path | None = None  # the local copy of the server's log, if kept
+        self._log: IO[str] | None = None
+
+    # --- the local log file and line handling, the same for every kind of server --------
+
+    def _open_log(self) -> None:
+        self._close_log()
+        if self.log_path is None:
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
+
+    def _write_log(self, line: str) -> None:
+        if self._log is None:
+            return
+        try:
+            self._log.write(line + "\n")
+            self._log.flush()
+        except OSError:
+            pass  # a full local disk must not stop the campaign; the tail still works
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+
+    def _handle_raw(self, raw: bytes) -> None:
+        """One raw output line: a progress bar redrawn with carriage returns keeps only its
+        last state, so a log is not flooded; then the local log, the tail and ``on_line``."""
+        if b"\r" in raw:
+            parts = [p for p in raw.split(b"\r") if p.strip()]
+            raw = parts[-1] if parts else b""
+        line = raw.decode("utf-8", errors="replace")
+        self._write_log(line)
+        self._emit_line(line)
 
     # --- what a subclass provides ------------------------------------------------------
 

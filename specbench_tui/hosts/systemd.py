@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError, quote_command
@@ -141,7 +141,6 @@ class SystemdService(Service):
         self._forward: PortForward | None = None
         self._tail_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
-        self._log: IO[str] | None = None
 
     # --- Service --------------------------------------------------------------------------
 
@@ -382,26 +381,6 @@ class SystemdService(Service):
         if self._forward is not None:
             await self._forward.close()
             self._forward = None
-
-    def _open_log(self) -> None:
-        self._close_log()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
-
-    def _write_log(self, line: str) -> None:
-        if self._log is None:
-            return
-        try:
-            self._log.write(line + "\n")
-            self._log.flush()
-        except OSError:
-            pass  # a full local disk must not stop the campaign
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()
-            self._log = None
 
 
 class ForeignUnits:
