@@ -786,7 +786,12 @@ class Campaign:
         )
 
     async def _shutdown(self) -> None:
-        for host in self._hosts.values():
+        for name, host in self._hosts.items():
+            # One last look at the GPUs after the last server stopped, so the console and
+            # telemetry.parquet end on the state the campaign leaves behind, not mid-load.
+            used = sorted({i for g in self.groups if g.host == name for i in g.gpu_ids})
+            with contextlib.suppress(Exception):
+                await host.wait_gpus_free(used, 5.0)
             with contextlib.suppress(Exception):
                 await host.restore_foreign()
             with contextlib.suppress(Exception):
