@@ -351,3 +351,18 @@ async def test_abort_cuts_a_long_start_up_and_leaves_cells_to_resume(
     assert "cell_failed" not in names and "cell_started" not in names
     history = prepare(write_plan(text, name="again.toml"), tmp_path).status
     assert set(history.values()) == {"pending"}
+
+
+async def test_server_that_never_gets_healthy_fails_its_group_only(
+    write_plan, tmp_path: Path
+) -> None:
+    text = PLAN.replace('label = "AR"', 'label = "AR"\nargs = ["--sim-fault", "never-ready"]')
+    text = text.replace("[server]\n", '[server]\nready_timeout = "2s"\n')
+    c = prepare(write_plan(text), tmp_path)
+    assert await asyncio.wait_for(c.run(), 60) == 1
+    ev = events(c.layout.root)
+    failed = next(e for e in ev if e["event"] == "service_failed")
+    assert "not healthy after 2s (ready_timeout)" in failed["reason"]
+    cells = [e for e in ev if e["event"] == "cell_failed"]
+    assert len(cells) == 3 and all("server did not start" in e["reason"] for e in cells)
+    assert sum(e["event"] == "cell_finished" for e in ev) == 3  # the next group ran

@@ -208,3 +208,28 @@ def test_systemd_host_stops_the_foreign_service_only_when_needed(
         assert active.stdout.strip() == "active"
     finally:
         subprocess.run([*ssh_cmd, "systemctl stop gpu0-wrapper.service"], timeout=30)
+
+
+def test_unreachable_host_is_one_line_with_exit_2(tmp_path: Path) -> None:
+    plan = write(tmp_path)
+    plan.write_text(
+        plan.read_text().replace('ssh = "sbtest"', f'ssh = "root@127.0.0.1:{free_port()}"')
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(plan),
+            "--headless",
+            "--results",
+            str(tmp_path / "res"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert "connection refused" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
