@@ -21,18 +21,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from textual import events
 
+from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.engine.events import GpuSample, LogLine, RequestDone
+from specbench_tui.engine.layout import ResultsLayout
+from specbench_tui.plan.loader import load_plan
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
 
+ROOT = Path(__file__).resolve().parent.parent
 GROUP = "sim.ddtree-16.tp1"
 CELL = "ddt1agent"
 
@@ -105,8 +112,21 @@ async def wait_for(cond: Callable[[], bool], timeout: float = 2.0) -> float:
     return time.perf_counter() - t0
 
 
-async def run(rate: int, seconds: float, size: tuple[int, int]) -> dict[str, Any]:
-    control = ScriptedControl(sample_campaign())
+def demo_campaign(results: Path, speed: float) -> Campaign:
+    """The demo plan on the simulator at its fastest: a real in-process engine, real servers."""
+    text = (ROOT / "plans" / "demo.toml").read_text()
+    text = re.sub(r"(?m)^speed = .*$", f"speed = {speed:g}", text)
+    plan_path = results / "demo.toml"
+    plan_path.write_text(text)
+    plan = load_plan(plan_path)
+    layout = ResultsLayout.for_campaign(results, plan.spec.campaign.name)
+    return Campaign.prepare(plan, layout, CampaignOptions())
+
+
+async def run(
+    rate: int, seconds: float, size: tuple[int, int], demo: Path | None = None
+) -> dict[str, Any]:
+    control: Any = demo_campaign(demo, 50) if demo else ScriptedControl(sample_campaign())
     app = ConsoleApp(control)
     frames: list[float] = []
     original = app._display
@@ -121,7 +141,7 @@ async def run(rate: int, seconds: float, size: tuple[int, int]) -> dict[str, Any
     async with app.run_test(size=size) as pilot:
         await pilot.pause(0.3)
         stop = asyncio.Event()
-        producer = asyncio.create_task(flood(control, rate, stop))
+        producer = asyncio.create_task(asyncio.sleep(0, 0) if demo else flood(control, rate, stop))
         t_start = time.perf_counter()
         applied0 = app.progress.events_seen
         batches0 = app.frames
@@ -156,6 +176,8 @@ async def run(rate: int, seconds: float, size: tuple[int, int]) -> dict[str, Any
         elapsed = time.perf_counter() - t_start
         stop.set()
         sent = await producer
+        if demo:  # what the engine published: every event the console applied
+            sent = (app.progress.events_seen - applied0) // 2
         await pilot.pause(0.3)
     return {
         "seconds": elapsed,
@@ -176,11 +198,19 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=5000, help="request results (and log lines) /s")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--size", default="120x40")
+    ap.add_argument(
+        "--demo",
+        action="store_true",
+        help="a real demo campaign on the simulator at speed 50 instead of a flood",
+    )
     args = ap.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
-    r = asyncio.run(run(args.rate, args.seconds, (w, h)))
+    with tempfile.TemporaryDirectory() as tmp:
+        demo = Path(tmp) if args.demo else None
+        r = asyncio.run(run(args.rate, args.seconds, (w, h), demo))
     print(
-        f"flood: {r['published_per_s']:,.0f} events/s published, "
+        f"{'demo campaign' if args.demo else 'flood'}: "
+        f"{r['published_per_s']:,.0f} events/s published, "
         f"{r['applied_per_s']:,.0f}/s applied, {r['dropped']} live events dropped"
     )
     print(

@@ -15,6 +15,8 @@ data changed; clock-driven text (elapsed, uptime, ETA) repaints once a second.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +26,7 @@ from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Tree
 from textual.widgets.tree import TreeNode
 
@@ -99,6 +102,19 @@ _CELL_EVENTS = (CellStarted, CellFinished, CellFailed, CellSkipped, CellQueued)
 
 class PlanNavigated(events.Event):
     """The operator moved the tree cursor themselves: stop following the running cell."""
+
+
+def _while_mounted(method: Callable[..., None]) -> Callable[..., None]:
+    """For timer callbacks: while the app starts or shuts down, panes come and go one by
+    one (and a modal screen hides them from queries); a tick that finds one missing skips
+    this frame instead of failing the app. The next tick paints what it missed."""
+
+    @functools.wraps(method)
+    def guarded(self: App[int], *args: Any, **kwargs: Any) -> None:
+        with contextlib.suppress(NoMatches):
+            method(self, *args, **kwargs)
+
+    return guarded
 
 
 class ConsolePlanTree(PlanTree):
@@ -316,6 +332,7 @@ class ConsoleApp(App[int]):
         if self._quitting:
             self.exit(self.campaign_exit_code())
 
+    @_while_mounted
     def _frame(self) -> None:
         batch = self.inbox.drain()
         if batch:
@@ -417,9 +434,11 @@ class ConsoleApp(App[int]):
         self.query_one(HealthPane).show(self.progress, now)
         self._show_detail()
 
+    @_while_mounted
     def _tick(self) -> None:
         self._paint()
 
+    @_while_mounted
     def _redraw_plots(self, force: bool = False) -> None:
         self.plot_draws += self.query_one(PlotsPane).redraw(self.live, force=force)
         if self._request_cells:
