@@ -233,3 +233,54 @@ def test_unreachable_host_is_one_line_with_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "connection refused" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_model_gone_mid_campaign_runs_prepare_and_goes_on(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    """A reboot empties /dev/shm between groups: the next start fails, the host's prepare puts
+    the model back, the server starts again and the campaign finishes."""
+    import time
+
+    model = tmp_path / "shm-model"
+    plan = write(tmp_path, model=str(model))
+    plan.write_text(
+        plan.read_text().replace(
+            'services = "process"', f'services = "process"\nprepare = ["mkdir -p {model}"]'
+        )
+    )
+    model.mkdir()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(plan),
+            "--headless",
+            "--results",
+            str(tmp_path / "res"),
+            "--ssh-config",
+            str(sshd.config),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    log = tmp_path / "res" / "remote" / "events.jsonl"
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and '"group_finished"' in log.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        model.rmdir()  # the "reboot"
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    events = [json.loads(x) for x in log.read_text().splitlines()]
+    failed = [e for e in events if e["event"] == "service_failed"]
+    assert failed and "exited with code 1 during start-up" in failed[0]["reason"]
+    assert any("Can't load the configuration" in ln for ln in failed[0]["log_tail"])
+    assert any("running the plan's prepare" in e.get("text", "") for e in events)
+    assert sum(e["event"] == "cell_finished" for e in events) == 4
+    assert model.is_dir()

@@ -523,6 +523,24 @@ class Campaign:
         self._emit(ServiceReady(group=group.id, startup_s=round(startup, 3), attempt=attempt))
         return svc
 
+    async def _start_or_recover(
+        self, group: ServiceGroup, host: Host, attempt: int
+    ) -> tuple[Service | ServiceFailed, int]:
+        """Start the server; if that fails, let the host repair what it can (the model gone
+        from /dev/shm after a reboot: the plan's ``prepare``) and try once more."""
+        started = await self._start_service(group, host, attempt)
+        if isinstance(started, Service) or self._aborted:
+            return started, attempt
+        try:
+            recovered = await self._unless_aborted(host.recover([group]))
+        except Exception as exc:
+            self._notice(f"{group.host}: could not repair the host: {exc}", "warning")
+            recovered = False
+        if recovered:
+            attempt += 1
+            started = await self._start_service(group, host, attempt)
+        return started, attempt
+
     async def _clear_gpus(self, group: ServiceGroup, host: Host) -> None:
         """Wait for the group's GPUs to be free; if something holds them and the plan names
         foreign services, stop those first."""
@@ -557,7 +575,7 @@ class Campaign:
         attempt = 1
         svc: Service | None = None
         try:
-            started = await self._start_service(group, host, attempt)
+            started, attempt = await self._start_or_recover(group, host, attempt)
             while isinstance(started, Service):
                 svc = started
                 await self._gate()
@@ -566,8 +584,8 @@ class Campaign:
                 if self._restart_group:  # the operator asked for a fresh server
                     self._restart_group = False
                     await svc.stop(self.options.stop_grace_s)
-                    svc, attempt = None, attempt + 1
-                    started = await self._start_service(group, host, attempt)
+                    svc = None
+                    started, attempt = await self._start_or_recover(group, host, attempt + 1)
                     continue
                 pending = self._pending(group)
                 if not pending:
@@ -587,13 +605,13 @@ class Campaign:
                     )
                     return
                 restarts += 1
-                svc, attempt = None, attempt + 1
+                svc = None
                 self._notice(
                     f"{group.id}: server died (exit code {code}); restarting it "
                     f"({restarts}/{self.options.server_restarts})",
                     "warning",
                 )
-                started = await self._start_service(group, host, attempt)
+                started, attempt = await self._start_or_recover(group, host, attempt + 1)
             if not self._aborted:  # an abort during start-up leaves the cells to a resume
                 self._fail_group(group, f"server did not start: {started.reason}", started.log_tail)
         finally:

@@ -132,6 +132,11 @@ class Host:
                 e.args = (e.reason,)
             raise
 
+    async def recover(self, groups: Iterable[ServiceGroup]) -> bool:
+        """Repair what a failed start may have lost (an SSH host runs its ``prepare``);
+        True when something was done and a new start is worth trying."""
+        return False
+
     # --- foreign services ----------------------------------------------------------------
 
     async def stop_foreign(self, names: Iterable[str]) -> None:

@@ -72,20 +72,27 @@ class SshHost(Host):
                 f"host {self.name}: cannot create {self.settings.workdir}: "
                 f"{res.stderr.strip() or res.exit_status}"
             )
+        groups = list(groups)
+        await self.recover(groups)
         missing = await self._missing(groups)
-        if missing and self.settings.prepare:
-            self.on_notice("info", f"{self.name}: {missing[0]}; running the plan's prepare")
-            for command in self.settings.prepare:
-                res = await self.ssh.run(command, timeout_s=3600)
-                if not res.ok:
-                    last = (res.stderr.strip().splitlines() or [f"exit {res.exit_status}"])[-1]
-                    raise InputError(
-                        f"host {self.name}: prepare command {command!r} failed: {last}"
-                    )
-            missing = await self._missing(groups)
         if missing:
             hint = "" if self.settings.prepare else " (a prepare command in the plan can fix it)"
             raise InputError(f"host {self.name}: {missing[0]}{hint}")
+
+    async def recover(self, groups: Iterable[ServiceGroup]) -> bool:
+        """When something a server needs is gone (the model from /dev/shm after a reboot),
+        run the plan's ``prepare`` commands; True when they ran. Raises InputError when a
+        prepare command fails."""
+        missing = await self._missing(groups)
+        if not missing or not self.settings.prepare:
+            return False
+        self.on_notice("info", f"{self.name}: {missing[0]}; running the plan's prepare")
+        for command in self.settings.prepare:
+            res = await self.ssh.run(command, timeout_s=3600)
+            if not res.ok:
+                last = (res.stderr.strip().splitlines() or [f"exit {res.exit_status}"])[-1]
+                raise InputError(f"host {self.name}: prepare command {command!r} failed: {last}")
+        return True
 
     async def _missing(self, groups: Iterable[ServiceGroup]) -> list[str]:
         checks: dict[str, str] = {}

@@ -494,6 +494,16 @@ class SimServer:
             )
             self._fail()
             return
+        if cfg.model_path.startswith("/") and not os.path.exists(cfg.model_path):
+            # A local model path that is gone (the usual /dev/shm after a reboot) fails the
+            # way SGLang does: while loading the config, before any GPU work.
+            log.line(
+                f"Scheduler hit an exception: OSError: Can't load the configuration of "
+                f"'{cfg.model_path}'. Make sure '{cfg.model_path}' is the correct path to a "
+                "directory containing a config.json file"
+            )
+            self._fail()
+            return
         for r in ranks:
             log.line("Init torch distributed begin.", rank=r)
         self.gpus.ramp_to(plan.context_mib, total * 0.05)
