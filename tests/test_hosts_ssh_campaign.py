@@ -32,7 +32,8 @@ python = "{python}"
 model = "{model}"
 port = {port}
 launch = ["{{python}}", "-m", "specbench_tui.sim", "--model-path", "{{model}}", "--tp-size",
-          "{{tp}}", "--host", "127.0.0.1", "--port", "{{port}}", "--speed", "50"]
+          "{{tp}}", "--host", "127.0.0.1", "--port", "{{port}}", "--speed", "50",
+          "--sim-require-model"]
 ready_timeout = "60s"
 
 [configs.ar]

@@ -50,6 +50,9 @@ class SimConfig:
     seed: int = 0
     faults: tuple[Fault, ...] = ()
     gpu_state_dir: str | None = None
+    # Fail as SGLang does when --model-path names a local path that does not exist. Off by
+    # default: a rehearsal of a real plan (/dev/shm/...) must not need the model files.
+    require_model: bool = False
     gpu_ids: tuple[int, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -98,7 +101,12 @@ _ALIASES = {
     "random_seed": "seed",
     "sim_seed": "seed",
 }
-_BOOLEAN_FLAGS = {"trust_remote_code", "speculative_ddtree_allow_hybrid_unsafe", "help"}
+_BOOLEAN_FLAGS = {
+    "trust_remote_code",
+    "speculative_ddtree_allow_hybrid_unsafe",
+    "help",
+    "sim_require_model",
+}
 
 
 def _split(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -215,6 +223,8 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
                 faults.append(_parse_fault(value or ""))
             case "sim_gpu_state":
                 cfg.gpu_state_dir = value
+            case "sim_require_model":
+                cfg.require_model = True
             case _:
                 cfg.extra[key] = True if value is None else value
     if cfg.tp_size < 1:

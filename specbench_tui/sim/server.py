@@ -494,7 +494,7 @@ class SimServer:
             )
             self._fail()
             return
-        if cfg.model_path.startswith("/") and not os.path.exists(cfg.model_path):
+        if cfg.require_model and not os.path.exists(cfg.model_path):
             # A local model path that is gone (the usual /dev/shm after a reboot) fails the
             # way SGLang does: while loading the config, before any GPU work.
             log.line(
@@ -687,12 +687,14 @@ async def serve(cfg: SimConfig, log: ServerLog) -> int:
 USAGE = """\
 usage: python -m specbench_tui.sim [SGLang launch_server arguments] [--speed F] [--seed N]
        [--sim-fault diverge|crash-at-start|never-ready|crash-after:N|slow:X] [--sim-gpu-state DIR]
+       [--sim-require-model]
 
 A simulated SGLang server: same HTTP API and log lines, simulated GPUs. Understood SGLang
 arguments: --model-path, --tp-size, --host, --port, --speculative-algorithm,
 --speculative-num-draft-tokens, --speculative-ddtree-budget, --speculative-num-steps,
 --speculative-eagle-topk, --max-running-requests, --served-model-name; others are accepted and
-ignored, as a real config passes many. --speed compresses simulated time."""
+ignored, as a real config passes many. --speed compresses simulated time;
+--sim-require-model fails start-up when --model-path does not exist, as SGLang would."""
 
 
 def main(argv: list[str] | None = None) -> int:
