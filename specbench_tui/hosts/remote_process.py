@@ -21,9 +21,9 @@ import os
 import shlex
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
-from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
+from specbench_tui.hosts.remote_service import RemoteService
+from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
 from specbench_tui.hosts.ssh import (
     PortForward,
     SshConnection,
@@ -35,14 +35,6 @@ from specbench_tui.hosts.ssh import (
 from specbench_tui.plan.cells import ServiceGroup
 
 log = logging.getLogger(__name__)
-
-# Exit 1 when something listens on (or holds) the port, the same bind test as port_in_use.
-_PORT_CHECK = (
-    "import errno,socket,sys\n"
-    "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
-    "try: s.bind(('0.0.0.0',int(sys.argv[1])))\n"
-    "except OSError as e: sys.exit(1 if e.errno==errno.EADDRINUSE else 0)\n"
-)
 
 
 def remote_path(path: str) -> str:
@@ -81,7 +73,7 @@ def decode_status(text: str) -> int | None:
     return -(code - 128) if 128 < code < 160 else code
 
 
-class RemoteProcessService(Service):
+class RemoteProcessService(RemoteService):
     """The group's command on an SSH host, detached, supervised over the connection.
 
     ``workdir`` holds logs and pid files on the host (``~`` allowed); ``cwd`` is the
@@ -103,21 +95,19 @@ class RemoteProcessService(Service):
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
     ) -> None:
-        super().__init__(group, on_line)
-        self.ssh = ssh
-        self.log_path = Path(log_path)
+        super().__init__(
+            group,
+            ssh,
+            log_path,
+            on_line,
+            cwd=cwd,
+            extra_env=extra_env,
+            python=python,
+            port_free_timeout_s=port_free_timeout_s,
+            poll_s=poll_s,
+        )
         self.workdir = workdir.rstrip("/") or "/"
-        self.cwd = cwd
-        self.extra_env = dict(extra_env or {})
-        self.python = python
-        self.port_free_timeout_s = port_free_timeout_s
-        self.poll_s = poll_s
         self.pid: int | None = None
-        self._exit_code: int | None = None
-        self._exited = asyncio.Event()
-        self._forward: PortForward | None = None
-        self._tail_task: asyncio.Task[None] | None = None
-        self._watch_task: asyncio.Task[None] | None = None
         self._offset = 0  # bytes of the remote log consumed
 
     # --- remote file names ----------------------------------------------------------------
@@ -143,10 +133,6 @@ class RemoteProcessService(Service):
     def alive(self) -> bool:
         """From the last poll (every ``poll_s``): no round trip here."""
         return self.pid is not None and not self._exited.is_set()
-
-    @property
-    def exit_code(self) -> int | None:
-        return self._exit_code
 
     async def start(self) -> None:
         if self.alive():
@@ -238,34 +224,6 @@ class RemoteProcessService(Service):
 
     # --- remote checks ---------------------------------------------------------------------
 
-    async def _port_in_use(self) -> bool:
-        res = await self.ssh.run(
-            [self.python, "-c", _PORT_CHECK, str(self.group.port)], timeout_s=30.0
-        )
-        return res.exit_status == 1
-
-    async def _describe_port_holder(self) -> str:
-        with contextlib.suppress(SshError):
-            res = await self.ssh.run(
-                f"ss -ltnpH 'sport = :{self.group.port}' 2>/dev/null", timeout_s=10.0
-            )
-            text = " ".join(res.stdout.split())
-            if text:
-                return f" ({text[:160]})"
-        return ""
-
-    async def _wait_port_free(self) -> None:
-        deadline = time.monotonic() + self.port_free_timeout_s
-        while await self._port_in_use():
-            if time.monotonic() >= deadline:
-                holder = await self._describe_port_holder()
-                raise ServiceError(
-                    f"{self.group.id}: port {self.group.port} on {self.ssh} still in use after "
-                    f"the server stopped{holder}",
-                    self.log_tail(),
-                )
-            await asyncio.sleep(0.2)
-
     async def _group_alive(self, pgid: int) -> bool:
         res = await self.ssh.run(group_alive_script(pgid), timeout_s=30.0)
         return res.exit_status == 0
@@ -350,14 +308,3 @@ class RemoteProcessService(Service):
             size = int(res.stdout.strip() or 0)
             while self._offset < size and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-
-    async def _stop_background(self) -> None:
-        for task in (self._watch_task, self._tail_task):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        self._watch_task = self._tail_task = None
-        if self._forward is not None:
-            await self._forward.close()
-            self._forward = None

@@ -29,10 +29,10 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
+from specbench_tui.hosts.remote_service import RemoteService
+from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError, quote_command
 from specbench_tui.plan.cells import ServiceGroup
 
@@ -42,13 +42,6 @@ UNIT_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
 ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 SHOW_KEYS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainPID", "LoadState")
 _MAIN_EXITED = re.compile(r"Main process exited, code=(\w+), status=(\d+)")
-
-PORT_CHECK = (
-    "import errno,socket,sys\n"
-    "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
-    "try: s.bind(('0.0.0.0',int(sys.argv[1])))\n"
-    "except OSError as e: sys.exit(1 if e.errno==errno.EADDRINUSE else 0)\n"
-)
 
 
 def unit_name(campaign: str, group_id: str) -> str:
@@ -102,7 +95,7 @@ def main_exit_status(message: str) -> int | None:
     return code if m.group(1) == "exited" else -code
 
 
-class SystemdService(Service):
+class SystemdService(RemoteService):
     """The group's command as the transient unit ``specbench-<campaign>-<group>.service``.
 
     ``cwd`` is the server's working directory (default: the unit's default, ``/``);
@@ -123,34 +116,28 @@ class SystemdService(Service):
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
     ) -> None:
-        super().__init__(group, on_line)
-        self.ssh = ssh
+        super().__init__(
+            group,
+            ssh,
+            log_path,
+            on_line,
+            cwd=cwd,
+            extra_env=extra_env,
+            python=python,
+            port_free_timeout_s=port_free_timeout_s,
+            poll_s=poll_s,
+        )
         self.unit = unit_name(campaign, group.id)
-        self.log_path = Path(log_path)
-        self.cwd = cwd
-        self.extra_env = dict(extra_env or {})
-        self.python = python
-        self.port_free_timeout_s = port_free_timeout_s
-        self.poll_s = poll_s
         self.main_pid: int | None = None
         self.cursor: str | None = None  # the last journal entry read
         self._started = False
-        self._exit_code: int | None = None
         self._journal_exit: int | None = None
-        self._exited = asyncio.Event()
-        self._forward: PortForward | None = None
-        self._tail_task: asyncio.Task[None] | None = None
-        self._watch_task: asyncio.Task[None] | None = None
 
     # --- Service --------------------------------------------------------------------------
 
     def alive(self) -> bool:
         """From the last poll (every ``poll_s``): no round trip here."""
         return self._started and not self._exited.is_set()
-
-    @property
-    def exit_code(self) -> int | None:
-        return self._exit_code
 
     async def show(self) -> dict[str, str]:
         """The unit's state (an unknown unit reads as inactive, LoadState=not-found)."""
@@ -353,34 +340,6 @@ class SystemdService(Service):
                 part = parts[-1] if parts else ""
             self._write_log(part)
             self._emit_line(part)
-
-    async def _port_in_use(self) -> bool:
-        res = await self.ssh.run(
-            [self.python, "-c", PORT_CHECK, str(self.group.port)], timeout_s=30.0
-        )
-        return res.exit_status == 1
-
-    async def _wait_port_free(self) -> None:
-        deadline = time.monotonic() + self.port_free_timeout_s
-        while await self._port_in_use():
-            if time.monotonic() >= deadline:
-                raise ServiceError(
-                    f"{self.group.id}: port {self.group.port} on {self.ssh} still in use after "
-                    f"{self.unit} stopped",
-                    self.log_tail(),
-                )
-            await asyncio.sleep(0.2)
-
-    async def _stop_background(self) -> None:
-        for task in (self._watch_task, self._tail_task):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        self._watch_task = self._tail_task = None
-        if self._forward is not None:
-            await self._forward.close()
-            self._forward = None
 
 
 class ForeignUnits:
