@@ -19,11 +19,12 @@ import itertools
 import json
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 
+from specbench_tui.bench.records import Measurement
 from specbench_tui.plan.cells import Api
 
 PromptFormat = Literal["chatml", "plain"]
@@ -40,7 +41,7 @@ _VERIFY_KEYS = ("spec_verify_ct", "spec_verify_count", "verify_ct")
 
 
 @dataclass
-class Completion:
+class Completion(Measurement):
     """What one request measured, plus its output text.
 
     ``text`` is returned (not only hashed) because the agentic workload builds the next turn
@@ -48,43 +49,8 @@ class Completion:
     ``chunks - 1`` for a request that streamed at least one chunk.
     """
 
-    started_at: float = 0.0
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    tpot_s: float | None = None
-    itl_s: list[float] = field(default_factory=list)
-    output_tokens: int | None = None
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    chunks: int = 0
-    output_tok_s: float | None = None
-    spec_verify_ct: int | None = None
-    accept_length: float | None = None
-    finish_reason: str | None = None
-    output_sha256: str | None = None
-    error: str | None = None
     text: str = ""
     request_id: str | None = None  # the server's id (meta_info id / chunk id), for tracing
-
-    def measurements(self) -> dict[str, Any]:
-        """The fields that are also :class:`RequestRecord` columns (everything but ``text``)."""
-        return {
-            "started_at": self.started_at,
-            "ttft_s": self.ttft_s,
-            "e2e_s": self.e2e_s,
-            "tpot_s": self.tpot_s,
-            "itl_s": self.itl_s,
-            "output_tokens": self.output_tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "chunks": self.chunks,
-            "output_tok_s": self.output_tok_s,
-            "spec_verify_ct": self.spec_verify_ct,
-            "accept_length": self.accept_length,
-            "finish_reason": self.finish_reason,
-            "output_sha256": self.output_sha256,
-            "error": self.error,
-        }
 
 
 class _StreamError(Exception):

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
 @dataclass
-class RequestRecord:
-    """One request. Times are seconds; ``started_at`` is Unix epoch seconds.
-
-    Token counts come from the server's own numbers (``meta_info`` or ``usage``), never from
-    counting streamed chunks: a speculative server sends several tokens per chunk.
-    """
+class RequestIdentity:
+    """Which cell, attempt and prompt a request belongs to (the row's first columns)."""
 
     campaign: str = ""
     cell_id: str = ""
@@ -30,6 +26,15 @@ class RequestRecord:
     session: int | None = None
     turn: int | None = None
     repeat: int | None = None
+
+
+@dataclass
+class Measurement:
+    """What the client measured for one request. Times are seconds; ``started_at`` is Unix
+    epoch seconds. Token counts come from the server's own numbers (``meta_info`` or
+    ``usage``), never from counting streamed chunks: a speculative server sends several
+    tokens per chunk."""
+
     started_at: float = 0.0
     ttft_s: float | None = None
     e2e_s: float | None = None
@@ -46,8 +51,18 @@ class RequestRecord:
     output_sha256: str | None = None
     error: str | None = None
 
+    def measurements(self) -> dict[str, Any]:
+        """Just the measured fields, to fill a :class:`RequestRecord`."""
+        return {name: getattr(self, name) for name in MEASUREMENT_FIELDS}
+
+
+@dataclass
+class RequestRecord(Measurement, RequestIdentity):
+    """One request row: identity columns, then measurements (the contract's order)."""
+
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
 
 
-REQUEST_COLUMNS: tuple[str, ...] = tuple(RequestRecord.__dataclass_fields__)
+MEASUREMENT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Measurement))
+REQUEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
