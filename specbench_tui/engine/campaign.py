@@ -20,20 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specbench_tui.bench.greedy import first_difference
+from specbench_tui.bench.greedy import greedy_warnings
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.records import RequestRecord
 from specbench_tui.bench.workloads import CellResult, request_done_event, run_cell
-from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.commands import Command
 from specbench_tui.engine.events import (
-    Aborted,
     CampaignFinished,
     CampaignStarted,
     CellFailed,
     CellFinished,
     CellQueued,
-    CellSkipped,
     CellStarted,
     Event,
     GpuSample,
@@ -41,12 +39,11 @@ from specbench_tui.engine.events import (
     GroupStarted,
     LogLine,
     Notice,
-    Paused,
-    Resumed,
     ServiceFailed,
     ServiceReady,
 )
 from specbench_tui.engine.layout import ResultsLayout
+from specbench_tui.engine.operator import OperatorCommands
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.host import Host, SshSettings, make_host
@@ -76,7 +73,7 @@ class CampaignOptions:
     ssh_config: str | None = None  # like ``ssh -F FILE``; None: ~/.ssh/config
 
 
-class Campaign:
+class Campaign(OperatorCommands):
     """A prepared campaign; ``run()`` drives it, ``subscribe()``/``send()`` observe and steer."""
 
     def __init__(self, plan: Plan, layout: ResultsLayout, options: CampaignOptions) -> None:
@@ -192,159 +189,6 @@ class Campaign:
 
     def _notice(self, text: str, level: str = "info") -> None:
         self._emit(Notice(level=level, text=text))
-
-    async def send(self, command: Command) -> Reply:
-        handler = getattr(self, f"_cmd_{command.action}", None)
-        if handler is None:
-            return Reply(False, f"unknown command {command.action!r}")
-        if self._finished:
-            return Reply(False, "the campaign has finished; nothing to " + command.action)
-        reply: Reply = handler(command)
-        self._notice(reply.text, "info" if reply.ok else "warning")
-        return reply
-
-    def _cmd_pause(self, cmd: Command) -> Reply:
-        if not self._running.is_set():
-            return Reply(False, "already paused")
-        self._running.clear()
-        if self.current_cell is not None:
-            self._interrupt_cell = True
-        self._emit(Paused(by=cmd.by))
-        what = (
-            (
-                f"; {self.current_cell.name} stops after its request in flight and runs again "
-                "on resume"
-            )
-            if self.current_cell
-            else ""
-        )
-        return Reply(True, "paused" + what)
-
-    def _cmd_resume(self, cmd: Command) -> Reply:
-        if self._running.is_set():
-            return Reply(False, "not paused; nothing to resume")
-        self._running.set()
-        self._emit(Resumed(by=cmd.by))
-        return Reply(True, "resumed")
-
-    def _cmd_abort(self, cmd: Command) -> Reply:
-        if self._aborted:
-            return Reply(False, "already aborting")
-        self._aborted = True
-        self._abort_event.set()
-        self._interrupt_cell = True
-        self._running.set()
-        self._emit(Aborted(by=cmd.by, reason="operator"))
-        return Reply(True, "aborting: stopping the server and writing what exists")
-
-    def _match(self, target: str) -> tuple[list[str], ServiceGroup | None]:
-        group = next((g for g in self.groups if g.id == target), None)
-        if group is not None:
-            return [c.id for c in self.cells.values() if c.group == group.id], group
-        ids = [
-            cid
-            for cid, c in self.cells.items()
-            if cid == target
-            or fnmatch.fnmatchcase(c.name, target)
-            or fnmatch.fnmatchcase(cid, target)
-        ]
-        return ids, None
-
-    def _cmd_skip(self, cmd: Command) -> Reply:
-        if cmd.target is None:
-            if self.current_cell is None:
-                return Reply(False, "no cell is running; select a cell or group to skip")
-            self._skip_current = True
-            self._interrupt_cell = True
-            return Reply(True, f"skipping {self.current_cell.name}")
-        ids, group = self._match(cmd.target)
-        if not ids:
-            return Reply(False, f"no cell or group matches {cmd.target!r}")
-        skipped = 0
-        for cid in ids:
-            if self.current_cell is not None and cid == self.current_cell.id:
-                self._skip_current = True
-                self._interrupt_cell = True
-                skipped += 1
-            elif self.status[cid] in ("pending", "held"):
-                self._skip(self.cells[cid], f"skipped by {cmd.by}", cmd.by)
-                skipped += 1
-        if not skipped:
-            return Reply(False, f"nothing to skip in {cmd.target!r}: its cells have ended")
-        what = f"group {group.id}" if group else f"{skipped} cell{'s' * (skipped != 1)}"
-        return Reply(True, f"skipped {what}")
-
-    def _skip(self, cell: Cell, reason: str, by: str) -> None:
-        self.status[cell.id] = "skipped"
-        self._emit(
-            CellSkipped(
-                cell_id=cell.id,
-                group=cell.group,
-                cell=cell.name,
-                attempt=self.attempts[cell.id],
-                reason=reason,
-                by=by,
-            )
-        )
-
-    def _requeue(self, cids: list[str], by: str) -> int:
-        n = 0
-        for cid in cids:
-            if self.status[cid] in ("done", "failed", "skipped"):
-                self.status[cid] = "pending"
-                cell = self.cells[cid]
-                self._emit(
-                    CellQueued(
-                        cell_id=cid,
-                        group=cell.group,
-                        cell=cell.name,
-                        attempt=self.attempts[cid] + 1,
-                        by=by,
-                    )
-                )
-                n += 1
-        return n
-
-    def _cmd_rerun(self, cmd: Command) -> Reply:
-        if cmd.target is None:
-            return Reply(False, "select a cell to rerun")
-        ids, _ = self._match(cmd.target)
-        if not ids:
-            return Reply(False, f"no cell matches {cmd.target!r}")
-        n = self._requeue(ids, cmd.by)
-        if not n:
-            return Reply(False, f"{cmd.target!r} is already queued or running")
-        return Reply(True, f"queued {n} cell{'s' * (n != 1)} again as a new attempt")
-
-    def _cmd_rerun_failed(self, cmd: Command) -> Reply:
-        n = self._requeue([cid for cid, s in self.status.items() if s == "failed"], cmd.by)
-        if not n:
-            return Reply(False, "no failed cells to rerun")
-        return Reply(True, f"queued {n} failed cell{'s' * (n != 1)} again")
-
-    def _cmd_retry_group(self, cmd: Command) -> Reply:
-        target = cmd.target or (self.current_group.id if self.current_group else None)
-        if target is None:
-            return Reply(False, "no group is running; select a group to retry")
-        group = next((g for g in self.groups if g.id == target), None)
-        if group is None:
-            cell = self.cells.get(target)
-            group = next((g for g in self.groups if cell and g.id == cell.group), None)
-        if group is None:
-            return Reply(False, f"no group matches {target!r}")
-        if self.current_group is not None and group.id == self.current_group.id:
-            self._restart_group = True
-            self._interrupt_cell = True
-            return Reply(True, f"restarting the server of {group.id}; the group continues")
-        failed = [
-            c.id
-            for c in self.cells.values()
-            if c.group == group.id and self.status[c.id] == "failed"
-        ]
-        n = self._requeue(failed, cmd.by)
-        if not n:
-            return Reply(False, f"{group.id} has no failed cells to retry")
-        return Reply(True, f"{group.id}: {n} cell{'s' * (n != 1)} queued; its server starts again")
 
     # -- running ------------------------------------------------------------------------------
 
@@ -749,42 +593,12 @@ class Campaign:
             self._check_greedy(cell)
 
     def _check_greedy(self, cell: Cell) -> None:
-        """Compare a finished temperature-0 single-stream cell with its baseline counterpart
-        (same host, TP, workload, prompt set, max_tokens) as soon as both exist, so a lossy
-        config shows up during the campaign rather than in the report."""
         baseline = self.spec.campaign.baseline
-        if not (self.spec.checks.greedy_equivalence and baseline) or cell.kind != "single":
+        if not (self.spec.checks.greedy_equivalence and baseline):
             return
-        if cell.temperature != 0:
-            return
-        twins = [
-            c
-            for c in self.cells.values()
-            if (c.host, c.tp, c.workload, c.prompt_set, c.max_tokens)
-            == (cell.host, cell.tp, cell.workload, cell.prompt_set, cell.max_tokens)
-            and c.id != cell.id
-            and self.status[c.id] == "done"
-        ]
-        pairs = (
-            [(c, cell) for c in twins if c.config != baseline]
-            if cell.config == baseline
-            else [(cell, c) for c in twins if c.config == baseline]
-        )
-        for other, base in pairs:
-            ours, theirs = self.store.read_cell_texts(other.id), self.store.read_cell_texts(base.id)
-            diffs = [
-                (pid, d)
-                for pid in sorted(ours.keys() & theirs.keys())
-                if (d := first_difference(ours[pid], theirs[pid])) is not None
-            ]
-            if diffs:
-                pid, d = diffs[0]
-                more = f" (and {len(diffs) - 1} more prompts)" if len(diffs) > 1 else ""
-                self._notice(
-                    f"greedy outputs differ: {other.config} vs {base.config} at {other.name}, "
-                    f"prompt {pid}, {d.describe()}{more}",
-                    "warning",
-                )
+        done = [c for c in self.cells.values() if self.status[c.id] == "done"]
+        for text in greedy_warnings(cell, done, baseline, self.store.read_cell_texts):
+            self._notice(text, "warning")
 
     def _cell_failed(self, cell: Cell, attempt: int, reason: str, tail: list[str]) -> None:
         self.status[cell.id] = "failed"
