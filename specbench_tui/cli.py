@@ -173,4 +173,4 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_headless(campaign)
     from specbench_tui.tui.app import run_console
 
-    return campaign.run_with_console(lambda control: run_console(control, theme=args.theme))
+    return run_console(campaign, theme=args.theme)  # the console starts the engine in its loop

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
+import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,3 +74,23 @@ def write_plan(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+def start_headless(plan: Path, results: Path) -> subprocess.Popen[str]:
+    """A headless campaign in its own process; returns once its control socket is there
+    (the campaign has started and can be attached to)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specbench_tui", str(plan), "--headless", "--results", str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    sock = results / tomllib.loads(plan.read_text())["campaign"]["name"] / "control.sock"
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no control socket at {sock}: {proc.communicate()[0]}")
+        time.sleep(0.05)
+    return proc

@@ -22,7 +22,7 @@ from specbench_tui.engine.events import CellFinished, CellStarted, Event
 from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.errors import InputError
 from specbench_tui.plan.loader import load_plan
-from tests.conftest import MINIMAL_PLAN, ROOT
+from tests.conftest import MINIMAL_PLAN, ROOT, start_headless
 
 pytestmark = pytest.mark.slow
 
@@ -185,27 +185,9 @@ def test_rerun_failed_runs_exactly_the_failed_cells(write_plan, tmp_path: Path) 
 
 def test_headless_attach_pause_detach_and_finish(write_plan, tmp_path: Path) -> None:
     path = write_plan(PLAN.replace("speed = 50", "speed = 6"))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specbench_tui",
-            str(path),
-            "--headless",
-            "--results",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = start_headless(path, tmp_path)
     root = tmp_path / "t"
     try:
-        deadline = time.monotonic() + 30
-        while not (root / "control.sock").exists():
-            assert time.monotonic() < deadline, "no control socket"
-            time.sleep(0.05)
         assert (root / "control.sock").stat().st_mode & 0o777 == 0o600
 
         async def console() -> list[str]:

@@ -80,35 +80,14 @@ def test_core_packages_never_import_textual() -> None:
 async def test_console_attached_to_a_headless_campaign(write_plan, tmp_path: Path) -> None:
     """--attach: the console replays a running headless campaign, steers it, and leaving it
     leaves the campaign running."""
-    import asyncio
-    import time
-
     from specbench_tui.engine.control_socket import attach_control
-    from tests.conftest import ROOT
+    from tests.conftest import start_headless
 
     text = MINIMAL_PLAN.replace("max_tokens = [32]\n", "max_tokens = [32, 48, 64]\nrepeats = 2\n")
     path = write_plan(text.replace("speed = 50", "speed = 6"))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specbench_tui",
-            str(path),
-            "--headless",
-            "--results",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = start_headless(path, tmp_path)
     root = tmp_path / "t"
     try:
-        deadline = time.monotonic() + 30
-        while not (root / "control.sock").exists():
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
         app = ConsoleApp(attach_control(root))
         async with app.run_test(size=(120, 40)) as pilot:
             for _ in range(200):

@@ -202,7 +202,6 @@ class Campaign(OperatorCommands):
 
     async def run(self) -> int:
         """Drive the whole campaign; returns the exit status of the CLI contract."""
-        asyncio.get_running_loop()
         self._started = time.time()
         done = [cid for cid, s in self.status.items() if s == "done"]
         self._emit(
@@ -690,10 +689,6 @@ class Campaign(OperatorCommands):
                         self.send(Command("abort", by=signal.Signals(s).name))
                     ),
                 )
-
-    def run_with_console(self, console: Callable[[Campaign], int]) -> int:
-        """Run the console in this process; it starts the engine (``start_engine``)."""
-        return console(self)
 
     async def start_engine(self) -> int:
         """For an in-process console: run the campaign inside the console's event loop."""

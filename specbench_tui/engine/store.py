@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -137,6 +138,10 @@ class ResultsStore:
         self._telemetry: list[dict[str, Any]] = []
         self._telemetry_flushed = time.monotonic()
         self._cell_rows: dict[str, dict[str, Any]] = {}
+        # Views are rebuilt from these after every cell; each part file is read only once.
+        self._part_frames: dict[Path, pl.DataFrame] = {}
+        self._telemetry_all: pl.DataFrame | None = None
+        self._opening_events: list[Event] = []  # the log as it was when this run opened it
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -185,18 +190,16 @@ class ResultsStore:
             ) from None
         os.ftruncate(self._lock_fd, 0)
         os.write(self._lock_fd, str(os.getpid()).encode())
-        if self.layout.plan.exists() and self.layout.plan.read_text() != plan_text:
-            old = self.layout.plan.read_text()
-            import hashlib
-
-            old_hash = hashlib.sha256(old.encode()).hexdigest()[:16]
-            keep = root / f"plan.{old_hash}.toml"
-            if not keep.exists():
-                shutil.copy2(self.layout.plan, keep)
-        if not self.layout.plan.exists() or self.layout.plan.read_text() != plan_text:
+        old = self.layout.plan.read_text() if self.layout.plan.exists() else None
+        if old != plan_text:
+            if old is not None:  # a changed plan: the one results were measured with stays
+                keep = root / f"plan.{hashlib.sha256(old.encode()).hexdigest()[:16]}.toml"
+                if not keep.exists():
+                    shutil.copy2(self.layout.plan, keep)
             tmp = root / ".plan.toml.tmp"
             tmp.write_text(plan_text)
             os.replace(tmp, self.layout.plan)
+        self._opening_events = self.read_events(self.layout.events)
         self._events_file = open(self.layout.events, "a", encoding="utf-8")  # noqa: SIM115
         self._set_aside_interrupted_parts()
         self._cell_rows = {r["cell_id"]: r for r in self._read_cell_rows()}
@@ -235,9 +238,10 @@ class ResultsStore:
         return out
 
     def history(self) -> dict[str, CellHistory]:
-        """Each cell's state as the event log and the part files say."""
+        """Each cell's state as the event log (when this run opened it) and the part files
+        say."""
         hist: dict[str, CellHistory] = {}
-        for ev in self.read_events(self.layout.events):
+        for ev in self._opening_events:
             cid = getattr(ev, "cell_id", None)
             if cid is None:
                 continue
@@ -265,7 +269,7 @@ class ResultsStore:
         before saying the cell ended: that attempt runs again, so its rows must not count
         twice. They are moved, not deleted."""
         ended: set[tuple[str, int]] = set()
-        for ev in self.read_events(self.layout.events):
+        for ev in self._opening_events:
             if isinstance(ev, CellFinished | CellFailed | CellSkipped):
                 ended.add((ev.cell_id, ev.attempt))
             elif isinstance(ev, CellQueued):
@@ -293,6 +297,7 @@ class ResultsStore:
         )
         path = self.part_path(cell_id, attempt)
         write_parquet_atomic(df, path)
+        self._part_frames[path] = df
         return path
 
     def texts_path(self, cell_id: str, attempt: int) -> Path:
@@ -335,8 +340,10 @@ class ResultsStore:
             return []
 
     def rebuild_views(self) -> None:
-        parts = sorted(self.layout.parts.glob("*.parquet"))
-        frames = [pl.read_parquet(p) for p in parts]
+        for p in self.layout.parts.glob("*.parquet"):
+            if p not in self._part_frames:  # from an earlier run of the campaign
+                self._part_frames[p] = pl.read_parquet(p)
+        frames = [self._part_frames[p] for p in sorted(self._part_frames)]
         req = (
             pl.concat(frames, how="diagonal_relaxed")
             if frames
@@ -362,7 +369,10 @@ class ResultsStore:
         new = pl.DataFrame(self._telemetry, schema=TELEMETRY_SCHEMA, orient="row")
         self._telemetry.clear()
         path = self.layout.telemetry
-        if path.exists():
-            with contextlib.suppress(Exception):
-                new = pl.concat([pl.read_parquet(path), new], how="diagonal_relaxed")
-        write_parquet_atomic(new, path)
+        if self._telemetry_all is None:  # samples of earlier runs: read once, then kept
+            self._telemetry_all = pl.DataFrame(schema=TELEMETRY_SCHEMA)
+            if path.exists():
+                with contextlib.suppress(Exception):
+                    self._telemetry_all = pl.read_parquet(path)
+        self._telemetry_all = pl.concat([self._telemetry_all, new], how="diagonal_relaxed")
+        write_parquet_atomic(self._telemetry_all, path)

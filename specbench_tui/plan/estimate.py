@@ -22,6 +22,7 @@ class Estimate:
     requests: int
     per_group_s: dict[str, float]
     per_cell_s: dict[str, float]
+    per_cell_requests: dict[str, int]  # measured requests (warm-up left out)
     assumptions: list[str]
 
 
@@ -62,12 +63,14 @@ def estimate(
     frac = est.output_fraction
     by_group = {g.id: g for g in groups}
     per_cell: dict[str, float] = {}
+    per_cell_requests: dict[str, int] = {}
     requests = 0
     for c in cells:
         g = by_group[c.group]
         rate = _rate(est, c.tp) * (est.spec_speedup if g.speculative else 1.0)
         measured, warm = cell_requests(c, plan_dir)
         requests += measured
+        per_cell_requests[c.id] = measured
         n = measured + warm
         decode = c.max_tokens * frac / rate
         prefill = PROMPT_TOKENS / (est.prefill_tok_s * c.tp**0.5)
@@ -108,5 +111,6 @@ def estimate(
         requests=requests,
         per_group_s=per_group,
         per_cell_s=per_cell,
+        per_cell_requests=per_cell_requests,
         assumptions=assumptions,
     )

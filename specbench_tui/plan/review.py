@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.plan.durations import format_duration
-from specbench_tui.plan.estimate import Estimate, cell_requests, estimate
+from specbench_tui.plan.estimate import Estimate, estimate
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.loader import Plan
 
@@ -83,13 +83,13 @@ def render_text(r: Review) -> str:
             gcells = cells_by_group.get(g.id, [])
             for wname, wcells in groupby(gcells, key=lambda x: x.workload):
                 wcells = list(wcells)
-                n_req = sum(cell_requests(x, r.plan.dir)[0] for x in wcells)
+                n_req = sum(est.per_cell_requests[x.id] for x in wcells)
                 out.append(
                     f"{bar}   {wname} ({wcells[0].kind}, {len(wcells)} cell"
                     f"{'s' if len(wcells) != 1 else ''}, {n_req} requests)"
                 )
                 for x in wcells:
-                    n = cell_requests(x, r.plan.dir)[0]
+                    n = est.per_cell_requests[x.id]
                     out.append(
                         f"{bar}     {x.id}  {_slice(x.name, g.id) or wname:<24} "
                         f"{n:>4} req  ~{format_duration(est.per_cell_s[x.id])}"
@@ -115,7 +115,7 @@ def render_json(r: Review) -> dict[str, Any]:
     cells = []
     for x in exp.cells:
         d = x.to_json()
-        d["requests"] = cell_requests(x, r.plan.dir)[0]
+        d["requests"] = est.per_cell_requests[x.id]
         d["estimate_s"] = round(est.per_cell_s[x.id], 3)
         cells.append(d)
     groups = []

@@ -218,7 +218,11 @@ class SimServer:
 
     # -- generation ----------------------------------------------------------------------------
 
-    def _refuse(self) -> web.Response | None:
+    async def _refuse(self) -> web.Response | None:
+        """Why a generation request is not taken, or None. After a fatal error there is no
+        answer at all: the client sees the connection drop when the process exits."""
+        if self.crashed:
+            await asyncio.sleep(3600)
         if self.draining:
             return web.json_response({"error": "server is shutting down"}, status=503)
         if not self.ready:
@@ -253,9 +257,7 @@ class SimServer:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         received = time.perf_counter()
-        if self.crashed:  # no answer: the client sees the connection drop when we exit
-            await asyncio.sleep(3600)
-        refused = self._refuse()
+        refused = await self._refuse()
         if refused is not None:
             return refused
         body = await self._body(request)
@@ -305,9 +307,7 @@ class SimServer:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         received = time.perf_counter()
-        if self.crashed:  # no answer: the client sees the connection drop when we exit
-            await asyncio.sleep(3600)
-        refused = self._refuse()
+        refused = await self._refuse()
         if refused is not None:
             return refused
         body = await self._body(request)
