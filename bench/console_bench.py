@@ -32,9 +32,9 @@ from typing import Any
 from textual import events
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
-from specbench_tui.engine.events import GpuSample, LogLine, RequestDone
-from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.plan.loader import load_plan
+from specbench_tui.results.events import GpuSample, LogLine, RequestDone
+from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.scripted import ScriptedControl, sample_campaign

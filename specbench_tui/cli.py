@@ -128,8 +128,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_console(control, theme=args.theme)
 
-    from specbench_tui.engine.layout import ResultsLayout
     from specbench_tui.plan.loader import load_plan
+    from specbench_tui.results.layout import ResultsLayout
 
     plan = load_plan(args.plan or _default_plan())
     results_root = args.results or Path(plan.spec.campaign.results)

@@ -133,7 +133,7 @@ def test_fast_enough() -> None:
 
 
 def test_parse_line_names_the_plan_patterns_that_matched() -> None:
-    from specbench_tui.engine.events import LogLine
+    from specbench_tui.results.events import LogLine
     from specbench_tui.tui.log_pane import PATTERN_MARK, display_line
 
     parser = LogParser(

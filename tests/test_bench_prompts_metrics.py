@@ -15,11 +15,11 @@ from specbench_tui.bench.prompts import (
     resolve_prompt_set,
     sample_prompts,
 )
-from specbench_tui.bench.records import RequestRecord
 from specbench_tui.bench.workloads import planned_requests, tool_output
 from specbench_tui.errors import InputError
 from specbench_tui.plan import prompt_sets
-from specbench_tui.plan.cells import Cell
+from specbench_tui.results.cells import Cell
+from specbench_tui.results.records import RequestRecord
 
 
 def write_set(path: Path, n: int, **extra: str) -> Path:

@@ -19,7 +19,7 @@ from specbench_tui.bench.client import BenchClient
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.workloads import run_cell
-from specbench_tui.plan.cells import Cell, ServiceGroup
+from specbench_tui.results.cells import Cell, ServiceGroup
 from tests.conftest import free_port
 
 LOGS: list[Path] = []

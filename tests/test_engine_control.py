@@ -18,10 +18,10 @@ import pytest
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.engine.commands import Command
 from specbench_tui.engine.control_socket import attach_control
-from specbench_tui.engine.events import CellFinished, CellStarted, Event
-from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.errors import InputError
 from specbench_tui.plan.loader import load_plan
+from specbench_tui.results.events import CellFinished, CellStarted, Event
+from specbench_tui.results.layout import ResultsLayout
 from tests.conftest import MINIMAL_PLAN, ROOT, start_headless
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ import pytest
 
 from specbench_tui.hosts.process import ProcessService, port_in_use
 from specbench_tui.hosts.service import READY_LINE, ServiceError, describe_exit
-from specbench_tui.plan.cells import ServiceGroup
 from specbench_tui.plan.durations import format_duration
+from specbench_tui.results.cells import ServiceGroup
 
 SERVER = r"""
 import http.server, os, signal, subprocess, sys, threading, time

@@ -14,7 +14,7 @@ from specbench_tui.hosts.host import SimHost
 from specbench_tui.hosts.process import ProcessService
 from specbench_tui.hosts.service import READY_LINE
 from specbench_tui.hosts.telemetry import GpusNotFreeError
-from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup
 
 pytest.importorskip("specbench_tui.sim.server")
 

@@ -23,7 +23,7 @@ from specbench_tui.hosts.ssh import (
     SshConnection,
 )
 from specbench_tui.hosts.telemetry import TelemetryReader
-from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup
 
 
 def connection(sshd: Sshd, dest: str = "sbtest", **kw: object) -> SshConnection:  # noqa: F811

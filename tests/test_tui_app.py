@@ -9,7 +9,7 @@ from textual.pilot import Pilot
 from textual.widgets import Log
 
 from specbench_tui.engine.commands import Command
-from specbench_tui.engine.events import CellStarted, LogLine, RequestDone
+from specbench_tui.results.events import CellStarted, LogLine, RequestDone
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.log_pane import LogPane

@@ -11,8 +11,8 @@ import pytest
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.engine.commands import Command
-from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.plan.loader import load_plan
+from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.tui.app import ConsoleApp
 from tests.conftest import MINIMAL_PLAN
 
@@ -66,7 +66,7 @@ def test_core_packages_never_import_textual() -> None:
         "import sys\n"
         "import specbench_tui.cli, specbench_tui.plan.loader, specbench_tui.plan.review\n"
         "import specbench_tui.engine.campaign, specbench_tui.engine.headless\n"
-        "import specbench_tui.engine.control_socket, specbench_tui.engine.progress\n"
+        "import specbench_tui.engine.control_socket, specbench_tui.results.progress\n"
         "import specbench_tui.hosts.host, specbench_tui.bench.workloads\n"
         "import specbench_tui.report.render, specbench_tui.sim.server\n"
         "bad = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"

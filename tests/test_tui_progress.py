@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from specbench_tui.engine.events import (
+from specbench_tui.results.events import (
     CampaignFinished,
     CampaignStarted,
     CellFailed,
@@ -24,7 +24,7 @@ from specbench_tui.engine.events import (
     ServiceFailed,
     ServiceReady,
 )
-from specbench_tui.engine.progress import CampaignProgress, format_clock
+from specbench_tui.results.progress import CampaignProgress, format_clock
 from specbench_tui.tui.inbox import EventInbox
 from specbench_tui.tui.scripted import T0, sample_campaign
 
@@ -184,7 +184,7 @@ def test_inbox_drops_live_events_only() -> None:
 
 def test_progress_does_not_import_textual() -> None:
     code = (
-        "import sys; import specbench_tui.engine.progress; "
+        "import sys; import specbench_tui.results.progress; "
         "assert 'textual' not in sys.modules, 'textual imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

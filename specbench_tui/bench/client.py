@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import httpx
 
-from specbench_tui.bench.records import Measurement
-from specbench_tui.plan.cells import Api
+from specbench_tui.results.cells import Api
+from specbench_tui.results.records import Measurement
 
 PromptFormat = Literal["chatml", "plain"]
 Message = dict[str, str]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from specbench_tui.plan.cells import Cell
+from specbench_tui.results.cells import Cell
 
 
 @dataclass(frozen=True)

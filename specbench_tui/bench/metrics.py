@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from specbench_tui.bench.records import RequestRecord
+from specbench_tui.results.records import RequestRecord
 
 STAT_METRICS: tuple[str, ...] = (
     "ttft_s",

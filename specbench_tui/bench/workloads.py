@@ -21,9 +21,9 @@ from pathlib import Path
 
 from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
 from specbench_tui.bench.prompts import Prompt, load_named_set, sample_prompts
-from specbench_tui.bench.records import RequestRecord
-from specbench_tui.engine.events import RequestDone
-from specbench_tui.plan.cells import Cell, ServiceGroup, planned_requests
+from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
+from specbench_tui.results.events import RequestDone
+from specbench_tui.results.records import RequestRecord
 
 OnRequest = Callable[[RequestRecord], None]
 ShouldStop = Callable[[], bool]

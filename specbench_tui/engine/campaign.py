@@ -23,10 +23,18 @@ from typing import Any, TypeVar
 from specbench_tui.bench.greedy import greedy_warnings
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.bench.metrics import summarize
-from specbench_tui.bench.records import RequestRecord
 from specbench_tui.bench.workloads import CellResult, request_done_event, run_cell
 from specbench_tui.engine.commands import Command
-from specbench_tui.engine.events import (
+from specbench_tui.engine.operator import OperatorCommands
+from specbench_tui.engine.store import ResultsStore
+from specbench_tui.errors import InputError
+from specbench_tui.hosts.host import Host, SshSettings, make_host
+from specbench_tui.hosts.service import Service, ServiceError
+from specbench_tui.plan.estimate import cell_requests
+from specbench_tui.plan.expand import expand
+from specbench_tui.plan.loader import Plan
+from specbench_tui.results.cells import Cell, ServiceGroup
+from specbench_tui.results.events import (
     CampaignFinished,
     CampaignStarted,
     CellFailed,
@@ -42,16 +50,8 @@ from specbench_tui.engine.events import (
     ServiceFailed,
     ServiceReady,
 )
-from specbench_tui.engine.layout import ResultsLayout
-from specbench_tui.engine.operator import OperatorCommands
-from specbench_tui.engine.store import ResultsStore
-from specbench_tui.errors import InputError
-from specbench_tui.hosts.host import Host, SshSettings, make_host
-from specbench_tui.hosts.service import Service, ServiceError
-from specbench_tui.plan.cells import Cell, ServiceGroup
-from specbench_tui.plan.estimate import cell_requests
-from specbench_tui.plan.expand import expand
-from specbench_tui.plan.loader import Plan
+from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.results.records import RequestRecord
 
 EXIT_OK, EXIT_FAILED, EXIT_ABORTED = 0, 1, 130
 T = TypeVar("T")

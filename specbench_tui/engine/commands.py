@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
-from specbench_tui.engine.events import Event
+from specbench_tui.results.events import Event
 
 Action = Literal["pause", "resume", "skip", "rerun", "rerun_failed", "abort", "retry_group"]
 ACTIONS: tuple[str, ...] = (

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specbench_tui.engine.commands import Command, Reply
-from specbench_tui.engine.events import Event
-from specbench_tui.engine.layout import ResultsLayout
 from specbench_tui.errors import InputError
+from specbench_tui.results.events import Event
+from specbench_tui.results.layout import ResultsLayout
 
 if TYPE_CHECKING:
     from specbench_tui.engine.campaign import Campaign

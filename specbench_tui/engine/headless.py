@@ -8,7 +8,8 @@ from collections import Counter
 from typing import TextIO
 
 from specbench_tui.engine.campaign import Campaign
-from specbench_tui.engine.events import (
+from specbench_tui.plan.durations import format_duration
+from specbench_tui.results.events import (
     Aborted,
     CampaignFinished,
     CampaignStarted,
@@ -24,7 +25,6 @@ from specbench_tui.engine.events import (
     ServiceFailed,
     ServiceReady,
 )
-from specbench_tui.plan.durations import format_duration
 
 
 def _num(v: float | None, fmt: str) -> str:

@@ -11,7 +11,8 @@ import asyncio
 import fnmatch
 
 from specbench_tui.engine.commands import Command, Reply
-from specbench_tui.engine.events import (
+from specbench_tui.results.cells import Cell, ServiceGroup
+from specbench_tui.results.events import (
     Aborted,
     CellQueued,
     CellSkipped,
@@ -19,7 +20,6 @@ from specbench_tui.engine.events import (
     Paused,
     Resumed,
 )
-from specbench_tui.plan.cells import Cell, ServiceGroup
 
 
 class OperatorCommands:

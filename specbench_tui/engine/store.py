@@ -27,8 +27,9 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.bench.records import REQUEST_COLUMNS, RequestRecord
-from specbench_tui.engine.events import (
+from specbench_tui.errors import InputError
+from specbench_tui.results.cells import Cell
+from specbench_tui.results.events import (
     CellFailed,
     CellFinished,
     CellQueued,
@@ -36,9 +37,8 @@ from specbench_tui.engine.events import (
     CellStarted,
     Event,
 )
-from specbench_tui.engine.layout import ResultsLayout
-from specbench_tui.errors import InputError
-from specbench_tui.plan.cells import Cell
+from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.results.records import REQUEST_COLUMNS, RequestRecord
 
 REQUEST_SCHEMA: dict[str, Any] = {
     "campaign": pl.String,

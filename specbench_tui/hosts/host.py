@@ -29,7 +29,7 @@ from specbench_tui.hosts.telemetry import (
     TelemetryReader,
     wait_gpus_free,
 )
-from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup
 
 NoticeCallback = Callable[[str, str], None]  # (level "info"|"warning"|"error", text)
 

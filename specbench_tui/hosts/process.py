@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
-from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup
 
 _CHUNK = 65536
 _MAX_LINE = 1 << 20  # a line longer than this is cut, so a runaway print cannot eat memory

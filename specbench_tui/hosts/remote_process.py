@@ -32,7 +32,7 @@ from specbench_tui.hosts.ssh import (
     quote_command,
     until_channel_closed,
 )
-from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError
-from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup
 
 # Exit 1 when something listens on (or holds) the port: the same bind test as port_in_use.
 PORT_CHECK = (

@@ -22,8 +22,8 @@ from typing import IO
 
 import httpx
 
-from specbench_tui.plan.cells import ServiceGroup
 from specbench_tui.plan.durations import format_duration
+from specbench_tui.results.cells import ServiceGroup
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from specbench_tui.hosts.service import LineCallback, Service
 from specbench_tui.hosts.ssh import SshAgentRunner, SshConnection
 from specbench_tui.hosts.systemd import ForeignUnits, SystemdService
 from specbench_tui.hosts.telemetry import AgentRunner
-from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup
 
 
 def _model_path(group: ServiceGroup) -> str | None:

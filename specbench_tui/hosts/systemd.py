@@ -34,7 +34,7 @@ from typing import Any
 from specbench_tui.hosts.remote_service import RemoteService
 from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError, quote_command
-from specbench_tui.plan.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup
 
 log = logging.getLogger(__name__)
 

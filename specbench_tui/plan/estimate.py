@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from specbench_tui.plan.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.prompt_sets import count_prompts, resolve_prompt_set
+from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 
 PROMPT_TOKENS = 400  # typical prompt length for prefill time; agentic context grows on top
 

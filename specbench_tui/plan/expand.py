@@ -17,7 +17,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from specbench_tui.plan.cells import Cell, ServiceGroup
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.loader import Plan
 from specbench_tui.plan.model import (
@@ -27,6 +26,7 @@ from specbench_tui.plan.model import (
     PlanSpec,
     SingleWorkload,
 )
+from specbench_tui.results.cells import Cell, ServiceGroup
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from textual.widgets import Footer, Tree
 from textual.widgets.tree import TreeNode
 
 from specbench_tui.engine.commands import CampaignControl, Command, Reply
-from specbench_tui.engine.events import (
+from specbench_tui.results.events import (
     CampaignFinished,
     CampaignStarted,
     CellFailed,
@@ -49,7 +49,7 @@ from specbench_tui.engine.events import (
     ServiceFailed,
     ServiceReady,
 )
-from specbench_tui.engine.progress import CampaignProgress
+from specbench_tui.results.progress import CampaignProgress
 from specbench_tui.tui.detail import DetailPane
 from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.health import HealthPane

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from specbench_tui.engine.progress import CampaignProgress, CellState, GroupState, format_clock
+from specbench_tui.results.progress import CampaignProgress, CellState, GroupState, format_clock
 from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for
 from specbench_tui.tui.plan_tree import NodeRef
 

@@ -7,7 +7,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
-from specbench_tui.engine.progress import CampaignProgress, format_clock
+from specbench_tui.results.progress import CampaignProgress, format_clock
 from specbench_tui.tui.look import MARKS, bar, palette_for
 
 

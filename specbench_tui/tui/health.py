@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from specbench_tui.engine.progress import CampaignProgress, GpuState, GroupState, format_clock
+from specbench_tui.results.progress import CampaignProgress, GpuState, GroupState, format_clock
 from specbench_tui.tui.look import SERVER_MARKS, Palette, bar, palette_for
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from specbench_tui.engine.events import Event
+from specbench_tui.results.events import Event
 
 #: Live events held before the oldest are dropped: about two seconds of a heavy flood.
 DEFAULT_LIVE_LIMIT = 20_000

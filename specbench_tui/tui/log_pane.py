@@ -20,7 +20,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Input, Log
 
-from specbench_tui.engine.events import LogLine
+from specbench_tui.results.events import LogLine
 from specbench_tui.tui.look import Palette, palette_for
 
 #: Lines kept for filtering; the full log is in ``logs/<group>.log`` of the results directory.

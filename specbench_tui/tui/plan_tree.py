@@ -14,7 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from specbench_tui.engine.progress import CampaignProgress, Counts
+from specbench_tui.results.progress import CampaignProgress, Counts
 from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for
 
 NodeKind = Literal["root", "host", "group", "workload", "cell"]

@@ -14,7 +14,7 @@ from typing import ClassVar
 from textual.containers import Grid
 from textual_plotext import PlotextPlot
 
-from specbench_tui.engine.events import Event, LogLine, RequestDone
+from specbench_tui.results.events import Event, LogLine, RequestDone
 
 #: Points kept per series: about ten minutes at one point a second.
 HISTORY = 600

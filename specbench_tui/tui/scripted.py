@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator
 from fnmatch import fnmatchcase
 
 from specbench_tui.engine.commands import Command, Reply
-from specbench_tui.engine.events import (
+from specbench_tui.results.cells import Cell, ServiceGroup
+from specbench_tui.results.events import (
     Aborted,
     CampaignFinished,
     CampaignStarted,
@@ -33,8 +34,7 @@ from specbench_tui.engine.events import (
     Resumed,
     ServiceReady,
 )
-from specbench_tui.engine.progress import CampaignProgress
-from specbench_tui.plan.cells import Cell, ServiceGroup
+from specbench_tui.results.progress import CampaignProgress
 
 #: A fixed start so that everything derived from timestamps (plots, elapsed) is reproducible.
 T0 = 1_760_000_000.0

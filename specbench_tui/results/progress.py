@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from specbench_tui.engine.events import (
+from specbench_tui.results.events import (
     Aborted,
     CampaignFinished,
     CampaignStarted,
