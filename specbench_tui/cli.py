@@ -11,9 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from specbench_tui.errors import InputError
+from specbench_tui.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, InputError
 
-EXIT_OK, EXIT_FAILED_CELLS, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEMO_PLAN = Path("plans/demo.toml")
 
 
@@ -88,6 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specbench-tui: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception:
+        # A bug in this tool, never "some cells failed" (exit 1): say so, with the traceback.
+        import traceback
+
+        traceback.print_exc()
+        print(
+            "specbench-tui: internal error (the traceback above); what was measured is kept, "
+            "and running the plan again resumes it",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 def _send(control: object, words: list[str]) -> int:
@@ -156,7 +166,6 @@ def _dispatch(args: argparse.Namespace) -> int:
             fresh=args.fresh,
             only=args.only,
             rerun_failed=args.rerun_failed,
-            control_socket=args.headless,
             ssh_config=args.ssh_config,
         ),
     )

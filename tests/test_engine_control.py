@@ -57,9 +57,11 @@ async def test_pause_holds_the_queue_and_resume_continues(write_plan, tmp_path: 
     assert reply.ok, reply.text
     assert not (await c.send(Command("pause"))).ok  # already paused: said, not ignored
     await asyncio.sleep(0.3)  # let the cell in flight stop
-    started = sum(1 for e in c._durable if isinstance(e, CellStarted))
+    started = sum(1 for e in events(c.layout.root) if e["event"] == "cell_started")
     await asyncio.sleep(1.0)
-    assert sum(1 for e in c._durable if isinstance(e, CellStarted)) == started  # queue held
+    assert (
+        sum(1 for e in events(c.layout.root) if e["event"] == "cell_started") == started
+    )  # queue held
     assert not run.done()
     assert (await c.send(Command("resume", by="test"))).ok
     assert not (await c.send(Command("resume"))).ok
@@ -331,8 +333,9 @@ async def test_abort_cuts_a_long_start_up_and_leaves_cells_to_resume(
     assert time.monotonic() - t0 < 15  # not the 10-minute ready timeout
     names = [e["event"] for e in events(c.layout.root)]
     assert "cell_failed" not in names and "cell_started" not in names
-    history = prepare(write_plan(text, name="again.toml"), tmp_path).status
-    assert set(history.values()) == {"pending"}
+    again = prepare(write_plan(text, name="again.toml"), tmp_path)
+    assert {c.status for c in again.state.cells.values()} == {"pending"}
+    assert set(again.selected) == set(again.cells)
 
 
 async def test_server_that_never_gets_healthy_fails_its_group_only(

@@ -7,17 +7,17 @@ medians of 100 / 184 / 150 tok/s at TP 1 give speed-ups of 1.00x / 1.84x / 1.50x
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
+from conftest import need_program
+from support.results_builder import ResultsBuilder
 
+from specbench_tui.errors import InputError
 from specbench_tui.report import render
 from specbench_tui.report.aggregate import build_report, load_inputs
 from specbench_tui.report.render import md_escape, render_report, tex_escape
-from tests.conftest import need_program
 
 NASTY_LABEL = r"DFlash_{x} & 50% #1 $~^\ok"
 
@@ -74,94 +74,24 @@ SINGLE_TOK_S = {
 }
 
 
-def _req(**kw: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "campaign": "syn",
-        "cell_id": "",
-        "attempt": 1,
-        "group": "",
-        "host": "sim",
-        "config": "",
-        "tp": 1,
-        "workload": "single",
-        "kind": "single",
-        "prompt_set": "chat",
-        "prompt_id": None,
-        "max_tokens": 64,
-        "concurrency": None,
-        "session": None,
-        "turn": None,
-        "repeat": None,
-        "started_at": 1000.0,
-        "ttft_s": 0.05,
-        "e2e_s": 1.0,
-        "tpot_s": 0.01,
-        "itl_s": [0.01, 0.01],
-        "output_tokens": 64,
-        "prompt_tokens": 100,
-        "cached_tokens": 0,
-        "chunks": 10,
-        "output_tok_s": 64.0,
-        "spec_verify_ct": None,
-        "accept_length": None,
-        "finish_reason": "length",
-        "output_sha256": None,
-        "error": None,
-    }
-    row.update(kw)
-    return row
-
-
-def _cell(
-    cell_id: str, config: str, tp: int, workload: str, kind: str, **kw: Any
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "cell_id": cell_id,
-        "name": f"sim.{config}.tp{tp}/{workload}/{cell_id}",
-        "group": f"sim.{config}.tp{tp}",
-        "host": "sim",
-        "config": config,
-        "tp": tp,
-        "workload": workload,
-        "kind": kind,
-        "prompt_set": "chat",
-        "max_tokens": 64,
-        "concurrency": None,
-        "attempt": 1,
-        "status": "done",
-        "simulated": True,
-        "reason": None,
-        "requests": 4,
-        "errors": 0,
-        "wall_s": 1.0,
-        "throughput_tok_s": None,
-    }
-    row.update(kw)
-    return row
-
-
 def write_results(root: Path) -> Path:
     """A small but complete results directory: 3 configs x TP 1 and 4, all three workload
     kinds, a failed and a skipped cell, a rerun cell and one divergent greedy output."""
-    root.mkdir(parents=True)
-    (root / "plan.toml").write_text(PLAN)
-    reqs: list[dict[str, Any]] = []
-    cells: list[dict[str, Any]] = []
+    b = ResultsBuilder(root, title="Synthetic campaign")
+    labels = {"ar": "Autoregressive", "dflash": NASTY_LABEL, "eagle": "EAGLE-3"}
+    for cfg, tp in SINGLE_TOK_S:
+        b.group(cfg, tp, label=labels[cfg])
     for (cfg, tp), speeds in SINGLE_TOK_S.items():
         cid = f"s-{cfg}-{tp}"
-        attempt = 2 if (cfg, tp) == ("dflash", 1) else 1
-        cells.append(_cell(cid, cfg, tp, "single", "single", attempt=attempt))
+        b.cell(cid, cfg, tp, "single", "single")
+        rows = []
         for i, tok_s in enumerate(speeds):
             pid = f"chat-{i:02d}"
             sha = f"sha-{pid}"
             if (cfg, tp, pid) == ("eagle", 4, "chat-02"):
                 sha = "sha-something-else"
-            reqs.append(
-                _req(
-                    cell_id=cid,
-                    attempt=attempt,
-                    config=cfg,
-                    tp=tp,
+            rows.append(
+                dict(
                     prompt_id=pid,
                     repeat=0,
                     output_tok_s=float(tok_s),
@@ -169,82 +99,48 @@ def write_results(root: Path) -> Path:
                     accept_length=None if cfg == "ar" else 3.0 + tp / 4,
                 )
             )
-        if attempt == 2:  # the first, broken attempt: slow and wrong, must not count
-            for i in range(4):
-                reqs.append(
-                    _req(
-                        cell_id=cid,
-                        attempt=1,
-                        config=cfg,
-                        tp=tp,
-                        prompt_id=f"chat-{i:02d}",
-                        repeat=0,
-                        output_tok_s=10.0,
-                        output_sha256="sha-broken",
-                        accept_length=1.0,
-                    )
+        if (cfg, tp) == ("dflash", 1):  # the first, broken attempt: slow and wrong
+            broken = [
+                dict(
+                    prompt_id=f"chat-{i:02d}",
+                    repeat=0,
+                    output_tok_s=10.0,
+                    output_sha256="sha-broken",
+                    accept_length=1.0,
                 )
+                for i in range(4)
+            ]
+            b.failed(cid, "server crashed", rows=broken)
+            b.queued(cid, 2)
+            b.finished(cid, rows, attempt=2)
+        else:
+            b.finished(cid, rows)
     for cfg in ("ar", "dflash"):
         cid = f"a-{cfg}"
-        cells.append(_cell(cid, cfg, 1, "agentic", "agentic", prompt_set=None))
-        for turn, ttft in enumerate((0.5, 0.25, 0.125)):
-            reqs.append(
-                _req(
-                    cell_id=cid,
-                    config=cfg,
-                    workload="agentic",
-                    kind="agentic",
-                    prompt_set="code",
-                    prompt_id="code-01",
-                    session=0,
-                    turn=turn,
-                    max_tokens=256,
-                    ttft_s=ttft,
-                )
-            )
+        b.cell(cid, cfg, 1, "agentic", "agentic", prompts=("code",), max_tokens=256)
+        b.finished(
+            cid,
+            [
+                dict(prompt_set="code", prompt_id="code-01", session=0, turn=turn, ttft_s=ttft)
+                for turn, ttft in enumerate((0.5, 0.25, 0.125))
+            ],
+        )
     for level in (1, 4):
         cid = f"c-ar-{level}"
-        cells.append(
-            _cell(
-                cid,
-                "ar",
-                1,
-                "concurrency",
-                "concurrency",
-                concurrency=level,
-                throughput_tok_s=123.4 * level,
-            )
+        b.cell(cid, "ar", 1, "concurrency", "concurrency", concurrency=level, prompt_set="chat")
+        b.finished(
+            cid,
+            [
+                dict(prompt_id=f"chat-{i:02d}", e2e_s=1.0 + i, ttft_s=0.1 * (i + 1))
+                for i in range(4)
+            ],
+            figures={"throughput_tok_s": 123.4 * level},
         )
-        for i in range(4):
-            reqs.append(
-                _req(
-                    cell_id=cid,
-                    config="ar",
-                    workload="concurrency",
-                    kind="concurrency",
-                    concurrency=level,
-                    prompt_id=f"chat-{i:02d}",
-                    e2e_s=1.0 + i,
-                    ttft_s=0.1 * (i + 1),
-                )
-            )
-    cells.append(
-        _cell(
-            "c-eagle-4",
-            "eagle",
-            4,
-            "concurrency",
-            "concurrency",
-            concurrency=4,
-            status="failed",
-            requests=None,
-            errors=None,
-            reason="CUDA_ERROR: out of memory & 100% #oops",
-        )
-    )
-    pl.DataFrame(reqs, infer_schema_length=None).write_parquet(root / "requests.parquet")
-    pl.DataFrame(cells, infer_schema_length=None).write_parquet(root / "cells.parquet")
-    pl.DataFrame(
+    b.cell("c-eagle-4", "eagle", 4, "concurrency", "concurrency", concurrency=4)
+    b.failed("c-eagle-4", "CUDA_ERROR: out of memory & 100% #oops")
+    b.cell("skip-1", "eagle", 1, "agentic", "agentic")
+    b.skipped("skip-1", "skipped by operator")
+    b.telemetry(
         {
             "time": [1.0, 2.0, 1.0],
             "host": ["sim", "sim", "sim"],
@@ -255,89 +151,8 @@ def write_results(root: Path) -> Path:
             "power_w": [100.0, 300.0, 50.0],
             "temp_c": [40.0, 60.0, 30.0],
         }
-    ).write_parquet(root / "telemetry.parquet")
-    cell_list = [
-        {
-            "id": c["cell_id"],
-            "name": c["name"],
-            "config": c["config"],
-            "tp": c["tp"],
-            "workload": c["workload"],
-            "kind": c["kind"],
-            "temperature": 0.0,
-        }
-        for c in cells
-    ]
-    cell_list.append(
-        {
-            "id": "skip-1",
-            "name": "sim.eagle.tp1/agentic",
-            "config": "eagle",
-            "tp": 1,
-            "workload": "agentic",
-            "kind": "agentic",
-            "temperature": 0.0,
-        }
     )
-    events = [
-        {
-            "ts": "2026-01-01T00:00:00.000Z",
-            "event": "campaign_started",
-            "campaign": "syn",
-            "title": "Synthetic campaign",
-            "plan_hash": "abc123",
-            "simulated": True,
-            "cells": cell_list,
-            "groups": [],
-        },
-        {
-            "ts": "2026-01-01T00:01:00.000Z",
-            "event": "cell_failed",
-            "cell_id": "s-dflash-1",
-            "attempt": 1,
-            "reason": "server crashed",
-        },
-        {
-            "ts": "2026-01-01T00:01:10.000Z",
-            "event": "cell_queued",
-            "cell_id": "s-dflash-1",
-            "attempt": 2,
-        },
-        {
-            "ts": "2026-01-01T00:02:00.000Z",
-            "event": "cell_finished",
-            "cell_id": "s-dflash-1",
-            "attempt": 2,
-        },
-        {
-            "ts": "2026-01-01T00:03:00.000Z",
-            "event": "cell_failed",
-            "cell_id": "c-eagle-4",
-            "cell": "sim.eagle.tp4/concurrency/c4",
-            "attempt": 1,
-            "reason": "CUDA_ERROR: out of memory & 100% #oops",
-        },
-        {
-            "ts": "2026-01-01T00:03:30.000Z",
-            "event": "cell_skipped",
-            "cell_id": "skip-1",
-            "cell": "sim.eagle.tp1/agentic",
-            "attempt": 0,
-            "reason": "skipped by operator",
-        },
-        {
-            "ts": "2026-01-01T00:04:00.000Z",
-            "event": "campaign_finished",
-            "campaign": "syn",
-            "finished": 13,
-            "failed": 1,
-            "skipped": 1,
-        },
-    ]
-    (root / "events.jsonl").write_text(
-        "".join(json.dumps(e) + "\n" for e in events) + '{"torn line'
-    )
-    return root
+    return b.write(plan=PLAN, torn_tail=True)
 
 
 @pytest.fixture
@@ -417,48 +232,37 @@ def test_other_sections(results: Path, no_tex: None) -> None:
     assert "| 1 | 4 | 0 | 123.4 |" in md
 
 
-@pytest.mark.parametrize("how", ["missing", "empty"])
-def test_missing_or_empty_results_render_with_a_message(
-    tmp_path: Path, no_tex: None, how: str
-) -> None:
-    root = tmp_path / "syn"
-    root.mkdir()
-    (root / "plan.toml").write_text(PLAN)
-    if how == "empty":
-        for name in ("requests", "cells", "telemetry"):
-            pl.DataFrame(schema={"cell_id": pl.String, "attempt": pl.Int64}).write_parquet(
-                root / f"{name}.parquet"
-            )
-        (root / "events.jsonl").write_text("")
+def test_results_with_no_rows_render_with_a_message(tmp_path: Path, no_tex: None) -> None:
+    root = ResultsBuilder(tmp_path / "syn", simulated=False).write(finished=False, plan=PLAN)
+    (root / "requests.parquet").unlink()
     written = render_report(root)
     md = (root / "report.md").read_text()
     tex = (root / "report.tex").read_text()
-    word = "is missing" if how == "missing" else "has no rows yet"
-    assert f"requests.parquet {word}" in md
-    assert f"requests.parquet {word}" in tex
+    assert "requests.parquet is missing" in md
+    assert "requests.parquet is missing" in tex
     assert "No single-stream results yet." in md
     assert "No GPU telemetry recorded." in md
     assert "SIMULATED" not in md
+    assert "interrupted" in md  # no end in the log and no process behind it
     assert written == [root / "report.md", root / "report.tex"]
 
 
-def test_bare_directory_renders(tmp_path: Path, no_tex: None) -> None:
-    render_report(tmp_path)
-    md = (tmp_path / "report.md").read_text()
-    assert "plan.toml is missing" in md
-    assert "events.jsonl is missing" in md
+def test_a_directory_without_a_campaign_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no campaign here"):
+        render_report(tmp_path)
+    assert not (tmp_path / "report.md").exists()
 
 
-def test_labels_follow_params_expansion(tmp_path: Path) -> None:
-    """A parametrized config's results carry expanded names; their labels come from the plan."""
-    plan = PLAN.replace(
-        f"label = '''{NASTY_LABEL}'''",
-        'label = "DFlash (block {block})"\nparams = { block = [8, 16] }',
-    )
-    (tmp_path / "plan.toml").write_text(plan)
-    labels = load_inputs(tmp_path).labels
+def test_labels_come_from_the_log(tmp_path: Path) -> None:
+    """Expanded config names and their labels are what the campaign's groups recorded, in
+    plan order; the plan file is not read for them."""
+    b = ResultsBuilder(tmp_path)
+    b.group("ar", 1, label="AR")
+    b.group("dflash-8", 1, label="DFlash (block 8)")
+    b.group("dflash-16", 1, label="DFlash (block 16)")
+    labels = load_inputs(b.write()).labels
     assert labels["dflash-16"] == "DFlash (block 16)"
-    assert list(labels) == ["ar", "dflash-8", "dflash-16", "eagle"]
+    assert list(labels) == ["ar", "dflash-8", "dflash-16"]
 
 
 def test_latex_special_characters_are_escaped(results: Path, no_tex: None) -> None:
@@ -510,7 +314,6 @@ def test_pdflatex_builds_the_pdf(
     assert pdf.read_bytes().startswith(b"%PDF")
     assert not (results / "report.tex.log").exists()
     assert not list(results.glob("*.aux"))  # built elsewhere, nothing left behind
-    # The same engine on a directory with nothing in it: the empty report compiles too.
-    empty = tmp_path / "empty"
-    empty.mkdir()
+    # The same engine on a campaign with nothing in it: the empty report compiles too.
+    empty = ResultsBuilder(tmp_path / "empty").write()
     assert empty / "report.pdf" in render_report(empty)

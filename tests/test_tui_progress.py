@@ -24,6 +24,7 @@ from specbench_tui.results.events import (
     ServiceFailed,
     ServiceReady,
 )
+from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.progress import CampaignProgress, format_clock
 from specbench_tui.tui.inbox import EventInbox
 from specbench_tui.tui.scripted import T0, sample_campaign
@@ -35,34 +36,41 @@ def _progress(events: list[Event]) -> CampaignProgress:
     return p
 
 
-def _start(cells: int = 4, done: list[str] | None = None) -> CampaignStarted:
+def _start(cells: int = 4, selected: list[str] | None = None) -> CampaignStarted:
     kinds = ["single", "single", "agentic", "concurrency"]
-    return CampaignStarted(
-        campaign="c",
-        hosts=["h"],
-        ts=T0,
-        done=done or [],
-        groups=[
-            {
-                "id": "h.ar.tp1",
-                "host": "h",
-                "config": "ar",
-                "tp": 1,
-                "gpu_ids": [0],
-                "command": ["srv", "--tp", "1"],
-            }
-        ],
-        cells=[
+    planned = [
+        Cell.from_json(
             {
                 "id": f"c{i}",
                 "name": f"h.ar.tp1/w{i}",
                 "group": "h.ar.tp1",
                 "host": "h",
+                "config": "ar",
+                "tp": 1,
                 "kind": kinds[i % 4],
                 "workload": f"w{i}",
             }
-            for i in range(cells)
+        )
+        for i in range(cells)
+    ]
+    return CampaignStarted(
+        campaign="c",
+        hosts=["h"],
+        ts=T0,
+        groups=[
+            ServiceGroup.from_json(
+                {
+                    "id": "h.ar.tp1",
+                    "host": "h",
+                    "config": "ar",
+                    "tp": 1,
+                    "gpu_ids": [0],
+                    "command": ["srv", "--tp", "1"],
+                }
+            )
         ],
+        cells=planned,
+        selected=[c.id for c in planned] if selected is None else selected,
     )
 
 
@@ -122,7 +130,8 @@ def test_pause_resume_finish_and_elapsed() -> None:
     p.apply(CampaignFinished(campaign="c", exit_code=130, ts=T0 + 9))
     assert p.finished and p.exit_code == 130 and p.state_word == "finished"
     assert p.elapsed_s(T0 + 1000) == 9.0  # frozen at the end
-    assert p.cells["c0"].status == "skipped"  # cut short
+    assert p.cells["c0"].status == "pending"  # cut short: it runs again on resume
+    assert p.cells["c0"].reason == "interrupted"
     assert p.eta_s(T0 + 1000) == 0.0
 
 
@@ -142,8 +151,18 @@ def test_eta_uses_per_kind_means() -> None:
 
 
 def test_resumed_cells_are_done_and_unknown_events_ignored() -> None:
-    p = _progress([_start(done=["c0", "c1"])])
+    first = [
+        _start(),
+        *(
+            ev
+            for i in (0, 1)
+            for ev in (CellStarted(cell_id=f"c{i}"), CellFinished(cell_id=f"c{i}"))
+        ),
+        CellStarted(cell_id="c2"),  # the process died mid-cell
+    ]
+    p = _progress([*first, _start(selected=["c2", "c3"])])
     assert p.counts.done == 2 and p.cells["c0"].resumed
+    assert p.cells["c2"].status == "pending" and p.cells["c2"].reason == "interrupted"
     p.apply(Event.from_json({"event": "from_the_future", "x": 1}))
     p.apply(CellStarted(cell_id="zz", cell="h.ar.tp1/new", group="h.ar.tp1", ts=T0))
     assert p.cells["zz"].status == "running" and "zz" in p.groups["h.ar.tp1"].cells
@@ -191,11 +210,13 @@ def test_progress_does_not_import_textual() -> None:
 
 
 def test_earlier_failures_and_cells_left_out_of_this_run_show_as_such() -> None:
-    start = _start()
-    start.cells[1].update(status="failed", attempt=2, reason="server did not start")
-    start.cells[2].update(status="held")
-    p = _progress([start])
+    earlier = [
+        _start(),
+        CellStarted(cell_id="c1", attempt=2),
+        CellFailed(cell_id="c1", attempt=2, reason="server did not start"),
+    ]
+    p = _progress([*earlier, _start(selected=["c0"])])
     assert p.cells["c1"].status == "failed" and p.cells["c1"].attempt == 2
     assert p.cells["c1"].reason == "server did not start" and p.cells["c1"].resumed
-    assert p.cells["c2"].status == "skipped" and "not selected" in p.cells["c2"].reason
-    assert p.cells["c0"].status == "pending"
+    assert p.cells["c2"].held and p.counts.held == 2  # c2 and c3 are left out of this run
+    assert p.cells["c0"].status == "pending" and not p.cells["c0"].held

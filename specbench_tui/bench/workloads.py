@@ -22,7 +22,6 @@ from pathlib import Path
 from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
 from specbench_tui.bench.prompts import Prompt, load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
-from specbench_tui.results.events import RequestDone
 from specbench_tui.results.records import RequestRecord
 
 OnRequest = Callable[[RequestRecord], None]
@@ -58,22 +57,6 @@ class CellResult:
     @property
     def errors(self) -> int:
         return sum(1 for r in self.records if r.error is not None)
-
-
-def request_done_event(record: RequestRecord, done: int, total: int) -> RequestDone:
-    """The live event for one measured request."""
-    return RequestDone(
-        cell_id=record.cell_id,
-        group=record.group,
-        ttft_s=record.ttft_s,
-        e2e_s=record.e2e_s,
-        output_tokens=record.output_tokens,
-        output_tok_s=record.output_tok_s,
-        accept_length=record.accept_length,
-        error=record.error,
-        done=done,
-        total=total,
-    )
 
 
 def tool_output(tokens: int, seed: int | str) -> str:
@@ -142,13 +125,14 @@ class _Runner:
         attempt: int,
         on_request: OnRequest | None,
         should_stop: ShouldStop | None,
+        result: CellResult,
     ) -> None:
         self.cell = cell
         self.group = group
         self.client = client
         self.on_request = on_request
         self.should_stop = should_stop or (lambda: False)
-        self.result = CellResult()
+        self.result = result
         self.start: float | None = None  # perf_counter of the first measured request
         self.warm_s = 0.0  # warm-up time after ``start``, left out of the cell's wall time
         self.identity = {
@@ -311,13 +295,15 @@ async def run_cell(
     should_stop: ShouldStop | None = None,
     client: BenchClient | None = None,
     prompt_format: PromptFormat = "chatml",
+    result: CellResult | None = None,
 ) -> CellResult:
     """Run one cell against a healthy server and return its rows.
 
     Request failures are rows with ``error`` set, never exceptions; this raises only for bad
     input (a missing or malformed prompt set: :class:`InputError`). Pass ``client`` to reuse one
     connection pool across the cells of a service group; otherwise one is opened and closed
-    here, sized for the cell's concurrency.
+    here, sized for the cell's concurrency. ``result`` is filled as requests finish, so a
+    caller that cancels the cell (an abort) still has every request that completed.
     """
     own = client is None
     if client is None:
@@ -327,7 +313,8 @@ async def run_cell(
             concurrency=cell.concurrency or 1,
             prompt_format=prompt_format,
         )
-    run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop)
+    result = result if result is not None else CellResult()
+    run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result)
     try:
         if cell.kind == "single":
             names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
@@ -344,8 +331,8 @@ async def run_cell(
             await _run_concurrency(run, _pool(cell, plan_dir, seed), seed)
         else:
             raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")
-        run.result.wall_s = run.wall_s()
     finally:
+        run.result.wall_s = run.wall_s()
         if own:
             await client.aclose()
     return run.result

@@ -17,15 +17,13 @@ import os
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.commands import CampaignControl, Command, Reply
 from specbench_tui.errors import InputError
 from specbench_tui.results.events import Event
+from specbench_tui.results.files import event_line
 from specbench_tui.results.layout import ResultsLayout
-
-if TYPE_CHECKING:
-    from specbench_tui.engine.campaign import Campaign
 
 LINE_LIMIT = 16 * 1024 * 1024
 
@@ -60,7 +58,7 @@ def _alive(path: Path) -> bool:
         return True
 
 
-async def serve_control(campaign: Campaign, path: Path) -> asyncio.AbstractServer:
+async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.AbstractServer:
     if path.exists() or path.is_symlink():
         if _alive(path):
             raise InputError(f"{path}: another campaign answers on this control socket")
@@ -73,7 +71,7 @@ async def serve_control(campaign: Campaign, path: Path) -> asyncio.AbstractServe
             op = req.get("op")
             if op == "subscribe":
                 async for ev in campaign.subscribe():
-                    writer.write(json.dumps(ev.to_json(), separators=(",", ":")).encode() + b"\n")
+                    writer.write(event_line(ev).encode())
                     await writer.drain()
             elif op == "command":
                 try:

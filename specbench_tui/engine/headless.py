@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
-from collections import Counter
 from typing import TextIO
 
 from specbench_tui.engine.campaign import Campaign
@@ -25,6 +25,7 @@ from specbench_tui.results.events import (
     ServiceFailed,
     ServiceReady,
 )
+from specbench_tui.results.state import CampaignState
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -35,14 +36,7 @@ def format_event(ev: Event) -> str | None:
     """One line for a lifecycle event; None for live events (request, log, GPU sample)."""
     t = ev.to_json()["ts"][11:19]
     if isinstance(ev, CampaignStarted):
-        status = Counter(c.get("status", "pending") for c in ev.cells)
-        earlier = "".join(f", {status[s]} {s} earlier" for s in ("failed", "skipped") if status[s])
-        hint = " (--rerun-failed runs them again)" if status["failed"] else ""
-        return (
-            f"{t} campaign {ev.campaign}: {len(ev.groups)} groups, {len(ev.cells)} cells, "
-            f"{len(ev.done)} already done{earlier}, {status['pending']} to run{hint} -> "
-            f"{ev.results_dir}" + (" [simulated]" if ev.simulated else "")
-        )
+        return None  # said by the printer, which knows what earlier runs left (the reducer)
     if isinstance(ev, GroupStarted):
         return f"{t} group {ev.group}: starting server on GPUs {','.join(map(str, ev.gpu_ids))}" + (
             f" (attempt {ev.attempt})" if ev.attempt > 1 else ""
@@ -53,12 +47,13 @@ def format_event(ev: Event) -> str | None:
         tail = f" | {ev.log_tail[-1]}" if ev.log_tail else ""
         return f"{t} group {ev.group}: FAILED to start: {ev.reason}{tail}"
     if isinstance(ev, CellFinished):
-        acc = f" accept {ev.accept_length_mean:.2f}" if ev.accept_length_mean else ""
+        f = ev.figures
+        acc = f" accept {f['accept_length_mean']:.2f}" if f.get("accept_length_mean") else ""
         err = f" errors {ev.errors}" if ev.errors else ""
         return (
             f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
-            f"{ev.throughput_tok_s:.1f} tok/s, ttft p50 {_num(ev.ttft_p50_s, '.3f')}s"
-            f"{acc}{err}, {ev.wall_s:.1f}s"
+            f"throughput {_num(f.get('throughput_tok_s'), '.1f')} tok/s, "
+            f"ttft p50 {_num(f.get('ttft_s_p50'), '.3f')}s{acc}{err}, {ev.wall_s:.1f}s"
         )
     if isinstance(ev, CellFailed):
         return f"{t} FAILED {ev.cell} [{ev.cell_id}] attempt {ev.attempt}: {ev.reason}"
@@ -80,9 +75,34 @@ def format_event(ev: Event) -> str | None:
     return None
 
 
+def campaign_line(ev: CampaignStarted, state: CampaignState) -> str:
+    """The opening line of a run: what the plan holds and what earlier runs left of it."""
+    t = ev.to_json()["ts"][11:19]
+    n = state.counts
+    earlier = "".join(
+        f", {k} {w} earlier" for k, w in ((n.failed, "failed"), (n.skipped, "skipped")) if k
+    )
+    hint = " (--rerun-failed runs them again)" if n.failed else ""
+    held = f", {n.held} held (not selected)" if n.held else ""
+    return (
+        f"{t} campaign {ev.campaign}: {len(ev.groups)} groups, {len(ev.cells)} cells, "
+        f"{n.done} already done{earlier}, {n.pending - n.held} to run{held}{hint} -> "
+        f"{ev.results_dir}" + (" [simulated]" if ev.simulated else "")
+    )
+
+
 async def print_events(campaign: Campaign, out: TextIO) -> None:
+    """One line per lifecycle event of this run (the replay of earlier runs is folded in
+    silently, so the opening line can say what they left)."""
+    state = CampaignState()
+    this_run = False
     async for ev in campaign.subscribe():
-        line = format_event(ev)
+        state.apply(ev)
+        if isinstance(ev, CampaignStarted) and ev.pid == os.getpid():
+            this_run = True
+            line: str | None = campaign_line(ev, state)
+        else:
+            line = format_event(ev) if this_run else None
         if line is not None:
             out.write(line + "\n")
             out.flush()

@@ -1,26 +1,32 @@
 """The crash-safe results store.
 
-Durability rules, in order of what a crash may cost:
+What is true, and what is derived:
 - ``events.jsonl`` is appended and fsynced line by line: the record of what happened.
 - A cell's request rows are written whole to ``parts/<cell>.a<attempt>.parquet`` (temp file,
-  fsync, rename) *before* its ``cell_finished`` event. A cell counts as finished only when both
-  exist, so a crash mid-cell reruns that cell whole and never repeats a finished one.
-- ``requests.parquet`` and ``cells.parquet`` are rebuilt from the parts after each cell, by
-  atomic replace; they are views, and can always be rebuilt from ``parts/`` and the events.
-- Telemetry is buffered and flushed every few seconds: losing seconds of GPU samples is fine.
+  fsync, rename) *before* its ``cell_finished`` event. A cell counts as finished only when
+  both exist, so a crash mid-cell reruns that cell whole and never repeats a finished one; a
+  part whose attempt the log never ended is set aside in ``parts/interrupted/``, never deleted.
+- GPU samples go to ``telemetry/<n>.parquet``, one new file per flush, so a ten-hour run
+  never rewrites what it already wrote; losing the last minute of samples to a crash is fine.
+- ``cells.parquet``, ``requests.parquet`` and ``telemetry.parquet`` are views computed from the
+  above (results/views.py), written in a worker thread so the event loop the console shares
+  never waits on them. They are never read back: a damaged view is set aside and rebuilt.
+
+Writes that fail raise ``StorageError``: the engine decides whether to wait for space.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,104 +34,31 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.errors import InputError
-from specbench_tui.results.cells import Cell
-from specbench_tui.results.events import (
-    CellFailed,
-    CellFinished,
-    CellQueued,
-    CellSkipped,
-    CellStarted,
-    Event,
+from specbench_tui.results.events import CellFailed, CellFinished, CellQueued, CellSkipped, Event
+from specbench_tui.results.files import (
+    StorageError,
+    event_line,
+    read_events,
+    remove_torn,
+    write_bytes_atomic,
+    write_parquet_atomic,
 )
 from specbench_tui.results.layout import ResultsLayout
-from specbench_tui.results.records import REQUEST_COLUMNS, RequestRecord
-
-REQUEST_SCHEMA: dict[str, Any] = {
-    "campaign": pl.String,
-    "cell_id": pl.String,
-    "attempt": pl.Int64,
-    "group": pl.String,
-    "host": pl.String,
-    "config": pl.String,
-    "tp": pl.Int64,
-    "workload": pl.String,
-    "kind": pl.String,
-    "prompt_set": pl.String,
-    "prompt_id": pl.String,
-    "max_tokens": pl.Int64,
-    "concurrency": pl.Int64,
-    "session": pl.Int64,
-    "turn": pl.Int64,
-    "repeat": pl.Int64,
-    "started_at": pl.Float64,
-    "ttft_s": pl.Float64,
-    "e2e_s": pl.Float64,
-    "tpot_s": pl.Float64,
-    "itl_s": pl.List(pl.Float64),
-    "output_tokens": pl.Int64,
-    "prompt_tokens": pl.Int64,
-    "cached_tokens": pl.Int64,
-    "chunks": pl.Int64,
-    "output_tok_s": pl.Float64,
-    "spec_verify_ct": pl.Int64,
-    "accept_length": pl.Float64,
-    "finish_reason": pl.String,
-    "output_sha256": pl.String,
-    "error": pl.String,
-}
-assert tuple(REQUEST_SCHEMA) == REQUEST_COLUMNS, "request schema and record drifted apart"
-
-TELEMETRY_SCHEMA: dict[str, Any] = {
-    "time": pl.Float64,
-    "host": pl.String,
-    "gpu": pl.Int64,
-    "util_pct": pl.Float64,
-    "mem_used_mib": pl.Float64,
-    "mem_total_mib": pl.Float64,
-    "power_w": pl.Float64,
-    "temp_c": pl.Float64,
-}
-
-CELL_IDENTITY = (
-    "cell_id",
-    "name",
-    "group",
-    "host",
-    "config",
-    "tp",
-    "workload",
-    "kind",
-    "prompt_set",
-    "max_tokens",
-    "concurrency",
+from specbench_tui.results.records import RequestRecord
+from specbench_tui.results.schema import REQUEST_SCHEMA, TELEMETRY_SCHEMA
+from specbench_tui.results.state import CampaignState
+from specbench_tui.results.views import (
+    cells_frame,
+    concat_requests,
+    concat_telemetry,
+    part_files,
+    telemetry_files,
 )
 
-
-@dataclass
-class CellHistory:
-    """What the event log says about one cell."""
-
-    attempts: int = 0
-    status: str = "pending"  # pending | running | done | failed | skipped
-    reason: str = ""
-    summary: dict[str, Any] = field(default_factory=dict)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_parquet_atomic(df: pl.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.write_parquet(tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+#: Seconds between telemetry flushes; each flush is one new small file.
+TELEMETRY_FLUSH_S = 60.0
+#: Samples that force a flush before the interval is up (a big host, a fast interval).
+TELEMETRY_FLUSH_ROWS = 20_000
 
 
 class ResultsStore:
@@ -137,11 +70,14 @@ class ResultsStore:
         self._lock_fd: int | None = None
         self._telemetry: list[dict[str, Any]] = []
         self._telemetry_flushed = time.monotonic()
-        self._cell_rows: dict[str, dict[str, Any]] = {}
-        # Views are rebuilt from these after every cell; each part file is read only once.
+        self._telemetry_seq = 0
+        # Part frames by path: each file is read once, then kept for the requests view.
         self._part_frames: dict[Path, pl.DataFrame] = {}
-        self._telemetry_all: pl.DataFrame | None = None
-        self._opening_events: list[Event] = []  # the log as it was when this run opened it
+        self._views_lock = threading.Lock()
+        self._views_task: asyncio.Task[None] | None = None
+        self._views_again = False
+        self.opening_events: list[Event] = []  # the log as it was when this run opened it
+        self.notices: list[str] = []  # what opening found and did, for the operator
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -150,9 +86,8 @@ class ResultsStore:
         """``--fresh``: keep the old directory under a dated name; never delete results."""
         if not layout.root.exists():
             return None
-        lock = layout.root / ".lock"
-        if lock.exists():
-            with open(lock) as f:
+        if layout.lock.exists():
+            with open(layout.lock) as f:
                 try:
                     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -169,19 +104,29 @@ class ResultsStore:
         layout.root.rename(target)
         return target
 
-    def open(self, plan_text: str, plan_hash: str) -> None:
+    def open(self, plan_text: str, plan_hash: str) -> list[Event]:
+        """Lock the directory, keep the plan as run, and read the log; returns its events.
+
+        Bad input ends here with InputError (exit 2): a directory that cannot be written, a
+        campaign already running in it.
+        """
         root = self.layout.root
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            self.layout.logs.mkdir(exist_ok=True)
-            self.layout.parts.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"{root}: cannot create the results directory: {exc}") from None
-        self._lock_fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            for d in (root, self.layout.logs, self.layout.parts, self.layout.telemetry_parts):
+                d.mkdir(parents=True, exist_ok=True)
+            probe = root / ".write-probe"
+            write_bytes_atomic(probe, b"ok\n")
+            probe.unlink()
+        except (OSError, StorageError) as exc:
+            raise InputError(
+                f"{root}: the results directory cannot be written ({exc.strerror or exc}); "
+                "free space, fix its permissions or pick another with --results"
+            ) from None
+        self._lock_fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = Path(root / ".lock").read_text().strip() or "another process"
+            owner = self.layout.lock.read_text().strip() or "another process"
             os.close(self._lock_fd)
             self._lock_fd = None
             raise InputError(
@@ -190,24 +135,55 @@ class ResultsStore:
             ) from None
         os.ftruncate(self._lock_fd, 0)
         os.write(self._lock_fd, str(os.getpid()).encode())
-        old = self.layout.plan.read_text() if self.layout.plan.exists() else None
-        if old != plan_text:
-            if old is not None:  # a changed plan: the one results were measured with stays
-                keep = root / f"plan.{hashlib.sha256(old.encode()).hexdigest()[:16]}.toml"
-                if not keep.exists():
-                    shutil.copy2(self.layout.plan, keep)
-            tmp = root / ".plan.toml.tmp"
-            tmp.write_text(plan_text)
-            os.replace(tmp, self.layout.plan)
-        self._opening_events = self.read_events(self.layout.events)
-        self._events_file = open(self.layout.events, "a", encoding="utf-8")  # noqa: SIM115
+        self._keep_plan(plan_text)
+        for d in (root, self.layout.parts, self.layout.telemetry_parts):
+            for p in remove_torn(d):
+                self.notices.append(f"removed {p.name}, a temporary file a crash left behind")
+        self.opening_events = read_events(self.layout.events)
         self._set_aside_interrupted_parts()
-        self._cell_rows = {r["cell_id"]: r for r in self._read_cell_rows()}
+        self._check_views()
+        self._telemetry_seq = len(telemetry_files(self.layout))
+        self._events_file = open(self.layout.events, "a", encoding="utf-8")  # noqa: SIM115
+        return self.opening_events
+
+    def _keep_plan(self, plan_text: str) -> None:
+        old = self.layout.plan.read_text() if self.layout.plan.exists() else None
+        if old == plan_text:
+            return
+        if old is not None:  # a changed plan: the one earlier results were measured with stays
+            keep = self.layout.root / f"plan.{hashlib.sha256(old.encode()).hexdigest()[:16]}.toml"
+            if not keep.exists():
+                shutil.copy2(self.layout.plan, keep)
+        write_bytes_atomic(self.layout.plan, plan_text.encode())
+
+    def _check_views(self) -> None:
+        """Views are rebuilt, never read back; one that is damaged is moved aside first (and
+        said), so nothing a reader might still want is overwritten in silence. A telemetry
+        view written before telemetry had parts becomes the first part."""
+        for view in (self.layout.cells, self.layout.requests, self.layout.telemetry):
+            if not view.exists():
+                continue
+            try:
+                pl.read_parquet_schema(view)
+            except Exception as exc:
+                self.layout.set_aside.mkdir(exist_ok=True)
+                stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+                target = self.layout.set_aside / f"{view.name}.{stamp}"
+                os.replace(view, target)
+                self.notices.append(
+                    f"{view.name} could not be read ({type(exc).__name__}); moved to "
+                    f"{target.relative_to(self.layout.root)} and rebuilt from the event log "
+                    "and parts"
+                )
+        if self.layout.telemetry.exists() and not telemetry_files(self.layout):
+            os.replace(self.layout.telemetry, self.layout.telemetry_parts / "000000.parquet")
 
     def close(self) -> None:
-        self.flush_telemetry(force=True)
+        with contextlib.suppress(StorageError):  # samples: what a full disk may cost
+            self.flush_telemetry(force=True)
         if self._events_file is not None:
-            self._events_file.close()
+            with contextlib.suppress(OSError):
+                self._events_file.close()
             self._events_file = None
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
@@ -217,162 +193,159 @@ class ResultsStore:
     # -- events ----------------------------------------------------------------------------
 
     def append_event(self, event: Event) -> None:
+        """One durable event, on disk before this returns. Raises StorageError."""
         if not event.durable or self._events_file is None:
             return
-        self._events_file.write(json.dumps(event.to_json(), separators=(",", ":")) + "\n")
-        self._events_file.flush()
-        os.fsync(self._events_file.fileno())
+        try:
+            self._events_file.write(event_line(event))
+            self._events_file.flush()
+            os.fsync(self._events_file.fileno())
+        except OSError as exc:
+            self._reopen_events()
+            raise StorageError(self.layout.events, exc) from exc
+
+    def _reopen_events(self) -> None:
+        """After a failed write the file object may hold a half line in its buffer; drop it
+        and cut the file back to its last whole line, so the next write starts clean."""
+        with contextlib.suppress(OSError):
+            self._events_file.close()
+        path = self.layout.events
+        try:
+            with open(path, "rb+") as f:
+                data = f.read()
+                end = data.rfind(b"\n") + 1
+                if end != len(data):
+                    f.truncate(end)
+        except OSError:
+            pass
+        self._events_file = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     @staticmethod
     def read_events(path: Path) -> list[Event]:
-        """All events of a log; a torn last line (crash mid-write) is ignored."""
-        out: list[Event] = []
-        if not path.exists():
-            return out
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                try:
-                    out.append(Event.from_json(json.loads(line)))
-                except (json.JSONDecodeError, TypeError, ValueError):
-                    continue
-        return out
+        return read_events(path)
 
-    def history(self) -> dict[str, CellHistory]:
-        """Each cell's state as the event log (when this run opened it) and the part files
-        say."""
-        hist: dict[str, CellHistory] = {}
-        for ev in self._opening_events:
-            cid = getattr(ev, "cell_id", None)
-            if cid is None:
-                continue
-            h = hist.setdefault(cid, CellHistory())
-            if isinstance(ev, CellStarted):
-                h.attempts = max(h.attempts, ev.attempt)
-                h.status = "running"
-            elif isinstance(ev, CellFinished):
-                if self.part_path(cid, ev.attempt).exists():
-                    h.status, h.summary = "done", ev.to_json()
-            elif isinstance(ev, CellFailed):
-                h.status, h.reason = "failed", ev.reason
-                h.attempts = max(h.attempts, ev.attempt)
-            elif isinstance(ev, CellSkipped):
-                h.status, h.reason = "skipped", ev.reason
-            elif isinstance(ev, CellQueued):
-                h.status = "pending"
-        for h in hist.values():
-            if h.status == "running":  # the process died mid-cell: it runs again, whole
-                h.status = "pending"
-        return hist
+    def state(self) -> CampaignState:
+        """The log as it was when this run opened it, reduced (resume starts from this)."""
+        return CampaignState.from_events(self.opening_events, self.layout.rows_exist)
 
     def _set_aside_interrupted_parts(self) -> None:
         """A part file with no event ending its attempt was written by a process that died
         before saying the cell ended: that attempt runs again, so its rows must not count
         twice. They are moved, not deleted."""
         ended: set[tuple[str, int]] = set()
-        for ev in self._opening_events:
+        for ev in self.opening_events:
             if isinstance(ev, CellFinished | CellFailed | CellSkipped):
                 ended.add((ev.cell_id, ev.attempt))
             elif isinstance(ev, CellQueued):
                 ended.add((ev.cell_id, ev.attempt - 1))
-        aside = self.layout.parts / "interrupted"
-        for part in self.layout.parts.glob("*.parquet"):
-            cid, _, att = part.stem.rpartition(".a")
-            if att.isdigit() and (cid, int(att)) not in ended:
-                aside.mkdir(exist_ok=True)
-                os.replace(part, aside / part.name)
+        for part in part_files(self.layout):
+            key = self.layout.part_key(part)
+            if key is not None and key not in ended:
+                self.layout.interrupted_parts.mkdir(exist_ok=True)
+                os.replace(part, self.layout.interrupted_parts / part.name)
+                texts = self.layout.texts_path(*key)
+                if texts.exists():
+                    os.replace(texts, self.layout.interrupted_parts / texts.name)
 
     # -- request rows ------------------------------------------------------------------------
 
-    def part_path(self, cell_id: str, attempt: int) -> Path:
-        return self.layout.parts / f"{cell_id}.a{attempt}.parquet"
-
     def write_cell_requests(
         self, cell_id: str, attempt: int, records: Iterable[RequestRecord]
-    ) -> Path:
+    ) -> pl.DataFrame:
+        """The attempt's rows, durable when this returns. Raises StorageError."""
         rows = [r.to_row() for r in records]
         df = (
             pl.DataFrame(rows, schema=REQUEST_SCHEMA, orient="row")
             if rows
             else pl.DataFrame(schema=REQUEST_SCHEMA)
         )
-        path = self.part_path(cell_id, attempt)
+        path = self.layout.part_path(cell_id, attempt)
         write_parquet_atomic(df, path)
         self._part_frames[path] = df
-        return path
+        return df
 
-    def texts_path(self, cell_id: str, attempt: int) -> Path:
-        return self.layout.parts / f"{cell_id}.a{attempt}.texts.json"
+    def write_cell_texts(self, cell_id: str, attempt: int, texts: dict[str, Any]) -> None:
+        """Outputs by request key, for the greedy-equivalence check (the rows keep only hashes)."""
+        data = json.dumps(texts, ensure_ascii=False).encode()
+        write_bytes_atomic(self.layout.texts_path(cell_id, attempt), data)
 
-    def write_cell_texts(self, cell_id: str, attempt: int, texts: dict[str, str]) -> None:
-        """Outputs by prompt, for the greedy-equivalence check (the rows keep only hashes)."""
-        path = self.texts_path(cell_id, attempt)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(texts, ensure_ascii=False))
-        os.replace(tmp, path)
-
-    def read_cell_texts(self, cell_id: str) -> dict[str, str]:
-        """The texts of the attempt that counts for a finished cell; empty when unknown."""
-        row = self._cell_rows.get(cell_id)
-        if not row or row.get("status") != "done":
-            return {}
+    def read_cell_texts(self, cell_id: str, attempt: int) -> dict[str, Any]:
+        """The texts of one attempt; empty when there are none."""
         try:
-            return json.loads(self.texts_path(cell_id, int(row["attempt"])).read_text())
+            obj = json.loads(self.layout.texts_path(cell_id, attempt).read_text())
         except (OSError, ValueError):
             return {}
+        return obj if isinstance(obj, dict) else {}
 
-    def record_cell(
-        self, cell: Cell, attempt: int, status: str, figures: dict[str, Any], *, simulated: bool
-    ) -> None:
-        """Keep the cell's row for cells.parquet (latest attempt wins) and rewrite the views."""
-        row: dict[str, Any] = {
-            k: getattr(cell, "id" if k == "cell_id" else k) for k in CELL_IDENTITY
-        }
-        row.update({"attempt": attempt, "status": status, "simulated": simulated, **figures})
-        self._cell_rows[cell.id] = row
-        self.rebuild_views()
+    # -- views -------------------------------------------------------------------------------
 
-    def _read_cell_rows(self) -> list[dict[str, Any]]:
-        if not self.layout.cells.exists():
-            return []
-        try:
-            return pl.read_parquet(self.layout.cells).to_dicts()
-        except Exception:
-            return []
+    def write_views(self, state: CampaignState) -> None:
+        """Compute and write every view now (at the end of a run, off the event loop: the
+        caller must not change ``state`` meanwhile)."""
+        self._write_views(cells_frame(state), dict(self._part_frames))
 
-    def rebuild_views(self) -> None:
-        for p in self.layout.parts.glob("*.parquet"):
-            if p not in self._part_frames:  # from an earlier run of the campaign
-                self._part_frames[p] = pl.read_parquet(p)
-        frames = [self._part_frames[p] for p in sorted(self._part_frames)]
-        req = (
-            pl.concat(frames, how="diagonal_relaxed")
-            if frames
-            else pl.DataFrame(schema=REQUEST_SCHEMA)
-        )
-        write_parquet_atomic(req, self.layout.requests)
-        if self._cell_rows:
-            cells = pl.DataFrame(list(self._cell_rows.values()), infer_schema_length=None)
+    def _write_views(self, cells: pl.DataFrame, parts: dict[Path, pl.DataFrame]) -> None:
+        with self._views_lock:
+            for p in part_files(self.layout):
+                if p not in parts:  # from an earlier run of the campaign: read once, kept
+                    parts[p] = self._part_frames.setdefault(p, pl.read_parquet(p))
+            frames = [parts[p] for p in sorted(parts) if p.exists()]
+            write_parquet_atomic(concat_requests(frames), self.layout.requests)
             write_parquet_atomic(cells, self.layout.cells)
+            tel = [pl.read_parquet(p) for p in telemetry_files(self.layout)]
+            write_parquet_atomic(concat_telemetry(tel), self.layout.telemetry)
+
+    def refresh_views(self, state: CampaignState) -> None:
+        """Rewrite the views in a worker thread, at most one at a time; a refresh asked for
+        while one runs is done once after it, from the state as it is then. The cells view
+        is computed here, on the loop that owns ``state`` (a few hundred rows); the writing
+        happens in the thread. Failures are left to the final write."""
+        self._views_again = True
+        if self._views_task is not None and not self._views_task.done():
+            return
+        self._views_task = asyncio.ensure_future(self._refresh_loop(state))
+
+    async def _refresh_loop(self, state: CampaignState) -> None:
+        while self._views_again:
+            self._views_again = False
+            cells, parts = cells_frame(state), dict(self._part_frames)
+            try:
+                await asyncio.to_thread(self._write_views, cells, parts)
+            except (OSError, pl.exceptions.PolarsError):
+                return
+
+    async def settle_views(self) -> None:
+        """Wait for a refresh in flight (before the final write)."""
+        task = self._views_task
+        if task is not None and not task.done():
+            self._views_again = False
+            await task
 
     # -- telemetry ---------------------------------------------------------------------------
 
     def add_telemetry(self, sample: dict[str, Any]) -> None:
         self._telemetry.append({k: sample.get(k) for k in TELEMETRY_SCHEMA})
-        self.flush_telemetry()
-
-    def flush_telemetry(self, *, force: bool = False, every_s: float = 5.0) -> None:
-        if not self._telemetry or (
-            not force and time.monotonic() - self._telemetry_flushed < every_s
+        if len(self._telemetry) >= TELEMETRY_FLUSH_ROWS or (
+            time.monotonic() - self._telemetry_flushed >= TELEMETRY_FLUSH_S
         ):
+            rows, self._telemetry = self._telemetry, []
+            self._telemetry_flushed = time.monotonic()
+            path = self._next_telemetry_part()
+            asyncio.get_running_loop().run_in_executor(None, self._write_telemetry, rows, path)
+
+    def flush_telemetry(self, *, force: bool = False) -> None:
+        """Write buffered samples now (at the end of a run). Raises StorageError."""
+        if not self._telemetry or not force:
             return
+        rows, self._telemetry = self._telemetry, []
         self._telemetry_flushed = time.monotonic()
-        new = pl.DataFrame(self._telemetry, schema=TELEMETRY_SCHEMA, orient="row")
-        self._telemetry.clear()
-        path = self.layout.telemetry
-        if self._telemetry_all is None:  # samples of earlier runs: read once, then kept
-            self._telemetry_all = pl.DataFrame(schema=TELEMETRY_SCHEMA)
-            if path.exists():
-                with contextlib.suppress(Exception):
-                    self._telemetry_all = pl.read_parquet(path)
-        self._telemetry_all = pl.concat([self._telemetry_all, new], how="diagonal_relaxed")
-        write_parquet_atomic(self._telemetry_all, path)
+        self._write_telemetry(rows, self._next_telemetry_part())
+
+    def _next_telemetry_part(self) -> Path:
+        self._telemetry_seq += 1
+        return self.layout.telemetry_parts / f"{self._telemetry_seq:06d}.parquet"
+
+    @staticmethod
+    def _write_telemetry(rows: list[dict[str, Any]], path: Path) -> None:
+        with contextlib.suppress(StorageError):  # samples: what a full disk may cost
+            write_parquet_atomic(pl.DataFrame(rows, schema=TELEMETRY_SCHEMA, orient="row"), path)

@@ -12,8 +12,10 @@ them would mix a broken run into the figures the rerun was meant to replace.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,20 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.bench.greedy import Divergence, first_difference
+from specbench_tui.errors import InputError
+from specbench_tui.results.events import iso_utc
+from specbench_tui.results.files import read_events
+from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.results.state import CampaignState
+from specbench_tui.results.views import (
+    cells_frame,
+    concat_requests,
+    concat_telemetry,
+    counted_attempts,
+    part_files,
+    telemetry_files,
+    view_status,
+)
 
 # Request columns that identify a measurement; nulls in them are filled with a sentinel before
 # joins, because polars never matches a null key.
@@ -31,16 +47,18 @@ _NULL_TEXT = ""
 
 @dataclass
 class Inputs:
-    """The raw contents of a results directory, each part possibly absent."""
+    """A results directory read through the results contract; each file may be absent."""
 
     root: Path
+    layout: ResultsLayout
     plan: dict[str, Any]
-    events: list[dict[str, Any]]
+    state: CampaignState
     requests: pl.DataFrame | None
     cells: pl.DataFrame | None
     telemetry: pl.DataFrame | None
     labels: dict[str, str]
     config_order: list[str]
+    live: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -88,29 +106,9 @@ def _read_parquet(path: Path, notes: list[str]) -> pl.DataFrame | None:
     return df
 
 
-def _read_events(path: Path, notes: list[str]) -> list[dict[str, Any]]:
-    """The event log; a torn last line (a crash mid-write) is skipped, as the store does."""
-    if not path.exists():
-        notes.append(f"{path.name} is missing")
-        return []
-    out: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out
-
-
 def _read_plan(path: Path, notes: list[str]) -> dict[str, Any]:
     if not path.exists():
-        notes.append(
-            "plan.toml is missing: config names stand in for labels, and the "
-            "baseline and checks are unknown"
-        )
+        notes.append("plan.toml is missing: the baseline and checks are unknown")
         return {}
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
@@ -119,53 +117,68 @@ def _read_plan(path: Path, notes: list[str]) -> dict[str, Any]:
         return {}
 
 
-def _labels(
-    path: Path, plan: dict[str, Any], events: list[dict[str, Any]]
-) -> tuple[dict[str, str], list[str]]:
-    """Config name -> label, in plan order.
-
-    The validated plan gives params-expanded names and substituted labels. It can refuse a plan
-    that ran fine elsewhere (prompt files not reachable from the results directory), so the
-    service groups recorded in ``campaign_started`` and then the raw TOML are fallbacks.
-    """
+def _labels(state: CampaignState) -> tuple[dict[str, str], list[str]]:
+    """Config name -> label, in plan order, as the log's service groups recorded them."""
     labels: dict[str, str] = {}
-    try:
-        from specbench_tui.plan.configs import resolve_configs
-        from specbench_tui.plan.loader import load_plan
-
-        for cfg in resolve_configs(load_plan(path).spec):
-            labels[cfg.name] = cfg.label
-    except Exception:  # InputError or anything else: fall back, never fail
-        labels = {}
-    for ev in events:
-        if ev.get("event") == "campaign_started":
-            for g in ev.get("groups") or []:
-                if isinstance(g, dict) and g.get("config"):
-                    labels.setdefault(str(g["config"]), str(g.get("label") or g["config"]))
-    for name, cfg in (plan.get("configs") or {}).items():
-        if isinstance(cfg, dict) and not cfg.get("params"):
-            labels.setdefault(name, str(cfg.get("label") or name))
+    for g in state.groups.values():
+        if g.config:
+            labels.setdefault(g.config, g.label or g.config)
     return labels, list(labels)
+
+
+def _live(layout: ResultsLayout) -> bool:
+    """Whether a campaign process holds the directory now (it takes an exclusive flock)."""
+    try:
+        fd = os.open(layout.lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _requests(layout: ResultsLayout, notes: list[str]) -> pl.DataFrame | None:
+    """The request rows: the view if it reads, else the parts it is built from."""
+    df = _read_parquet(layout.requests, notes)
+    if df is not None:
+        return df
+    parts = part_files(layout)
+    if not parts:
+        return None
+    notes.append("request rows read from parts/ instead")
+    return concat_requests(pl.read_parquet(p) for p in parts)
 
 
 def load_inputs(root: Path) -> Inputs:
     """Read everything a report may use from ``<results>/<campaign>/``."""
+    layout = ResultsLayout(root)
     notes: list[str] = []
-    plan = _read_plan(root / "plan.toml", notes)
-    events = _read_events(root / "events.jsonl", notes)
-    requests = _read_parquet(root / "requests.parquet", notes)
-    cells = _read_parquet(root / "cells.parquet", notes)
-    telemetry = _read_parquet(root / "telemetry.parquet", notes)
-    labels, order = _labels(root / "plan.toml", plan, events)
+    if not layout.events.exists():
+        raise InputError(f"{root}: no campaign here (no events.jsonl)")
+    plan = _read_plan(layout.plan, notes)
+    state = CampaignState.from_events(read_events(layout.events), layout.rows_exist)
+    labels, order = _labels(state)
+    tel_parts = telemetry_files(layout)
+    telemetry = (
+        concat_telemetry(pl.read_parquet(p) for p in tel_parts)
+        if tel_parts
+        else _read_parquet(layout.telemetry, notes)
+    )
     return Inputs(
         root=root,
+        layout=layout,
         plan=plan,
-        events=events,
-        requests=requests,
-        cells=cells,
+        state=state,
+        requests=_requests(layout, notes),
+        cells=cells_frame(state),
         telemetry=telemetry,
         labels=labels,
         config_order=order,
+        live=_live(layout),
         notes=notes,
     )
 
@@ -232,48 +245,26 @@ def _baseline(plan: dict[str, Any], known: list[str]) -> str | None:
 
 
 def counted_requests(inp: Inputs) -> pl.DataFrame | None:
-    """Request rows of each cell's latest finished attempt, as ``cells.parquet`` lists it."""
+    """Request rows of the attempt that counts for each finished cell (the reducer says
+    which); rows of earlier attempts and of cells that did not finish are left out."""
     req = inp.requests
-    if not _has(req, "cell_id"):
+    if not _has(req, "cell_id", "attempt"):
         return None
     assert req is not None
-    if "attempt" not in req.columns:
-        req = req.with_columns(pl.lit(1).alias("attempt"))
-    req = req.with_columns(pl.col("attempt").cast(pl.Int64))
-    cells = inp.cells
-    if _has(cells, "cell_id", "attempt"):
-        assert cells is not None
-        listed = cells.select(
-            pl.col("cell_id").cast(pl.String),
-            pl.col("attempt").cast(pl.Int64),
-            (pl.col("status") if "status" in cells.columns else pl.lit("done")).alias("status"),
-        )
-        done = listed.filter(pl.col("status") == "done").select("cell_id", "attempt")
-        kept = req.join(done, on=["cell_id", "attempt"], how="semi")
-        unlisted = req.join(listed.select("cell_id"), on="cell_id", how="anti").height
-        failed = req.join(
-            listed.filter(pl.col("status") != "done").select("cell_id"), on="cell_id", how="semi"
-        ).height
-        earlier = req.height - kept.height - unlisted - failed
-        if earlier:
-            inp.notes.append(
-                f"{earlier} request rows of earlier attempts were left out "
-                "(only each cell's latest attempt counts)"
-            )
-        if failed:
-            inp.notes.append(f"{failed} request rows of failed cells were left out")
-        if unlisted:
-            inp.notes.append(
-                f"{unlisted} request rows belong to cells not yet in "
-                "cells.parquet and were left out"
-            )
-        return kept
-    latest = req.group_by("cell_id").agg(pl.col("attempt").max())
-    kept = req.join(latest, on=["cell_id", "attempt"], how="semi")
-    inp.notes.append(
-        "without cells.parquet, each cell's highest attempt in requests.parquet "
-        "is counted, whether or not it finished"
+    counted = counted_attempts(inp.state)
+    keep = pl.DataFrame(
+        {"cell_id": list(counted), "attempt": list(counted.values())},
+        schema={"cell_id": pl.String, "attempt": pl.Int64},
     )
+    kept = req.with_columns(pl.col("attempt").cast(pl.Int64)).join(
+        keep, on=["cell_id", "attempt"], how="semi"
+    )
+    left = req.height - kept.height
+    if left:
+        inp.notes.append(
+            f"{left} request rows of earlier attempts or unfinished cells were left out "
+            "(only each finished cell's counted attempt is aggregated)"
+        )
     return kept
 
 
@@ -522,62 +513,27 @@ def concurrency_levels(
     return sections
 
 
-def problems(
-    events: list[dict[str, Any]], cells: pl.DataFrame | None, labels: dict[str, str]
-) -> list[dict[str, Any]]:
-    """Cells that failed or were skipped, as their last word in the log (or cells.parquet) says.
-
-    A cell that failed and was then rerun successfully is not a problem any more, so the log is
-    replayed in order rather than searched for failures.
-    """
-    last: dict[str, dict[str, Any]] = {}
-    info: dict[str, dict[str, Any]] = {}
-    for ev in events:
-        name = ev.get("event")
-        if name == "campaign_started":
-            for c in ev.get("cells") or []:
-                if isinstance(c, dict) and c.get("id"):
-                    info[str(c["id"])] = c
-        cid = ev.get("cell_id")
-        if cid is None:
+def problems(state: CampaignState, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """Cells that failed, were skipped or never ran, as the reducer of the log has them."""
+    rows = []
+    for c in state.cells.values():
+        status = view_status(state, c.status)
+        if status not in ("failed", "skipped", "never run"):
             continue
-        if name in ("cell_finished", "cell_failed", "cell_skipped", "cell_queued", "cell_started"):
-            last[str(cid)] = ev
-    out: dict[str, dict[str, Any]] = {}
-    for cid, ev in last.items():
-        status = {"cell_failed": "failed", "cell_skipped": "skipped"}.get(str(ev.get("event")))
-        if status:
-            c = info.get(cid, {})
-            out[cid] = {
-                "cell_id": cid,
-                "name": ev.get("cell") or c.get("name") or cid,
-                "config": c.get("config"),
-                "tp": c.get("tp"),
-                "workload": c.get("workload"),
+        rows.append(
+            {
+                "cell_id": c.id,
+                "name": c.name,
+                "config": c.config,
+                "tp": c.tp,
+                "workload": c.workload,
                 "status": status,
-                "attempt": ev.get("attempt"),
-                "reason": ev.get("reason") or "",
+                "attempt": c.attempt,
+                "reason": c.reason or ("held: not selected" if c.held else ""),
+                "label": labels.get(c.config, c.config) if c.config else None,
             }
-    if _has(cells, "cell_id", "status"):
-        assert cells is not None
-        for r in cells.filter(pl.col("status") == "failed").to_dicts():
-            cid = str(r["cell_id"])
-            if cid in out or (cid in last and last[cid].get("event") != "cell_failed"):
-                continue
-            out[cid] = {
-                "cell_id": cid,
-                "name": r.get("name") or cid,
-                "config": r.get("config"),
-                "tp": r.get("tp"),
-                "workload": r.get("workload"),
-                "status": "failed",
-                "attempt": r.get("attempt"),
-                "reason": r.get("reason") or "",
-            }
-    rows = sorted(out.values(), key=lambda r: str(r["name"]))
-    for r in rows:
-        r["label"] = labels.get(str(r["config"]), r["config"]) if r["config"] else None
-    return rows
+        )
+    return sorted(rows, key=lambda r: str(r["name"]))
 
 
 def telemetry_summary(tel: pl.DataFrame | None) -> list[dict[str, Any]]:
@@ -617,15 +573,8 @@ def telemetry_summary(tel: pl.DataFrame | None) -> list[dict[str, Any]]:
 
 
 def _temperatures(inp: Inputs) -> dict[str, float]:
-    """Sampling temperature per cell id from the plan as run (``campaign_started`` cells)."""
-    out: dict[str, float] = {}
-    for ev in inp.events:
-        if ev.get("event") == "campaign_started":
-            for c in ev.get("cells") or []:
-                if isinstance(c, dict) and c.get("id") is not None:
-                    t = _num(c.get("temperature"))
-                    out[str(c["id"])] = t if t is not None else 0.0
-    return out
+    """Sampling temperature per cell id, from the plan as run."""
+    return {c.id: c.cell.temperature for c in inp.state.cells.values() if c.cell is not None}
 
 
 def _first_difference(root: Path, row: dict[str, Any]) -> Divergence | None:
@@ -634,7 +583,7 @@ def _first_difference(root: Path, row: dict[str, Any]) -> Divergence | None:
 
     def text(cell: Any, attempt: Any) -> str | None:
         try:
-            path = root / "parts" / f"{cell}.a{int(attempt)}.texts.json"
+            path = ResultsLayout(root).texts_path(str(cell), int(attempt))
             return json.loads(path.read_text()).get(str(row["prompt_id"]))
         except (OSError, ValueError, TypeError):
             return None
@@ -767,39 +716,24 @@ def greedy_equivalence(
 # -- the whole report ------------------------------------------------------------------------
 
 
-def _campaign_state(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Where the campaign stands, judged from its latest start: a resumed campaign that has
-    not finished again is still running, whatever an earlier run concluded."""
-    starts = [i for i, e in enumerate(events) if e.get("event") == "campaign_started"]
-    last = starts[-1] if starts else -1
-    first_start = events[starts[0]] if starts else {}
-    last_start = events[last] if starts else {}
-    after = events[last + 1 :] if starts else events
-    finished = [e for e in after if e.get("event") == "campaign_finished"]
-    state: dict[str, Any] = {
-        "simulated": any(bool(events[i].get("simulated")) for i in starts),
-        "plan_hash": str(last_start.get("plan_hash") or ""),
-        "title": str(last_start.get("title") or ""),
-        "campaign": str(last_start.get("campaign") or ""),
-        "started": str(first_start.get("ts") or ""),
-        "finished": str(finished[-1].get("ts") or "") if finished else "",
-        "planned": len(last_start.get("cells") or []),
+def _campaign_state(inp: Inputs) -> dict[str, Any]:
+    st = inp.state
+    return {
+        "simulated": st.simulated,
+        "plan_hash": st.plan_hash,
+        "title": st.title,
+        "campaign": st.campaign,
+        "started": iso_utc(st.first_started_at) if st.first_started_at else "",
+        "finished": iso_utc(st.finished_at) if st.finished_at else "",
+        "planned": len(st.cells),
+        "status": st.run_status(live=inp.live),
     }
-    if finished:
-        state["status"] = "finished"
-    elif any(e.get("event") == "aborted" for e in after):
-        state["status"] = "aborted"
-    elif starts:
-        state["status"] = "running or interrupted (no campaign_finished event yet)"
-    else:
-        state["status"] = "not started (no campaign_started event)"
-    return state
 
 
 def build_report(root: Path) -> Report:
     """Read a results directory and compute every section of the report."""
     inp = load_inputs(root)
-    state = _campaign_state(inp.events)
+    state = _campaign_state(inp)
     known = list(inp.config_order)
     for df in (inp.cells, inp.requests):
         if _has(df, "config"):
@@ -826,25 +760,17 @@ def build_report(root: Path) -> Report:
             f"the baseline {baseline!r} has no single-stream results yet, so no "
             "speed-ups can be computed"
         )
-    probs = problems(inp.events, cells, labels)
+    probs = problems(inp.state, labels)
+    n = inp.state.counts
     counts = {
         "planned": state["planned"],
-        "done": 0,
-        "failed": 0,
-        "skipped": sum(1 for p in probs if p["status"] == "skipped"),
+        "done": n.done,
+        "failed": n.failed,
+        "skipped": n.skipped,
+        "never_run": sum(1 for p in probs if p["status"] == "never run"),
         "requests": req.height if req is not None else 0,
         "request_errors": 0,
     }
-    if _has(cells, "status"):
-        assert cells is not None
-        counts["done"] = cells.filter(pl.col("status") == "done").height
-    else:  # cells.parquet lags or is gone: the event log still knows which cells finished
-        last: dict[str, str] = {}
-        for ev in inp.events:
-            if ev.get("cell_id") is not None and str(ev.get("event", "")).startswith("cell_"):
-                last[str(ev["cell_id"])] = str(ev.get("event"))
-        counts["done"] = sum(1 for name in last.values() if name == "cell_finished")
-    counts["failed"] = sum(1 for p in probs if p["status"] == "failed")
     if req is not None and "error" in req.columns:
         counts["request_errors"] = req.filter(
             pl.col("error").is_not_null() & (pl.col("error") != "")

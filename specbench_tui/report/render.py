@@ -11,7 +11,6 @@ scratch directory with a timeout, so a TeX problem costs the PDF and nothing els
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import subprocess
 import tempfile
@@ -24,6 +23,7 @@ import jinja2
 
 from specbench_tui.errors import InputError
 from specbench_tui.report.aggregate import Report, build_report
+from specbench_tui.results.files import StorageError, write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -194,21 +194,6 @@ def _md_env() -> jinja2.Environment:
 # -- writing -----------------------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, rename: the old report stays until the new one
-    is complete."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def tex_engine() -> str | None:
     """The first TeX engine on PATH; the template needs nothing beyond LaTeX base packages."""
     for name in TEX_ENGINES:
@@ -269,7 +254,7 @@ def compile_pdf(tex_path: Path, pdf_path: Path, log_path: Path) -> bool:
                     return False
                 if "Rerun to get" not in text and "Rerun LaTeX" not in text:
                     break
-            _write_atomic(pdf_path, (work / "report.pdf").read_bytes())
+            write_bytes_atomic(pdf_path, (work / "report.pdf").read_bytes())
     except subprocess.TimeoutExpired:
         _fail(pdf_path, log_path, f"{Path(engine).name} ran past {TEX_TIMEOUT_S:.0f} s\n")
         return False
@@ -284,7 +269,7 @@ def _fail(pdf_path: Path, log_path: Path, text: str) -> None:
     log.warning("report.pdf not built; see %s", log_path)
     pdf_path.unlink(missing_ok=True)
     try:
-        _write_atomic(log_path, text.encode())
+        write_bytes_atomic(log_path, text.encode())
     except OSError as exc:
         log.warning("cannot write %s: %s", log_path, exc)
 
@@ -304,8 +289,11 @@ def render_report(results_dir: Path) -> list[Path]:
         raise InputError(f"{root}: no such results directory")
     md, tex = render_texts(build_report(root))
     md_path, tex_path = root / "report.md", root / "report.tex"
-    _write_atomic(md_path, md.encode())
-    _write_atomic(tex_path, tex.encode())
+    try:
+        write_bytes_atomic(md_path, md.encode())
+        write_bytes_atomic(tex_path, tex.encode())
+    except StorageError as exc:
+        raise InputError(f"{exc}; render it elsewhere: copy the directory, then --report") from None
     written = [md_path, tex_path]
     pdf_path = root / "report.pdf"
     if compile_pdf(tex_path, pdf_path, root / "report.tex.log"):

@@ -40,6 +40,23 @@ class ServiceGroup:
         d["stop_before"] = list(self.stop_before)
         return d
 
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ServiceGroup:
+        """Rebuild a group from its JSON (the log of a campaign, the dry-run document).
+
+        Keys this version does not know are ignored and missing ones take their defaults, so
+        a log written by another version of the tool still reads.
+        """
+        d = _known(cls, obj)
+        d["gpu_ids"] = tuple(int(g) for g in d.get("gpu_ids", ()))
+        d["command"] = tuple(str(a) for a in d.get("command", ()))
+        env = d.get("env", ())
+        d["env"] = tuple(sorted(env.items())) if isinstance(env, dict) else tuple(map(tuple, env))
+        d["stop_before"] = tuple(d.get("stop_before", ()))
+        for key, default in _GROUP_DEFAULTS.items():
+            d.setdefault(key, default)
+        return cls(**d)
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -79,8 +96,48 @@ class Cell:
         d["params"] = dict(self.params)
         return d
 
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Cell:
+        """Rebuild a cell from its JSON; unknown keys are ignored (see ServiceGroup.from_json)."""
+        d = _known(cls, obj)
+        d["prompts"] = tuple(d.get("prompts", ()))
+        params = d.get("params", ())
+        d["params"] = tuple(params.items()) if isinstance(params, dict) else tuple(params)
+        for key, default in _CELL_DEFAULTS.items():
+            d.setdefault(key, default)
+        return cls(**d)
+
 
 _CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
+# What an old log may lack: enough to rebuild a cell or group that can be shown and reported.
+_CELL_DEFAULTS: dict[str, Any] = {
+    "name": "",
+    "group": "",
+    "host": "",
+    "config": "",
+    "tp": 0,
+    "workload": "",
+    "kind": "single",
+    "prompt_set": None,
+    "max_tokens": 0,
+    "concurrency": None,
+}
+_GROUP_DEFAULTS: dict[str, Any] = {
+    "host": "",
+    "host_kind": "sim",
+    "config": "",
+    "label": "",
+    "tp": 0,
+    "port": 0,
+    "api": "sglang",
+    "ready_timeout_s": 900.0,
+    "speculative": False,
+}
+
+
+def _known(cls: type, obj: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in obj.items() if k in names}
 
 
 def planned_requests(cell: Cell, n_prompts: int | None = None) -> int:

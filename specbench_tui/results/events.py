@@ -8,10 +8,13 @@ streamed, since their data lands in the parquet files.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
+
+from specbench_tui.results.cells import Cell, ServiceGroup
 
 _REGISTRY: dict[str, type[Event]] = {}
 
@@ -44,20 +47,30 @@ class Event:
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> Event:
-        """Rebuild an event; an unknown name or field is kept as a generic event, not an error,
-        so a newer engine's log still replays in an older console."""
+        """Rebuild an event. An unknown name is kept as a generic event, and fields this
+        version does not know are dropped, never an error: a log written by another version
+        of the tool still replays."""
         obj = dict(obj)
         name = obj.pop("event", "event")
         ts = obj.pop("ts", None)
         cls = _REGISTRY.get(name)
-        known = {f.name for f in fields(cls)} if cls else set()
-        if cls is None or not set(obj) <= known:
-            ev: Event = UnknownEvent(event=name, data=obj)
+        if cls is None:
+            ev: Event = UnknownEvent(event=str(name), data=obj)
         else:
-            ev = cls(**obj)
+            known = {f.name for f in fields(cls)}
+            try:
+                ev = cls(**cls.decode({k: v for k, v in obj.items() if k in known}))
+            except (TypeError, ValueError, KeyError, AttributeError):
+                ev = UnknownEvent(event=str(name), data=obj)
         if isinstance(ts, str):
-            ev.ts = parse_iso(ts)
+            with contextlib.suppress(ValueError):
+                ev.ts = parse_iso(ts)
         return ev
+
+    @classmethod
+    def decode(cls, fields_: dict[str, Any]) -> dict[str, Any]:
+        """Turn JSON values into the field types (a subclass with typed fields overrides)."""
+        return fields_
 
 
 @dataclass(kw_only=True)
@@ -81,11 +94,26 @@ class CampaignStarted(Event):
     plan_hash: str = ""
     results_dir: str = ""
     hosts: list[str] = field(default_factory=list)
-    groups: list[dict[str, Any]] = field(default_factory=list)  # ServiceGroup.to_json()
-    cells: list[dict[str, Any]] = field(default_factory=list)  # Cell.to_json()
-    done: list[str] = field(default_factory=list)  # cell ids already finished (resume)
+    groups: list[ServiceGroup] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
+    # Ids of the cells this run means to run (resume, --only, --rerun-failed); the others are
+    # held: they keep whatever status the log gave them.
+    selected: list[str] = field(default_factory=list)
     simulated: bool = False
     pid: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        out["groups"] = [g.to_json() for g in self.groups]
+        out["cells"] = [c.to_json() for c in self.cells]
+        return out
+
+    @classmethod
+    def decode(cls, fields_: dict[str, Any]) -> dict[str, Any]:
+        d = dict(fields_)
+        d["groups"] = [ServiceGroup.from_json(g) for g in d.get("groups") or []]
+        d["cells"] = [Cell.from_json(c) for c in d.get("cells") or []]
+        return d
 
 
 @dataclass(kw_only=True)
@@ -189,10 +217,9 @@ class CellFinished(Event):
     requests: int = 0
     errors: int = 0
     wall_s: float = 0.0
-    throughput_tok_s: float = 0.0
-    ttft_p50_s: float | None = None
-    output_tok_s_p50: float | None = None
-    accept_length_mean: float | None = None
+    # The cell's summary, under the metric columns of cells.parquet (throughput_tok_s,
+    # ttft_s_p50, accept_length_mean, ...): the view is rebuilt from these, never re-measured.
+    figures: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)

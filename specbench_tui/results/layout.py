@@ -1,4 +1,8 @@
-"""Where a campaign's results live: the results-layout contract as paths."""
+"""Where a campaign's results live: the results-layout contract as paths.
+
+Every reader and writer of a results directory (the store, the report, the console, the
+control socket) takes its paths from here, so the layout is written down once.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +43,12 @@ class ResultsLayout:
         return self.root / "telemetry.parquet"
 
     @property
+    def telemetry_parts(self) -> Path:
+        """GPU samples in the order they were taken, one file per flush (the truth behind
+        ``telemetry.parquet``, so a long run never rewrites what it already wrote)."""
+        return self.root / "telemetry"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 
@@ -48,8 +58,40 @@ class ResultsLayout:
         return self.root / "parts"
 
     @property
+    def interrupted_parts(self) -> Path:
+        """Rows of attempts whose end the log never recorded: kept, never counted."""
+        return self.parts / "interrupted"
+
+    @property
+    def set_aside(self) -> Path:
+        """Views that could not be read, moved here (with a notice) before being rebuilt."""
+        return self.root / "unreadable"
+
+    @property
     def control_socket(self) -> Path:
         return self.root / "control.sock"
 
+    @property
+    def lock(self) -> Path:
+        return self.root / ".lock"
+
     def log_of(self, group: str) -> Path:
         return self.logs / f"{group}.log"
+
+    def part_path(self, cell_id: str, attempt: int) -> Path:
+        return self.parts / f"{cell_id}.a{attempt}.parquet"
+
+    def texts_path(self, cell_id: str, attempt: int) -> Path:
+        """Output texts by request key, for the greedy-equivalence check (rows keep hashes)."""
+        return self.parts / f"{cell_id}.a{attempt}.texts.json"
+
+    @staticmethod
+    def part_key(part: Path) -> tuple[str, int] | None:
+        """``(cell_id, attempt)`` of a part file's name, None for anything else."""
+        if part.suffix != ".parquet":
+            return None
+        cid, _, att = part.stem.rpartition(".a")
+        return (cid, int(att)) if cid and att.isdigit() else None
+
+    def rows_exist(self, cell_id: str, attempt: int) -> bool:
+        return self.part_path(cell_id, attempt).exists()

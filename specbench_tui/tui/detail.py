@@ -57,7 +57,7 @@ def _figures(c: CellState) -> list[tuple[str, str]]:
 
     num("throughput_tok_s", "throughput", "{:.1f} tok/s")
     num("output_tok_s_p50", "output p50", "{:.1f} tok/s")
-    num("ttft_p50_s", "TTFT p50", "{:.0f} ms", 1000.0)
+    num("ttft_s_p50", "TTFT p50", "{:.0f} ms", 1000.0)
     num("accept_length_mean", "accept len", "{:.2f}")
     if f.get("requests") is not None:
         out.append(("requests", f"{f['requests']} ({f.get('errors') or 0} errors)"))

@@ -347,8 +347,9 @@ def sample_campaign(*, finish: bool = False) -> list[Event]:
             plan_hash="3f9a1c",
             results_dir="results/demo",
             hosts=["sim"],
-            groups=[g.to_json() for g in groups],
-            cells=[c.to_json() for c in cells],
+            groups=groups,
+            cells=cells,
+            selected=[c.id for c in cells],
             simulated=True,
             pid=4242,
             ts=T0,
@@ -469,10 +470,12 @@ def sample_campaign(*, finish: bool = False) -> list[Event]:
                     cell=c.name,
                     requests=8,
                     wall_s=8.0,
-                    throughput_tok_s=speed * 0.97,
-                    ttft_p50_s=0.044,
-                    output_tok_s_p50=speed,
-                    accept_length_mean=accept,
+                    figures={
+                        "throughput_tok_s": speed * 0.97,
+                        "ttft_s_p50": 0.044,
+                        "output_tok_s_p50": speed,
+                        "accept_length_mean": accept,
+                    },
                     ts=t,
                 )
             )

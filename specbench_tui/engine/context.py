@@ -1,0 +1,62 @@
+"""What every part of a running campaign shares: the plan, the options, the store, the hub,
+the run control. One object passed down instead of a scheduler that everything calls back
+into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specbench_tui.bench.logparse import LogParser
+from specbench_tui.engine.hub import EventHub
+from specbench_tui.engine.run_control import RunControl
+from specbench_tui.engine.store import ResultsStore
+from specbench_tui.plan.loader import Plan
+from specbench_tui.results.cells import Cell, ServiceGroup
+from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.results.state import CampaignState
+
+
+@dataclass(frozen=True)
+class CampaignOptions:
+    sim: bool = False
+    fresh: bool = False
+    only: str | None = None
+    rerun_failed: bool = False
+    control_socket: bool = True  # every campaign serves control.sock, console or headless
+    gpu_free_timeout_s: float = 300.0
+    stop_grace_s: float = 30.0
+    server_restarts: int = 1  # restarts of a group's server after it dies mid-cell
+    telemetry_interval_s: float = 1.0
+    live_history: int = 2000  # live events kept for a console that attaches late
+    ssh_config: str | None = None  # like ``ssh -F FILE``; None: ~/.ssh/config
+    abort_grace_s: float = 1.0  # how long an abort lets requests in flight finish
+
+
+@dataclass
+class RunContext:
+    plan: Plan
+    layout: ResultsLayout
+    options: CampaignOptions
+    store: ResultsStore
+    hub: EventHub
+    control: RunControl
+    log_parser: LogParser
+    simulated: bool
+
+    @property
+    def state(self) -> CampaignState:
+        return self.hub.state
+
+    @property
+    def spec(self):
+        return self.plan.spec
+
+    def pending(self, group: ServiceGroup) -> list[Cell]:
+        """The group's cells this run still has to run, in plan order."""
+        g = self.state.groups.get(group.id)
+        out = []
+        for cid in g.cells if g else []:
+            c = self.state.cells[cid]
+            if c.status == "pending" and c.selected and c.cell is not None:
+                out.append(c.cell)
+        return out

@@ -1,0 +1,208 @@
+"""One service group from start to stop: clear its GPUs, start its server, wait until it is
+healthy, run its cells, restart a server that died (within the restart policy), and always
+stop the server at the end, whatever happened.
+
+A failure to start is tried once more after the host repaired what it could (the plan's
+``prepare``, e.g. the model gone from /dev/shm after a reboot). A group given up fails its
+remaining cells with the reason and the server's last lines. An abort cuts any wait short and
+leaves the group's cells to a resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from specbench_tui.engine.cell_runner import run_one
+from specbench_tui.engine.context import RunContext
+from specbench_tui.engine.run_control import AbortRequested
+from specbench_tui.engine.verdict import restart_allowed
+from specbench_tui.hosts.host import Host
+from specbench_tui.hosts.service import Service
+from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.results.events import (
+    CellFailed,
+    GroupFinished,
+    GroupStarted,
+    LogLine,
+    ServiceFailed,
+    ServiceReady,
+)
+
+
+class ServerSlot:
+    """The group's current server; whatever leaves the ``async with`` stops it."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.service: Service | None = None
+
+    async def __aenter__(self) -> ServerSlot:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.clear()
+
+    async def clear(self) -> None:
+        svc, self.service = self.service, None
+        if svc is not None:
+            with contextlib.suppress(Exception):
+                await svc.stop(self.grace_s)
+
+
+class GroupRunner:
+    def __init__(self, ctx: RunContext, group: ServiceGroup, host: Host) -> None:
+        self.ctx = ctx
+        self.group = group
+        self.host = host
+        self.attempt = 0
+
+    async def run(self) -> None:
+        ctx, group = self.ctx, self.group
+        handle = ctx.control.enter(group)
+        restarts = 0
+        try:
+            async with ServerSlot(ctx.options.stop_grace_s) as slot:
+                failure = await self._start_or_recover(slot)
+                while slot.service is not None:
+                    svc = slot.service
+                    await ctx.control.gate()
+                    if ctx.control.aborted:
+                        return
+                    if handle.restart:  # the operator asked for a fresh server
+                        handle.restart = False
+                        await slot.clear()
+                        failure = await self._start_or_recover(slot)
+                        continue
+                    pending = ctx.pending(group)
+                    if not pending:
+                        return
+                    await run_one(ctx, pending[0], group, svc, handle)
+                    if svc.alive() or ctx.control.aborted or not ctx.pending(group):
+                        continue
+                    code = svc.exit_code
+                    if not restart_allowed(restarts, ctx.options.server_restarts):
+                        self._fail_cells(
+                            f"server died again (exit code {code}) after {restarts} "
+                            "restart(s); giving up on the group",
+                            svc.log_tail(20),
+                        )
+                        return
+                    restarts += 1
+                    ctx.hub.notice(
+                        f"{group.id}: server died (exit code {code}); restarting it "
+                        f"({restarts}/{ctx.options.server_restarts})",
+                        "warning",
+                    )
+                    await slot.clear()
+                    failure = await self._start_or_recover(slot)
+                if failure is not None and not ctx.control.aborted:
+                    self._fail_cells(f"server did not start: {failure.reason}", failure.log_tail)
+        finally:
+            ctx.control.leave(group)
+            ctx.hub.emit(GroupFinished(group=group.id, status=self._status()))
+
+    def _status(self) -> str:
+        g = self.ctx.state.groups.get(self.group.id)
+        states = {self.ctx.state.cells[c].status for c in (g.cells if g else [])}
+        if "failed" in states:
+            return "failed"
+        return "done" if "done" in states else "skipped"
+
+    # --- starting ---------------------------------------------------------------------------
+
+    def _on_log_line(self) -> Callable[[str], None]:
+        parse = self.ctx.log_parser.parse_line
+        emit = self.ctx.hub.emit
+        gid = self.group.id
+
+        def on_line(line: str) -> None:
+            stats, matches = parse(line)
+            emit(LogLine(group=gid, line=line, stats=stats, matches=matches))
+
+        return on_line
+
+    async def _start(self, slot: ServerSlot) -> ServiceFailed | None:
+        """Clear the GPUs, start the server, wait until healthy; a failure is returned (and
+        published) as its ServiceFailed event."""
+        ctx, group, host = self.ctx, self.group, self.host
+        self.attempt += 1
+        ctx.hub.emit(
+            GroupStarted(
+                group=group.id,
+                host=group.host,
+                config=group.config,
+                tp=group.tp,
+                gpu_ids=list(group.gpu_ids),
+                command=list(group.command),
+                attempt=self.attempt,
+            )
+        )
+        svc: Service | None = None
+        try:
+            await ctx.control.unless_aborted(self._clear_gpus())
+            svc = host.service(group, ctx.layout.log_of(group.id), self._on_log_line())
+            slot.service = svc
+            await svc.start()
+            startup = await ctx.control.unless_aborted(svc.wait_ready(group.ready_timeout_s))
+        except Exception as exc:
+            if isinstance(exc, AbortRequested):
+                reason = "aborted by the operator before the server was ready"
+            else:
+                reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+            tail = list(getattr(exc, "log_tail", None) or (svc.log_tail(20) if svc else []))
+            failure = ServiceFailed(
+                group=group.id, reason=reason, log_tail=tail, attempt=self.attempt
+            )
+            ctx.hub.emit(failure)
+            await slot.clear()
+            return failure
+        ctx.hub.emit(
+            ServiceReady(group=group.id, startup_s=round(startup, 3), attempt=self.attempt)
+        )
+        return None
+
+    async def _start_or_recover(self, slot: ServerSlot) -> ServiceFailed | None:
+        """Start the server; if that fails, let the host repair what it can and try once
+        more. Returns the last failure, None once a server runs."""
+        failure = await self._start(slot)
+        if failure is None or self.ctx.control.aborted:
+            return failure
+        try:
+            recovered = await self.ctx.control.unless_aborted(self.host.recover([self.group]))
+        except AbortRequested:
+            return failure
+        except Exception as exc:
+            self.ctx.hub.notice(f"{self.group.host}: could not repair the host: {exc}", "warning")
+            recovered = False
+        if recovered:
+            failure = await self._start(slot)
+        return failure
+
+    async def _clear_gpus(self) -> None:
+        """Wait for the group's GPUs to be free; if something holds them and the plan names
+        foreign services, stop those first."""
+        group, host = self.group, self.host
+        timeout = self.ctx.options.gpu_free_timeout_s
+        try:
+            await host.wait_gpus_free(group.gpu_ids, 10.0)
+        except Exception:
+            if group.stop_before:
+                await host.stop_foreign(group.stop_before)
+            await host.wait_gpus_free(group.gpu_ids, timeout)
+
+    # --- giving up ----------------------------------------------------------------------------
+
+    def _fail_cells(self, reason: str, tail: list[str] | None = None) -> None:
+        for cell in self.ctx.pending(self.group):
+            attempt = self.ctx.state.cells[cell.id].attempt + 1
+            self.ctx.hub.emit(
+                CellFailed(
+                    cell_id=cell.id,
+                    group=self.group.id,
+                    cell=cell.name,
+                    attempt=attempt,
+                    reason=reason,
+                    log_tail=list(tail or []),
+                )
+            )

@@ -1,0 +1,58 @@
+"""What a cell's attempt amounts to once it stopped: a pure judgement, so the rules can be
+tested without a server, and the same facts always give the same answer."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+from specbench_tui.engine.run_control import StopReason
+
+Outcome = Literal["done", "failed", "requeue", "skipped"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    reason: str = ""
+
+
+def judge(
+    *,
+    requests: int,
+    errors: list[str],
+    complete: bool,
+    stop: StopReason | None,
+    server_alive: bool,
+    exit_code: int | None,
+    max_error_share: float,
+) -> Verdict:
+    """Judge one attempt.
+
+    ``errors`` holds the error text of each failed request; ``complete`` says every planned
+    request was measured; ``stop`` is why the cell was asked to stop early, if it was.
+    """
+    good = requests - len(errors)
+    if not server_alive:
+        # Whatever the rows say, a server that died during the cell makes them suspect.
+        return Verdict(
+            "failed",
+            f"server exited (code {exit_code}) during the cell after {good} good request(s)",
+        )
+    if stop == "skip":
+        return Verdict("skipped", "skipped while running")
+    if stop is not None or not complete:
+        # Pause, abort or a group restart: the cell runs again whole as a new attempt.
+        return Verdict("requeue", "aborted" if stop == "abort" else "interrupted")
+    if requests and len(errors) / requests > max_error_share:
+        common = Counter(errors).most_common(1)[0][0]
+        return Verdict(
+            "failed", f"{len(errors)} of {requests} requests failed; most often: {common}"
+        )
+    return Verdict("done")
+
+
+def restart_allowed(restarts: int, limit: int) -> bool:
+    """Whether a group whose server died mid-cell gets another server (``limit`` restarts)."""
+    return restarts < limit

@@ -1,0 +1,117 @@
+"""Writing results files so that a crash never leaves a torn one, and reading the event log
+so that a torn last line (a crash mid-write) is simply not there."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+
+from specbench_tui.results.events import Event
+
+TMP_PREFIX = "."
+TMP_SUFFIX = ".tmp"
+
+
+class StorageError(OSError):
+    """A results file could not be written (disk full, read-only, no permission).
+
+    ``where`` is the path; ``recoverable`` says whether waiting can help (a full disk may
+    get space back; a read-only or forbidden directory will not fix itself).
+    """
+
+    def __init__(self, where: Path, exc: OSError) -> None:
+        super().__init__(exc.errno, exc.strerror or str(exc))
+        self.where = where
+        self.recoverable = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+    def __str__(self) -> str:
+        return f"cannot write {self.where}: {self.strerror}"
+
+
+def tmp_name(path: Path) -> Path:
+    return path.with_name(f"{TMP_PREFIX}{path.name}{TMP_SUFFIX}")
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Temp file, fsync, rename, fsync the directory: readers see the old file or the new
+    one, never half of one. Raises StorageError."""
+    tmp = tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        _discard(tmp)
+        raise StorageError(path, exc) from exc
+
+
+def write_parquet_atomic(df: pl.DataFrame, path: Path) -> None:
+    """As ``write_bytes_atomic``, for a parquet file."""
+    tmp = tmp_name(path)
+    try:
+        df.write_parquet(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        _discard(tmp)
+        raise StorageError(path, exc) from exc
+
+
+def _discard(tmp: Path) -> None:
+    with contextlib.suppress(OSError):
+        tmp.unlink()
+
+
+def remove_torn(directory: Path) -> list[Path]:
+    """Delete temp files a crash left mid-write in ``directory`` (they were never renamed
+    into place, so nothing refers to them); returns what was removed."""
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for p in directory.iterdir():
+        if p.name.startswith(TMP_PREFIX) and p.name.endswith(TMP_SUFFIX) and p.is_file():
+            _discard(p)
+            removed.append(p)
+    return removed
+
+
+def read_events(path: Path) -> list[Event]:
+    """Every event of a log, in order. A line that is not a JSON object (a torn last line
+    after a crash, or garbage) is skipped."""
+    out: list[Event] = []
+    try:
+        f = path.open(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return out
+    with f:
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(Event.from_json(obj))
+    return out
+
+
+def event_line(ev: Event) -> str:
+    """One event as its line of ``events.jsonl`` (and of the control socket)."""
+    return json.dumps(ev.to_json(), separators=(",", ":"), ensure_ascii=False) + "\n"
