@@ -10,7 +10,7 @@ from specbench_tui.bench.logparse import LogParser
 from specbench_tui.engine.hub import EventHub
 from specbench_tui.engine.run_control import RunControl
 from specbench_tui.engine.store import ResultsStore
-from specbench_tui.plan.loader import Plan
+from specbench_tui.plan.document import Plan
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.state import CampaignState

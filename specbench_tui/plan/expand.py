@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
-from specbench_tui.plan.loader import Plan
+from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import (
     AgenticWorkload,
     ConcurrencyWorkload,

@@ -4,63 +4,22 @@ problem turned into one line naming the file, the TOML line and the key path."""
 from __future__ import annotations
 
 import difflib
-import hashlib
 import re
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from specbench_tui.errors import InputError
+from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.locate import LineIndex
 from specbench_tui.plan.model import KINDS, PlanSpec, model_at
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A validated plan and where it came from."""
-
-    spec: PlanSpec
-    path: Path
-    text: str
-
-    @property
-    def dir(self) -> Path:
-        return self.path.parent
-
-    @property
-    def hash(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
-
-
-class PlanError(InputError):
-    """A plan problem at a key path; ``where`` is filled in by the loader."""
-
-    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
-        super().__init__(message)
-        self.key_path = path
-        self.message = message
-
-    def located(self, file: Path, index: LineIndex) -> str:
-        line = index.line_of(self.key_path)
-        where = f"{file}:{line}" if line else str(file)
-        keys = _dotted(self.key_path)
-        return f"{where}: {keys}: {self.message}" if keys else f"{where}: {self.message}"
-
-
-def _dotted(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
+from specbench_tui.plan.validate import check_plan
 
 
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan; raise InputError with one located line on any problem."""
-    from specbench_tui.plan.validate import check_plan
-
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")

@@ -12,10 +12,10 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate
 from specbench_tui.plan.expand import Expansion, expand
-from specbench_tui.plan.loader import Plan
 
 
 @dataclass(frozen=True)

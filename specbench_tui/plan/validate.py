@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING
 
 from specbench_tui.plan.configs import (
     names_matching,
     placeholders,
     resolve_configs,
 )
-from specbench_tui.plan.loader import PlanError
+from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME
 from specbench_tui.plan.prompt_sets import resolve_prompt_set, shipped_sets
-
-if TYPE_CHECKING:
-    from specbench_tui.plan.loader import Plan
 
 _SAFE = re.compile(SAFE_NAME)
 

@@ -4,20 +4,22 @@ an operator who forgot a key finds the action by name."""
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from specbench_tui.tui.app import ConsoleApp
+
+class PaletteSource(Protocol):
+    """What the palette needs of the app: its actions as (title, help, action)."""
+
+    def palette_commands(self) -> list[tuple[str, str, str]]: ...
 
 
 class ConsoleCommands(Provider):
     """Campaign commands, pane toggles and themes."""
 
     def _commands(self) -> list[tuple[str, str, str]]:
-        app = cast("ConsoleApp", self.app)
-        return app.palette_commands()
+        return cast(PaletteSource, self.app).palette_commands()
 
     async def discover(self) -> Hits:
         app = self.app
