@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from specbench_tui.bench.metrics import SUMMARY_COLUMNS, describe, percentile, summarize
-from specbench_tui.bench.prompts import (
+from specbench_tui.bench.workloads import planned_requests, tool_output
+from specbench_tui.errors import InputError
+from specbench_tui.plan import prompt_sets
+from specbench_tui.plan.prompt_sets import (
     Prompt,
     load_named_set,
     load_prompt_set,
     resolve_prompt_set,
     sample_prompts,
 )
-from specbench_tui.bench.workloads import planned_requests, tool_output
-from specbench_tui.errors import InputError
-from specbench_tui.plan import prompt_sets
 from specbench_tui.results.cells import Cell
 from specbench_tui.results.records import RequestRecord
 

@@ -20,7 +20,7 @@ from specbench_tui.engine.commands import Command
 from specbench_tui.engine.control_socket import attach_control
 from specbench_tui.errors import InputError
 from specbench_tui.plan.loader import load_plan
-from specbench_tui.results.events import CellFinished, CellStarted, Event
+from specbench_tui.results.events import CellFinished, Event
 from specbench_tui.results.layout import ResultsLayout
 from tests.conftest import MINIMAL_PLAN, ROOT, start_headless
 

@@ -141,6 +141,31 @@ CASES: list[tuple[str, str, str, str]] = [
         "[logs]\nx = 'accept (?P<a[0-9]'\n[matrix]",
         r"logs\.x: not a valid regular expression",
     ),
+    (
+        "format spec in a placeholder",
+        'args = ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8"]',
+        'args = ["--x", "{tp:>200000000}"]',
+        r"configs\.dflash\.args: '\{tp:>200000000\}': format specs and conversions are not "
+        r"supported in plan templates; write \{tp\}",
+    ),
+    (
+        "NaN duration",
+        "max_tokens = [32]",
+        "max_tokens = [32]\ntimeout = nan",
+        r"workloads\.single\.timeout: nan is not a finite duration",
+    ),
+    (
+        "zero duration",
+        "[server]\n",
+        '[server]\nready_timeout = "0s"\n',
+        r"server\.ready_timeout: a duration must be more than zero",
+    ),
+    (
+        "negative duration",
+        "max_tokens = [32]",
+        "max_tokens = [32]\ntimeout = -5",
+        r"workloads\.single\.timeout: a duration must be more than zero",
+    ),
 ]
 
 
@@ -190,3 +215,12 @@ def test_bad_argument_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--no-such-flag"])
     assert exc.value.code == 2
+
+
+def test_a_broken_prompt_file_is_found_by_the_dry_run(
+    capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path]
+) -> None:
+    path = write_plan(MINIMAL_PLAN.replace('prompts = ["chat"]', 'prompts = ["mine.jsonl"]'))
+    (path.parent / "mine.jsonl").write_text('{"id": "a", "prompt": "x"}\n{"id": broken\n')
+    err = run(capsys, path)
+    assert re.search(r"workloads\.single\.prompts\[0\]: .*mine\.jsonl:2: not valid JSON", err), err

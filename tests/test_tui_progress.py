@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
     CampaignFinished,
     CampaignStarted,
@@ -24,7 +25,6 @@ from specbench_tui.results.events import (
     ServiceFailed,
     ServiceReady,
 )
-from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.progress import CampaignProgress, format_clock
 from specbench_tui.tui.inbox import EventInbox
 from specbench_tui.tui.scripted import T0, sample_campaign

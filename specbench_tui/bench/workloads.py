@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
-from specbench_tui.bench.prompts import Prompt, load_named_set, sample_prompts
+from specbench_tui.plan.prompt_sets import Prompt, load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.records import RequestRecord
 

@@ -2,26 +2,38 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_duration(value: object) -> float:
-    """Seconds from a duration; raises ValueError with the accepted forms."""
-    if isinstance(value, bool):
-        raise ValueError('expected a duration like "90s", "15m" or "1h30m"')
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return float(value)
-    if isinstance(value, str):
+def parse_duration(value: object, *, allow_zero: bool = False) -> float:
+    """Seconds from a duration; raises ValueError with the accepted forms.
+
+    A timeout of zero, a negative one or NaN would silently mean "never" or "at once", so
+    they are refused (``allow_zero`` for the few that may be nothing, like an overhead).
+    """
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         if text and _PART.sub("", text) == "":
-            total = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
-            return total
-    raise ValueError(f'{value!r} is not a duration; write e.g. "90s", "15m" or "1h30m"')
+            seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
+    if seconds is None:
+        raise ValueError(f'{value!r} is not a duration; write e.g. "90s", "15m" or "1h30m"')
+    if not math.isfinite(seconds):
+        raise ValueError(f"{value!r} is not a finite duration")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        what = "more than zero" if not allow_zero else "zero or more"
+        raise ValueError(f"a duration must be {what} (got {value!r})")
+    return seconds
+
+
+def parse_duration_or_zero(value: object) -> float:
+    return parse_duration(value, allow_zero=True)
 
 
 def format_duration(seconds: float) -> str:

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
-from specbench_tui.plan.prompt_sets import count_prompts, resolve_prompt_set
+from specbench_tui.plan.prompt_sets import count_prompts, find_prompt_set
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 
 PROMPT_TOKENS = 400  # typical prompt length for prefill time; agentic context grows on top
@@ -37,7 +37,7 @@ def _rate(est: EstimateSpec, tp: int) -> float:
 
 @lru_cache(maxsize=256)
 def _set_size(name: str, plan_dir: Path) -> int:
-    path = resolve_prompt_set(name, plan_dir)
+    path = find_prompt_set(name, plan_dir)
     return count_prompts(path) if path else 0
 
 

@@ -11,9 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from specbench_tui.plan.durations import parse_duration
+from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
 ParamValue = int | float | str
 
 CAMPAIGN_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -40,7 +41,7 @@ DEFAULT_LAUNCH = [
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class CampaignSpec(Strict):
@@ -165,13 +166,13 @@ class ChecksSpec(Strict):
 class EstimateSpec(Strict):
     """Assumptions behind the dry-run's wall-time estimate; each may be overridden."""
 
-    startup: Duration = 150.0
+    startup: DurationOrZero = 150.0
     tok_s: dict[str, float] = {"1": 45.0, "2": 75.0, "4": 120.0, "8": 160.0}
     spec_speedup: float = Field(default=2.5, gt=0)
     output_fraction: float = Field(default=0.6, gt=0, le=1)
     prefill_tok_s: float = Field(default=4000.0, gt=0)
     batch_scaling: float = Field(default=0.75, ge=0, le=1)
-    request_overhead: Duration = 0.05
+    request_overhead: DurationOrZero = 0.05
 
 
 class PlanSpec(Strict):

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import difflib
 import re
+import string
 
-from specbench_tui.plan.configs import (
-    names_matching,
-    placeholders,
-    resolve_configs,
-)
+from specbench_tui.errors import InputError
+from specbench_tui.plan.configs import names_matching, resolve_configs
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME
-from specbench_tui.plan.prompt_sets import resolve_prompt_set, shipped_sets
+from specbench_tui.plan.prompt_sets import find_prompt_set, load_prompt_set, shipped_sets
 
 _SAFE = re.compile(SAFE_NAME)
 
@@ -173,10 +171,16 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     )
                 )
         for i, p in enumerate(w.prompts):
-            if resolve_prompt_set(p, plan.dir) is None:
+            path = find_prompt_set(p, plan.dir)
+            if path is None:
                 errs.append(
                     PlanError(("workloads", wname, "prompts", i), _missing_prompts(p, plan))
                 )
+                continue
+            try:
+                load_prompt_set(path, p)
+            except InputError as exc:  # parsed now: a broken line is said before any run
+                errs.append(PlanError(("workloads", wname, "prompts", i), str(exc)))
 
     in_matrix = {n for ref in m.configs for n in names_matching(ref, configs)}
     if spec.campaign.baseline is not None:
@@ -224,12 +228,25 @@ def _check_placeholders(
     errs = []
     for key, text in templates:
         try:
-            names = placeholders(text)
+            fields = list(string.Formatter().parse(text))
         except ValueError as exc:
             errs.append(
-                PlanError((*where, key), f"{text!r}: {exc} (write {{{{ for a literal brace)")
+                PlanError(
+                    (*where, key),
+                    f"{text!r}: {exc} (write {{{{ and }}}} for literal braces, as in JSON flags)",
+                )
             )
             continue
+        names = [name for _, name, _, _ in fields if name is not None]
+        for _, name, spec, conv in fields:
+            if name is not None and (spec or conv):
+                errs.append(
+                    PlanError(
+                        (*where, key),
+                        f"{text!r}: format specs and conversions are not supported in plan "
+                        f"templates; write {{{name}}}",
+                    )
+                )
         for n in names:
             if n not in allowed:
                 errs.append(
