@@ -228,16 +228,7 @@ def test_headless_attach_pause_detach_and_finish(write_plan, tmp_path: Path) -> 
             proc.kill()
     assert proc.returncode == 0, out
     assert "paused by console-2" in out and "resumed by cli" in out
-    assert not (root / "control.sock").exists() or not _connectable(root / "control.sock")
-
-
-def _connectable(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX) as s:
-        try:
-            s.connect(str(path))
-        except OSError:
-            return False
-        return True
+    assert not (root / "control.sock").exists()  # a clean exit takes its socket away
 
 
 def test_attach_errors_are_clear(tmp_path: Path) -> None:

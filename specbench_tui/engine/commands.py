@@ -34,10 +34,18 @@ class Command:
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> Command:
+        """Raises ValueError saying what is wrong: a command may come from any process of the
+        socket's owner, and a bad one must get an answer, not a traceback."""
         action = obj.get("action")
-        if action not in ACTIONS:
+        if not isinstance(action, str) or action not in ACTIONS:
             raise ValueError(f"unknown command {action!r}; known: {', '.join(ACTIONS)}")
-        return Command(action=action, target=obj.get("target"), by=str(obj.get("by", "operator")))
+        target = obj.get("target")
+        if target is not None and (not isinstance(target, str) or len(target) > 1024):
+            raise ValueError("target must be a cell id, a name glob or a group id (a string)")
+        by = obj.get("by", "operator")
+        if not isinstance(by, str) or len(by) > 200:
+            raise ValueError("by must be a short string")
+        return Command(action=action, target=target, by=by)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,10 @@ from specbench_tui.results.events import Event
 from specbench_tui.results.files import event_line
 from specbench_tui.results.layout import ResultsLayout
 
-LINE_LIMIT = 16 * 1024 * 1024
+#: Longest event line a reader of the socket accepts (campaign_started of a big plan).
+LINE_LIMIT = 64 * 1024 * 1024
+#: Longest request a campaign reads from a client: commands are small.
+REQUEST_LIMIT = 64 * 1024
 
 
 class _ShortPath:
@@ -58,6 +61,96 @@ def _alive(path: Path) -> bool:
         return True
 
 
+class _TooLong:
+    """Stands for a request line over REQUEST_LIMIT (its bytes are dropped, not kept)."""
+
+
+async def request_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes | _TooLong]:
+    """The request lines of a connection, each at most REQUEST_LIMIT bytes; a longer one is
+    skipped to its newline and stands as one ``_TooLong`` so it still gets an answer."""
+    buf = b""
+    dropping = False
+    while True:
+        chunk = await reader.read(65536)
+        if not chunk:
+            if buf and not dropping:
+                yield buf
+            return
+        buf += chunk
+        while True:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                if len(buf) > REQUEST_LIMIT:
+                    if not dropping:
+                        dropping = True
+                        yield _TooLong()
+                    buf = b""
+                break
+            line, buf = buf[:nl], buf[nl + 1 :]
+            if dropping:
+                dropping = False
+                continue
+            if len(line) > REQUEST_LIMIT:
+                yield _TooLong()
+            elif line.strip():
+                yield line
+
+
+def _reply(writer: asyncio.StreamWriter, ok: bool, text: str) -> None:
+    writer.write(json.dumps({"ok": ok, "text": text}).encode() + b"\n")
+
+
+def parse_request(line: bytes | _TooLong) -> dict[str, Any]:
+    """One request as an object; raises ValueError saying what is wrong with it."""
+    if isinstance(line, _TooLong):
+        raise ValueError(f"request longer than {REQUEST_LIMIT // 1024} KiB")
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("request is not UTF-8 text") from None
+    try:
+        req = json.loads(text)
+    except RecursionError:
+        raise ValueError("request is nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"request is not JSON ({exc})") from None
+    if not isinstance(req, dict):
+        raise ValueError('a request is a JSON object, e.g. {"op": "subscribe"}')
+    return req
+
+
+async def _serve_one(
+    campaign: CampaignControl, line: bytes | _TooLong, writer: asyncio.StreamWriter
+) -> bool:
+    """Answer one request; False when the connection is done (a subscription ended)."""
+    try:
+        req = parse_request(line)
+    except ValueError as exc:
+        _reply(writer, False, str(exc))
+        await writer.drain()
+        return True
+    op = req.get("op")
+    if op == "subscribe":
+        async for ev in campaign.subscribe():
+            writer.write(event_line(ev).encode())
+            await writer.drain()
+        return False
+    if op == "command":
+        try:
+            cmd = Command.from_json(req)
+        except ValueError as exc:
+            reply = Reply(False, str(exc))
+        else:
+            reply = await campaign.send(cmd)
+        _reply(writer, reply.ok, reply.text)
+    elif op == "ping":
+        _reply(writer, True, f"pid {os.getpid()}")
+    else:
+        _reply(writer, False, f"unknown op {op!r}; known: subscribe, command, ping")
+    await writer.drain()
+    return True
+
+
 async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.AbstractServer:
     if path.exists() or path.is_symlink():
         if _alive(path):
@@ -66,25 +159,10 @@ async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.Abstra
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await reader.readline()
-            req = json.loads(line or b"{}")
-            op = req.get("op")
-            if op == "subscribe":
-                async for ev in campaign.subscribe():
-                    writer.write(event_line(ev).encode())
-                    await writer.drain()
-            elif op == "command":
-                try:
-                    cmd = Command.from_json(req)
-                except ValueError as exc:
-                    reply = Reply(False, str(exc))
-                else:
-                    reply = await campaign.send(cmd)
-                writer.write(json.dumps({"ok": reply.ok, "text": reply.text}).encode() + b"\n")
-                await writer.drain()
-            else:
-                writer.write(b'{"ok": false, "text": "unknown op"}\n')
-        except (ConnectionError, json.JSONDecodeError, asyncio.IncompleteReadError):
+            async for line in request_lines(reader):
+                if not await _serve_one(campaign, line, writer):
+                    break
+        except (ConnectionError, OSError):
             pass
         finally:
             with contextlib.suppress(Exception):
@@ -93,7 +171,7 @@ async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.Abstra
     old = os.umask(0o177)  # the socket is created 0600
     try:
         with _ShortPath(path) as p:
-            server = await asyncio.start_unix_server(handle, path=p, limit=LINE_LIMIT)
+            server = await asyncio.start_unix_server(handle, path=p)
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
