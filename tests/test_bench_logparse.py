@@ -148,3 +148,44 @@ def test_parse_line_names_the_plan_patterns_that_matched() -> None:
         PATTERN_MARK
     )
     assert not display_line(LogLine(group="g", line=decode)).startswith(PATTERN_MARK)
+
+
+def test_a_backtracking_pattern_is_refused_up_front() -> None:
+    with pytest.raises(InputError, match="catastrophic backtracking"):
+        LogParser({"slow": r"(x+x+)+y"})
+
+
+async def test_a_slow_pattern_costs_its_line_not_the_event_loop() -> None:
+    """A pattern that gets through the probe lines but not a line the server prints: the
+    line is parsed without it, in the worker thread, and the operator is told once."""
+    import asyncio
+
+    from specbench_tui.engine.log_lines import LogLineWorker
+    from specbench_tui.results.events import LogLine, Notice
+
+    import regex
+
+    parser = LogParser()
+    # One that backtracks on a line the probes did not try (set directly: the plan check
+    # would refuse this very pattern).
+    parser._patterns = [("picky", regex.compile(r"^(?:q+q+)+r(?P<n>[0-9]+)"))]
+    seen: list[object] = []
+    worker = LogLineWorker(parser, seen.append)
+    worker.start()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    for _ in range(3):
+        worker.submit("g", "q" * 4000)  # backtracks: the pattern times out on it
+    worker.submit("g", "qqr7 Decode batch, #running-req: 2, accept len: 3.5,")
+    ticks = 0
+    while not any(isinstance(e, LogLine) and e.stats and "n" in e.stats for e in seen):
+        await asyncio.sleep(0.01)
+        ticks += 1
+        assert loop.time() - t0 < 20
+    await worker.stop()
+    assert ticks > 0  # the loop kept turning while the thread parsed
+    notices = [e for e in seen if isinstance(e, Notice)]
+    assert len(notices) == 1 and "[logs] picky" in notices[0].text
+    lines = [e for e in seen if isinstance(e, LogLine)]
+    assert len(lines) == 4 and lines[-1].stats["accept_len"] == 3.5
+    assert parser.timeouts["picky"] == 3

@@ -33,13 +33,20 @@ Any other ``key: value`` pair comes out under its normalised key (lower case, ``
 
 The plan's ``[logs]`` patterns run on every line; their named groups come out under the group
 names (a pattern without named groups gives its first group, or 1.0, under the pattern name).
+A plan's pattern is the user's code run on untrusted text, so it runs under the ``regex``
+module with a time limit per line: a pattern that backtracks catastrophically costs that line
+its figures, not the campaign its event loop (``timeouts`` counts them, per pattern).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+
+import regex
 
 from specbench_tui.errors import InputError
+from specbench_tui.plan.log_patterns import PATTERN_TIMEOUT_S, compile_pattern
 
 READY_MARKER = "The server is fired up and ready to roll"
 
@@ -102,12 +109,13 @@ class LogParser:
     """
 
     def __init__(self, patterns: dict[str, str] | None = None) -> None:
-        self._patterns: list[tuple[str, re.Pattern[str]]] = []
+        self._patterns: list[tuple[str, regex.Pattern[str]]] = []
+        self.timeouts: Counter[str] = Counter()  # lines a pattern gave up on, per pattern
         for name, pattern in (patterns or {}).items():
             try:
-                self._patterns.append((name, re.compile(pattern)))
-            except re.error as exc:
-                raise InputError(f"[logs] {name}: bad regular expression: {exc}") from exc
+                self._patterns.append((name, compile_pattern(pattern)))
+            except ValueError as exc:
+                raise InputError(f"[logs] {name}: {exc}") from None
 
     @staticmethod
     def is_ready(line: str) -> bool:
@@ -145,7 +153,11 @@ class LogParser:
                 if "token_usage" not in out and "full_token_usage" in out:
                     out["token_usage"] = out["full_token_usage"]
         for name, rx in self._patterns:
-            m = rx.search(line)
+            try:
+                m = rx.search(line, timeout=PATTERN_TIMEOUT_S)
+            except TimeoutError:
+                self.timeouts[name] += 1
+                continue
             if m is None:
                 continue
             matched.append(name)

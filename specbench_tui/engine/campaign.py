@@ -23,6 +23,7 @@ from specbench_tui.engine.commands import Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
 from specbench_tui.engine.group_runner import GroupRunner
 from specbench_tui.engine.hub import EventHub
+from specbench_tui.engine.log_lines import LogLineWorker
 from specbench_tui.engine.operator import OperatorCommands
 from specbench_tui.engine.run_control import RunControl, StorageFailed
 from specbench_tui.engine.selection import select_cells
@@ -101,7 +102,7 @@ class Campaign:
             store=c.store,
             hub=hub,
             control=c.control,
-            log_parser=LogParser(c.spec.logs),
+            log_lines=LogLineWorker(LogParser(c.spec.logs), hub.emit),
             simulated=options.sim or all(g.host_kind == "sim" for g in c.groups),
         )
         return c
@@ -239,6 +240,7 @@ class Campaign:
                     )
                 )
         storage_failed = False
+        ctx.log_lines.start()
         if self.options.control_socket:
             from specbench_tui.engine.control_socket import serve_control
 
@@ -254,6 +256,7 @@ class Campaign:
             storage_failed = True
         finally:
             await self._shutdown()
+            await ctx.log_lines.stop()
         code = self._finish(storage_failed)
         await self._write_report()
         self._close()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbench_tui.bench.logparse import LogParser
 from specbench_tui.engine.hub import EventHub
+from specbench_tui.engine.log_lines import LogLineWorker
 from specbench_tui.engine.run_control import RunControl
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.plan.document import Plan
@@ -40,7 +40,7 @@ class RunContext:
     store: ResultsStore
     hub: EventHub
     control: RunControl
-    log_parser: LogParser
+    log_lines: LogLineWorker
     simulated: bool
 
     @property

@@ -11,7 +11,6 @@ leaves the group's cells to a resume.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 
 from specbench_tui.engine.cell_runner import run_one
 from specbench_tui.engine.context import RunContext
@@ -24,7 +23,6 @@ from specbench_tui.results.events import (
     CellFailed,
     GroupFinished,
     GroupStarted,
-    LogLine,
     ServiceFailed,
     ServiceReady,
 )
@@ -111,17 +109,6 @@ class GroupRunner:
 
     # --- starting ---------------------------------------------------------------------------
 
-    def _on_log_line(self) -> Callable[[str], None]:
-        parse = self.ctx.log_parser.parse_line
-        emit = self.ctx.hub.emit
-        gid = self.group.id
-
-        def on_line(line: str) -> None:
-            stats, matches = parse(line)
-            emit(LogLine(group=gid, line=line, stats=stats, matches=matches))
-
-        return on_line
-
     async def _start(self, slot: ServerSlot) -> ServiceFailed | None:
         """Clear the GPUs, start the server, wait until healthy; a failure is returned (and
         published) as its ServiceFailed event."""
@@ -141,7 +128,7 @@ class GroupRunner:
         svc: Service | None = None
         try:
             await ctx.control.unless_aborted(self._clear_gpus())
-            svc = host.service(group, ctx.layout.log_of(group.id), self._on_log_line())
+            svc = host.service(group, ctx.layout.log_of(group.id), ctx.log_lines.on_line(group.id))
             slot.service = svc
             await svc.start()
             startup = await ctx.control.unless_aborted(svc.wait_ready(group.ready_timeout_s))

@@ -12,6 +12,7 @@ import string
 from specbench_tui.errors import InputError
 from specbench_tui.plan.configs import names_matching, resolve_configs
 from specbench_tui.plan.document import Plan, PlanError
+from specbench_tui.plan.log_patterns import compile_pattern
 from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME
 from specbench_tui.plan.prompt_sets import find_prompt_set, load_prompt_set, shipped_sets
 
@@ -204,9 +205,9 @@ def check_plan(plan: Plan) -> list[PlanError]:
 
     for name, pattern in spec.logs.items():
         try:
-            rx = re.compile(pattern)
-        except re.error as exc:
-            errs.append(PlanError(("logs", name), f"not a valid regular expression: {exc}"))
+            rx = compile_pattern(pattern)
+        except ValueError as exc:
+            errs.append(PlanError(("logs", name), str(exc)))
             continue
         if not rx.groupindex:
             errs.append(
