@@ -160,10 +160,10 @@ async def test_a_slow_pattern_costs_its_line_not_the_event_loop() -> None:
     line is parsed without it, in the worker thread, and the operator is told once."""
     import asyncio
 
+    import regex
+
     from specbench_tui.engine.log_lines import LogLineWorker
     from specbench_tui.results.events import LogLine, Notice
-
-    import regex
 
     parser = LogParser()
     # One that backtracks on a line the probes did not try (set directly: the plan check
