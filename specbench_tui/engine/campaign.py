@@ -93,7 +93,13 @@ class Campaign:
             c.store.close()
             raise
         state = CampaignState(layout.rows_exist)
-        hub = EventHub(c.store, c.control, state, live_history=options.live_history)
+        hub = EventHub(
+            c.store,
+            c.control,
+            state,
+            live_history=options.live_history,
+            storage_wait_s=c.spec.campaign.storage_wait,
+        )
         state.apply_all(c.store.opening_events)
         c._ctx = RunContext(
             plan=plan,

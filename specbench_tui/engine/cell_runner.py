@@ -63,7 +63,7 @@ async def durably(ctx: RunContext, write: Callable[[], T]) -> T:
             out = write()
         except StorageError as exc:
             if not exc.recoverable or loop.time() - since > hub.storage_wait_s:
-                ctx.control.storage_gave_up(exc)
+                hub.give_up(exc)
                 raise StorageFailed(exc) from exc
             if ctx.control.storage_error is None:
                 hub.notice(

@@ -87,7 +87,7 @@ class EventHub:
     def _storage_down(self, exc: StorageError) -> None:
         self.control.storage_down(exc)
         if not exc.recoverable:
-            self._give_up(exc)
+            self.give_up(exc)
             return
         self._fan_out(
             Notice(
@@ -108,13 +108,14 @@ class EventHub:
                     self._unwritten.pop(0)
             except StorageError as exc:
                 if time.monotonic() - since > self.storage_wait_s or not exc.recoverable:
-                    self._give_up(exc)
+                    self.give_up(exc)
                     return
                 continue
         self.control.storage_up()
         self._fan_out(Notice(level="info", text="results are written again; the campaign goes on"))
 
-    def _give_up(self, exc: StorageError) -> None:
+    def give_up(self, exc: StorageError) -> None:
+        """The results cannot be written and waiting did not help: the run ends (exit 3)."""
         self.control.storage_gave_up(exc)
         self._fan_out(Notice(level="error", text=f"{exc}; giving up"))
 

@@ -37,6 +37,7 @@ from specbench_tui.errors import InputError
 from specbench_tui.results.events import CellFailed, CellFinished, CellQueued, CellSkipped, Event
 from specbench_tui.results.files import (
     StorageError,
+    crash_point,
     event_line,
     read_events,
     remove_torn,
@@ -155,6 +156,7 @@ class ResultsStore:
             if not keep.exists():
                 shutil.copy2(self.layout.plan, keep)
         write_bytes_atomic(self.layout.plan, plan_text.encode())
+        crash_point("plan")
 
     def _check_views(self) -> None:
         """Views are rebuilt, never read back; one that is damaged is moved aside first (and
@@ -203,6 +205,7 @@ class ResultsStore:
         except OSError as exc:
             self._reopen_events()
             raise StorageError(self.layout.events, exc) from exc
+        crash_point(f"event:{event.name}")
 
     def _reopen_events(self) -> None:
         """After a failed write the file object may hold a half line in its buffer; drop it
@@ -262,12 +265,14 @@ class ResultsStore:
         path = self.layout.part_path(cell_id, attempt)
         write_parquet_atomic(df, path)
         self._part_frames[path] = df
+        crash_point("part")
         return df
 
     def write_cell_texts(self, cell_id: str, attempt: int, texts: dict[str, Any]) -> None:
         """Outputs by request key, for the greedy-equivalence check (the rows keep only hashes)."""
         data = json.dumps(texts, ensure_ascii=False).encode()
         write_bytes_atomic(self.layout.texts_path(cell_id, attempt), data)
+        crash_point("texts")
 
     def read_cell_texts(self, cell_id: str, attempt: int) -> dict[str, Any]:
         """The texts of one attempt; empty when there are none."""
@@ -291,9 +296,12 @@ class ResultsStore:
                     parts[p] = self._part_frames.setdefault(p, pl.read_parquet(p))
             frames = [parts[p] for p in sorted(parts) if p.exists()]
             write_parquet_atomic(concat_requests(frames), self.layout.requests)
+            crash_point("views:requests")
             write_parquet_atomic(cells, self.layout.cells)
+            crash_point("views:cells")
             tel = [pl.read_parquet(p) for p in telemetry_files(self.layout)]
             write_parquet_atomic(concat_telemetry(tel), self.layout.telemetry)
+            crash_point("views:telemetry")
 
     def refresh_views(self, state: CampaignState) -> None:
         """Rewrite the views in a worker thread, at most one at a time; a refresh asked for
@@ -349,3 +357,4 @@ class ResultsStore:
     def _write_telemetry(rows: list[dict[str, Any]], path: Path) -> None:
         with contextlib.suppress(StorageError):  # samples: what a full disk may cost
             write_parquet_atomic(pl.DataFrame(rows, schema=TELEMETRY_SCHEMA, orient="row"), path)
+            crash_point("telemetry")

@@ -50,6 +50,9 @@ class CampaignSpec(Strict):
     results: str = "results"
     baseline: str | None = None
     seed: int = 0
+    # How long a run waits for a full results disk to get space back before it ends
+    # (exit status 3); servers keep running meanwhile.
+    storage_wait: Duration = 1800.0
 
 
 class HostSpec(Strict):

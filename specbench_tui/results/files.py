@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
+import signal
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
@@ -15,6 +18,24 @@ from specbench_tui.results.events import Event
 
 TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
+
+
+#: Test hook: ``SPECBENCH_CRASH_AT=NAME[@K]`` kills this process with SIGKILL right after the
+#: K-th (default: first) write named NAME became durable, so tests can enumerate every
+#: boundary a crash can fall on (``crash_point``). Unset, it costs one comparison.
+CRASH_ENV = "SPECBENCH_CRASH_AT"
+_want, _, _nth = (os.environ.get(CRASH_ENV) or "").partition("@")
+_crash_seen: Counter[str] = Counter()
+
+
+def crash_point(name: str) -> None:
+    """A write boundary: ``name`` says what has just become durable (``part``, ``texts``,
+    ``event:cell_finished``, ``views:cells``, ...)."""
+    if name != _want:
+        return
+    _crash_seen[name] += 1
+    if _crash_seen[name] == int(_nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class StorageError(OSError):
@@ -45,7 +66,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes | memoryview) -> None:
     """Temp file, fsync, rename, fsync the directory: readers see the old file or the new
     one, never half of one. Raises StorageError."""
     tmp = tmp_name(path)
@@ -62,17 +83,11 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 
 def write_parquet_atomic(df: pl.DataFrame, path: Path) -> None:
-    """As ``write_bytes_atomic``, for a parquet file."""
-    tmp = tmp_name(path)
-    try:
-        df.write_parquet(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        _discard(tmp)
-        raise StorageError(path, exc) from exc
+    """As ``write_bytes_atomic``, for a parquet file. The file is encoded in memory first:
+    polars reports a full disk as a ComputeError about thrift, not as the OSError it is."""
+    buf = io.BytesIO()
+    df.write_parquet(buf)
+    write_bytes_atomic(path, buf.getbuffer())
 
 
 def _discard(tmp: Path) -> None:
