@@ -287,7 +287,7 @@ class Campaign:
             code = EXIT_STORAGE
         elif self.control.aborted:
             code = EXIT_INTERRUPTED
-        elif counts.failed:
+        elif counts.failed or self.state.failed_checks():
             code = EXIT_FAILED
         else:
             code = EXIT_OK

@@ -256,6 +256,31 @@ class CellQueued(Event):
     by: str = ""
 
 
+# --- checks -------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class CheckVerdict(Event):
+    """What a correctness check concluded about one config (on one host, at one TP size).
+
+    ``status``: ``pass``; ``fail`` (the config is broken: it diverged beyond the baseline's
+    own noise, or leaked state); ``noise`` (it diverged, but late and within the noise floor
+    the baseline shows against itself: numerics, not a bug). A ``fail`` marks every cell of
+    the config as failed-check in every view and makes the exit status 1.
+    """
+
+    name: ClassVar[str] = "check_verdict"
+    check: str  # greedy | state_leak
+    config: str
+    host: str = ""
+    tp: int = 0
+    status: str = "pass"  # pass | fail | noise
+    text: str = ""  # one line for the operator
+    # The evidence: first divergence (cell_id, prompt, token index, the two continuations),
+    # counts compared/diverged, the noise floor it was judged against.
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
 # --- live, not durable ---------------------------------------------------------------------
 
 

@@ -41,6 +41,7 @@ from specbench_tui.results.events import (
     CellQueued,
     CellSkipped,
     CellStarted,
+    CheckVerdict,
     Event,
     GroupFinished,
     GroupStarted,
@@ -85,6 +86,12 @@ class CellState:
     reason: str = ""
     log_tail: list[str] = field(default_factory=list)
     resumed: bool = False  # ended in an earlier run of the same plan
+    check_failed: str = ""  # why its config failed a correctness check ("" when it did not)
+
+    @property
+    def failed_check(self) -> bool:
+        """Done, but its config failed a check: its figures must not be taken as a speed-up."""
+        return self.status == "done" and bool(self.check_failed)
 
     @property
     def held(self) -> bool:
@@ -176,6 +183,8 @@ class CampaignState:
         self.current_cell: str | None = None
         self.last_ts: float | None = None
         self.events_seen: int = 0
+        # The latest verdict of each check per (check, host, config, tp).
+        self.checks: dict[tuple[str, str, str, int], CheckVerdict] = {}
         self._by_name: dict[str, str] = {}
 
     # --- folding --------------------------------------------------------------------------
@@ -263,6 +272,7 @@ class CampaignState:
                 )
             group.cells.append(c.id)
         self.hosts = list(ev.hosts) or sorted({g.host for g in self.groups.values() if g.host})
+        self._mark_checks()
 
     def _cell(self, cell_id: str, name: str = "", group: str = "") -> CellState:
         """The cell an event speaks of; an unplanned one is added rather than dropped."""
@@ -376,6 +386,21 @@ class CampaignState:
         if self.finished:  # a rerun after the end brings the campaign back to life
             self.finished = False
 
+    def _check_verdict(self, ev: CheckVerdict) -> None:
+        self.checks[(ev.check, ev.host, ev.config, ev.tp)] = ev
+        self._mark_checks()
+
+    def _mark_checks(self) -> None:
+        failing: dict[tuple[str, str, int], str] = {}
+        for (_, host, config, tp), v in self.checks.items():
+            if v.status == "fail":
+                failing.setdefault((host, config, tp), v.text or f"failed the {v.check} check")
+        for c in self.cells.values():
+            c.check_failed = failing.get((c.host, c.config, c.tp), "")
+
+    def failed_checks(self) -> list[CheckVerdict]:
+        return [v for v in self.checks.values() if v.status == "fail"]
+
     def _paused(self, ev: Paused) -> None:
         self.paused, self.paused_by = True, ev.by
 
@@ -463,6 +488,7 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     CellFailed: CampaignState._cell_failed,
     CellSkipped: CampaignState._cell_skipped,
     CellQueued: CampaignState._cell_queued,
+    CheckVerdict: CampaignState._check_verdict,
     Paused: CampaignState._paused,
     Resumed: CampaignState._resumed,
     Aborted: CampaignState._aborted,

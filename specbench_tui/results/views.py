@@ -42,6 +42,7 @@ def cell_rows(state: CampaignState, *, simulated: bool | None = None) -> list[di
             "attempt": c.attempt,
             "status": view_status(state, c.status),
             "reason": c.reason or None,
+            "check": c.check_failed or None,  # why its config failed a correctness check
             "simulated": sim,
         }
         if c.status == "done":
