@@ -213,7 +213,8 @@ def test_greedy_divergence_is_located_live_and_in_the_report(write_plan, tmp_pat
         '"--speculative-num-draft-tokens", "8", "--sim-fault", "diverge"]',
     ).replace("[matrix]", "[checks]\ngreedy_equivalence = true\n\n[matrix]")
     proc = headless(write_plan(text), tmp_path / "res")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a lossy config fails the run
+    assert "check failed: dflash" in proc.stdout
     root = tmp_path / "res" / "t"
     notices = [e["text"] for e in events(root) if e["event"] == "notice"]
     warned = [n for n in notices if n.startswith("greedy outputs differ: dflash vs ar")]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
+from specbench_tui.bench.greedy import Output
 from specbench_tui.plan.prompt_sets import Prompt, load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.records import RequestRecord
@@ -37,15 +38,16 @@ _WARMUP_PROMPT = "Reply with a short greeting."
 class CellResult:
     """What one cell produced.
 
-    ``texts`` maps a request key to its output text, first successful request only:
-    ``prompt_id`` for single cells, ``"<prompt_set>/<prompt_id>"`` for concurrency cells and
-    ``"<prompt_id>/s<session>/t<turn>"`` for agentic cells (turns depend on earlier answers, so
-    each turn is compared on its own). ``stopped`` is True when ``should_stop`` ended the cell
-    before all ``planned`` requests were measured.
+    ``outputs`` maps a request key to what it generated (successful requests only), for the
+    losslessness checks: ``"<prompt_id>#<repeat>"`` for single cells,
+    ``"<prompt_set>/<prompt_id>#<round>"`` for concurrency cells and
+    ``"<prompt_set>/<prompt_id>/s<session>/t<turn>"`` for agentic cells (turns depend on
+    earlier answers, so each turn is compared on its own). ``stopped`` is True when
+    ``should_stop`` ended the cell before all ``planned`` requests were measured.
     """
 
     records: list[RequestRecord] = field(default_factory=list)
-    texts: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, Output] = field(default_factory=dict)
     wall_s: float = 0.0
     stopped: bool = False
     planned: int = 0
@@ -197,8 +199,9 @@ class _Runner:
             **done.measurements(),
         )
         self.result.records.append(rec)
-        if text_key is not None and done.error is None and text_key not in self.result.texts:
-            self.result.texts[text_key] = done.text
+        if text_key is not None and done.error is None and text_key not in self.result.outputs:
+            ids = getattr(done, "output_ids", None)
+            self.result.outputs[text_key] = Output(done.text, tuple(ids) if ids else None)
         if self.on_request is not None:
             self.on_request(rec)
         return rec
@@ -225,7 +228,7 @@ async def _run_single(run: _Runner, prompts: list[Prompt]) -> None:
                 run.result.stopped = True
                 return
             done = await run.send(msgs)
-            run.record(done, prompt, prompt.id, repeat=rep)
+            run.record(done, prompt, f"{prompt.id}#{rep}", repeat=rep)
 
 
 async def _run_agentic(run: _Runner, pool: list[Prompt], seed: int) -> None:
@@ -251,7 +254,7 @@ async def _run_agentic(run: _Runner, pool: list[Prompt], seed: int) -> None:
                     {"role": "user", "content": f"```\n{output}\n```\n{follow_up(key)}"},
                 ]
             done = await run.send(msgs)
-            run.record(done, task, f"{task.id}/s{s}/t{t}", session=s, turn=t)
+            run.record(done, task, f"{task.set_name}/{task.id}/s{s}/t{t}", session=s, turn=t)
             # A failed turn still extends the conversation (with what arrived, maybe nothing)
             # so the session keeps its shape and later turns stay comparable across configs.
             msgs = [*msgs, {"role": "assistant", "content": done.text}]
@@ -276,7 +279,8 @@ async def _run_concurrency(run: _Runner, pool: list[Prompt], seed: int) -> None:
             next_index += 1
             prompt = order[i % len(order)]
             done = await run.send(prompt.messages())
-            run.record(done, prompt, f"{prompt.set_name}/{prompt.id}", repeat=i // len(order))
+            rnd = i // len(order)
+            run.record(done, prompt, f"{prompt.set_name}/{prompt.id}#{rnd}", repeat=rnd)
 
     level = max(1, cell.concurrency or 1)
     await asyncio.gather(*(worker() for _ in range(min(level, max(total, 1)))))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.bench.logparse import LogParser
+from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.commands import Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
 from specbench_tui.engine.group_runner import GroupRunner
@@ -258,6 +259,9 @@ class Campaign:
                 if group is None or self.control.aborted:
                     break
                 await GroupRunner(ctx, group, self._host(group)).run()
+            if not self.control.aborted:
+                for host in sorted({g.host for g in self.groups}):  # the last word on each config
+                    await evaluate_greedy(ctx, host)
         except StorageFailed:
             storage_failed = True
         finally:

@@ -186,8 +186,9 @@ async def conclude(
     )
     hub = ctx.hub
     if verdict.outcome == "done":
-        if cell.kind == "single" and cell.temperature == 0 and result.texts:
-            await durably(ctx, lambda: ctx.store.write_cell_texts(cell.id, attempt, result.texts))
+        if cell.temperature == 0 and result.outputs:
+            outputs = {k: o.to_json() for k, o in result.outputs.items()}
+            await durably(ctx, lambda: ctx.store.write_cell_texts(cell.id, attempt, outputs))
         figures = summarize(result.records, result.wall_s)
         hub.emit(
             CellFinished(
@@ -250,7 +251,7 @@ def _check_greedy(ctx: RunContext, cell: Cell) -> None:
     state = ctx.state
     done = [c.cell for c in state.cells.values() if c.status == "done" and c.cell is not None]
 
-    def texts_of(cid: str) -> dict[str, str]:
+    def texts_of(cid: str) -> dict[str, object]:
         return ctx.store.read_cell_texts(cid, state.cells[cid].attempt)
 
     for text in greedy_warnings(cell, done, baseline, texts_of):

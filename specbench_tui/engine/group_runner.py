@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from specbench_tui.engine.cell_runner import run_one
+from specbench_tui.engine.checks import evaluate_greedy, probe_state_leak
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import AbortRequested
 from specbench_tui.engine.verdict import restart_allowed
@@ -74,6 +75,8 @@ class GroupRunner:
                         continue
                     pending = ctx.pending(group)
                     if not pending:
+                        if svc.alive() and not ctx.control.aborted:
+                            await probe_state_leak(ctx, group, svc)
                         return
                     await run_one(ctx, pending[0], group, svc, handle)
                     if svc.alive() or ctx.control.aborted or not ctx.pending(group):
@@ -99,6 +102,8 @@ class GroupRunner:
         finally:
             ctx.control.leave(group)
             ctx.hub.emit(GroupFinished(group=group.id, status=self._status()))
+        if not ctx.control.aborted:
+            await evaluate_greedy(ctx, group.host, [group.tp])
 
     def _status(self) -> str:
         g = self.ctx.state.groups.get(self.group.id)

@@ -162,6 +162,8 @@ Workload = Annotated[
 
 class ChecksSpec(Strict):
     greedy_equivalence: bool = False
+    # The same prompt alone and right after a long unrelated request must give the same tokens.
+    state_leak: bool = False
     # A cell whose share of failed requests (timeouts, HTTP errors) exceeds this fails.
     max_error_share: float = Field(default=0.5, ge=0, le=1)
 

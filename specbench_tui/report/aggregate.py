@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.bench.greedy import Divergence, first_difference
+from specbench_tui.bench.greedy import Divergence, Output, first_divergence
 from specbench_tui.errors import InputError
 from specbench_tui.results.events import iso_utc
 from specbench_tui.results.files import read_events
@@ -581,18 +581,21 @@ def _first_difference(root: Path, row: dict[str, Any]) -> Divergence | None:
     """Where a divergent output leaves the baseline's, from the texts the engine keeps beside
     the request rows (rows hold only hashes); None when either text is not on disk."""
 
-    def text(cell: Any, attempt: Any) -> str | None:
+    def output(cell: Any, attempt: Any) -> Output | None:
         try:
             path = ResultsLayout(root).texts_path(str(cell), int(attempt))
-            return json.loads(path.read_text()).get(str(row["prompt_id"]))
+            kept = json.loads(path.read_text())
         except (OSError, ValueError, TypeError):
             return None
+        pid = str(row["prompt_id"])
+        raw = kept.get(f"{pid}#{row.get('repeat') or 0}", kept.get(pid))
+        return Output.from_json(raw) if raw is not None else None
 
-    ours = text(row.get("cell_id"), row.get("attempt"))
-    theirs = text(row.get("base_cell"), row.get("base_attempt"))
+    ours = output(row.get("cell_id"), row.get("attempt"))
+    theirs = output(row.get("base_cell"), row.get("base_attempt"))
     if ours is None or theirs is None:
         return None
-    return first_difference(ours, theirs)
+    return first_divergence(ours, theirs)
 
 
 def greedy_equivalence(

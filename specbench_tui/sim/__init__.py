@@ -33,8 +33,11 @@ multiplies step times by X):
   ``cached_tokens`` and pay prefill only for the new part.
 * Output: deterministic words from a PRNG seeded by the prompt only, so every config returns
   the same greedy text; about a third of prompts stop early (EOS), the rest run to
-  ``max_new_tokens``. ``--sim-fault diverge`` switches the words after a prompt-dependent
-  position, to exercise the greedy-equivalence check.
+  ``max_new_tokens``; token ids travel as ``output_ids``, as SGLang sends them.
+  ``--sim-fault diverge`` switches the words after a prompt-dependent position, to exercise
+  the greedy-equivalence check; ``--sim-fault leak:N`` makes the request that follows one of
+  N tokens or more (prompt and output) diverge a few tokens in, as recurrent state leaking
+  between requests does, for the state-leak probe.
 
 Reported times (``e2e_latency``, log throughputs, DDTree draft/verify ms) are wall-clock, i.e.
 what a client of this process experiences at the chosen ``--speed``.

@@ -124,6 +124,9 @@ class Scheduler:
         self._stopped = False
         self._time_scale = 1.0 / (1000.0 * cfg.speed)  # simulated ms -> wall seconds
         self._diverge = cfg.fault("diverge") is not None
+        leak = cfg.fault("leak")
+        self._leak_after = int(leak.value) if leak is not None and leak.value else None
+        self._leak_armed = False  # a long request left state behind for the next one
 
     # -- called by handlers -------------------------------------------------------------------
 
@@ -132,12 +135,18 @@ class Scheduler:
         self._nonce += 1
         req.prompt_tokens = count_tokens(req.prompt)
         req.prompt_class = classify_prompt(req.prompt)
+        leak_at = None
+        if self._leak_armed and not req.internal:
+            # The state a long request left poisons the next one a few tokens in.
+            leak_at = 4 + prompt_seed(req.prompt) % 12
+            self._leak_armed = False
         req.tokens = TokenStream(
             req.prompt,
             temperature=req.temperature,
             seed=self.cfg.seed,
             nonce=self._nonce,
             diverge=self._diverge,
+            diverge_at=leak_at,
         )
         req.natural_len = None if req.ignore_eos else natural_length(req.prompt)
         # Seeded from the prompt and --seed only (stable across processes), so a greedy cell
@@ -306,6 +315,10 @@ class Scheduler:
         if finish["type"] != "abort":
             self.cache.insert(req.prompt + req.text)
             self.stats.finished += 1
+            if self._leak_after is not None and (
+                req.prompt_tokens + req.completion_tokens >= self._leak_after
+            ):
+                self._leak_armed = True
         req.wake.set()
 
     # -- logging ------------------------------------------------------------------------------

@@ -278,7 +278,11 @@ class SimServer:
         if not req.stream:
             await self._wait_done(request, req)
             now = time.perf_counter()
-            payload = {"text": req.text, "meta_info": self._meta(req, now)}
+            payload = {
+                "text": req.text,
+                "output_ids": _ids(req),
+                "meta_info": self._meta(req, now),
+            }
             self._record(req, "generate", [now], [req.completion_tokens])
             return web.json_response(payload, dumps=lambda o: _dumps(o))
         resp = web.StreamResponse(headers=_SSE_HEADERS)
@@ -292,7 +296,12 @@ class SimServer:
                 done = req.done
                 if req.completion_tokens > sent or done:
                     now = time.perf_counter()
-                    chunk = {"text": req.text, "meta_info": self._meta(req, now)}
+                    # Like SGLang's default stream: the whole text and all ids so far.
+                    chunk = {
+                        "text": req.text,
+                        "output_ids": _ids(req),
+                        "meta_info": self._meta(req, now),
+                    }
                     await emitter.send(chunk, req.completion_tokens - sent)
                     sent = req.completion_tokens
                 if done:
@@ -711,3 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"launch_server: error: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(serve(cfg, ServerLog()))
+
+
+def _ids(req: SimRequest) -> list[int]:
+    return req.tokens.ids if req.tokens is not None else []

@@ -60,7 +60,14 @@ class TokenStream:
     """
 
     def __init__(
-        self, prompt: str, *, temperature: float, seed: int, nonce: int, diverge: bool
+        self,
+        prompt: str,
+        *,
+        temperature: float,
+        seed: int,
+        nonce: int,
+        diverge: bool,
+        diverge_at: int | None = None,
     ) -> None:
         base = prompt_seed(prompt)
         self._sampled = temperature > 0
@@ -68,12 +75,14 @@ class TokenStream:
             base = hash((base, seed, nonce)) & 0xFFFF_FFFF_FFFF_FFFF
         self._rng = random.Random(base)
         self._alt_seed = base ^ 0x5EED_D1FF
-        self._diverge_at = 8 + _digest(prompt)[12] % 40 if diverge else None
+        self._diverge_at = 8 + _digest(prompt)[12] % 40 if diverge else diverge_at
         self.position = 0
+        self.ids: list[int] = []  # token ids so far, as SGLang's output_ids
 
     def next_words(self, n: int) -> list[str]:
-        """The next ``n`` tokens' text."""
+        """The next ``n`` tokens' text (their ids are appended to ``ids``)."""
         out: list[str] = []
+        ids = self.ids
         getrandbits = self._rng.getrandbits
         for _ in range(n):
             if self.position == self._diverge_at:
@@ -89,5 +98,6 @@ class TokenStream:
             elif mark == 6:
                 word += ".\n\n"
             out.append(" " + word)
+            ids.append(r % _N_WORDS * 64 + mark)
             self.position += 1
         return out
