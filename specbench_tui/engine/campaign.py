@@ -22,7 +22,7 @@ from specbench_tui.bench.logparse import LogParser
 from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.commands import Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
-from specbench_tui.engine.group_runner import GroupRunner
+from specbench_tui.engine.host_scheduler import HostScheduler
 from specbench_tui.engine.hub import EventHub
 from specbench_tui.engine.log_lines import LogLineWorker
 from specbench_tui.engine.operator import OperatorCommands
@@ -70,6 +70,7 @@ class Campaign:
         self._ctx: RunContext | None = None
         self._finished = False
         self._started = time.time()
+        self.schedulers: list[HostScheduler] = []
 
     # -- preparation ---------------------------------------------------------------------------
 
@@ -211,8 +212,28 @@ class Campaign:
 
     # -- running ------------------------------------------------------------------------------
 
-    def _next_group(self) -> ServiceGroup | None:
-        return next((g for g in self.groups if self.ctx.pending(g)), None)
+    async def _run_hosts(self) -> None:
+        """Every host works through its own groups at the same time (a failure to write the
+        results on one ends them all)."""
+        self.schedulers = []
+        for name in dict.fromkeys(g.host for g in self.groups):
+            mine = [g for g in self.groups if g.host == name]
+            hs = self.spec.hosts[name]
+            self.schedulers.append(
+                HostScheduler(
+                    self.ctx,
+                    mine,
+                    lambda g=mine[0]: self._host(g),
+                    gpu_ids=hs.gpu_ids if hs.gpu_ids is not None else list(range(hs.gpus)),
+                    pack=self.spec.campaign.pack,
+                )
+            )
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for s in self.schedulers:
+                    tg.create_task(s.run())
+        except* StorageFailed as eg:
+            raise eg.exceptions[0] from None
 
     async def run(self) -> int:
         """Drive the whole campaign; returns the exit status of the CLI contract."""
@@ -253,12 +274,7 @@ class Campaign:
 
             self._control_server = await serve_control(self, self.layout.control_socket)
         try:
-            while not self.control.aborted:
-                await self.control.gate()
-                group = self._next_group()
-                if group is None or self.control.aborted:
-                    break
-                await GroupRunner(ctx, group, self._host(group)).run()
+            await self._run_hosts()
             if not self.control.aborted:
                 for host in sorted({g.host for g in self.groups}):  # the last word on each config
                     await evaluate_greedy(ctx, host)

@@ -128,6 +128,7 @@ class GroupRunner:
                 gpu_ids=list(group.gpu_ids),
                 command=list(group.command),
                 attempt=self.attempt,
+                port=group.port,
             )
         )
         svc: Service | None = None

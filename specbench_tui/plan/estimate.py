@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
+from specbench_tui.plan.packing import Schedule, simulate
 from specbench_tui.plan.prompt_sets import count_prompts, find_prompt_set
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 
@@ -17,7 +18,9 @@ PROMPT_TOKENS = 400  # typical prompt length for prefill time; agentic context g
 
 @dataclass(frozen=True)
 class Estimate:
-    total_s: float
+    total_s: float  # wall time as the plan runs: hosts side by side, packed if it packs
+    unpacked_s: float  # the same hosts side by side, one group at a time on each
+    schedule: Schedule  # when and where each group is predicted to run
     startup_s: float
     requests: int
     per_group_s: dict[str, float]
@@ -105,8 +108,18 @@ def estimate(
             + ", ".join(f"{h} x{v:g}" for h, v in speed.items())
         )
     assumptions.append("override any of these in the plan's [estimate] table")
+    host_gpus = {
+        name: h.gpu_ids if h.gpu_ids is not None else list(range(h.gpus))
+        for name, h in spec.hosts.items()
+    }
+    schedule = simulate(groups, per_group, host_gpus, pack=spec.campaign.pack)
+    unpacked = (
+        simulate(groups, per_group, host_gpus, pack=False) if spec.campaign.pack else schedule
+    )
     return Estimate(
-        total_s=sum(per_group.values()),
+        total_s=schedule.wall_s,
+        unpacked_s=unpacked.wall_s,
+        schedule=schedule,
         startup_s=startup,
         requests=requests,
         per_group_s=per_group,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
@@ -48,20 +48,29 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
     matrix_configs = list(dict.fromkeys(matrix_configs))
     host_names = spec.matrix.hosts if spec.matrix.hosts is not None else list(spec.hosts)
 
+    pack = spec.campaign.pack
     groups: list[ServiceGroup] = []
     cells: list[Cell] = []
     for host_name in host_names:
         host = spec.hosts[host_name]
+        first: tuple[ServiceGroup, ResolvedConfig] | None = None
         for tp in sorted(spec.matrix.tp):
             for cname in matrix_configs:
                 if _excluded(spec, host=host_name, config=configs[cname], tp=tp, workload=None):
                     continue
-                group = _group(spec, host_name, host, configs[cname], tp, sim=sim)
+                group = _group(spec, host_name, host, configs[cname], tp, sim=sim, packed=pack)
                 group_cells = _cells(spec, group, configs[cname])
                 if not group_cells:
                     continue
                 groups.append(group)
                 cells.extend(group_cells)
+                first = first or (group, configs[cname])
+        if pack and spec.campaign.pack_control and first is not None:
+            # The control: the host's first group once more, alone on the host.
+            group, cfg = first
+            solo = replace(group, id=f"{group.id}.solo", packed=False, exclusive=True)
+            groups.append(solo)
+            cells.extend(_cells(spec, solo, cfg))
     return Expansion(groups=groups, cells=cells)
 
 
@@ -84,7 +93,14 @@ def _excluded(
 
 
 def _group(
-    spec: PlanSpec, host_name: str, host: HostSpec, cfg: ResolvedConfig, tp: int, *, sim: bool
+    spec: PlanSpec,
+    host_name: str,
+    host: HostSpec,
+    cfg: ResolvedConfig,
+    tp: int,
+    *,
+    sim: bool,
+    packed: bool = False,
 ) -> ServiceGroup:
     ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
     gpu_ids = tuple(sorted(ids)[-tp:])
@@ -138,6 +154,7 @@ def _group(
         ready_timeout_s=cfg.ready_timeout_s,
         speculative=any(a.startswith("--speculative-algorithm") for a in cfg.args),
         stop_before=tuple(host.stop_before) if kind != "sim" else (),
+        packed=packed,
     )
 
 
@@ -145,7 +162,7 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
     out: list[Cell] = []
     # The hash sees the command with its port blanked: moving a server to another port
     # does not change what a cell measures.
-    server_identity = {
+    server_identity: dict[str, Any] = {
         "host": group.host,
         "tp": group.tp,
         "gpus": list(group.gpu_ids),
@@ -153,6 +170,11 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
         "command": _command_identity(group),
         "env": dict(group.env),
     }
+    if group.packed or group.exclusive:
+        # Placed at run time: which GPUs is not known here, and is not what the cell
+        # measures; that it shared the host (or had it alone) is.
+        server_identity["gpus"] = "packed" if group.packed else "alone"
+        server_identity["env"] = {k: v for k, v in group.env if k != "CUDA_VISIBLE_DEVICES"}
     for wname, w in spec.workloads.items():
         if w.tp is not None and group.tp not in w.tp:
             continue

@@ -53,6 +53,10 @@ class CampaignSpec(Strict):
     # How long a run waits for a full results disk to get space back before it ends
     # (exit status 3); servers keep running meanwhile.
     storage_wait: Duration = 1800.0
+    # Run groups side by side on disjoint GPUs of a host (neighbours may disturb timings).
+    pack: bool = False
+    # With pack: run each host's first group once more alone, so the report can compare.
+    pack_control: bool = False
 
 
 class HostSpec(Strict):

@@ -16,6 +16,7 @@ from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate
 from specbench_tui.plan.expand import Expansion, expand
+from specbench_tui.plan.packing import Schedule
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,28 @@ def render_text(r: Review) -> str:
         f"estimated wall time {format_duration(est.total_s)} "
         f"(server start-ups {format_duration(est.startup_s)})"
     )
+    if spec.campaign.pack:
+        ratio = est.total_s / est.unpacked_s if est.unpacked_s else 1.0
+        out.append(
+            f"  packed: groups side by side on free GPUs; unpacked it would take "
+            f"{format_duration(est.unpacked_s)} ({ratio:.0%} of that)"
+        )
+        out.extend(_schedule_text(est.schedule))
     out.append("  assuming " + "; ".join(est.assumptions))
     return "\n".join(out)
+
+
+def _schedule_text(schedule: Schedule) -> list[str]:
+    """Which groups run together, on which GPUs and ports, when."""
+    out = ["", "schedule (predicted; groups whose times overlap run side by side):"]
+    width = max((len(s.group) for s in schedule.slots), default=0)
+    for s in sorted(schedule.slots, key=lambda s: (s.host, s.start_s, s.group)):
+        span = f"{format_duration(s.start_s)} - {format_duration(s.end_s)}"
+        out.append(
+            f"  {span:>15}  {s.group:<{width}}  GPUs {','.join(map(str, s.gpu_ids)):<15} "
+            f"port {s.port}"
+        )
+    return out
 
 
 def render_json(r: Review) -> dict[str, Any]:
@@ -149,5 +170,17 @@ def render_json(r: Review) -> dict[str, Any]:
             n: h.stop_before for n, h in spec.hosts.items() if h.stop_before and not r.sim
         },
         "estimate_s": round(est.total_s, 1),
+        "estimate_unpacked_s": round(est.unpacked_s, 1),
+        "schedule": [
+            {
+                "group": s.group,
+                "host": s.host,
+                "start_s": round(s.start_s, 1),
+                "end_s": round(s.end_s, 1),
+                "gpu_ids": list(s.gpu_ids),
+                "port": s.port,
+            }
+            for s in est.schedule.slots
+        ],
         "assumptions": est.assumptions,
     }

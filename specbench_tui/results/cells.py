@@ -31,6 +31,11 @@ class ServiceGroup:
     ready_timeout_s: float
     speculative: bool
     stop_before: tuple[str, ...] = ()
+    # Packed (``[campaign] pack``): placed at run time on free GPUs beside other groups, so
+    # ``gpu_ids`` and ``port`` here are the plan's defaults, not where it ran.
+    packed: bool = False
+    # Runs only with every GPU of the host free: the unpacked control of a packed group.
+    exclusive: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -168,6 +168,7 @@ class GroupStarted(Event):
     gpu_ids: list[int] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     attempt: int = 1
+    port: int = 0  # where it listens on its host (packed groups get theirs at run time)
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,79 @@
+"""One host's share of a campaign: its groups in plan order, one at a time, or packed side by
+side on disjoint GPUs (plan/packing.py holds the placement rule the dry run predicts with).
+
+Every host of a campaign gets one of these, all running at once; a group runs on exactly one
+host. A group finished and then given cells again (a rerun) is started again here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from specbench_tui.engine.context import RunContext
+from specbench_tui.engine.group_runner import GroupRunner
+from specbench_tui.hosts.host import Host
+from specbench_tui.plan.packing import Placer, placed
+from specbench_tui.results.cells import ServiceGroup
+
+
+class HostScheduler:
+    def __init__(
+        self,
+        ctx: RunContext,
+        groups: list[ServiceGroup],
+        host: Callable[[], Host],
+        *,
+        gpu_ids: list[int],
+        pack: bool,
+    ) -> None:
+        self.ctx = ctx
+        self.groups = groups
+        self.host = host
+        self.placer = Placer(gpu_ids) if pack else None
+        self.placements: list[tuple[ServiceGroup, float, float | None]] = []  # for tests
+
+    async def run(self) -> None:
+        ctx = self.ctx
+        running: dict[asyncio.Task[None], tuple[ServiceGroup, int]] = {}
+        try:
+            while not ctx.control.aborted:
+                await ctx.control.gate()
+                busy = {g.id for g, _ in running.values()}
+                queue = [g for g in self.groups if g.id not in busy and ctx.pending(g)]
+                for group in queue:
+                    started = self._start(group, running)
+                    if not started or self.placer is None:
+                        break  # one at a time, or the head of the line waits for GPUs
+                if not running:
+                    break  # nothing runs and nothing could start: this host is done
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    group, index = running.pop(task)
+                    if self.placer is not None:
+                        self.placer.release(group.gpu_ids)
+                    g, t0, _ = self.placements[index]
+                    self.placements[index] = (g, t0, asyncio.get_running_loop().time())
+                    task.result()  # a storage failure ends the run
+        finally:
+            if running:  # an abort or a failure elsewhere: let each group stop its server
+                await asyncio.gather(*running, return_exceptions=True)
+
+    def _start(
+        self, group: ServiceGroup, running: dict[asyncio.Task[None], tuple[ServiceGroup, int]]
+    ) -> bool:
+        if self.placer is None:
+            if running:
+                return False
+            where = group
+        else:
+            block = self.placer.place(group.tp, exclusive=group.exclusive)
+            if block is None:
+                return False
+            where = placed(group, block, group.port + self.placer.offset(block))
+        self.placements.append((where, asyncio.get_running_loop().time(), None))
+        task = asyncio.create_task(
+            GroupRunner(self.ctx, where, self.host()).run(), name=f"group-{group.id}"
+        )
+        running[task] = (where, len(self.placements) - 1)
+        return True
