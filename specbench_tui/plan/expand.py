@@ -116,7 +116,7 @@ def _group(
     }
     values.update({k: v for k, v in cfg.params})
     if kind == "sim":
-        speed = host.speed if host.sim else 50.0
+        speed = host.sim_speed
         command = (
             sys.executable,
             "-m",

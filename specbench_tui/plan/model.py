@@ -73,6 +73,12 @@ class HostSpec(Strict):
     speed: float = Field(default=1.0, gt=0)  # sim hosts: compress simulated time
 
     @property
+    def sim_speed(self) -> float:
+        """How much faster than real time this host's simulator runs: its ``speed`` on a sim
+        host, and for a rehearsal (``--sim``) of a real host x50 unless it sets one."""
+        return self.speed if self.sim or "speed" in self.model_fields_set else 50.0
+
+    @property
     def kind(self) -> Literal["ssh", "local", "sim"]:
         if self.sim:
             return "sim"

@@ -30,7 +30,7 @@ class Review:
 
 def review(plan: Plan, results_dir: Path, *, sim: bool = False) -> Review:
     exp = expand(plan, sim=sim)
-    speed = {h: (s.speed if s.sim else (50.0 if sim else 1.0)) for h, s in plan.spec.hosts.items()}
+    speed = {h: (s.sim_speed if s.sim or sim else 1.0) for h, s in plan.spec.hosts.items()}
     est = estimate(plan.spec, plan.dir, exp.groups, exp.cells, speed=speed)
     return Review(plan=plan, expansion=exp, estimate=est, results_dir=results_dir, sim=sim)
 
