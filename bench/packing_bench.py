@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _variant(text: str, pack: bool, speed: float) -> str:
     text = re.sub(r"(?m)^pack\s*=.*\n", "", text)
-    text = re.sub(r"(?m)^(name\s*=.*)$", rf"\1\npack = {'true' if pack else 'false'}", text, 1)
+    flag = "true" if pack else "false"
+    text = re.sub(r"(?m)^(name\s*=.*)$", rf"\1\npack = {flag}", text, count=1)
     # Rehearsals of SSH hosts run the simulator at x50; say the speed for every host.
     return re.sub(r"(?m)^(\[hosts\.[^\]]+\])$", rf"\1\nspeed = {speed:g}", text)
 
