@@ -27,6 +27,9 @@ from specbench_tui.bench.workloads import CellResult, request_done_event, run_ce
 from specbench_tui.engine.commands import Command
 from specbench_tui.engine.operator import OperatorCommands
 from specbench_tui.engine.store import ResultsStore
+from specbench_tui.engines.acceptance import cell_acceptance
+from specbench_tui.engines.counters import CounterWindow
+from specbench_tui.engines.inspect import ServerFacts, inspect_server
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.host import Host, SshSettings, make_host
 from specbench_tui.hosts.service import Service, ServiceError
@@ -107,6 +110,7 @@ class Campaign(OperatorCommands):
         self._hosts: dict[str, Host] = {}
         self._control_server: Any = None
         self.moved_aside: Path | None = None  # --fresh: where the old results went
+        self._facts: dict[str, ServerFacts] = {}  # what each group's ready server reported
 
     # -- preparation ---------------------------------------------------------------------------
 
@@ -354,6 +358,14 @@ class Campaign(OperatorCommands):
             svc = host.service(group, self.layout.log_of(group.id), self._on_log_line(group))
             await svc.start()
             startup = await self._unless_aborted(svc.wait_ready(group.ready_timeout_s))
+            facts = await self._unless_aborted(
+                inspect_server(group, svc.base_url, svc.log_tail(400))
+            )
+            if facts.problems:
+                raise ServiceError(
+                    "what runs is not what the config asks for: " + "; ".join(facts.problems),
+                    svc.log_tail(20),
+                )
         except Exception as exc:
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             tail = list(getattr(exc, "log_tail", None) or (svc.log_tail(20) if svc else []))
@@ -363,7 +375,21 @@ class Campaign(OperatorCommands):
                 with contextlib.suppress(Exception):
                     await svc.stop(self.options.stop_grace_s)
             return failure
-        self._emit(ServiceReady(group=group.id, startup_s=round(startup, 3), attempt=attempt))
+        self._facts[group.id] = facts
+        for note in facts.notes:
+            self._notice(f"{group.id}: {note}", "warning")
+        self._emit(
+            ServiceReady(
+                group=group.id,
+                startup_s=round(startup, 3),
+                attempt=attempt,
+                engine=facts.engine,
+                engine_version=facts.version,
+                served_model=facts.served_model,
+                speculative=facts.speculative,
+                algorithm=facts.algorithm,
+            )
+        )
         return svc
 
     async def _start_or_recover(
@@ -505,6 +531,8 @@ class Campaign(OperatorCommands):
         def should_stop() -> bool:
             return self._interrupt_cell or not svc.alive()
 
+        facts = self._facts.get(group.id) or ServerFacts(engine=group.engine)
+        window = CounterWindow(facts.engine, svc.base_url) if facts.metrics else None
         try:
             result = await run_cell(
                 cell,
@@ -516,6 +544,9 @@ class Campaign(OperatorCommands):
                 plan_dir=self.plan.dir,
                 on_request=on_request,
                 should_stop=should_stop,
+                model=facts.served_model,
+                stream_mode=facts.stream_mode,
+                counters=window,
             )
         except Exception as exc:
             result = CellResult(stopped=True)
@@ -524,6 +555,16 @@ class Campaign(OperatorCommands):
             return
         finally:
             self.current_cell = None
+            if window is not None:
+                await window.aclose()
+        result.acceptance = cell_acceptance(
+            result.records,
+            window.result() if window is not None else None,
+            engine=facts.engine,
+            speculative=group.speculative,
+        )
+        result.acceptance["engine"] = facts.engine
+        result.acceptance["engine_version"] = facts.version
         if result.errors and svc.alive():
             # Failed requests often mean the server is going down; its exit status may lag
             # behind the broken connections by a moment.
@@ -569,7 +610,11 @@ class Campaign(OperatorCommands):
             figures = {
                 "wall_s": round(result.wall_s, 4),
                 **summarize(result.records, result.wall_s),
+                **result.acceptance,
             }
+            check = figures.get("acceptance_check") or ""
+            if check.startswith("disagree"):
+                self._notice(f"{cell.name}: acceptance {check}", "warning")
             if cell.kind == "single" and cell.temperature == 0 and result.texts:
                 self.store.write_cell_texts(cell.id, attempt, result.texts)
             self.store.record_cell(cell, attempt, "done", figures, simulated=self._simulated())
@@ -587,6 +632,9 @@ class Campaign(OperatorCommands):
                     ttft_p50_s=figures.get("ttft_s_p50"),
                     output_tok_s_p50=figures.get("output_tok_s_p50"),
                     accept_length_mean=figures.get("accept_length_mean"),
+                    accept_length_weighted=figures.get("accept_length_weighted"),
+                    accept_length_counters=figures.get("accept_length_counters"),
+                    acceptance_check=figures.get("acceptance_check"),
                 )
             )
             self._check_greedy(cell)

@@ -72,6 +72,9 @@ REQUEST_SCHEMA: dict[str, Any] = {
     "finish_reason": pl.String,
     "output_sha256": pl.String,
     "error": pl.String,
+    "spec_accepted_tokens": pl.Int64,
+    "spec_draft_tokens": pl.Int64,
+    "spec_accept_histogram": pl.List(pl.Int64),
 }
 assert tuple(REQUEST_SCHEMA) == REQUEST_COLUMNS, "request schema and record drifted apart"
 

@@ -24,19 +24,6 @@ UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9:_.@\\-]{0,250}$"
 
 KINDS = ("single", "agentic", "concurrency")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
-DEFAULT_LAUNCH = [
-    "{python}",
-    "-m",
-    "sglang.launch_server",
-    "--model-path",
-    "{model}",
-    "--tp-size",
-    "{tp}",
-    "--host",
-    "127.0.0.1",
-    "--port",
-    "{port}",
-]
 
 
 class Strict(BaseModel):
@@ -79,6 +66,8 @@ class ServerSpec(Strict):
     args: list[str] = []
     env: dict[str, str] = {}
     api: Literal["sglang", "openai"] | None = None
+    engine: Literal["sglang", "vllm"] | None = None
+    served_model_name: str | None = Field(default=None, min_length=1)
     ready_timeout: Duration | None = None
 
     @field_validator("env", mode="before")

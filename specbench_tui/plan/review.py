@@ -12,6 +12,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from specbench_tui.engines.traits import traits
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate
 from specbench_tui.plan.expand import Expansion, expand
@@ -77,6 +78,15 @@ def render_text(r: Review) -> str:
                 f"{','.join(map(str, g.gpu_ids))}  port {g.port}  "
                 f"~{format_duration(est.per_group_s[g.id])}"
             )
+            served = f", served as {g.served_model_name!r}" if g.served_model_name else ""
+            spec = (
+                f"speculative ({g.spec_algorithm or 'unnamed algorithm'})"
+                if g.speculative
+                else "no speculation"
+            )
+            engine = ("simulated " if g.host_kind == "sim" else "") + traits(g.engine).label
+            api = "native /generate" if g.api == "sglang" else "OpenAI chat API"
+            out.append(f"{bar}   {engine}, {api}, {spec}{served}")
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
             out.append(f"{bar}   env {env}")

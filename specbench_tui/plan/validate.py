@@ -9,6 +9,7 @@ import difflib
 import re
 from typing import TYPE_CHECKING
 
+from specbench_tui.engines.traits import traits
 from specbench_tui.plan.configs import (
     names_matching,
     placeholders,
@@ -109,6 +110,18 @@ def check_plan(plan: Plan) -> list[PlanError]:
         return errs  # the rest needs resolvable configs
 
     configs = resolve_configs(spec)
+    for c in configs:
+        eng = traits(c.engine)
+        if c.api not in eng.apis:
+            own = spec.configs[c.base].api is not None
+            errs.append(
+                PlanError(
+                    ("configs", c.base, "api") if own else ("server", "api"),
+                    f"api = {c.api!r} but config {c.base!r} runs on {eng.label}, which serves "
+                    f"only {' or '.join(repr(a) for a in eng.apis)}; "
+                    f"set api = {eng.default_api!r} or leave api out",
+                )
+            )
     first: dict[str, str] = {}
     for c in configs:
         if c.name in first:
@@ -231,19 +244,49 @@ def _check_placeholders(
             names = placeholders(text)
         except ValueError as exc:
             errs.append(
-                PlanError((*where, key), f"{text!r}: {exc} (write {{{{ for a literal brace)")
+                PlanError(
+                    (*where, key),
+                    f"{text!r}: {exc}; write {{{{ and }}}} for literal braces, "
+                    f"e.g. {_literal_braces(text, allowed)!r}",
+                )
             )
             continue
         for n in names:
             if n not in allowed:
+                hint = (
+                    f"; for literal braces (JSON such as vLLM's --speculative-config) write "
+                    f"{{{{ and }}}}: {_literal_braces(text, allowed)!r}"
+                    if not n.isidentifier()
+                    else "; write {{ and }} for literal braces"
+                )
                 errs.append(
                     PlanError(
                         (*where, key),
                         f"unknown placeholder {{{n}}} in {text!r}; "
-                        f"known: {', '.join('{' + a + '}' for a in sorted(allowed))}",
+                        f"known: {', '.join('{' + a + '}' for a in sorted(allowed))}{hint}",
                     )
                 )
+                break  # one message per value: the hint rewrites the whole of it
     return errs
+
+
+def _literal_braces(text: str, allowed: set[str]) -> str:
+    """``text`` with every brace doubled except around the known placeholders."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "{":
+            end = text.find("}", i)
+            if end > i and text[i + 1 : end] in allowed:
+                out.append(text[i : end + 1])
+                i = end + 1
+                continue
+            out.append("{{")
+        elif text[i] == "}":
+            out.append("}}")
+        else:
+            out.append(text[i])
+        i += 1
+    return "".join(out)
 
 
 def _unknown(what: str, name: str, known: object) -> str:

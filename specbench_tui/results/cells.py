@@ -31,6 +31,9 @@ class ServiceGroup:
     ready_timeout_s: float
     speculative: bool
     stop_before: tuple[str, ...] = ()
+    engine: str = "sglang"  # "sglang" | "vllm": what runs (the simulator speaks SGLang)
+    served_model_name: str | None = None  # the plan's override of the name requests carry
+    spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

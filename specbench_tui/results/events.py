@@ -148,6 +148,12 @@ class ServiceReady(Event):
     group: str
     startup_s: float = 0.0
     attempt: int = 1
+    # What the ready server reported about itself (engines/inspect.py), for the report.
+    engine: str = ""
+    engine_version: str | None = None
+    served_model: str | None = None
+    speculative: bool | None = None  # None: the server did not say
+    algorithm: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -193,6 +199,9 @@ class CellFinished(Event):
     ttft_p50_s: float | None = None
     output_tok_s_p50: float | None = None
     accept_length_mean: float | None = None
+    accept_length_weighted: float | None = None  # the requests' tokens over their verify steps
+    accept_length_counters: float | None = None  # the same from the engine's counter deltas
+    acceptance_check: str | None = None  # "agree", "disagree: ...", or why not compared
 
 
 @dataclass(kw_only=True)
