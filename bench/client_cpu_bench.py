@@ -36,8 +36,12 @@ def start_server(tmp: Path, per_chunk: int) -> tuple[subprocess.Popen[bytes], st
     port_file = tmp / "replay.port"
     port_file.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "support" / "replay.py"), str(port_file),
-         str(per_chunk)]
+        [
+            sys.executable,
+            str(ROOT / "tests" / "support" / "replay.py"),
+            str(port_file),
+            str(per_chunk),
+        ]
     )
     deadline = time.monotonic() + 120
     while not (port_file.exists() and port_file.read_text()):
@@ -90,18 +94,20 @@ async def main() -> None:
 async def _run(args: argparse.Namespace, tmp: Path) -> None:
     proc, url = start_server(tmp, args.per_chunk)
     try:
-        print(f"client CPU per output token (us), {args.per_chunk} token(s) a chunk after the first")
+        print(f"client CPU per output token (us), {args.per_chunk} token(s) a chunk after the 1st")
         print(f"{'stream':<12}{'what':<8}" + "".join(f"{n:>9}" for n in SIZES) + "   8192/256")
         for kind in KINDS:
             row = [await client_cpu(url, kind, n, args.tokens) for n in SIZES]
             figs = [r[0] * 1e6 for r in row]
             print(
-                f"{kind:<12}{'client':<8}" + "".join(f"{f:>9.1f}" for f in figs)
+                f"{kind:<12}{'client':<8}"
+                + "".join(f"{f:>9.1f}" for f in figs)
                 + f"{figs[-1] / figs[0]:>10.2f}x"
             )
             figs = [parser_cpu(kind, n, args.per_chunk, args.tokens) * 1e6 for n in SIZES]
             print(
-                f"{'':<12}{'parser':<8}" + "".join(f"{f:>9.1f}" for f in figs)
+                f"{'':<12}{'parser':<8}"
+                + "".join(f"{f:>9.1f}" for f in figs)
                 + f"{figs[-1] / figs[0]:>10.2f}x"
             )
     finally:

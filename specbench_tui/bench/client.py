@@ -2,8 +2,10 @@
 
 One :class:`BenchClient` (one ``httpx.AsyncClient``, pooled connections sized for the cell's
 concurrency) sends every request of a cell. Each request is timed with ``time.perf_counter``
-from just before the request is sent; per streamed line the only work is one ``json.loads`` and
-a few dictionary lookups, so the client does not slow down what it measures.
+from just before the request is sent. This module is the transport: it sends the request and
+hands every SSE ``data:`` payload, with its arrival time, to a stream parser from
+``engines/streams.py``, which decodes only what is new in it, so the client does not slow down
+what it measures.
 
 Failures never raise: a timeout, an HTTP error, a refused connection or a stream that stops
 early come back as :attr:`Completion.error`, a short sentence the operator can act on, because

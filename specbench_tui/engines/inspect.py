@@ -190,9 +190,7 @@ def _compare(facts: ServerFacts, group: ServiceGroup) -> None:
                 f"runs {facts.algorithm}"
             )
     if facts.tp is not None and facts.tp != group.tp:
-        facts.problems.append(
-            f"the group is TP {group.tp} but {eng.label} runs with TP {facts.tp}"
-        )
+        facts.problems.append(f"the group is TP {group.tp} but {eng.label} runs with TP {facts.tp}")
 
 
 def _notes(facts: ServerFacts, group: ServiceGroup) -> None:

@@ -150,8 +150,13 @@ def openai_stream(n_tokens: int, per_chunk: int = 1) -> bytes:
             "created": 1777805183,
             "model": "m",
             "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
-                 "matched_stop": None}
+                {
+                    "index": 0,
+                    "delta": delta,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "matched_stop": None,
+                }
             ],
         }
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
@@ -183,8 +188,10 @@ def synthetic_routes(replay: Replay, per_chunk: int = 1) -> None:
     """``/{kind}/{n}`` for every kind of :data:`KINDS` and size of :data:`SIZES`."""
     for n in SIZES:
         for kind in KINDS:
-            body = openai_stream(n, per_chunk) if kind == "openai" else sglang_stream(
-                n, kind, per_chunk
+            body = (
+                openai_stream(n, per_chunk)
+                if kind == "openai"
+                else sglang_stream(n, kind, per_chunk)
             )
             replay.stream(f"/{kind}/{n}", body)
 
@@ -205,3 +212,13 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def payloads(body: bytes) -> list[str]:
+    """The ``data:`` payloads of an SSE body, as a transport hands them to a parser."""
+    out = []
+    for ev in events(body):
+        for line in ev.decode("utf-8").split("\n"):
+            if line.startswith("data:"):
+                out.append(line[5:])
+    return out
