@@ -196,7 +196,26 @@ def synthetic_routes(replay: Replay, per_chunk: int = 1) -> None:
             replay.stream(f"/{kind}/{n}", body)
 
 
+def vllm_without_speculation(replay: Replay) -> None:
+    """What a real vLLM 0.32 without speculative decoding answers (``tests/fixtures/vllm``)."""
+    vllm = FIXTURES / "vllm"
+    replay.doc("/health", b"", "text/plain")
+    replay.doc("/v1/models", (vllm / "models.json").read_bytes())
+    replay.doc("/version", (vllm / "version.json").read_bytes())
+    replay.doc("/metrics", (vllm / "metrics_nospec_idle.txt").read_bytes(), "text/plain")
+    replay.stream("", (vllm / "chat_stream_64_nospec.sse").read_bytes())
+
+
 def main(argv: list[str]) -> None:
+    """``PORTFILE [PER_CHUNK]``: the benchmark's synthetic streams on a free port.
+    ``--vllm-nospec --port P [any server flags]``: a stand-in for a vLLM server that runs
+    without speculation whatever its flags say, logging the real server's start-up lines."""
+    if argv and argv[0] == "--vllm-nospec":
+        port = int(argv[argv.index("--port") + 1])
+        for line in (FIXTURES / "vllm" / "startup_nospec.log").read_text().splitlines():
+            print(line, flush=True)
+        web.run_app(_app(vllm_without_speculation), host="127.0.0.1", port=port, print=None)
+        return
     port_file = Path(argv[0])
     per_chunk = int(argv[1]) if len(argv) > 1 else 1
 
@@ -208,6 +227,12 @@ def main(argv: list[str]) -> None:
         await asyncio.Event().wait()
 
     asyncio.run(run())
+
+
+def _app(fill: Any) -> web.Application:
+    replay = Replay()
+    fill(replay)
+    return replay.app()
 
 
 if __name__ == "__main__":
