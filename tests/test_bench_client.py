@@ -379,7 +379,7 @@ async def test_single_excludes_warmup_and_fills_identity(server: str, plan_dir: 
     assert (r.workload, r.kind, r.prompt_set, r.max_tokens) == ("single", "single", "mini", 6)
     assert [x.repeat for x in result.records] == [0, 1, 0, 1]
     assert len({x.prompt_id for x in result.records}) == 2
-    assert set(result.texts) == {x.prompt_id for x in result.records}
+    assert set(result.outputs) == {f"{x.prompt_id}#{x.repeat}" for x in result.records}
     # The same seed draws the same prompts: configs stay comparable.
     again = await run(cell, server, plan_dir)
     assert [x.prompt_id for x in again.records] == [x.prompt_id for x in result.records]
@@ -411,7 +411,7 @@ async def test_agentic_context_grows_turn_by_turn(server: str, plan_dir: Path) -
         assert rows[1].cached_tokens and rows[1].cached_tokens > 0  # shared prefix
         assert texts[s * 3 + 1].count("w4 ") == 1  # the previous answer is in the context
     assert all(r.prompt_id for r in result.records)
-    assert len(result.texts) == 6
+    assert len(result.outputs) == 6
 
 
 async def test_concurrency_keeps_n_in_flight(server: str, plan_dir: Path) -> None:
@@ -448,7 +448,7 @@ async def test_errors_become_rows(plan_dir: Path) -> None:
     cell = make_cell("single", prompt_set="mini", samples=1, timeout_s=2)
     result = await run(cell, f"http://127.0.0.1:{free_port()}", plan_dir)
     assert [r.error for r in result.records] == ["connection refused"]
-    assert result.texts == {}
+    assert result.outputs == {}
     assert summarize(result.records, result.wall_s)["errors"] == 1
 
 

@@ -219,10 +219,10 @@ def test_greedy_divergence_is_located_live_and_in_the_report(write_plan, tmp_pat
     notices = [e["text"] for e in events(root) if e["event"] == "notice"]
     warned = [n for n in notices if n.startswith("greedy outputs differ: dflash vs ar")]
     assert warned  # diverge starts 8-47 tokens in, so the 48-token cell at least differs
-    assert "word" in warned[0] and "char" in warned[0]
+    assert "token" in warned[0] and "char" in warned[0]  # located by token id
     report = (root / "report.md").read_text()
     assert "Outputs that differ from the baseline" in report
-    assert re.search(r"\| word \d+ \(char \d+\): `", report)
+    assert re.search(r"\| token \d+ \(char \d+\): `", report)
 
 
 def test_identical_greedy_outputs_raise_no_warning(write_plan, tmp_path: Path) -> None:

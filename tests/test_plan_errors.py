@@ -166,6 +166,31 @@ CASES: list[tuple[str, str, str, str]] = [
         "max_tokens = [32]\ntimeout = -5",
         r"workloads\.single\.timeout: a duration must be more than zero",
     ),
+    (
+        "unknown engine",
+        "port = {port}",
+        'port = {port}\nengine = "tgi"',
+        r"server\.engine: .*'sglang' or 'vllm'",
+    ),
+    (
+        "vllm has no native api",
+        "port = {port}",
+        'port = {port}\nengine = "vllm"\napi = "sglang"',
+        r"server\.api: api = 'sglang' but config 'ar' runs on vLLM, which serves only 'openai'",
+    ),
+    (
+        "json flag with single braces",
+        'args = ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8"]',
+        'args = ["--speculative-config", \'{"method": "ngram"}\']',
+        r"configs\.dflash\.args: unknown placeholder \{\"method\"\}.*literal braces.*"
+        r"'\{\{\"method\": \"ngram\"\}\}'",
+    ),
+    (
+        "cpu only on a simulated host",
+        "speed = 50",
+        "speed = 50\ncpu_only = true",
+        r"hosts\.sim\.cpu_only: only a local = true host can be CPU-only",
+    ),
 ]
 
 

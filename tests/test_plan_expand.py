@@ -120,3 +120,68 @@ def test_sim_rehearsal_keeps_shape_and_uses_simulator() -> None:
     g = exp.groups[0]
     assert g.host_kind == "sim" and "specbench_tui.sim" in g.command
     assert "--attention-backend" in g.command  # the server args still reach the simulator
+
+
+def test_vllm_plan_expands_with_the_engine_defaults() -> None:
+    exp = expand(load_plan(PLANS / "vllm-cpu.toml"))
+    ar, ngram = exp.groups
+    assert (ar.engine, ar.api, ngram.engine, ngram.api) == ("vllm", "openai", "vllm", "openai")
+    assert ar.command[1:5] == (
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        ".cache/tiny-qwen3",
+    )
+    assert ar.command[ar.command.index("--tensor-parallel-size") + 1] == "1"
+    assert not ar.speculative and ar.spec_algorithm is None
+    assert ngram.speculative and ngram.spec_algorithm == "ngram"
+    # Doubled braces in the plan are single braces on the command line: valid JSON.
+    cfg = ngram.command[ngram.command.index("--speculative-config") + 1]
+    assert json.loads(cfg)["num_speculative_tokens"] == 3
+
+
+def test_a_config_of_another_engine_gets_that_engines_defaults(write_plan) -> None:  # type: ignore[no-untyped-def]
+    plan = write_plan(
+        """\
+[campaign]
+name = "mixed"
+[hosts.h]
+ssh = "gpu1"
+gpus = 2
+[server]
+model = "/m"
+launch = ["{python}", "-m", "sglang.launch_server", "--model-path", "{model}", "--port", "{port}"]
+api = "sglang"
+[configs.sg]
+args = ["--speculative-algorithm", "EAGLE"]
+[configs.vl]
+engine = "vllm"
+served_model_name = "qwen"
+[matrix]
+configs = ["sg", "vl"]
+tp = [2]
+[workloads.s]
+kind = "single"
+prompts = ["chat"]
+max_tokens = [8]
+"""
+    )
+    sg, vl = expand(load_plan(plan)).groups
+    assert sg.engine == "sglang" and sg.api == "sglang" and "sglang.launch_server" in sg.command
+    assert sg.speculative and sg.spec_algorithm == "EAGLE"
+    assert vl.engine == "vllm" and vl.api == "openai" and vl.served_model_name == "qwen"
+    assert "vllm.entrypoints.openai.api_server" in vl.command and not vl.speculative
+
+
+def test_dry_run_names_engine_api_and_speculation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(PLANS / "vllm-cpu.toml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "host cpu (local, process, CPU only)" in out
+    assert "vLLM, OpenAI chat API, no speculation" in out
+    assert "vLLM, OpenAI chat API, speculative (ngram)" in out
+    assert main([str(PLANS / "vllm-cpu.toml"), "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(g["engine"], g["speculative"], g["spec_algorithm"]) for g in doc["groups"]] == [
+        ("vllm", False, None),
+        ("vllm", True, "ngram"),
+    ]

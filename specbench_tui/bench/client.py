@@ -2,8 +2,10 @@
 
 One :class:`BenchClient` (one ``httpx.AsyncClient``, pooled connections sized for the cell's
 concurrency) sends every request of a cell. Each request is timed with ``time.perf_counter``
-from just before the request is sent; per streamed line the only work is one ``json.loads`` and
-a few dictionary lookups, so the client does not slow down what it measures.
+from just before the request is sent. This module is the transport: it sends the request and
+hands every SSE ``data:`` payload, with its arrival time, to a stream parser from
+``engines/streams.py``, which decodes only what is new in it, so the client does not slow down
+what it measures.
 
 Failures never raise: a timeout, an HTTP error, a refused connection or a stream that stops
 early come back as :attr:`Completion.error`, a short sentence the operator can act on, because
@@ -14,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import itertools
 import json
 import socket
 import time
@@ -24,6 +24,13 @@ from typing import Any, Literal
 
 import httpx
 
+from specbench_tui.engines.streams import (
+    StreamError,
+    StreamMode,
+    StreamParser,
+    error_text,
+    stream_parser,
+)
 from specbench_tui.results.cells import Api
 from specbench_tui.results.records import Measurement
 
@@ -31,13 +38,6 @@ PromptFormat = Literal["chatml", "plain"]
 Message = dict[str, str]
 
 _ERROR_BODY_CHARS = 200
-
-# Field names seen across SGLang builds; the first one present wins. Older builds and forks
-# rename these, and a renamed field must degrade to "unknown", not to a crash.
-_COMPLETION_KEYS = ("completion_tokens", "output_tokens", "num_output_tokens")
-_PROMPT_KEYS = ("prompt_tokens", "input_tokens", "num_prompt_tokens")
-_CACHED_KEYS = ("cached_tokens", "cached_prompt_tokens", "num_cached_tokens")
-_VERIFY_KEYS = ("spec_verify_ct", "spec_verify_count", "verify_ct")
 
 
 @dataclass
@@ -51,10 +51,7 @@ class Completion(Measurement):
 
     text: str = ""
     request_id: str | None = None  # the server's id (meta_info id / chunk id), for tracing
-
-
-class _StreamError(Exception):
-    """A failure found while reading the stream; its message is the row's ``error``."""
+    output_ids: list[int] | None = None  # the generated token ids, where the server sent them
 
 
 def render_prompt(messages: list[Message], fmt: PromptFormat = "chatml") -> str:
@@ -77,47 +74,10 @@ def render_prompt(messages: list[Message], fmt: PromptFormat = "chatml") -> str:
     return "".join(parts)
 
 
-def _first_int(d: dict[str, Any], keys: tuple[str, ...]) -> int | None:
-    for k in keys:
-        v = d.get(k)
-        if isinstance(v, bool):
-            continue
-        if isinstance(v, int | float):
-            return int(v)
-    return None
-
-
-def _finish_reason(raw: Any) -> str | None:
-    """SGLang sends ``{"type": "length", "length": 256}``; OpenAI sends ``"length"``."""
-    if raw is None:
-        return None
-    if isinstance(raw, dict):
-        kind = raw.get("type")
-        return str(kind) if kind is not None else json.dumps(raw, separators=(",", ":"))[:60]
-    return str(raw)
-
-
-def _abort_message(raw: Any) -> str:
-    if isinstance(raw, dict) and raw.get("message"):
-        return f"server aborted the request: {raw['message']}"[:240]
-    return "server aborted the request"
-
-
-def _error_text(body: Any) -> str:
-    """Pull the message out of the usual JSON error shapes; fall back to the raw text."""
-    if isinstance(body, dict):
-        err = body.get("error", body.get("detail", body.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err is not None:
-            return str(err)
-    return str(body)
-
-
 def _describe_http_error(status: int, body: bytes) -> str:
     text = body.decode("utf-8", "replace").strip()
     with contextlib.suppress(ValueError):
-        text = _error_text(json.loads(text))
+        text = error_text(json.loads(text))
     text = " ".join(text.split())[:_ERROR_BODY_CHARS]
     return f"HTTP {status}: {text}" if text else f"HTTP {status}"
 
@@ -147,7 +107,7 @@ def _describe_exception(exc: BaseException, timeout_s: float) -> str:
         return f"cannot connect: {msg}"[:240] if msg else "cannot connect"
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
         return "server closed the stream early"
-    if isinstance(exc, _StreamError):
+    if isinstance(exc, StreamError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"[:240]
 
@@ -156,7 +116,9 @@ class BenchClient:
     """A streaming client bound to one server.
 
     ``concurrency`` sizes the connection pool so that a concurrency cell never waits on the
-    pool (which would show up as false queueing delay in TTFT).
+    pool (which would show up as false queueing delay in TTFT). ``model`` is the served model
+    name an OpenAI request carries (vLLM refuses any other); ``stream_mode`` is SGLang's
+    ``/generate`` stream mode when the server said which (``auto`` tells from the stream).
     """
 
     def __init__(
@@ -165,12 +127,16 @@ class BenchClient:
         api: Api = "sglang",
         *,
         concurrency: int = 1,
-        model: str = "default",
+        model: str | None = None,
         prompt_format: PromptFormat = "chatml",
+        stream_mode: StreamMode = "auto",
+        token_ids: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.token_ids = token_ids  # ask an OpenAI route for token ids (vLLM return_token_ids)
         self.api: Api = api
         self.model = model
+        self.stream_mode: StreamMode = stream_mode
         self.prompt_format: PromptFormat = prompt_format
         n = max(1, concurrency)
         self._http = httpx.AsyncClient(
@@ -217,27 +183,36 @@ class BenchClient:
         else:
             path = "/v1/chat/completions"
             body = {
-                "model": self.model,
                 "messages": messages,
                 "max_tokens": max_tokens,
                 "temperature": temperature,
                 "stream": True,
                 "stream_options": {"include_usage": True},
             }
+            if self.model is not None:  # without it a server uses its one model (vLLM does)
+                body["model"] = self.model
+            if self.token_ids:
+                body["return_token_ids"] = True
         out = Completion(started_at=time.time())
-        state = _StreamState()
+        parser = stream_parser(self.api, self.stream_mode)
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(timeout_s):
-                await self._stream(path, body, out, state, t0)
+                await self._stream(path, body, out, parser, t0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             # A server that sent [DONE] but then held the body open delivered everything.
-            if not state.done:
+            if not parser.done:
                 out.error = _describe_exception(exc, timeout_s)
-        end = state.end_t if state.end_t is not None else time.perf_counter() - t0
-        state.finish(out, end)
+        end = parser.end_t if parser.end_t is not None else time.perf_counter() - t0
+        try:
+            parser.finish(out, end)
+        except StreamError as exc:  # the last chunk held the text and did not decode
+            out.error = out.error or str(exc)
+        out.text = parser.text
+        out.request_id = parser.request_id
+        out.output_ids = parser.ids
         return out
 
     async def _stream(
@@ -245,7 +220,7 @@ class BenchClient:
         path: str,
         body: dict[str, Any],
         out: Completion,
-        state: _StreamState,
+        parser: StreamParser,
         t0: float,
     ) -> None:
         async with self._http.stream("POST", path, json=body) as resp:
@@ -257,155 +232,12 @@ class BenchClient:
                         break
                 out.error = _describe_http_error(resp.status_code, raw)
                 return
-            on_data = state.on_sglang if self.api == "sglang" else state.on_openai
-            loads = json.loads
             perf = time.perf_counter
             async for line in resp.aiter_lines():
-                if not line.startswith("data:") or state.done:
+                if not line.startswith("data:") or parser.done:
                     continue  # blank separators, SSE comments, "event:" lines
-                t = perf() - t0
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    # Keep reading to the end of the body (the server closes it right away) so
-                    # the connection goes back to the pool instead of being torn down.
-                    state.done = True
-                    state.end_t = t
-                    continue
-                try:
-                    data = loads(payload)
-                except ValueError as exc:
-                    raise _StreamError(f"bad stream data: {payload[:80]!r}") from exc
-                if isinstance(data, dict):
-                    on_data(data, t)
-            if state.end_t is None:
-                state.end_t = perf() - t0
-            if not state.done and state.finish_raw is None:
-                raise _StreamError("server closed the stream early")
-
-
-class _StreamState:
-    """Running state of one stream; kept apart from :class:`Completion` so the hot path
-    touches only plain attributes."""
-
-    __slots__ = (
-        "content_times",
-        "done",
-        "end_t",
-        "finish_raw",
-        "meta",
-        "reasoning",
-        "text",
-        "tokens",
-        "usage",
-    )
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.reasoning = ""
-        self.tokens = -1  # completion_tokens of the last chunk, to spot token-only chunks
-        self.content_times: list[float] = []
-        self.meta: dict[str, Any] = {}
-        self.usage: dict[str, Any] = {}
-        self.finish_raw: Any = None
-        self.done = False
-        self.end_t: float | None = None
-
-    def on_sglang(self, data: dict[str, Any], t: float) -> None:
-        if "error" in data and "text" not in data:
-            raise _StreamError(f"server error: {_error_text(data)}"[:240])
-        meta = data.get("meta_info")
-        grew = False
-        if isinstance(meta, dict):
-            self.meta = meta
-            ct = _first_int(meta, _COMPLETION_KEYS)
-            if ct is not None and ct > self.tokens:
-                grew = self.tokens >= 0 or ct > 0
-                self.tokens = ct
-            fr = meta.get("finish_reason")
-            if fr is not None:
-                self.finish_raw = fr
-        text = data.get("text")
-        if isinstance(text, str) and text:
-            prev = self.text
-            # SGLang streams the cumulative text by default; builds run with incremental
-            # streaming send only the new piece. Accept both.
-            if len(text) >= len(prev) and text.startswith(prev):
-                if len(text) > len(prev):
-                    grew = True
-                    self.text = text
-            else:
-                grew = True
-                self.text = prev + text
-        if grew:
-            self.content_times.append(t)
-
-    def on_openai(self, data: dict[str, Any], t: float) -> None:
-        if "error" in data and "choices" not in data:
-            raise _StreamError(f"server error: {_error_text(data)}"[:240])
-        usage = data.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
-        choices = data.get("choices")
-        if not choices:
-            return
-        choice = choices[0]
-        delta = choice.get("delta") or {}
-        content = delta.get("content")
-        reasoning = delta.get("reasoning_content")
-        grew = False
-        if content:
-            self.text += content
-            grew = True
-        if reasoning:
-            self.reasoning += reasoning
-            grew = True
-        if grew:
-            self.content_times.append(t)
-        fr = choice.get("finish_reason")
-        if fr is not None:
-            self.finish_raw = fr
-        # Some servers (SGLang among them) attach meta_info-like fields to chunks.
-        meta = choice.get("meta_info") or data.get("meta_info")
-        if isinstance(meta, dict):
-            self.meta = meta
-
-    def finish(self, out: Completion, e2e: float) -> None:
-        """Turn the stream's state into the row's measured fields."""
-        times = self.content_times
-        out.chunks = len(times)
-        if times:
-            out.ttft_s = times[0]
-            out.itl_s = [b - a for a, b in itertools.pairwise(times)]
-        out.e2e_s = e2e
-        counts: dict[str, Any] = {**self.meta, **self.usage}
-        out.output_tokens = _first_int(counts, _COMPLETION_KEYS)
-        out.prompt_tokens = _first_int(counts, _PROMPT_KEYS)
-        out.cached_tokens = _first_int(counts, _CACHED_KEYS)
-        if out.cached_tokens is None:
-            details = self.usage.get("prompt_tokens_details")
-            if isinstance(details, dict):
-                out.cached_tokens = _first_int(details, _CACHED_KEYS)
-        verify = _first_int(self.meta, _VERIFY_KEYS)
-        out.spec_verify_ct = verify
-        if verify and out.output_tokens is not None:
-            out.accept_length = out.output_tokens / verify
-        else:
-            direct = self.meta.get("spec_accept_length")
-            if isinstance(direct, int | float) and not isinstance(direct, bool) and direct > 0:
-                out.accept_length = float(direct)
-        out.finish_reason = _finish_reason(self.finish_raw)
-        if out.finish_reason == "abort" and out.error is None:
-            out.error = _abort_message(self.finish_raw)
-        n = out.output_tokens
-        if n is not None and out.error is None:
-            if e2e > 0:
-                out.output_tok_s = n / e2e
-            if n > 1 and out.ttft_s is not None:
-                out.tpot_s = (e2e - out.ttft_s) / (n - 1)
-        out.text = self.text
-        rid = self.meta.get("id")
-        out.request_id = str(rid) if rid is not None else None
-        if out.error is None:
-            # Reasoning is part of what the model generated, so a greedy check covers it too.
-            full = self.reasoning + self.text if self.reasoning else self.text
-            out.output_sha256 = hashlib.sha256(full.encode("utf-8")).hexdigest()
+                # Keep reading after [DONE] to the end of the body (the server closes it right
+                # away) so the connection goes back to the pool instead of being torn down.
+                parser.feed(line[5:], perf() - t0)
+            if not parser.done and not parser.finished:
+                raise StreamError("server closed the stream early")

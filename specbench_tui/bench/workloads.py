@@ -18,9 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
 from specbench_tui.bench.greedy import Output
+from specbench_tui.engines.counters import CounterWindow
+from specbench_tui.engines.streams import StreamMode
 from specbench_tui.plan.prompt_sets import Prompt, load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.records import RequestRecord
@@ -51,6 +54,7 @@ class CellResult:
     wall_s: float = 0.0
     stopped: bool = False
     planned: int = 0
+    acceptance: dict[str, Any] = field(default_factory=dict)  # engines/acceptance.py columns
 
     @property
     def complete(self) -> bool:
@@ -128,8 +132,10 @@ class _Runner:
         on_request: OnRequest | None,
         should_stop: ShouldStop | None,
         result: CellResult,
+        counters: CounterWindow | None = None,
     ) -> None:
         self.cell = cell
+        self.counters = counters
         self.group = group
         self.client = client
         self.on_request = on_request
@@ -152,26 +158,38 @@ class _Runner:
         }
 
     async def send(self, messages: list[Message] | str) -> Completion:
-        return await self.client.generate(
+        done = await self.client.generate(
             messages,
             max_tokens=self.cell.max_tokens,
             temperature=self.cell.temperature,
             timeout_s=self.cell.timeout_s,
         )
+        if self.counters is not None:
+            self.counters.expect(done.output_tokens)
+        return done
 
     async def warmup(self, messages: list[Message] | str, n: int) -> None:
         """Requests that are sent and discarded: they take CUDA graph capture, JIT and
-        allocator growth out of the first measured request."""
+        allocator growth out of the first measured request. The engine's counters are read
+        around them so that they stay out of the cell's acceptance too."""
+        if n <= 0:
+            return
         t0 = time.perf_counter()
+        if self.counters is not None:
+            await self.counters.pause()
         for _ in range(n):
             if self.should_stop():
                 break
             await self.send(messages)
+        if self.counters is not None:
+            await self.counters.measure()
         if self.start is not None:
             self.warm_s += time.perf_counter() - t0
 
-    def mark_start(self) -> None:
+    async def mark_start(self) -> None:
         if self.start is None:
+            if self.counters is not None:
+                await self.counters.measure()
             self.start = time.perf_counter()
 
     def wall_s(self) -> float:
@@ -200,7 +218,7 @@ class _Runner:
         )
         self.result.records.append(rec)
         if text_key is not None and done.error is None and text_key not in self.result.outputs:
-            ids = getattr(done, "output_ids", None)
+            ids = done.output_ids
             self.result.outputs[text_key] = Output(done.text, tuple(ids) if ids else None)
         if self.on_request is not None:
             self.on_request(rec)
@@ -222,7 +240,7 @@ async def _run_single(run: _Runner, prompts: list[Prompt]) -> None:
     for prompt in prompts:
         msgs = prompt.messages()
         await run.warmup(msgs, cell.warmup)
-        run.mark_start()
+        await run.mark_start()
         for rep in range(cell.repeats):
             if run.should_stop():
                 run.result.stopped = True
@@ -238,7 +256,7 @@ async def _run_agentic(run: _Runner, pool: list[Prompt], seed: int) -> None:
     # config runs the same sessions.
     random.Random(f"{seed}:agentic:{cell.workload}").shuffle(order)
     await run.warmup(_WARMUP_PROMPT, cell.warmup)
-    run.mark_start()
+    await run.mark_start()
     for s in range(cell.sessions):
         task = order[s % len(order)]
         msgs: list[Message] = task.messages()
@@ -267,7 +285,7 @@ async def _run_concurrency(run: _Runner, pool: list[Prompt], seed: int) -> None:
     await run.warmup(order[0].messages(), cell.warmup)
     total = cell.requests
     next_index = 0
-    run.mark_start()
+    await run.mark_start()
 
     async def worker() -> None:
         nonlocal next_index
@@ -300,14 +318,21 @@ async def run_cell(
     client: BenchClient | None = None,
     prompt_format: PromptFormat = "chatml",
     result: CellResult | None = None,
+    model: str | None = None,
+    stream_mode: StreamMode = "auto",
+    token_ids: bool = False,
+    counters: CounterWindow | None = None,
 ) -> CellResult:
     """Run one cell against a healthy server and return its rows.
 
     Request failures are rows with ``error`` set, never exceptions; this raises only for bad
     input (a missing or malformed prompt set: :class:`InputError`). Pass ``client`` to reuse one
     connection pool across the cells of a service group; otherwise one is opened and closed
-    here, sized for the cell's concurrency. ``result`` is filled as requests finish, so a
-    caller that cancels the cell (an abort) still has every request that completed.
+    here, sized for the cell's concurrency, sending ``model`` (the served model name) and
+    reading SGLang streams in ``stream_mode``. ``counters``, when given, is read at the edges
+    of the measured requests (warm-up left out); its result is the caller's. ``result`` is filled as
+    requests finish, so a caller that cancels the cell (an abort) still has every request
+    that completed.
     """
     own = client is None
     if client is None:
@@ -316,9 +341,12 @@ async def run_cell(
             group.api,
             concurrency=cell.concurrency or 1,
             prompt_format=prompt_format,
+            model=model,
+            stream_mode=stream_mode,
+            token_ids=token_ids,
         )
     result = result if result is not None else CellResult()
-    run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result)
+    run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result, counters)
     try:
         if cell.kind == "single":
             names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
@@ -337,6 +365,8 @@ async def run_cell(
             raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")
     finally:
         run.result.wall_s = run.wall_s()
+        if counters is not None:
+            await counters.pause()  # the last read, after the last measured request
         if own:
             await client.aclose()
     return run.result

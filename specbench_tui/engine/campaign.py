@@ -160,6 +160,7 @@ class Campaign:
             on_notice=lambda level, text: self.hub.notice(text, level),
             telemetry_interval_s=self.options.telemetry_interval_s,
             ssh=ssh,
+            cpu_only=hs.cpu_only and kind == "local",
         )
 
     def _host(self, group: ServiceGroup) -> Host:

@@ -19,6 +19,9 @@ from specbench_tui.bench.workloads import CellResult, run_cell
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle, StorageFailed
 from specbench_tui.engine.verdict import Verdict, judge
+from specbench_tui.engines.acceptance import cell_acceptance
+from specbench_tui.engines.counters import CounterWindow
+from specbench_tui.engines.inspect import ServerFacts
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -81,9 +84,15 @@ async def durably(ctx: RunContext, write: Callable[[], T]) -> T:
 
 
 async def run_one(
-    ctx: RunContext, cell: Cell, group: ServiceGroup, svc: Service, handle: GroupHandle
+    ctx: RunContext,
+    cell: Cell,
+    group: ServiceGroup,
+    svc: Service,
+    handle: GroupHandle,
+    facts: ServerFacts,
 ) -> None:
-    """Run one attempt of ``cell`` and record how it ended."""
+    """Run one attempt of ``cell`` and record how it ended. The engine's acceptance
+    counters are read around its measured requests where the server exposes them."""
     attempt = ctx.state.cells[cell.id].attempt + 1
     planned = cell_requests(cell, ctx.plan.dir)[0]
     ctx.hub.emit(
@@ -100,6 +109,7 @@ async def run_one(
 
     result = CellResult()
     handle.cell, handle.stop = cell, None
+    window = CounterWindow(facts.engine, svc.base_url) if facts.metrics else None
     task = asyncio.ensure_future(
         run_cell(
             cell,
@@ -112,6 +122,10 @@ async def run_one(
             on_request=on_request,
             should_stop=lambda: handle.stop is not None or not svc.alive(),
             result=result,
+            model=facts.served_model,
+            stream_mode=facts.stream_mode,
+            token_ids=facts.engine == "vllm",
+            counters=window,
         )
     )
     handle.task = task
@@ -129,6 +143,16 @@ async def run_one(
         handle.cell = handle.task = None
         if not task.done():  # this task itself was cancelled: take the cell down with it
             task.cancel()
+        if window is not None:
+            await window.aclose()
+    result.acceptance = cell_acceptance(
+        result.records,
+        window.result() if window is not None else None,
+        engine=facts.engine,
+        speculative=group.speculative,
+    )
+    result.acceptance["engine"] = facts.engine
+    result.acceptance["engine_version"] = facts.version
     if result.errors and svc.alive():
         # Failed requests often mean the server is going down; its exit status may lag
         # behind the broken connections by a moment.
@@ -189,7 +213,10 @@ async def conclude(
         if cell.temperature == 0 and result.outputs:
             outputs = {k: o.to_json() for k, o in result.outputs.items()}
             await durably(ctx, lambda: ctx.store.write_cell_texts(cell.id, attempt, outputs))
-        figures = summarize(result.records, result.wall_s)
+        figures = {**summarize(result.records, result.wall_s), **result.acceptance}
+        check = figures.get("acceptance_check") or ""
+        if check.startswith("disagree"):
+            hub.notice(f"{cell.name}: acceptance {check}", "warning")
         hub.emit(
             CellFinished(
                 cell_id=cell.id,

@@ -25,6 +25,7 @@ from specbench_tui.bench.greedy import (
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.store import ResultsStore
+from specbench_tui.engines.inspect import ServerFacts
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -113,7 +114,9 @@ def _probe_prompt(ctx: RunContext) -> list[dict[str, str]]:
     return sample_prompts(prompts, 1, ctx.spec.campaign.seed)[0].messages()
 
 
-async def probe_state_leak(ctx: RunContext, group: ServiceGroup, svc: Service) -> None:
+async def probe_state_leak(
+    ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
+) -> None:
     """The same prompt alone, again, and right after a long unrelated request on the same
     server must give the same tokens (state leaking between requests shows only so)."""
     if not ctx.spec.checks.state_leak:
@@ -128,7 +131,9 @@ async def probe_state_leak(ctx: RunContext, group: ServiceGroup, svc: Service) -
             "Summarise this log in detail, line by line.",
         }
     ]
-    client = BenchClient(svc.base_url, group.api)
+    client = BenchClient(
+        svc.base_url, group.api, model=facts.served_model, token_ids=facts.engine == "vllm"
+    )
     try:
         got = []
         for messages, n in (
@@ -144,7 +149,7 @@ async def probe_state_leak(ctx: RunContext, group: ServiceGroup, svc: Service) -
                     "warning",
                 )
                 return
-            ids = getattr(done, "output_ids", None)
+            ids = done.output_ids
             got.append(Output(done.text, tuple(ids) if ids else None))
     finally:
         await client.aclose()

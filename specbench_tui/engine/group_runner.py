@@ -17,8 +17,9 @@ from specbench_tui.engine.checks import evaluate_greedy, probe_state_leak
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import AbortRequested
 from specbench_tui.engine.verdict import restart_allowed
+from specbench_tui.engines.inspect import ServerFacts, inspect_server
 from specbench_tui.hosts.host import Host
-from specbench_tui.hosts.service import Service
+from specbench_tui.hosts.service import Service, ServiceError
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
     CellFailed,
@@ -55,6 +56,7 @@ class GroupRunner:
         self.group = group
         self.host = host
         self.attempt = 0
+        self.facts = ServerFacts(engine=group.engine)  # what the ready server said of itself
 
     async def run(self) -> None:
         ctx, group = self.ctx, self.group
@@ -76,9 +78,9 @@ class GroupRunner:
                     pending = ctx.pending(group)
                     if not pending:
                         if svc.alive() and not ctx.control.aborted:
-                            await probe_state_leak(ctx, group, svc)
+                            await probe_state_leak(ctx, group, svc, self.facts)
                         return
-                    await run_one(ctx, pending[0], group, svc, handle)
+                    await run_one(ctx, pending[0], group, svc, handle, self.facts)
                     if svc.alive() or ctx.control.aborted or not ctx.pending(group):
                         continue
                     code = svc.exit_code
@@ -138,6 +140,14 @@ class GroupRunner:
             slot.service = svc
             await svc.start()
             startup = await ctx.control.unless_aborted(svc.wait_ready(group.ready_timeout_s))
+            facts = await ctx.control.unless_aborted(
+                inspect_server(group, svc.base_url, svc.log_tail(400))
+            )
+            if facts.problems:
+                raise ServiceError(
+                    "what runs is not what the config asks for: " + "; ".join(facts.problems),
+                    svc.log_tail(20),
+                )
         except Exception as exc:
             if isinstance(exc, AbortRequested):
                 reason = "aborted by the operator before the server was ready"
@@ -150,8 +160,20 @@ class GroupRunner:
             ctx.hub.emit(failure)
             await slot.clear()
             return failure
+        self.facts = facts
+        for note in facts.notes:
+            ctx.hub.notice(f"{group.id}: {note}", "warning")
         ctx.hub.emit(
-            ServiceReady(group=group.id, startup_s=round(startup, 3), attempt=self.attempt)
+            ServiceReady(
+                group=group.id,
+                startup_s=round(startup, 3),
+                attempt=self.attempt,
+                engine=facts.engine,
+                engine_version=facts.version,
+                served_model=facts.served_model,
+                speculative=facts.speculative,
+                algorithm=facts.algorithm,
+            )
         )
         return None
 

@@ -54,9 +54,12 @@ class Host:
         on_notice: NoticeCallback | None = None,
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
+        cpu_only: bool = False,
     ) -> None:
         self.name = name
         self.gpus = gpus
+        # A host that serves on CPUs (vLLM's CPU build): no GPUs to watch or to wait for.
+        self.cpu_only = cpu_only
         self.gpu_ids = list(gpu_ids) if gpu_ids is not None else list(range(gpus))
         self.on_notice = on_notice or _ignore_notice
         self.telemetry_interval_s = telemetry_interval_s
@@ -112,7 +115,8 @@ class Host:
             self._reader.on_sample = on_sample
         if on_problem is not None:
             self._reader.on_problem = on_problem
-        self._reader.start()
+        if not self.cpu_only:
+            self._reader.start()
         return self._reader
 
     def _telemetry_problem(self, text: str) -> None:
@@ -123,6 +127,8 @@ class Host:
     ) -> None:
         """Return once the GPUs hold no compute process and idle memory; else raise
         GpusNotFreeError naming the GPU, its memory and the process holding it."""
+        if self.cpu_only:
+            return
         reader = self.telemetry()
         try:
             await wait_gpus_free(reader.latest, gpu_ids, timeout_s, idle_mem_mib, host=self.name)
@@ -238,6 +244,7 @@ def make_host(
     on_notice: NoticeCallback | None = None,
     telemetry_interval_s: float = 1.0,
     ssh: SshSettings | None = None,
+    cpu_only: bool = False,
 ) -> Host:
     """The Host for a plan host of the given kind (``ssh`` settings for an SSH host)."""
     if kind == "sim":
@@ -256,6 +263,7 @@ def make_host(
             gpu_ids=gpu_ids,
             on_notice=on_notice,
             telemetry_interval_s=telemetry_interval_s,
+            cpu_only=cpu_only,
         )
     if ssh is None:
         raise ValueError(f"host {name}: an SSH host needs its ssh settings")

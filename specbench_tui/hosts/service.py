@@ -22,22 +22,20 @@ from typing import IO
 
 import httpx
 
+from specbench_tui.engines import sglang
+from specbench_tui.engines.traits import traits
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
 log = logging.getLogger(__name__)
 
-READY_LINE = "The server is fired up and ready to roll!"
+READY_LINE = sglang.READY_LINE
 
 LineCallback = Callable[[str], None]
 
-# Endpoints that say "this server can generate" (first 200 wins). SGLang's /health_generate
-# runs a real one-token generation, so it only answers 200 once the model is loaded and the
-# scheduler works; an OpenAI-compatible server (vLLM, a proxy) may only have the other two.
-HEALTH_PATHS: dict[str, tuple[str, ...]] = {
-    "sglang": ("/health_generate",),
-    "openai": ("/health_generate", "/health", "/v1/models"),
-}
+# Endpoints that say "this server can generate" (first 200 wins), per engine and API: the
+# engine's own (engines/), else these, for an OpenAI-compatible server of unknown kind.
+FALLBACK_HEALTH_PATHS = ("/health_generate", "/health", "/v1/models")
 
 
 class ServiceError(Exception):
@@ -90,6 +88,9 @@ class Service(ABC):
         self._base_url = (base_url or f"http://127.0.0.1:{group.port}").rstrip("/")
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._ready_seen = asyncio.Event()
+        engine = traits(group.engine)
+        self._ready_line = engine.ready_line
+        self._health_paths = engine.health_paths.get(group.api, FALLBACK_HEALTH_PATHS)
         self._callback_failed = False
         self.started_at: float | None = None  # time.monotonic() of the last start()
         self.ready_after_s: float | None = None  # start-up time of the last wait_ready()
@@ -184,7 +185,7 @@ class Service(ABC):
     def _emit_line(self, line: str) -> None:
         """Record one server log line and pass it on; the callback may never break the tail."""
         self._tail.append(line)
-        if READY_LINE in line:
+        if self._ready_line in line:
             self._ready_seen.set()
         if self._on_line is not None:
             try:
@@ -246,7 +247,7 @@ class Service(ABC):
         if client is None:
             client = _client()
         try:
-            for path in HEALTH_PATHS.get(self.group.api, HEALTH_PATHS["sglang"]):
+            for path in self._health_paths:
                 try:
                     resp = await client.get(self._base_url + path)
                 except httpx.ConnectError:

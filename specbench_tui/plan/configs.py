@@ -11,7 +11,8 @@ import itertools
 import string
 from dataclasses import dataclass
 
-from specbench_tui.plan.model import DEFAULT_LAUNCH, ConfigSpec, ParamValue, PlanSpec
+from specbench_tui.engines.traits import traits
+from specbench_tui.plan.model import ConfigSpec, ParamValue, PlanSpec
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class ResolvedConfig:
     api: str
     ready_timeout_s: float
     params: tuple[tuple[str, ParamValue], ...]
+    engine: str = "sglang"
+    served_model_name: str | None = None
 
 
 def placeholders(text: str) -> list[str]:
@@ -69,10 +72,19 @@ def expanded_name(base: str, combo: tuple[tuple[str, ParamValue], ...]) -> str:
 
 
 def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
-    """All configs after params expansion, in plan order."""
+    """All configs after params expansion, in plan order.
+
+    A config's engine is its own ``engine``, else the ``[server]`` one, else SGLang. The
+    ``[server]`` launch template and api apply to configs of the ``[server]`` engine only; a
+    config of another engine gets that engine's defaults unless it sets its own.
+    """
     server = spec.server
+    server_engine = server.engine or "sglang"
     out: list[ResolvedConfig] = []
     for base, cfg in spec.configs.items():
+        engine = cfg.engine or server_engine
+        same = engine == server_engine
+        eng = traits(engine)
         for combo in param_combinations(cfg):
             values = {k: _format_value(v) for k, v in combo}
             name = expanded_name(base, combo)
@@ -83,15 +95,19 @@ def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
                     name=name,
                     base=base,
                     label=substitute(cfg.label or name, values),
-                    launch=tuple(cfg.launch or server.launch or DEFAULT_LAUNCH),
+                    launch=tuple(
+                        cfg.launch or (server.launch if same else None) or eng.default_launch
+                    ),
                     python=cfg.python or server.python or "python3",
                     model=cfg.model or server.model or "",
                     port=cfg.port or server.port or 30000,
                     args=tuple(substitute(a, values) for a in args),
                     env=tuple(sorted((k, substitute(v, values)) for k, v in env.items())),
-                    api=cfg.api or server.api or "sglang",
+                    api=cfg.api or (server.api if same else None) or eng.default_api,
                     ready_timeout_s=cfg.ready_timeout or server.ready_timeout or 900.0,
                     params=combo,
+                    engine=engine,
+                    served_model_name=cfg.served_model_name or server.served_model_name,
                 )
             )
     return out

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
+from specbench_tui.engines.traits import traits
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import (
@@ -139,6 +140,11 @@ def _group(
         command = tuple(substitute(t, values) for t in cfg.launch) + cfg.args
     env = dict(cfg.env)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
+    # What the config asks for is read from the plan's command (the simulator takes SGLang's
+    # flags whatever the engine); the simulator is an SGLang-compatible server.
+    asked = traits(cfg.engine).requested_speculation(
+        [*(substitute(t, values) for t in cfg.launch), *cfg.args]
+    )
     return ServiceGroup(
         id=f"{host_name}.{cfg.name}.tp{tp}",
         host=host_name,
@@ -152,9 +158,12 @@ def _group(
         env=tuple(sorted(env.items())),
         api="sglang" if kind == "sim" and cfg.api == "sglang" else cfg.api,  # type: ignore[arg-type]
         ready_timeout_s=cfg.ready_timeout_s,
-        speculative=any(a.startswith("--speculative-algorithm") for a in cfg.args),
+        speculative=asked.on,
         stop_before=tuple(host.stop_before) if kind != "sim" else (),
         packed=packed,
+        engine="sglang" if kind == "sim" else cfg.engine,
+        served_model_name=cfg.served_model_name,
+        spec_algorithm=asked.algorithm,
     )
 
 

@@ -25,19 +25,6 @@ UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9:_.@\\-]{0,250}$"
 
 KINDS = ("single", "agentic", "concurrency")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
-DEFAULT_LAUNCH = [
-    "{python}",
-    "-m",
-    "sglang.launch_server",
-    "--model-path",
-    "{model}",
-    "--tp-size",
-    "{tp}",
-    "--host",
-    "127.0.0.1",
-    "--port",
-    "{port}",
-]
 
 
 class Strict(BaseModel):
@@ -71,6 +58,9 @@ class HostSpec(Strict):
     restore_after: bool = True
     prepare: list[str] = []
     speed: float = Field(default=1.0, gt=0)  # sim hosts: compress simulated time
+    # local hosts: servers run on CPUs (vLLM's CPU build), so there are no GPUs to watch or
+    # to wait for; ``gpus`` then only bounds the TP sizes.
+    cpu_only: bool = False
 
     @property
     def sim_speed(self) -> float:
@@ -93,6 +83,8 @@ class ServerSpec(Strict):
     args: list[str] = []
     env: dict[str, str] = {}
     api: Literal["sglang", "openai"] | None = None
+    engine: Literal["sglang", "vllm"] | None = None
+    served_model_name: str | None = Field(default=None, min_length=1)
     ready_timeout: Duration | None = None
 
     @field_validator("env", mode="before")

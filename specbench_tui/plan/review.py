@@ -12,6 +12,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from specbench_tui.engines.traits import traits
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate
@@ -60,6 +61,8 @@ def render_text(r: Review) -> str:
             )
         elif host.ssh:
             where = f"ssh {host.ssh}, {host.services or 'systemd'}, {host.gpus} GPUs"
+        elif host.cpu_only:
+            where = f"local, {host.services or 'process'}, CPU only"
         else:
             where = f"local, {host.services or 'process'}, {host.gpus} GPUs"
         out.append("")
@@ -78,6 +81,15 @@ def render_text(r: Review) -> str:
                 f"{','.join(map(str, g.gpu_ids))}  port {g.port}  "
                 f"~{format_duration(est.per_group_s[g.id])}"
             )
+            served = f", served as {g.served_model_name!r}" if g.served_model_name else ""
+            speculation = (
+                f"speculative ({g.spec_algorithm or 'unnamed algorithm'})"
+                if g.speculative
+                else "no speculation"
+            )
+            engine = ("simulated " if g.host_kind == "sim" else "") + traits(g.engine).label
+            api = "native /generate" if g.api == "sglang" else "OpenAI chat API"
+            out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
             out.append(f"{bar}   env {env}")

@@ -9,6 +9,7 @@ import difflib
 import re
 import string
 
+from specbench_tui.engines.traits import traits
 from specbench_tui.errors import InputError
 from specbench_tui.plan.configs import names_matching, resolve_configs
 from specbench_tui.plan.document import Plan, PlanError
@@ -49,6 +50,13 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     ("hosts", name),
                     'set exactly one of ssh = "user@host", '
                     f"local = true, sim = true (found {len(chosen) or 'none'})",
+                )
+            )
+        if host.cpu_only and not host.local:
+            errs.append(
+                PlanError(
+                    ("hosts", name, "cpu_only"),
+                    "only a local = true host can be CPU-only (its servers run on this machine)",
                 )
             )
         if host.gpu_ids is not None:
@@ -104,6 +112,18 @@ def check_plan(plan: Plan) -> list[PlanError]:
         return errs  # the rest needs resolvable configs
 
     configs = resolve_configs(spec)
+    for c in configs:
+        eng = traits(c.engine)
+        if c.api not in eng.apis:
+            own = spec.configs[c.base].api is not None
+            errs.append(
+                PlanError(
+                    ("configs", c.base, "api") if own else ("server", "api"),
+                    f"api = {c.api!r} but config {c.base!r} runs on {eng.label}, which serves "
+                    f"only {' or '.join(repr(a) for a in eng.apis)}; "
+                    f"set api = {eng.default_api!r} or leave api out",
+                )
+            )
     first: dict[str, str] = {}
     for c in configs:
         if c.name in first:
@@ -234,13 +254,14 @@ def _check_placeholders(
             errs.append(
                 PlanError(
                     (*where, key),
-                    f"{text!r}: {exc} (write {{{{ and }}}} for literal braces, as in JSON flags)",
+                    f"{text!r}: {exc}; write {{{{ and }}}} for literal braces, "
+                    f"e.g. {_literal_braces(text, allowed)!r}",
                 )
             )
             continue
         names = [name for _, name, _, _ in fields if name is not None]
         for _, name, spec, conv in fields:
-            if name is not None and (spec or conv):
+            if name in allowed and (spec or conv):
                 errs.append(
                     PlanError(
                         (*where, key),
@@ -250,14 +271,40 @@ def _check_placeholders(
                 )
         for n in names:
             if n not in allowed:
+                hint = (
+                    f"; for literal braces (JSON such as vLLM's --speculative-config) write "
+                    f"{{{{ and }}}}: {_literal_braces(text, allowed)!r}"
+                    if not n.isidentifier()
+                    else "; write {{ and }} for literal braces"
+                )
                 errs.append(
                     PlanError(
                         (*where, key),
                         f"unknown placeholder {{{n}}} in {text!r}; "
-                        f"known: {', '.join('{' + a + '}' for a in sorted(allowed))}",
+                        f"known: {', '.join('{' + a + '}' for a in sorted(allowed))}{hint}",
                     )
                 )
+                break  # one message per value: the hint rewrites the whole of it
     return errs
+
+
+def _literal_braces(text: str, allowed: set[str]) -> str:
+    """``text`` with every brace doubled except around the known placeholders."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "{":
+            end = text.find("}", i)
+            if end > i and text[i + 1 : end] in allowed:
+                out.append(text[i : end + 1])
+                i = end + 1
+                continue
+            out.append("{{")
+        elif text[i] == "}":
+            out.append("}}")
+        else:
+            out.append(text[i])
+        i += 1
+    return "".join(out)
 
 
 def _unknown(what: str, name: str, known: object) -> str:

@@ -36,6 +36,9 @@ class ServiceGroup:
     packed: bool = False
     # Runs only with every GPU of the host free: the unpacked control of a packed group.
     exclusive: bool = False
+    engine: str = "sglang"  # "sglang" | "vllm": what runs (the simulator speaks SGLang)
+    served_model_name: str | None = None  # the plan's override of the name requests carry
+    spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

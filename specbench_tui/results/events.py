@@ -177,6 +177,12 @@ class ServiceReady(Event):
     group: str
     startup_s: float = 0.0
     attempt: int = 1
+    # What the ready server reported about itself (engines/inspect.py), for the report.
+    engine: str = ""
+    engine_version: str | None = None
+    served_model: str | None = None
+    speculative: bool | None = None  # None: the server did not say
+    algorithm: str | None = None
 
 
 @dataclass(kw_only=True)

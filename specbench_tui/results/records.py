@@ -33,7 +33,14 @@ class Measurement:
     """What the client measured for one request. Times are seconds; ``started_at`` is Unix
     epoch seconds. Token counts come from the server's own numbers (``meta_info`` or
     ``usage``), never from counting streamed chunks: a speculative server sends several
-    tokens per chunk."""
+    tokens per chunk.
+
+    Speculative counts are the engine's raw numbers per request, one convention for both
+    engines: ``spec_verify_ct`` verify steps, ``spec_accepted_tokens`` accepted draft tokens
+    (the bonus token of each step not counted), ``spec_draft_tokens`` draft tokens proposed,
+    ``spec_accept_histogram[j]`` verify steps that accepted exactly ``j`` drafts. Each is null
+    where the engine does not give it, and all are null without speculative decoding.
+    """
 
     started_at: float = 0.0
     ttft_s: float | None = None
@@ -50,6 +57,9 @@ class Measurement:
     finish_reason: str | None = None
     output_sha256: str | None = None
     error: str | None = None
+    spec_accepted_tokens: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accept_histogram: list[int] | None = None
 
     def measurements(self) -> dict[str, Any]:
         """Just the measured fields, to fill a :class:`RequestRecord`."""

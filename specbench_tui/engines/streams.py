@@ -1,0 +1,466 @@
+"""Stream parsing: one request's SSE data payloads in, what the request measured out.
+
+The transport (``bench/client.py``) sends the request and hands every SSE ``data:`` payload to
+a parser with its arrival time; the parser owns everything about what the payloads mean:
+
+``parser = stream_parser(api, mode)``
+    a fresh parser for one request (``api``: ``"sglang"`` for ``/generate``, ``"openai"`` for
+    ``/v1/chat/completions``; ``mode``: SGLang's stream mode, see below).
+``parser.feed(payload, t)``
+    one payload: the event's data as ``bytes`` or ``str`` (JSON text, or ``[DONE]``; leading
+    whitespace allowed) or an already decoded ``dict``; ``t`` is seconds since the request
+    was sent. Raises :class:`StreamError` for an in-band server error or data that is not
+    JSON; its message is the request row's ``error``.
+``parser.done`` / ``parser.end_t``
+    ``[DONE]`` was seen, and when. ``parser.finished``: a finish reason was seen (a stream
+    that ends without either stopped early).
+``parser.finish(out, e2e_s)``
+    fills the measured fields of ``out`` (a :class:`Measurement`); then ``parser.text`` is the
+    output text and ``parser.request_id`` the server's id.
+
+Work per payload is bounded by what is new in it, so a long output costs the same per token
+as a short one. SGLang's ``/generate`` streams in one of two modes, a server flag:
+by default (``cumulative``) every chunk resends the whole text and all output ids so far;
+with ``--incremental-streaming-output`` each chunk carries only the new text and ids. In
+cumulative mode only ``meta_info`` (the last key of the payload) is decoded, found by searching
+from the end, and the text is taken once, from the last chunk; in incremental mode the pieces
+are joined. ``auto`` tells the modes apart from the output ids (all of them, or only the new
+ones, against ``meta_info.completion_tokens``) instead of guessing from the text, which a
+delta that happens to repeat the text so far (``"\\n"`` then ``"\\n"``) would fool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from abc import ABC, abstractmethod
+from typing import Any, Literal
+
+from specbench_tui.engines import sglang
+from specbench_tui.results.records import Measurement
+
+StreamMode = Literal["auto", "cumulative", "incremental"]
+
+# Field names seen across builds and forks; the first one present wins, and a renamed field
+# degrades to "unknown", not to a crash.
+COMPLETION_KEYS = ("completion_tokens", "output_tokens", "num_output_tokens")
+PROMPT_KEYS = ("prompt_tokens", "input_tokens", "num_prompt_tokens")
+CACHED_KEYS = ("cached_tokens", "cached_prompt_tokens", "num_cached_tokens")
+VERIFY_KEYS = ("spec_verify_ct", "spec_verify_count", "verify_ct")
+
+_DECODER = json.JSONDecoder()
+_META_KEY = '"meta_info":'
+_META_KEY_B = b'"meta_info":'
+
+
+class StreamError(Exception):
+    """A failure found while reading the stream; its message is the row's ``error``."""
+
+
+def first_int(d: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int | float):
+            return int(v)
+    return None
+
+
+def int_list(v: Any) -> list[int] | None:
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return list(v)
+    return None
+
+
+def error_text(body: Any) -> str:
+    """Pull the message out of the usual JSON error shapes; fall back to the raw text."""
+    if isinstance(body, dict):
+        err = body.get("error", body.get("detail", body.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err is not None:
+            return str(err)
+    return str(body)
+
+
+def finish_reason_name(raw: Any) -> str | None:
+    """SGLang sends ``{"type": "length", "length": 256}``; OpenAI sends ``"length"``."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        kind = raw.get("type")
+        return str(kind) if kind is not None else json.dumps(raw, separators=(",", ":"))[:60]
+    return str(raw)
+
+
+def _abort_message(raw: Any) -> str:
+    if isinstance(raw, dict) and raw.get("message"):
+        return f"server aborted the request: {raw['message']}"[:240]
+    return "server aborted the request"
+
+
+def _loads(payload: bytes | str) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError as exc:
+        head = payload[:80]
+        raise StreamError(f"bad stream data: {head!r}") from exc
+
+
+def _is_done(payload: bytes | str) -> bool:
+    # Compare the head only: a payload may be megabytes long.
+    head = payload[:16].strip()
+    return head == "[DONE]" or head == b"[DONE]"
+
+
+class StreamParser(ABC):
+    """Shared state and the translation into a request row; subclasses read the payloads."""
+
+    def __init__(self) -> None:
+        self.content_times: list[float] = []  # arrival of every chunk that carried output
+        self.done = False
+        self.end_t: float | None = None
+        self.finish_raw: Any = None
+        self.request_id: str | None = None
+        self.text = ""
+        self._reasoning = ""
+        # The generated token ids, where the server sends them (SGLang output_ids, vLLM with
+        # return_token_ids): the greedy check compares these, not text.
+        self.ids: list[int] | None = None
+        self._ids: list[int] = []
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_raw is not None
+
+    def feed(self, payload: bytes | str | dict[str, Any], t: float) -> None:
+        if self.done:
+            return
+        if isinstance(payload, dict):
+            self._data(payload, t)
+            return
+        if _is_done(payload):
+            self.done = True
+            self.end_t = t
+            return
+        self._payload(payload, t)
+
+    def _payload(self, payload: bytes | str, t: float) -> None:
+        data = _loads(payload)
+        if isinstance(data, dict):
+            self._data(data, t)
+
+    @abstractmethod
+    def _data(self, data: dict[str, Any], t: float) -> None:
+        """One decoded payload."""
+
+    @abstractmethod
+    def _counts(self) -> dict[str, Any]:
+        """The server's own numbers for the request: token counts and speculative counts."""
+
+    @abstractmethod
+    def _final_text(self) -> tuple[str, str]:
+        """(text, reasoning) as generated."""
+
+    def finish(self, out: Measurement, e2e_s: float) -> None:
+        """Turn the stream's state into the row's measured fields."""
+        times = self.content_times
+        out.chunks = len(times)
+        if times:
+            out.ttft_s = times[0]
+            out.itl_s = [b - a for a, b in itertools.pairwise(times)]
+        out.e2e_s = e2e_s
+        c = self._counts()
+        out.output_tokens = c.get("output_tokens")
+        out.prompt_tokens = c.get("prompt_tokens")
+        out.cached_tokens = c.get("cached_tokens")
+        out.spec_verify_ct = c.get("verify")
+        out.spec_accepted_tokens = c.get("accepted")
+        out.spec_draft_tokens = c.get("drafted")
+        out.spec_accept_histogram = c.get("histogram")
+        out.accept_length = c.get("accept_length")
+        out.finish_reason = finish_reason_name(self.finish_raw)
+        if out.finish_reason == "abort" and out.error is None:
+            out.error = _abort_message(self.finish_raw)
+        n = out.output_tokens
+        if n is not None and out.error is None:
+            if e2e_s > 0:
+                out.output_tok_s = n / e2e_s
+            if n > 1 and out.ttft_s is not None:
+                out.tpot_s = (e2e_s - out.ttft_s) / (n - 1)
+        self.text, self._reasoning = self._final_text()
+        if out.error is None:
+            # Reasoning is part of what the model generated, so a greedy check covers it too.
+            full = self._reasoning + self.text if self._reasoning else self.text
+            out.output_sha256 = hashlib.sha256(full.encode("utf-8")).hexdigest()
+
+
+def sglang_spec_counts(meta: dict[str, Any], completion: int | None) -> dict[str, Any]:
+    """Speculative counts from SGLang's ``meta_info``: accept length is completion tokens per
+    verify step, SGLang's own definition (the one its counters give too)."""
+    out: dict[str, Any] = {}
+    verify = first_int(meta, VERIFY_KEYS)
+    out["verify"] = verify
+    out["accepted"] = first_int(meta, sglang.ACCEPTED_DRAFT_KEYS)
+    out["drafted"] = first_int(meta, sglang.PROPOSED_DRAFT_KEYS)
+    for k in sglang.HISTOGRAM_KEYS:
+        hist = int_list(meta.get(k))
+        if hist is not None:
+            out["histogram"] = hist
+            break
+    if verify and completion is not None:
+        out["accept_length"] = completion / verify
+    else:
+        direct = meta.get("spec_accept_length")
+        if isinstance(direct, int | float) and not isinstance(direct, bool) and direct > 0:
+            out["accept_length"] = float(direct)
+    return out
+
+
+def vllm_spec_counts(spec: dict[str, Any]) -> dict[str, Any]:
+    """Speculative counts from vLLM's ``metrics.speculative_decoding`` (usage chunk, with
+    ``--per-request-spec-decode-metrics``): accept length is 1 + accepted drafts per verify
+    step, vLLM's definition (and its counters'). A request with no verify step (it ended on
+    its first token) has no accept length."""
+    steps = first_int(spec, ("num_spec_steps",))
+    accepted = first_int(spec, ("num_accepted_draft_tokens",))
+    out: dict[str, Any] = {
+        "verify": steps,
+        "accepted": accepted,
+        "drafted": first_int(spec, ("num_draft_tokens",)),
+        "histogram": int_list(spec.get("acceptance_histogram")),
+    }
+    if steps and accepted is not None:
+        out["accept_length"] = 1.0 + accepted / steps
+    return out
+
+
+class SglangStream(StreamParser):
+    """SGLang's native ``/generate`` stream (``text``, ``output_ids``, ``meta_info`` per chunk)."""
+
+    def __init__(self, mode: StreamMode = "auto") -> None:
+        super().__init__()
+        self.mode: StreamMode = mode
+        self.tokens = -1  # completion_tokens of the last chunk, to spot token-bearing chunks
+        self.meta: dict[str, Any] = {}
+        self._pieces: list[str] = []  # incremental (and undecided) mode: the new text pieces
+        self._last: bytes | str | dict[str, Any] | None = None  # cumulative: last payload
+        self._last_text = ""  # cumulative text of the last fully decoded chunk
+
+    def _payload(self, payload: bytes | str, t: float) -> None:
+        if self.mode == "cumulative":
+            meta = _tail_meta(payload)
+            if meta is not None and first_int(meta, COMPLETION_KEYS) is not None:
+                self._meta(meta, t, grew_text=False)
+                self._last = payload
+                return
+        super()._payload(payload, t)
+
+    def _data(self, data: dict[str, Any], t: float) -> None:
+        if "error" in data and "text" not in data and "meta_info" not in data:
+            raise StreamError(f"server error: {error_text(data)}"[:240])
+        meta = data.get("meta_info")
+        text = data.get("text")
+        prev = self.tokens
+        if self.mode == "auto":
+            self._decide(data, meta)
+        ids = data.get("output_ids")
+        if isinstance(ids, list) and self.mode != "cumulative":
+            self._ids.extend(i for i in ids if isinstance(i, int))
+        grew_text = False
+        if isinstance(text, str):
+            if self.mode == "cumulative":
+                grew_text = len(text) > len(self._last_text)
+                self._last_text = text
+                self._last = data
+            else:
+                grew_text = bool(text)
+                self._pieces.append(text)
+                if self.mode == "auto":
+                    self._last_text = text
+        if isinstance(meta, dict):
+            self._meta(meta, t, grew_text, prev)
+        elif grew_text:
+            self.content_times.append(t)
+
+    def _decide(self, data: dict[str, Any], meta: Any) -> None:
+        """Cumulative or incremental, from the ids: all of them so far, or only the new."""
+        if "output_ids" not in data:
+            self.mode = "cumulative"  # builds without ids have no incremental mode
+        else:
+            ids = data.get("output_ids")
+            ct = first_int(meta, COMPLETION_KEYS) if isinstance(meta, dict) else None
+            if isinstance(ids, list) and ct is not None and self.tokens > 0:
+                if len(ids) == ct:
+                    self.mode = "cumulative"
+                elif len(ids) == ct - self.tokens:
+                    self.mode = "incremental"
+        if self.mode == "cumulative" and self._pieces:
+            self._pieces = []  # the cumulative text carries them already
+        if self.mode == "cumulative":
+            self._ids = []  # and the last chunk all the ids
+
+    def _meta(
+        self, meta: dict[str, Any], t: float, grew_text: bool, prev: int | None = None
+    ) -> None:
+        self.meta = meta
+        prev = self.tokens if prev is None else prev
+        grew = grew_text
+        ct = first_int(meta, COMPLETION_KEYS)
+        if ct is not None:
+            if ct > prev:
+                grew = prev >= 0 or ct > 0
+            self.tokens = max(ct, self.tokens)
+        fr = meta.get("finish_reason")
+        if fr is not None:
+            self.finish_raw = fr
+        rid = meta.get("id")
+        if rid is not None:
+            self.request_id = str(rid)
+        if grew:
+            self.content_times.append(t)
+
+    def _counts(self) -> dict[str, Any]:
+        meta = self.meta
+        out = {
+            "output_tokens": first_int(meta, COMPLETION_KEYS),
+            "prompt_tokens": first_int(meta, PROMPT_KEYS),
+            "cached_tokens": first_int(meta, CACHED_KEYS),
+        }
+        out.update(sglang_spec_counts(meta, out["output_tokens"]))
+        return out
+
+    def _final_text(self) -> tuple[str, str]:
+        if self.mode == "cumulative":
+            last = self._last
+            if isinstance(last, bytes | str):
+                decoded = _loads(last)
+                last = decoded if isinstance(decoded, dict) else None
+            if isinstance(last, dict):
+                self.ids = _int_ids(last.get("output_ids"))
+                text = last.get("text")
+                return (text if isinstance(text, str) else self._last_text), ""
+            return self._last_text, ""
+        self.ids = list(self._ids) if self._ids else None
+        if self.mode == "auto" and len(self._pieces) <= 1:
+            return self._last_text, ""
+        return "".join(self._pieces), ""
+
+
+def _int_ids(raw: Any) -> list[int] | None:
+    if isinstance(raw, list) and raw and all(type(i) is int for i in raw):
+        return raw
+    return None
+
+
+def _tail_meta(payload: bytes | str) -> dict[str, Any] | None:
+    """The ``meta_info`` object of a ``/generate`` payload, decoded without the text and ids
+    before it. In JSON every quote inside a string is escaped, so ``"meta_info":`` can only be
+    the key itself; searching from the end finds it after the (long) text and ids."""
+    if isinstance(payload, bytes):
+        k = payload.rfind(_META_KEY_B)
+        if k < 0:
+            return None
+        tail = payload[k + len(_META_KEY_B) :].decode("utf-8", "replace")
+    else:
+        k = payload.rfind(_META_KEY)
+        if k < 0:
+            return None
+        tail = payload[k + len(_META_KEY) :]
+    try:
+        meta, _ = _DECODER.raw_decode(tail.lstrip())
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+class OpenAIStream(StreamParser):
+    """``/v1/chat/completions`` (and ``/v1/completions``) chunks, from vLLM or SGLang.
+
+    A chunk counts as output when its choice carries text (``delta.content``,
+    ``delta.reasoning_content`` / ``delta.reasoning``, or ``text``), even an empty string: vLLM
+    sends empty deltas for tokens that decode to nothing yet. The role chunk that opens a chat
+    stream carries no token and does not count.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pieces: list[str] = []
+        self._reasoning_pieces: list[str] = []
+        self.usage: dict[str, Any] = {}
+        self.spec: dict[str, Any] | None = None  # vLLM metrics.speculative_decoding
+        self.meta: dict[str, Any] = {}  # SGLang meta_info, where a build attaches it
+
+    def _data(self, data: dict[str, Any], t: float) -> None:
+        if "error" in data and "choices" not in data:
+            raise StreamError(f"server error: {error_text(data)}"[:240])
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        metrics = data.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            self.spec = metrics["speculative_decoding"]
+        rid = data.get("id")
+        if rid is not None and self.request_id is None:
+            self.request_id = str(rid)
+        choices = data.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
+        ids = choice.get("token_ids")
+        if isinstance(ids, list):
+            self._ids.extend(i for i in ids if type(i) is int)
+        counted = False
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            reasoning = delta.get("reasoning_content", delta.get("reasoning"))
+            if isinstance(content, str):
+                self._pieces.append(content)
+                counted = "role" not in delta or bool(content)
+            if isinstance(reasoning, str):
+                self._reasoning_pieces.append(reasoning)
+                counted = counted or bool(reasoning) or "role" not in delta
+        else:
+            text = choice.get("text")
+            if isinstance(text, str):
+                self._pieces.append(text)
+                counted = True
+        if counted:
+            self.content_times.append(t)
+        fr = choice.get("finish_reason")
+        if fr is not None:
+            self.finish_raw = fr
+        meta = choice.get("meta_info") or data.get("meta_info")
+        if isinstance(meta, dict):
+            self.meta = meta
+
+    def _counts(self) -> dict[str, Any]:
+        counts: dict[str, Any] = {**self.meta, **self.usage}
+        out: dict[str, Any] = {
+            "output_tokens": first_int(counts, COMPLETION_KEYS),
+            "prompt_tokens": first_int(counts, PROMPT_KEYS),
+            "cached_tokens": first_int(counts, CACHED_KEYS),
+        }
+        if out["cached_tokens"] is None:
+            details = self.usage.get("prompt_tokens_details")
+            if isinstance(details, dict):
+                out["cached_tokens"] = first_int(details, CACHED_KEYS)
+        if self.spec is not None:
+            out.update(vllm_spec_counts(self.spec))
+        elif self.meta:
+            out.update(sglang_spec_counts(self.meta, out["output_tokens"]))
+        return out
+
+    def _final_text(self) -> tuple[str, str]:
+        self.ids = list(self._ids) if self._ids else None
+        return "".join(self._pieces), "".join(self._reasoning_pieces)
+
+
+def stream_parser(api: str, mode: StreamMode = "auto") -> StreamParser:
+    """A parser for one request. ``mode`` matters for SGLang's ``/generate`` only."""
+    if api == "sglang":
+        return SglangStream(mode)
+    return OpenAIStream()

@@ -1,0 +1,116 @@
+"""Acceptance from raw counts: real vLLM per-request metrics against its counter deltas."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbench_tui.bench.metrics import summarize
+from specbench_tui.engines.acceptance import cell_acceptance
+from specbench_tui.engines.counters import Counters, WindowResult, parse_counters
+from specbench_tui.engines.streams import vllm_spec_counts
+from specbench_tui.results.records import RequestRecord
+from tests.support.replay import FIXTURES
+
+VLLM = FIXTURES / "vllm"
+
+
+def batch() -> tuple[list[RequestRecord], WindowResult, dict]:
+    """The 8 concurrent requests of the capture and the counters around them."""
+    data = json.loads((VLLM / "batch8_requests.json").read_text())
+    records = []
+    for req in data["requests"]:
+        c = vllm_spec_counts(req)
+        records.append(
+            RequestRecord(
+                output_tokens=req["completion_tokens"],
+                spec_verify_ct=c["verify"],
+                spec_accepted_tokens=c["accepted"],
+                spec_draft_tokens=c["drafted"],
+                spec_accept_histogram=c["histogram"],
+                accept_length=c.get("accept_length"),
+            )
+        )
+    before = parse_counters("vllm", (VLLM / "metrics_after_single.txt").read_text())
+    after = parse_counters("vllm", (VLLM / "metrics_after_batch8.txt").read_text())
+    return records, WindowResult(after.minus(before), settled=True), data
+
+
+def test_counter_deltas_of_the_real_batch() -> None:
+    _, window, data = batch()
+    d = window.deltas
+    assert d is not None
+    assert d.generation_tokens == data["batch_delta"]["generation_tokens"] == 653
+    assert (d.verify_steps, d.accepted_tokens, d.draft_tokens) == (193, 323, 399)
+    assert d.per_position == (143, 92, 88)
+
+
+def test_pooled_requests_equal_the_counters_and_differ_from_the_plain_mean() -> None:
+    records, window, data = batch()
+    acc = cell_acceptance(records, window, engine="vllm", speculative=True)
+    assert acc["acceptance_check"] == "agree"
+    assert acc["spec_verify_steps"] == 193 and acc["counter_verify_steps"] == 193
+    assert acc["spec_accepted_tokens"] == 323 and acc["spec_draft_tokens"] == 399
+    want = data["batch_check"]["aggregate_AL_1_plus_dacc_over_ddrafts"]  # 2.6736
+    assert acc["accept_length_weighted"] == pytest.approx(want, rel=1e-12)
+    assert acc["accept_length_counters"] == pytest.approx(want, rel=1e-12)
+    assert acc["acceptance_rate"] == pytest.approx(323 / 399)
+    assert acc["acceptance_rate_counters"] == pytest.approx(323 / 399)
+    assert acc["accept_per_position"] == pytest.approx([143 / 193, 92 / 193, 88 / 193])
+    assert acc["accept_per_position_counters"] == pytest.approx(acc["accept_per_position"])
+    # The plain request mean is another figure: the request that ended on its first token
+    # (no verify step) has no accept length, the other seven count equally.
+    mean = summarize(records)["accept_length_mean"]
+    seven = [r.accept_length for r in records if r.accept_length is not None]
+    assert len(seven) == 7 and mean == pytest.approx(sum(seven) / 7)
+    assert abs(mean - want) > 0.05
+
+
+def test_a_disagreement_is_flagged() -> None:
+    records, window, _ = batch()
+    d = window.deltas
+    assert d is not None
+    extra = Counters(d.generation_tokens, d.verify_steps + 10, d.accepted_tokens + 30,
+                     d.draft_tokens + 30, d.per_position)  # fmt: skip
+    acc = cell_acceptance(
+        records, WindowResult(extra, settled=True), engine="vllm", speculative=True
+    )
+    assert acc["acceptance_check"].startswith("disagree: ")
+    assert "verify steps 193 from requests vs 203 from counters" in acc["acceptance_check"]
+
+
+def test_failed_requests_or_one_source_only() -> None:
+    records, window, _ = batch()
+    records[0].error = "timeout after 5 s"
+    acc = cell_acceptance(records, window, engine="vllm", speculative=True)
+    assert acc["acceptance_check"].startswith("not compared: 1 request(s) failed")
+    records[0].error = None
+    acc = cell_acceptance(records, None, engine="vllm", speculative=True)
+    assert acc["acceptance_check"] == "requests only"
+    assert acc["accept_length_counters"] is None and acc["accept_length_weighted"] is not None
+    bare = [RequestRecord(output_tokens=r.output_tokens) for r in records]
+    acc = cell_acceptance(bare, window, engine="vllm", speculative=True)
+    assert acc["acceptance_check"] == "counters only"
+
+
+def test_null_for_a_non_speculative_config() -> None:
+    records, window, _ = batch()
+    acc = cell_acceptance(records, window, engine="vllm", speculative=False)
+    assert all(v is None for v in acc.values())
+    nospec = parse_counters("vllm", (VLLM / "metrics_nospec_idle.txt").read_text())
+    assert nospec.verify_steps is None and nospec.generation_tokens is not None
+
+
+def test_sglang_counts_every_completion_token() -> None:
+    """SGLang's counters add a request's completion tokens and its verify steps when it
+    finishes, so a request that ended on its first token adds a token and no step."""
+    reqs = [
+        RequestRecord(output_tokens=10, spec_verify_ct=5, accept_length=2.0),
+        RequestRecord(output_tokens=1, spec_verify_ct=0),
+    ]
+    window = WindowResult(Counters(generation_tokens=11, verify_steps=5), settled=True)
+    acc = cell_acceptance(reqs, window, engine="sglang", speculative=True)
+    assert acc["accept_length_weighted"] == pytest.approx(11 / 5)
+    assert acc["accept_length_counters"] == pytest.approx(11 / 5)
+    assert acc["acceptance_check"] == "agree"
