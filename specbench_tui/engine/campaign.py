@@ -271,8 +271,10 @@ class Campaign(OperatorCommands):
             hs.gpus,
             gpu_ids=hs.gpu_ids,
             on_notice=lambda level, text: self._notice(text, level),
+            on_event=self._emit,
             telemetry_interval_s=self.options.telemetry_interval_s,
             ssh=ssh,
+            groups=self.groups,
         )
 
     def _host(self, group: ServiceGroup) -> Host:
@@ -385,16 +387,8 @@ class Campaign(OperatorCommands):
         return started, attempt
 
     async def _clear_gpus(self, group: ServiceGroup, host: Host) -> None:
-        """Wait for the group's GPUs to be free; if something holds them and the plan names
-        foreign services, stop those first."""
-        try:
-            await host.wait_gpus_free(group.gpu_ids, 10.0)
-        except Exception:
-            if not group.stop_before:
-                await host.wait_gpus_free(group.gpu_ids, self.options.gpu_free_timeout_s)
-                return
-            await host.stop_foreign(group.stop_before)
-            await host.wait_gpus_free(group.gpu_ids, self.options.gpu_free_timeout_s)
+        """Wait for the group's GPUs to be free (the host's rule: stop_before, no telemetry)."""
+        await host.clear_gpus(group, self.options.gpu_free_timeout_s)
 
     async def _unless_aborted(self, awaitable: Awaitable[T]) -> T:
         """Await something long (a GPU wait, a 15-minute start-up) that an abort must cut."""
