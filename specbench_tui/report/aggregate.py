@@ -68,6 +68,7 @@ class Report:
     problems: list[dict[str, Any]]
     telemetry: list[dict[str, Any]]
     greedy: dict[str, Any]
+    gpu_telemetry: list[str] = field(default_factory=list)  # per host: source, unverified starts
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -616,6 +617,27 @@ def telemetry_summary(tel: pl.DataFrame | None) -> list[dict[str, Any]]:
     ]
 
 
+def gpu_telemetry(events: list[dict[str, Any]]) -> list[str]:
+    """Per host, how its GPUs were read (``telemetry_chosen``) and before how many server
+    starts their freedom could not be verified (``gpus_unverified``: no telemetry)."""
+    modes: dict[str, str] = {}
+    unverified: dict[str, int] = {}
+    for ev in events:
+        host = str(ev.get("host") or "")
+        if ev.get("event") == "telemetry_chosen":
+            modes[host] = str(ev.get("text") or ev.get("source") or "")
+        elif ev.get("event") == "gpus_unverified":
+            unverified[host] = unverified.get(host, 0) + 1
+    out = []
+    for host in sorted(set(modes) | set(unverified)):
+        line = f"{host}: {modes.get(host) or 'not recorded'}"
+        if unverified.get(host):
+            n = unverified[host]
+            line += f"; GPU freedom not verified before {n} server start{'s' if n != 1 else ''}"
+        out.append(line)
+    return out
+
+
 def _temperatures(inp: Inputs) -> dict[str, float]:
     """Sampling temperature per cell id from the plan as run (``campaign_started`` cells)."""
     out: dict[str, float] = {}
@@ -883,4 +905,5 @@ def build_report(root: Path) -> Report:
         problems=probs,
         telemetry=telemetry_summary(inp.telemetry),
         greedy=greedy_equivalence(inp, req, baseline, order),
+        gpu_telemetry=gpu_telemetry(inp.events),
     )
