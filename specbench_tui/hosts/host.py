@@ -179,6 +179,7 @@ class Host:
         self._mode: TelemetryMode | None = None
         self._mode_lock = asyncio.Lock()
         self._ports: dict[int, int] = {}  # plan port -> the free port taken instead
+        self._cannot_stop_said: set[str] = set()
 
     # --- servers ------------------------------------------------------------------------
 
@@ -332,7 +333,7 @@ class Host:
         if not mode.available:
             await self.wait_released(timeout_s)
             await self.stop_foreign_unverified(group)
-            self._unverified(group, mode.describe())
+            self._unverified(group, "no GPU telemetry")  # the why is in telemetry_chosen
             return False
         try:
             verified = await self.wait_gpus_free(group.gpu_ids, 10.0)
@@ -420,8 +421,9 @@ class Host:
         Only a systemd host can; here it is a notice, and the GPU wait that follows will name
         whatever still holds the GPUs.
         """
-        names = list(names)
+        names = [n for n in names if n not in self._cannot_stop_said]
         if names:
+            self._cannot_stop_said.update(names)  # once per service, not once per group
             self.on_notice(
                 "warning",
                 f"{self.name}: cannot stop {', '.join(names)} on a {self.kind} host "

@@ -49,7 +49,9 @@ class PortHolder:
 async def remote_port_holder(ssh: SshConnection, port: int) -> PortHolder:
     with contextlib.suppress(SshError):
         res = await ssh.run(f"ss -ltnpH 'sport = :{int(port)}' 2>/dev/null", timeout_s=10.0)
-        text = " ".join(res.stdout.split())[:200]
+        line = " ".join(res.stdout.split())
+        users = re.search(r"users:\(\(.*\)\)", line)
+        text = (users.group(0) if users else line)[:200]
         m = re.search(r"pid=(\d+)", text)
         if m is None:
             return PortHolder(text)

@@ -625,7 +625,8 @@ def gpu_telemetry(events: list[dict[str, Any]]) -> list[str]:
     for ev in events:
         host = str(ev.get("host") or "")
         if ev.get("event") == "telemetry_chosen":
-            modes[host] = str(ev.get("text") or ev.get("source") or "")
+            none = ev.get("source") == "none"  # the probe's findings are in the event log
+            modes[host] = "no GPU telemetry" if none else str(ev.get("text") or ev.get("source"))
         elif ev.get("event") == "gpus_unverified":
             unverified[host] = unverified.get(host, 0) + 1
     out = []
