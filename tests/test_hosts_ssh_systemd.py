@@ -133,6 +133,38 @@ async def test_start_ready_stop_and_reconnect(
         await ssh.close()
 
 
+async def test_every_run_gets_its_first_line_and_none_of_the_last_run(
+    ssh: SshConnection,
+    systemd_host: SystemdHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Fresh unit names and reused ones (a campaign run again): with a cursor -u does not
+    match, journalctl 252 dropped the first matching entry, sometimes the server's own."""
+    try:
+        names = ["first.a", "first.b", "first.c", "first.d", "first.a", "first.a", "first.b"]
+        for i, gid in enumerate([*names, "first.a"]):
+            lines: list[str] = []
+            group = command_group(
+                free_port(), "/bin/sh", "-c", f"echo first-{i}; echo second-{i}", gid=gid
+            )
+            svc = SystemdService(
+                group,
+                ssh,
+                tmp_path / f"{i}.log",
+                lines.append,
+                campaign="demo",
+                workdir=str(systemd_host.root / "work"),
+            )
+            await svc.start()
+            await asyncio.wait_for(svc.wait_exit(), 30)
+            await wait_for(lambda: any("Deactivated" in x for x in lines), what="the end")  # noqa: B023
+            await svc.stop(grace_s=2)
+            mine = [x for x in lines if x.startswith(("first-", "second-"))]
+            assert mine == [f"first-{i}", f"second-{i}"], lines
+    finally:
+        await ssh.close()
+
+
 CRASH = """
 import os, sys, time
 go = sys.argv[1]

@@ -398,9 +398,15 @@ class SystemdService(RemoteService):
             await asyncio.sleep(self.poll_s)
 
     async def _journal_end(self) -> str | None:
-        """The cursor of the newest journal entry, so the tail starts after it and a
-        previous run of the same unit name is not shown again."""
-        res = await self.ssh.run(["journalctl", "-n", "1", "-o", "json", "--no-pager"])
+        """The cursor of the unit's newest journal entry (None when it has none), so the tail
+        starts after it and a previous run of the same unit name is not shown again.
+
+        The cursor must be one of the unit's own entries: given a cursor that ``-u UNIT`` does
+        not match (the newest entry of the whole journal, say), journalctl 252 drops the
+        first matching entry after it, sometimes the server's first line."""
+        res = await self.ssh.run(
+            ["journalctl", "-u", self.unit, "-n", "1", "-o", "json", "--no-pager"]
+        )
         for line in reversed(res.stdout.splitlines()):
             with contextlib.suppress(ValueError):
                 entry = json.loads(line)
