@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
         "rerun_failed, abort, retry_group) instead of opening the console",
     )
     p.add_argument("--json", action="store_true", help="with --dry-run: one JSON document")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="with --dry-run: also reach every host and check it (SSH, interpreters, models, "
+        "ports, GPU telemetry); changes nothing there",
+    )
     p.add_argument("--results", metavar="DIR", type=Path, help="results root instead of the plan's")
     p.add_argument(
         "--fresh",
@@ -119,6 +125,8 @@ def _send(control: object, words: list[str]) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.json and not args.dry_run:
         raise InputError("--json goes with --dry-run")
+    if args.check and not args.dry_run:
+        raise InputError("--check goes with --dry-run")
     if args.report is not None:
         from specbench_tui.report.render import render_report
 
@@ -149,11 +157,27 @@ def _dispatch(args: argparse.Namespace) -> int:
         from specbench_tui.plan.review import render_json, render_text, review
 
         r = review(plan, layout.root, sim=args.sim)
+        checked = None
+        if args.check:
+            from specbench_tui.hosts.check import check_hosts
+
+            checked = asyncio.run(check_hosts(plan, sim=args.sim, ssh_config=args.ssh_config))
         if args.json:
+            doc = render_json(r)
+            if checked is not None:
+                doc["preflight"] = [h.to_json() for h in checked]
             # dumps, not dump: dump streams through the pure-Python encoder.
-            sys.stdout.write(json.dumps(render_json(r), separators=(",", ":")) + "\n")
+            sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
         else:
             print(render_text(r))
+            if checked is not None:
+                print("\nPreflight:")
+                for h in checked:
+                    print("\n".join(h.lines()))
+        problems = [f"host {h.host}: {p}" for h in checked or () for p in h.problems]
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise InputError(f"preflight: {problems[0]}{more}")
         return EXIT_OK
 
     from specbench_tui.engine.campaign import Campaign, CampaignOptions

@@ -2,8 +2,12 @@
 
 It runs as the current user with a host key, a client key, a known_hosts file and a client
 config generated here, so the tests exercise the real protocol (host-key check, public-key
-login, port forwarding, exec channels) without touching the user's own ~/.ssh. Sessions get
-``PATH`` with ``fakebin`` first (sshd's ``SetEnv``): the systemd test doubles live there.
+login, port forwarding, exec channels) without touching the user's own ~/.ssh.
+
+Two ports, two aliases. ``sbtest``: sessions see simulated GPUs (sshd's ``SetEnv`` points the
+telemetry agent at the fake NVML and servers at its state directory), for tests that need GPUs
+to be busy or free. ``sbplain``: a plain login, nothing injected: the real GPU path, which on
+these machines meets a ``python3`` without pynvml, no NVIDIA driver and no nvidia-smi.
 """
 
 from __future__ import annotations
@@ -26,14 +30,14 @@ from specbench_tui.hosts.host import FAKE_NVML_PATH
 class Sshd:
     port: int
     root: Path
-    config: Path  # client config with the alias "sbtest"
+    config: Path  # client config with the aliases "sbtest" and "sbplain"
     known_hosts: Path
     client_key: Path
     host_pub: str
-    fakebin: Path
-    systemd_state: Path
+    plain_port: int = 0
 
     alias = "sbtest"
+    plain_alias = "sbplain"
 
     def connect_args(self) -> dict[str, object]:
         return {
@@ -61,16 +65,11 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     _keygen(host_key)
     _keygen(client_key)
     (root / "authorized_keys").write_text((root / "client_ed25519.pub").read_text())
-    fakebin = root / "fakebin"
-    fakebin.mkdir()
-    state = root / "systemd"
-    state.mkdir()
-    port = free_port()
+    port, plain_port = free_port(), free_port()
     user = (
         os.environ.get("USER")
         or subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
     )
-    path = f"{fakebin}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     # GPUs on the far side are simulated (no NVIDIA driver here): servers started over SSH
     # write GPU state there and the telemetry agent reads it through the fake NVML.
     simgpu = root / "simgpu"
@@ -81,6 +80,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     )
     (root / "sshd_config").write_text(
         f"Port {port}\n"
+        f"Port {plain_port}\n"
         "ListenAddress 127.0.0.1\n"
         f"HostKey {host_key}\n"
         f"PidFile {root / 'sshd.pid'}\n"
@@ -92,15 +92,21 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         "KbdInteractiveAuthentication no\n"
         "PermitRootLogin yes\n"
         "AllowTcpForwarding yes\n"
-        f"SetEnv PATH={path} SPECBENCH_FAKE_SYSTEMD={state} {sim_gpus_env}\n"
         "LogLevel ERROR\n"
+        f"Match LocalPort {port}\n"
+        f"    SetEnv {sim_gpus_env}\n"
     )
     host_pub = (root / "host_ed25519.pub").read_text().split()
-    (root / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    (root / "known_hosts").write_text(
+        "".join(f"[127.0.0.1]:{p} {host_pub[0]} {host_pub[1]}\n" for p in (port, plain_port))
+    )
     (root / "ssh_config").write_text(
-        f"Host sbtest\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n"
-        f"  IdentityFile {client_key}\n  IdentitiesOnly yes\n"
-        f"  UserKnownHostsFile {root / 'known_hosts'}\n"
+        "".join(
+            f"Host {alias}\n  HostName 127.0.0.1\n  Port {p}\n  User {user}\n"
+            f"  IdentityFile {client_key}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {root / 'known_hosts'}\n"
+            for alias, p in (("sbtest", port), ("sbplain", plain_port))
+        )
     )
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", exist_ok=True)  # privilege separation directory
@@ -125,8 +131,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
             known_hosts=root / "known_hosts",
             client_key=client_key,
             host_pub=" ".join(host_pub[:2]),
-            fakebin=fakebin,
-            systemd_state=state,
+            plain_port=plain_port,
         )
     finally:
         proc.terminate()

@@ -23,7 +23,6 @@ name = "nospec"
 [hosts.cpu]
 local = true
 gpus = 1
-cpu_only = true
 [server]
 engine = "vllm"
 python = "{sys.executable}"

@@ -59,7 +59,6 @@ baseline = "ar"
 [hosts.cpu]
 local = true
 gpus = 1
-cpu_only = true
 
 [server]
 engine = "vllm"

@@ -185,12 +185,6 @@ CASES: list[tuple[str, str, str, str]] = [
         r"configs\.dflash\.args: unknown placeholder \{\"method\"\}.*literal braces.*"
         r"'\{\{\"method\": \"ngram\"\}\}'",
     ),
-    (
-        "cpu only on a simulated host",
-        "speed = 50",
-        "speed = 50\ncpu_only = true",
-        r"hosts\.sim\.cpu_only: only a local = true host can be CPU-only",
-    ),
 ]
 
 

@@ -176,7 +176,7 @@ max_tokens = [8]
 def test_dry_run_names_engine_api_and_speculation(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(PLANS / "vllm-cpu.toml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "host cpu (local, process, CPU only)" in out
+    assert "host cpu (local, process, 1 GPUs)" in out
     assert "vLLM, OpenAI chat API, no speculation" in out
     assert "vLLM, OpenAI chat API, speculative (ngram)" in out
     assert main([str(PLANS / "vllm-cpu.toml"), "--dry-run", "--json"]) == 0

@@ -337,3 +337,19 @@ async def test_live_campaign_runs_to_the_end() -> None:
         await pilot.press("q")
         await pilot.pause()
     assert app.return_value == 1
+
+
+async def test_health_pane_says_when_a_host_has_no_gpu_telemetry() -> None:
+    from specbench_tui.results.events import TelemetryChosen
+    from specbench_tui.tui.health import HealthPane
+
+    events = sample_campaign(finish=False)
+    events.insert(1, TelemetryChosen(host="sim", source="none", text="no GPU telemetry", ts=0))
+    control = ScriptedControl(events, close_after_replay=False)
+    frozen = events[-1].ts + 1.0
+    app = ConsoleApp(control, clock=lambda: frozen)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        pane = app.query_one(HealthPane)
+        assert pane.telemetry["sim"].source == "none"
+        assert "no GPU telemetry: GPUs not read" in str(pane._shown)

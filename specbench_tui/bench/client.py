@@ -140,6 +140,7 @@ class BenchClient:
         self.prompt_format: PromptFormat = prompt_format
         n = max(1, concurrency)
         self._http = httpx.AsyncClient(
+            trust_env=False,  # HTTP_PROXY must not swallow the loopback/forwarded server
             base_url=self.base_url,
             # The per-request deadline is enforced by asyncio.timeout around the whole request,
             # so httpx's own per-phase timeouts are switched off.

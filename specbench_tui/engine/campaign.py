@@ -158,9 +158,10 @@ class Campaign:
             hs.gpus,
             gpu_ids=hs.gpu_ids,
             on_notice=lambda level, text: self.hub.notice(text, level),
+            on_event=self.hub.emit,
             telemetry_interval_s=self.options.telemetry_interval_s,
             ssh=ssh,
-            cpu_only=hs.cpu_only and kind == "local",
+            groups=self.groups,
         )
 
     def _host(self, group: ServiceGroup) -> Host:

@@ -135,7 +135,8 @@ class GroupRunner:
         )
         svc: Service | None = None
         try:
-            await ctx.control.unless_aborted(self._clear_gpus())
+            # The host's rule: stop_before services, and no wait it cannot verify.
+            await ctx.control.unless_aborted(host.clear_gpus(group, ctx.options.gpu_free_timeout_s))
             svc = host.service(group, ctx.layout.log_of(group.id), ctx.log_lines.on_line(group.id))
             slot.service = svc
             await svc.start()
@@ -193,18 +194,6 @@ class GroupRunner:
         if recovered:
             failure = await self._start(slot)
         return failure
-
-    async def _clear_gpus(self) -> None:
-        """Wait for the group's GPUs to be free; if something holds them and the plan names
-        foreign services, stop those first."""
-        group, host = self.group, self.host
-        timeout = self.ctx.options.gpu_free_timeout_s
-        try:
-            await host.wait_gpus_free(group.gpu_ids, 10.0)
-        except Exception:
-            if group.stop_before:
-                await host.stop_foreign(group.stop_before)
-            await host.wait_gpus_free(group.gpu_ids, timeout)
 
     # --- giving up ----------------------------------------------------------------------------
 

@@ -18,12 +18,14 @@ from specbench_tui.results.events import (
     CellQueued,
     CellSkipped,
     Event,
+    GpusUnverified,
     GroupStarted,
     Notice,
     Paused,
     Resumed,
     ServiceFailed,
     ServiceReady,
+    TelemetryChosen,
 )
 from specbench_tui.results.state import CampaignState
 
@@ -67,6 +69,11 @@ def format_event(ev: Event) -> str | None:
         return f"{t} aborted by {ev.by}"
     if isinstance(ev, Notice):
         return f"{t} {ev.level}: {ev.text}"
+    if isinstance(ev, TelemetryChosen):
+        return f"{t} host {ev.host}: telemetry: {ev.text or ev.source}"
+    if isinstance(ev, GpusUnverified):
+        gpus = ",".join(map(str, ev.gpu_ids))
+        return f"{t} group {ev.group}: GPUs {gpus} not verified free ({ev.reason})"
     if isinstance(ev, CampaignFinished):
         return (
             f"{t} finished {ev.campaign}: {ev.finished} done, {ev.failed} failed, "

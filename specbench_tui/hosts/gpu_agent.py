@@ -1,16 +1,27 @@
 """GPU telemetry agent: one JSON line per GPU per interval on stdout.
 
-Self-contained on purpose (standard library and pynvml only, no import of this package): it
-is piped to ``python3 -`` on a GPU host over SSH, where specbench is not installed. Run it by
-hand to check a host::
+Self-contained on purpose (standard library only, pynvml when it can be imported, no import
+of this package): it is piped to ``python -`` on a GPU host over SSH, where specbench is not
+installed. Run it by hand to check a host::
 
-    python3 gpu_agent.py --interval 1 --count 3 --gpus 0,1
+    python3 gpu_agent.py --probe
+    python3 gpu_agent.py --interval 1 --count 3 --gpus 0,1 [--source nvml|nvidia-smi]
 
-A line: {"t": epoch, "gpu": i, "name": str, "util_pct", "mem_used_mib", "mem_total_mib",
-"power_w", "temp_c", "processes": [{"pid", "name", "mem_mib", "cmd"}]}. A field the GPU does
-not support is null. When NVML cannot be loaded or initialised, the agent prints one
-{"error": "..."} line and exits with status 3, so the reader can tell "no NVML here" apart
-from a crash. Bad arguments exit with status 2.
+Two sources give the same lines. NVML (``pynvml``, package nvidia-ml-py) is read in-process;
+on a GPU host it usually exists only in the serving venv, not in the system ``python3``.
+``nvidia-smi`` is always installed with the driver, so without pynvml the agent runs its two
+CSV queries (``QUERY_GPU`` and ``QUERY_APPS``) each interval instead. ``auto`` (the default
+when run by hand) takes NVML when it works, else nvidia-smi.
+
+``--probe`` prints one line saying what this interpreter can read, and exits 0:
+{"probe": 1, "python": path, "nvml": {"ok", "gpus", "driver", "error"}, "smi": {...}}.
+
+A sample line: {"t": epoch, "gpu": i, "name": str, "util_pct", "mem_used_mib",
+"mem_total_mib", "power_w", "temp_c", "processes": [{"pid", "name", "mem_mib", "cmd"}]}. A
+field the GPU does not support is null. Memory "used" is NVML's v2 figure (without the
+driver's reservation), the number nvidia-smi prints. When the source cannot be loaded or
+initialised, the agent prints one {"error": "..."} line and exits with status 3, so the reader
+can tell "no telemetry here" apart from a crash. Bad arguments exit with status 2.
 
 With SPECBENCH_SIM_NVML set (a directory of simulated GPU state), the simulated NVML module
 is loaded instead of pynvml, from the file (or directory holding ``fake_nvml.py``) named by
@@ -21,17 +32,34 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import importlib.util
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from types import ModuleType
 from typing import Any
 
-EXIT_NO_NVML = 3
+EXIT_NO_NVML = 3  # no telemetry from the asked source (the name predates nvidia-smi)
 EXIT_USAGE = 2
 MIB = 1024 * 1024
+SMI_TIMEOUT_S = 10.0  # nvidia-smi hangs on a wedged GPU; a sample is not worth more
+
+# The exact queries; tests/support/nvidia-smi replays what a real H200 printed for these.
+GPU_FIELDS = (
+    "index,uuid,name,utilization.gpu,memory.used,memory.total,memory.reserved,"
+    "power.draw,power.limit,temperature.gpu,clocks.current.sm,pstate,driver_version"
+)
+APP_FIELDS = "gpu_uuid,pid,process_name,used_gpu_memory"
+QUERY_GPU = [f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"]
+QUERY_APPS = [f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits"]
+
+
+class SourceError(Exception):
+    """The source cannot give telemetry here (no pynvml, no driver, no nvidia-smi)."""
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -91,42 +119,243 @@ def text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def sample(nvml: ModuleType, index: int, handle: Any) -> dict[str, Any]:
-    """One GPU's reading; each query may fail alone (NotSupported on some boards, a GPU that
-    fell off the bus), and then only that field is null."""
-    err = nvml.NVMLError
+# --- NVML ------------------------------------------------------------------------------------
 
-    def get(fn: Any, *args: Any) -> Any:
+
+class NvmlSource:
+    name = "nvml"
+
+    def __init__(self) -> None:
         try:
-            return fn(handle, *args)
-        except err:
-            return None
+            self.nvml = load_nvml()
+        except Exception as e:  # ImportError, or a broken module
+            raise SourceError(f"NVML unavailable: {type(e).__name__}: {e}") from e
+        try:
+            self.nvml.nvmlInit()
+        except Exception as e:  # NVMLError_LibraryNotFound / DriverNotLoaded / ...
+            raise SourceError(f"NVML init failed: {e}") from e
+        try:
+            self.count = int(self.nvml.nvmlDeviceGetCount())
+        except self.nvml.NVMLError as e:
+            self.close()
+            raise SourceError(f"NVML cannot count GPUs: {e}") from e
+        self._handles: dict[int, Any] = {}
 
-    out: dict[str, Any] = {"t": round(time.time(), 3), "gpu": index}
-    name = get(nvml.nvmlDeviceGetName)
-    out["name"] = text(name) if name is not None else None
-    util = get(nvml.nvmlDeviceGetUtilizationRates)
-    out["util_pct"] = float(util.gpu) if util is not None else None
-    mem = get(nvml.nvmlDeviceGetMemoryInfo)
-    out["mem_used_mib"] = round(mem.used / MIB, 1) if mem is not None else None
-    out["mem_total_mib"] = round(mem.total / MIB, 1) if mem is not None else None
-    power = get(nvml.nvmlDeviceGetPowerUsage)
-    out["power_w"] = round(power / 1000.0, 1) if power is not None else None
-    temp = get(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
-    out["temp_c"] = float(temp) if temp is not None else None
-    procs = []
-    for p in get(nvml.nvmlDeviceGetComputeRunningProcesses) or []:
-        used = getattr(p, "usedGpuMemory", None)
-        pname, cmd = proc_info(p.pid)
-        procs.append(
-            {
-                "pid": p.pid,
-                "name": pname,
-                "mem_mib": round(used / MIB, 1) if isinstance(used, int) else None,
-                "cmd": cmd,
-            }
+    def driver(self) -> str | None:
+        with contextlib.suppress(Exception):
+            return text(self.nvml.nvmlSystemGetDriverVersion())
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.nvml.nvmlShutdown()
+
+    def memory(self, handle: Any) -> Any:
+        """v2 memory info where the library and driver have it: its ``used`` leaves out the
+        driver's reservation, as nvidia-smi does (v1 counts it as used: 22234 against 21619
+        MiB on an H200 under load); v1 elsewhere."""
+        nvml = self.nvml
+        v2 = getattr(nvml, "nvmlMemory_v2", None)
+        if v2 is not None:
+            try:
+                return nvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
+            except (TypeError, nvml.NVMLError):
+                pass  # an old driver or binding: v1 below
+        return nvml.nvmlDeviceGetMemoryInfo(handle)
+
+    def samples(self, wanted: list[int]) -> list[dict[str, Any]]:
+        out = []
+        for i in wanted:
+            if i not in self._handles:
+                try:
+                    self._handles[i] = self.nvml.nvmlDeviceGetHandleByIndex(i)
+                except self.nvml.NVMLError as e:
+                    out.append({"t": round(time.time(), 3), "gpu": i, "error": str(e)})
+                    continue
+            out.append(self.sample(i, self._handles[i]))
+        return out
+
+    def sample(self, index: int, handle: Any) -> dict[str, Any]:
+        """One GPU's reading; each query may fail alone (NotSupported on some boards, a GPU
+        that fell off the bus), and then only that field is null."""
+        nvml = self.nvml
+        err = nvml.NVMLError
+
+        def get(fn: Any, *args: Any) -> Any:
+            try:
+                return fn(handle, *args)
+            except err:
+                return None
+
+        out: dict[str, Any] = {"t": round(time.time(), 3), "gpu": index}
+        name = get(nvml.nvmlDeviceGetName)
+        out["name"] = text(name) if name is not None else None
+        util = get(nvml.nvmlDeviceGetUtilizationRates)
+        out["util_pct"] = float(util.gpu) if util is not None else None
+        mem = get(self.memory)
+        out["mem_used_mib"] = round(mem.used / MIB, 1) if mem is not None else None
+        out["mem_total_mib"] = round(mem.total / MIB, 1) if mem is not None else None
+        power = get(nvml.nvmlDeviceGetPowerUsage)
+        out["power_w"] = round(power / 1000.0, 1) if power is not None else None
+        temp = get(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+        out["temp_c"] = float(temp) if temp is not None else None
+        procs = []
+        for p in get(nvml.nvmlDeviceGetComputeRunningProcesses) or []:
+            used = getattr(p, "usedGpuMemory", None)
+            pname, cmd = proc_info(p.pid)
+            procs.append(
+                {
+                    "pid": p.pid,
+                    "name": pname,
+                    "mem_mib": round(used / MIB, 1) if isinstance(used, int) else None,
+                    "cmd": cmd,
+                }
+            )
+        out["processes"] = procs
+        return out
+
+
+# --- nvidia-smi ------------------------------------------------------------------------------
+
+
+def smi_number(value: str) -> float | None:
+    """A CSV field of ``--format=csv,noheader,nounits``: a number, or "[N/A]",
+    "[Not Supported]", "[Insufficient Permissions]" and the like for a missing one."""
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def smi_rows(out: str) -> list[list[str]]:
+    return [[c.strip() for c in row] for row in csv.reader(out.splitlines()) if row]
+
+
+def parse_smi(gpu_csv: str, apps_csv: str, t: float | None = None) -> list[dict[str, Any]]:
+    """The two queries' output as sample lines, one per GPU, processes attached by UUID."""
+    t = round(time.time(), 3) if t is None else t
+    gpus: list[dict[str, Any]] = []
+    by_uuid: dict[str, dict[str, Any]] = {}
+    for row in smi_rows(gpu_csv):
+        if len(row) < 10:
+            continue
+        try:
+            index = int(row[0])
+        except ValueError:
+            continue
+        sample = {
+            "t": t,
+            "gpu": index,
+            "name": row[2] or None,
+            "util_pct": smi_number(row[3]),
+            "mem_used_mib": smi_number(row[4]),
+            "mem_total_mib": smi_number(row[5]),
+            "power_w": smi_number(row[7]),
+            "temp_c": smi_number(row[9]),
+            "processes": [],
+        }
+        gpus.append(sample)
+        by_uuid[row[1]] = sample
+    for row in smi_rows(apps_csv):
+        if len(row) < 4 or row[0] not in by_uuid:
+            continue
+        try:
+            pid = int(row[1])
+        except ValueError:
+            continue
+        smi_name = os.path.basename(row[2]) if row[2] and not row[2].startswith("[") else None
+        name, cmd = proc_info(pid)
+        if smi_name and name != smi_name[:15]:
+            # Another PID namespace (a container's pid 564 is not ours): /proc shows some
+            # other process, so keep nvidia-smi's name and no command line.
+            name, cmd = smi_name, None
+        by_uuid[row[0]]["processes"].append(
+            {"pid": pid, "name": name or smi_name, "mem_mib": smi_number(row[3]), "cmd": cmd}
         )
-    out["processes"] = procs
+    return gpus
+
+
+class SmiSource:
+    name = "nvidia-smi"
+
+    def __init__(self) -> None:
+        self.path = shutil.which("nvidia-smi")
+        if self.path is None:
+            raise SourceError("nvidia-smi not found on PATH")
+        self.gpus = self.query()
+        if not self.gpus:
+            raise SourceError("nvidia-smi lists no GPU")
+        self.count = len(self.gpus)
+
+    def run(self, args: list[str]) -> str:
+        assert self.path is not None
+        try:
+            res = subprocess.run(
+                [self.path, *args],
+                capture_output=True,
+                text=True,
+                timeout=SMI_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise SourceError(f"nvidia-smi did not answer within {SMI_TIMEOUT_S:g}s") from e
+        except OSError as e:
+            raise SourceError(f"cannot run nvidia-smi: {e}") from e
+        if res.returncode != 0:
+            said = (res.stdout.strip() or res.stderr.strip()).splitlines()
+            raise SourceError(
+                f"nvidia-smi failed (status {res.returncode})" + (f": {said[0]}" if said else "")
+            )
+        return res.stdout
+
+    def query(self) -> list[dict[str, Any]]:
+        return parse_smi(self.run(QUERY_GPU), self.run(QUERY_APPS))
+
+    def driver(self) -> str | None:
+        with contextlib.suppress(SourceError, IndexError):
+            return smi_rows(self.run(QUERY_GPU))[0][12]
+        return None
+
+    def samples(self, wanted: list[int]) -> list[dict[str, Any]]:
+        try:
+            by_index = {s["gpu"]: s for s in self.query()}
+        except SourceError as e:
+            return [{"t": round(time.time(), 3), "gpu": i, "error": str(e)} for i in wanted]
+        return [
+            by_index.get(i) or {"t": round(time.time(), 3), "gpu": i, "error": "not listed"}
+            for i in wanted
+        ]
+
+    def close(self) -> None:
+        return None
+
+
+SOURCES = {"nvml": NvmlSource, "nvidia-smi": SmiSource}
+
+
+def open_source(name: str) -> Any:
+    if name != "auto":
+        return SOURCES[name]()
+    try:
+        return NvmlSource()
+    except SourceError as nvml_error:
+        try:
+            return SmiSource()
+        except SourceError as smi_error:
+            raise SourceError(f"{nvml_error}; {smi_error}") from None
+
+
+def probe() -> dict[str, Any]:
+    """What this interpreter can read, source by source."""
+    out: dict[str, Any] = {"probe": 1, "python": sys.executable or "python"}
+    for key, cls in (("nvml", NvmlSource), ("smi", SmiSource)):
+        try:
+            src = cls()
+        except SourceError as e:
+            out[key] = {"ok": False, "error": str(e)}
+            continue
+        out[key] = {"ok": True, "gpus": src.count, "driver": src.driver()}
+        src.close()
     return out
 
 
@@ -135,6 +364,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     ap.add_argument("--count", type=int, default=0, help="intervals to sample; 0 = forever")
     ap.add_argument("--gpus", default="", help="comma-separated GPU indices (default: all)")
+    ap.add_argument("--source", choices=("auto", *SOURCES), default="auto")
+    ap.add_argument("--probe", action="store_true", help="say what can be read, then exit")
     args = ap.parse_args(argv)
     if args.interval <= 0 or args.count < 0:
         ap.error("--interval must be > 0 and --count >= 0")
@@ -143,43 +374,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.probe:
+        emit(probe())
+        return 0
     try:
-        nvml = load_nvml()
-    except Exception as e:  # ImportError, or a broken module
-        emit({"error": f"NVML unavailable: {type(e).__name__}: {e}"})
-        return EXIT_NO_NVML
-    try:
-        nvml.nvmlInit()
-    except Exception as e:  # NVMLError_LibraryNotFound / DriverNotLoaded / ...
-        emit({"error": f"NVML init failed: {e}"})
+        source = open_source(args.source)
+    except SourceError as e:
+        emit({"error": str(e)})
         return EXIT_NO_NVML
     try:
         try:
-            count = nvml.nvmlDeviceGetCount()
-        except nvml.NVMLError as e:
-            emit({"error": f"NVML cannot count GPUs: {e}"})
-            return EXIT_NO_NVML
-        try:
-            wanted = [int(x) for x in args.gpus.split(",") if x.strip()] or list(range(count))
+            wanted = [int(x) for x in args.gpus.split(",") if x.strip()] or list(
+                range(source.count)
+            )
         except ValueError:
             emit({"error": f"--gpus must be comma-separated integers, got {args.gpus!r}"})
             return EXIT_USAGE
-        missing = [i for i in wanted if not 0 <= i < count]
+        missing = [i for i in wanted if not 0 <= i < source.count]
         if missing:
-            emit({"error": f"no GPU {missing} on this host ({count} GPUs)"})
+            emit({"error": f"no GPU {missing} on this host ({source.count} GPUs)"})
             return EXIT_USAGE
-        handles: dict[int, Any] = {}
         n = 0
         next_t = time.monotonic()
         while True:
-            for i in wanted:
-                if i not in handles:
-                    try:
-                        handles[i] = nvml.nvmlDeviceGetHandleByIndex(i)
-                    except nvml.NVMLError as e:
-                        emit({"t": round(time.time(), 3), "gpu": i, "error": str(e)})
-                        continue
-                emit(sample(nvml, i, handles[i]))
+            for line in source.samples(wanted):
+                emit(line)
             n += 1
             if args.count and n >= args.count:
                 return 0
@@ -191,8 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (no flush error at exit)
         return 0
     finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+        source.close()
 
 
 if __name__ == "__main__":

@@ -1,47 +1,156 @@
 """One plan host as the engine sees it: run a group's server, read its GPUs, clear the way.
 
 The engine holds one ``Host`` per ``[hosts.NAME]`` and never asks what kind it is. Local and
-simulated hosts run servers as child processes; an SSH host with systemd will implement the
-same methods (``stop_foreign``/``restore_foreign`` only mean something there, which is why
-the hooks exist already).
+simulated hosts run servers as child processes; an SSH host runs them there as systemd units
+or detached processes (``ssh_host.py``).
+
+GPU telemetry is chosen once per host (``telemetry_mode``): NVML through the first of the
+servers' interpreters (then ``python3``) that imports pynvml, else nvidia-smi, else none. With
+none, ``clear_gpus`` cannot see the GPUs: it waits until the previous server's processes and
+port are gone, records that the GPUs were not verified (a ``gpus_unverified`` event) and lets
+the group start. "No telemetry" never reads as "busy".
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import os
+import re
 import shutil
+import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from specbench_tui.hosts.process import ProcessService
-from specbench_tui.hosts.service import LineCallback, Service
+from specbench_tui.hosts.process import ProcessService, describe_port_holder, port_in_use
+from specbench_tui.hosts.service import LineCallback, Service, ServiceError
 from specbench_tui.hosts.telemetry import (
+    AgentProcess,
     AgentRunner,
     GpusNotFreeError,
     LocalAgentRunner,
+    NoTelemetryError,
     ProblemCallback,
     SampleCallback,
+    TelemetryMode,
     TelemetryReader,
+    probe_telemetry,
     wait_gpus_free,
 )
+from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.results.events import Event, GpusUnverified, TelemetryChosen
 
 NoticeCallback = Callable[[str, str], None]  # (level "info"|"warning"|"error", text)
+EventCallback = Callable[[Event], None]
 
 FAKE_NVML_PATH = Path(__file__).resolve().parent.parent / "sim" / "fake_nvml.py"
+FALLBACK_PYTHON = "python3"
+_PYTHON_NAME = re.compile(r"^python[0-9.]*$")
 
 
 def _ignore_notice(level: str, text: str) -> None:
     return None
 
 
+def _ignore_event(ev: Event) -> None:
+    return None
+
+
+def server_pythons(groups: Iterable[ServiceGroup]) -> list[str]:
+    """The interpreters that run the servers (a launch's first word named ``python*``), in
+    plan order, then ``python3``: where to look for pynvml, which a GPU host usually has only
+    in the serving venv."""
+    found = [
+        g.command[0] for g in groups if g.command and _PYTHON_NAME.match(Path(g.command[0]).name)
+    ]
+    return list(dict.fromkeys([*found, FALLBACK_PYTHON]))
+
+
+def with_port(group: ServiceGroup, port: int) -> ServiceGroup:
+    """The group on another port: the plan's port in its command line replaced (a word of its
+    own, or the value of ``--port=...``)."""
+    old = str(group.port)
+    command = tuple(
+        str(port) if a == old else a[: -len(old)] + str(port) if a.endswith("=" + old) else a
+        for a in group.command
+    )
+    return dataclasses.replace(group, port=port, command=command)
+
+
+def pick_free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class HostReport:
+    """What a preflight found on one host, for ``--dry-run --check`` and the campaign's start:
+    facts (one line each), the telemetry mode, the port checks, warnings, and problems (each
+    of which stops the campaign before anything runs)."""
+
+    host: str
+    kind: str
+    facts: list[str] = field(default_factory=list)
+    telemetry: TelemetryMode | None = None
+    ports: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"host {self.host} ({self.kind})"]
+        out += [f"  {f}" for f in self.facts]
+        if self.telemetry is not None:
+            out.append(f"  GPU telemetry: {self.telemetry.describe()}")
+        out += [f"  port {p}" for p in self.ports]
+        out += [f"  warning: {w}" for w in self.warnings]
+        out += [f"  PROBLEM: {p}" for p in self.problems]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        mode = self.telemetry
+        return {
+            "host": self.host,
+            "kind": self.kind,
+            "facts": self.facts,
+            "telemetry": None
+            if mode is None
+            else dataclasses.asdict(mode) | {"text": mode.describe()},
+            "ports": self.ports,
+            "warnings": self.warnings,
+            "problems": self.problems,
+        }
+
+
+class _ModeRunner(AgentRunner):
+    """Starts the agent with the host's chosen source and interpreter, once chosen; with no
+    telemetry it raises NoTelemetryError so the reader ends instead of retrying."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    async def start(self, args: list[str]) -> AgentProcess:
+        mode = await self.host.telemetry_mode()
+        if not mode.available:
+            raise NoTelemetryError(mode.describe())
+        assert mode.python is not None
+        return await self.host.runner_for(mode.python).start([*args, *mode.agent_args()])
+
+
 class Host:
-    """A host whose servers run as local child processes (``local = true``)."""
+    """A host whose servers run as local child processes (``local = true``).
+
+    ``groups`` are the plan's service groups on this host (their interpreters are where
+    telemetry looks for pynvml first); ``on_event`` receives the events a host publishes
+    itself (the telemetry mode, GPUs started on unverified).
+    """
 
     kind: Literal["local", "sim", "ssh"] = "local"
 
@@ -52,20 +161,25 @@ class Host:
         *,
         gpu_ids: Iterable[int] | None = None,
         on_notice: NoticeCallback | None = None,
+        on_event: EventCallback | None = None,
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
-        cpu_only: bool = False,
+        groups: Iterable[ServiceGroup] = (),
     ) -> None:
         self.name = name
         self.gpus = gpus
-        # A host that serves on CPUs (vLLM's CPU build): no GPUs to watch or to wait for.
-        self.cpu_only = cpu_only
         self.gpu_ids = list(gpu_ids) if gpu_ids is not None else list(range(gpus))
         self.on_notice = on_notice or _ignore_notice
+        self.on_event = on_event or _ignore_event
         self.telemetry_interval_s = telemetry_interval_s
         self.python = python
+        self.groups = list(groups)
         self._reader: TelemetryReader | None = None
         self._services: list[Service] = []
+        self._mode: TelemetryMode | None = None
+        self._mode_lock = asyncio.Lock()
+        self._ports: dict[int, int] = {}  # plan port -> the free port taken instead
+        self._cannot_stop_said: set[str] = set()
 
     # --- servers ------------------------------------------------------------------------
 
@@ -79,19 +193,80 @@ class Host:
         log_path: str | os.PathLike[str],
         on_line: LineCallback | None = None,
     ) -> Service:
-        """The group's server, not started yet."""
-        svc = ProcessService(group, log_path, on_line, extra_env=self.service_env())
+        """The group's server, not started yet (on a free port if the plan's is taken)."""
+        svc = ProcessService(
+            self.on_free_port(group), log_path, on_line, extra_env=self.service_env()
+        )
         self._services.append(svc)
         return svc
+
+    def on_free_port(self, group: ServiceGroup) -> ServiceGroup:
+        """The group as it will run here: when something outside the campaign holds the
+        plan's port, on a free one instead, said once per port in a notice."""
+        taken = self._ports.get(group.port)
+        if taken is not None and not port_in_use(taken):
+            return with_port(group, taken)
+        if not port_in_use(group.port):
+            return group
+        new = pick_free_port()
+        holder = describe_port_holder(group.port)
+        self.on_notice(
+            "warning",
+            f"{self.name}: port {group.port} is in use by {holder}; servers on this host use "
+            f"port {new} instead",
+        )
+        self._ports[group.port] = new
+        return with_port(group, new)
 
     # --- telemetry ----------------------------------------------------------------------
 
     def agent_env(self) -> dict[str, str]:
         return {}
 
+    def runner_for(self, python: str) -> AgentRunner:
+        """The agent through one interpreter: a local process here, over SSH on an SSH host."""
+        return LocalAgentRunner(python, self.agent_env())
+
     def agent_runner(self) -> AgentRunner:
-        """Where the telemetry agent runs: a local process here, over SSH on an SSH host."""
-        return LocalAgentRunner(self.python, self.agent_env())
+        """The agent as the reader runs it: through the chosen source and interpreter."""
+        return _ModeRunner(self)
+
+    def telemetry_pythons(self) -> list[str]:
+        return server_pythons(self.groups)
+
+    async def choose_telemetry(self) -> TelemetryMode:
+        """Walk the chain now (no caching, no announcement): the preflight's view."""
+        return await probe_telemetry(self.runner_for, self.telemetry_pythons())
+
+    async def telemetry_mode(self) -> TelemetryMode:
+        """The host's telemetry mode, chosen on first use and announced once: a
+        ``telemetry_chosen`` event, and with no telemetry one warning saying what the GPU
+        waits will do instead."""
+        async with self._mode_lock:
+            if self._mode is None:
+                try:
+                    mode = await self.choose_telemetry()
+                except Exception as e:  # a probe must never stop a campaign
+                    mode = TelemetryMode("none", None, f"probe failed: {type(e).__name__}: {e}")
+                self._mode = mode
+                self.on_event(
+                    TelemetryChosen(
+                        host=self.name,
+                        source=mode.source,
+                        python=mode.python or "",
+                        detail=mode.detail,
+                        text=mode.describe(),
+                    )
+                )
+                if not mode.available:
+                    self.on_notice(
+                        "warning",
+                        f"{self.name}: no GPU telemetry ({mode.detail or 'nothing found'}); "
+                        "GPU memory cannot be checked before a server starts: the campaign "
+                        "waits only until the previous server's processes and port are gone "
+                        "(install nvidia-ml-py into a server's python for NVML)",
+                    )
+            return self._mode
 
     def telemetry(
         self,
@@ -101,7 +276,8 @@ class Host:
         """This host's telemetry reader, started on first use (one per host).
 
         Callbacks given on a later call replace the earlier ones. Problems go to the host's
-        notices unless ``on_problem`` is given.
+        notices unless ``on_problem`` is given. With no telemetry the reader ends at once
+        and delivers nothing.
         """
         if self._reader is None:
             self._reader = TelemetryReader(
@@ -115,8 +291,7 @@ class Host:
             self._reader.on_sample = on_sample
         if on_problem is not None:
             self._reader.on_problem = on_problem
-        if not self.cpu_only:
-            self._reader.start()
+        self._reader.start()
         return self._reader
 
     def _telemetry_problem(self, text: str) -> None:
@@ -124,24 +299,119 @@ class Host:
 
     async def wait_gpus_free(
         self, gpu_ids: Iterable[int], timeout_s: float, idle_mem_mib: float = 1024
-    ) -> None:
-        """Return once the GPUs hold no compute process and idle memory; else raise
-        GpusNotFreeError naming the GPU, its memory and the process holding it."""
-        if self.cpu_only:
-            return
+    ) -> bool:
+        """True once the GPUs hold no compute process and idle memory; raises
+        GpusNotFreeError naming the GPU, its memory and the process holding it. False, at
+        once, when this host has no telemetry, or when the agent stays down: then nothing
+        can be verified."""
+        mode = await self.telemetry_mode()
+        if not mode.available:
+            return False
         reader = self.telemetry()
         try:
-            await wait_gpus_free(reader.latest, gpu_ids, timeout_s, idle_mem_mib, host=self.name)
+            return await wait_gpus_free(
+                reader.latest,
+                gpu_ids,
+                timeout_s,
+                idle_mem_mib,
+                host=self.name,
+                telemetry_down=lambda: reader.last_error or reader.unavailable,
+            )
         except GpusNotFreeError as e:
-            if reader.last_error:  # "no telemetry" is only actionable with the agent's reason
+            if reader.last_error:
                 e.reason += f" (telemetry: {reader.last_error})"
                 e.args = (e.reason,)
             raise
+
+    async def clear_gpus(self, group: ServiceGroup, timeout_s: float) -> bool:
+        """Before a group's server starts: wait until its GPUs are free; when something holds
+        them and the plan names foreign services (``stop_before``), stop those first. True
+        when the GPUs were seen free; False when they could not be checked (no telemetry),
+        recorded as a ``gpus_unverified`` event. Raises GpusNotFreeError (or ServiceError)
+        when the GPUs stay held."""
+        mode = await self.telemetry_mode()
+        if not mode.available:
+            await self.wait_released(timeout_s)
+            await self.stop_foreign_unverified(group)
+            self._unverified(group, "no GPU telemetry")  # the why is in telemetry_chosen
+            return False
+        try:
+            verified = await self.wait_gpus_free(group.gpu_ids, 10.0)
+        except GpusNotFreeError:
+            if group.stop_before:
+                await self.stop_foreign(group.stop_before)
+            verified = await self.wait_gpus_free(group.gpu_ids, timeout_s)
+        if not verified:
+            reader = self.telemetry()
+            why = reader.last_error or reader.unavailable or "no fresh reading"
+            await self.wait_released(timeout_s)
+            self._unverified(group, f"telemetry down: {why}")
+        return verified
+
+    def _unverified(self, group: ServiceGroup, reason: str) -> None:
+        self.on_event(
+            GpusUnverified(
+                host=self.name, group=group.id, gpu_ids=list(group.gpu_ids), reason=reason
+            )
+        )
+
+    async def wait_released(self, timeout_s: float, poll_s: float = 0.2) -> None:
+        """Until nothing of this host's earlier servers is left (processes, ports): what a
+        GPU wait can still check without telemetry. Raises ServiceError naming what stays."""
+        deadline = time.monotonic() + timeout_s
+        for svc in list(self._services):
+            while not await svc.released():
+                if time.monotonic() >= deadline:
+                    raise ServiceError(
+                        f"{self.name}: the earlier server {svc.group.id} still has processes "
+                        f"or port {svc.group.port} after {format_duration(timeout_s)}"
+                    )
+                await asyncio.sleep(poll_s)
+            if not svc.alive():
+                self._services.remove(svc)
 
     async def recover(self, groups: Iterable[ServiceGroup]) -> bool:
         """Repair what a failed start may have lost (an SSH host runs its ``prepare``);
         True when something was done and a new start is worth trying."""
         return False
+
+    # --- before the campaign ------------------------------------------------------------
+
+    async def check(self, groups: Iterable[ServiceGroup], *, repair: bool = False) -> HostReport:
+        """What a campaign on this host would meet: the servers' interpreters, the ports,
+        the telemetry mode. Touches nothing."""
+        groups = list(groups)
+        report = HostReport(self.name, self.kind)
+        if self.kind == "local":
+            for python in dict.fromkeys(g.command[0] for g in groups if g.command):
+                where = shutil.which(python)
+                if where is None:
+                    report.problems.append(f"interpreter {python} not found")
+                else:
+                    report.facts.append(f"server command {python} found")
+        for port in sorted({g.port for g in groups}):
+            if port_in_use(port):
+                report.ports.append(
+                    f"{port} in use by {describe_port_holder(port)}; the servers take a free "
+                    "port instead (said when they start)"
+                )
+            else:
+                report.ports.append(f"{port} free")
+        report.telemetry = await self.choose_telemetry()
+        if not report.telemetry.available:
+            report.warnings.append(
+                "no GPU telemetry: GPU freedom is not verified before servers start"
+            )
+        return report
+
+    async def preflight(self, groups: Iterable[ServiceGroup]) -> HostReport:
+        """``check`` before a campaign runs; raises InputError on the first problem."""
+        from specbench_tui.errors import InputError
+
+        report = await self.check(groups, repair=True)
+        if report.problems:
+            raise InputError(f"host {self.name}: {report.problems[0]}")
+        return report
 
     # --- foreign services ----------------------------------------------------------------
 
@@ -151,13 +421,21 @@ class Host:
         Only a systemd host can; here it is a notice, and the GPU wait that follows will name
         whatever still holds the GPUs.
         """
-        names = list(names)
+        names = [n for n in names if n not in self._cannot_stop_said]
         if names:
+            self._cannot_stop_said.update(names)  # once per service, not once per group
             self.on_notice(
                 "warning",
                 f"{self.name}: cannot stop {', '.join(names)} on a {self.kind} host "
                 "(stop_before needs a systemd host); skipped",
             )
+
+    async def stop_foreign_unverified(self, group: ServiceGroup) -> None:
+        """``stop_before`` with no telemetry to show that the group's GPUs are held: only a
+        systemd host can tell which GPUs a service is set up for, so here nothing is stopped
+        (said once by ``stop_foreign``'s notice)."""
+        if group.stop_before:
+            await self.stop_foreign(group.stop_before)
 
     async def restore_foreign(self) -> None:
         """Start again what ``stop_foreign`` stopped; nothing was stopped here."""
@@ -192,16 +470,20 @@ class SimHost(Host):
         state_dir: str | os.PathLike[str] | None = None,
         gpu_ids: Iterable[int] | None = None,
         on_notice: NoticeCallback | None = None,
+        on_event: EventCallback | None = None,
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
+        groups: Iterable[ServiceGroup] = (),
     ) -> None:
         super().__init__(
             name,
             gpus,
             gpu_ids=gpu_ids,
             on_notice=on_notice,
+            on_event=on_event,
             telemetry_interval_s=telemetry_interval_s,
             python=python,
+            groups=groups,
         )
         self._owns_state = state_dir is None
         if state_dir is None:
@@ -228,6 +510,10 @@ class SimHost(Host):
             "SPECBENCH_SIM_GPUS": str(self.sim_gpu_count),
         }
 
+    async def choose_telemetry(self) -> TelemetryMode:
+        """The simulator's fake NVML, read by this interpreter: nothing to probe."""
+        return TelemetryMode("sim", self.python, "simulated GPUs", self.sim_gpu_count)
+
     async def close(self, grace_s: float = 10.0) -> None:
         await super().close(grace_s)
         if self._owns_state:
@@ -242,41 +528,28 @@ def make_host(
     gpu_ids: Iterable[int] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
     on_notice: NoticeCallback | None = None,
+    on_event: EventCallback | None = None,
     telemetry_interval_s: float = 1.0,
     ssh: SshSettings | None = None,
-    cpu_only: bool = False,
+    groups: Iterable[ServiceGroup] = (),
 ) -> Host:
     """The Host for a plan host of the given kind (``ssh`` settings for an SSH host)."""
+    common: dict[str, Any] = {
+        "gpu_ids": gpu_ids,
+        "on_notice": on_notice,
+        "on_event": on_event,
+        "telemetry_interval_s": telemetry_interval_s,
+        "groups": [g for g in groups if g.host == name],
+    }
     if kind == "sim":
-        return SimHost(
-            name,
-            gpus,
-            state_dir=state_dir,
-            gpu_ids=gpu_ids,
-            on_notice=on_notice,
-            telemetry_interval_s=telemetry_interval_s,
-        )
+        return SimHost(name, gpus, state_dir=state_dir, **common)
     if kind == "local":
-        return Host(
-            name,
-            gpus,
-            gpu_ids=gpu_ids,
-            on_notice=on_notice,
-            telemetry_interval_s=telemetry_interval_s,
-            cpu_only=cpu_only,
-        )
+        return Host(name, gpus, **common)
     if ssh is None:
         raise ValueError(f"host {name}: an SSH host needs its ssh settings")
     from specbench_tui.hosts.ssh_host import SshHost
 
-    return SshHost(
-        name,
-        gpus,
-        ssh,
-        gpu_ids=gpu_ids,
-        on_notice=on_notice,
-        telemetry_interval_s=telemetry_interval_s,
-    )
+    return SshHost(name, gpus, ssh, **common)
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,9 @@ class ProcessService(Service):
         if proc is not None:  # never started: the port is not ours to wait for
             await self._wait_port_free()
 
+    async def released(self) -> bool:
+        return not self.alive() and not self._group_alive() and not port_in_use(self.group.port)
+
     async def _wait_port_free(self) -> None:
         port = self.group.port
         deadline = time.monotonic() + self.port_free_timeout_s

@@ -222,6 +222,11 @@ class RemoteProcessService(RemoteService):
         if pid is not None:
             await self._wait_port_free()
 
+    async def released(self) -> bool:
+        if self.pid is not None and await self._group_alive(self.pid):
+            return False
+        return not await self._port_in_use()
+
     # --- remote checks ---------------------------------------------------------------------
 
     async def _group_alive(self, pgid: int) -> bool:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError
@@ -21,6 +23,43 @@ PORT_CHECK = (
     "try: s.bind(('0.0.0.0',int(sys.argv[1])))\n"
     "except OSError as e: sys.exit(1 if e.errno==errno.EADDRINUSE else 0)\n"
 )
+
+
+async def remote_port_in_use(ssh: SshConnection, port: int, python: str = "python3") -> bool:
+    """Whether something on the host listens on (or holds) ``port``: the bind test of
+    ``port_in_use``, run there."""
+    res = await ssh.run([python, "-c", PORT_CHECK, str(port)], timeout_s=30.0)
+    return res.exit_status == 1
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    """What listens on a port of a host, as far as ``ss`` shows it (the process is only
+    visible to its owner or root) and the systemd unit its cgroup names."""
+
+    text: str  # ss's line, squeezed: users:(("python3",pid=1234,fd=3)) ...
+    pid: int | None = None
+    unit: str | None = None
+
+    def describe(self) -> str:
+        who = f"{self.unit}, " if self.unit else ""
+        return f"{who}{self.text}" if self.text else (self.unit or "an unknown process")
+
+
+async def remote_port_holder(ssh: SshConnection, port: int) -> PortHolder:
+    with contextlib.suppress(SshError):
+        res = await ssh.run(f"ss -ltnpH 'sport = :{int(port)}' 2>/dev/null", timeout_s=10.0)
+        line = " ".join(res.stdout.split())
+        users = re.search(r"users:\(\(.*\)\)", line)
+        text = (users.group(0) if users else line)[:200]
+        m = re.search(r"pid=(\d+)", text)
+        if m is None:
+            return PortHolder(text)
+        pid = int(m.group(1))
+        res = await ssh.run(f"cat /proc/{pid}/cgroup 2>/dev/null", timeout_s=10.0)
+        units = re.findall(r"/([^/\s]+\.service)(?:/|$)", res.stdout, flags=re.M)
+        return PortHolder(text, pid, units[-1] if units else None)
+    return PortHolder("")
 
 
 class RemoteService(Service):
@@ -58,20 +97,11 @@ class RemoteService(Service):
         return self._exit_code
 
     async def _port_in_use(self) -> bool:
-        res = await self.ssh.run(
-            [self.python, "-c", PORT_CHECK, str(self.group.port)], timeout_s=30.0
-        )
-        return res.exit_status == 1
+        return await remote_port_in_use(self.ssh, self.group.port, self.python)
 
     async def _describe_port_holder(self) -> str:
-        with contextlib.suppress(SshError):
-            res = await self.ssh.run(
-                f"ss -ltnpH 'sport = :{self.group.port}' 2>/dev/null", timeout_s=10.0
-            )
-            text = " ".join(res.stdout.split())
-            if text:
-                return f" ({text[:160]})"
-        return ""
+        holder = await remote_port_holder(self.ssh, self.group.port)
+        return f" ({holder.describe()})" if holder.text or holder.unit else ""
 
     async def _wait_port_free(self) -> None:
         deadline = time.monotonic() + self.port_free_timeout_s

@@ -162,6 +162,11 @@ class Service(ABC):
         when the port stays held afterwards, since the next group would fail on it.
         """
 
+    async def released(self) -> bool:
+        """Whether nothing of this server is left: no process of it and its port free. With
+        no GPU telemetry this is all a host can check before the next server starts."""
+        return not self.alive()
+
     # --- shared behaviour ----------------------------------------------------------------
 
     @property

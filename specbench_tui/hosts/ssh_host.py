@@ -1,9 +1,9 @@
 """A plan host reached over SSH: its servers run there (as systemd units or plain processes),
 its GPUs are read there, and the benchmark client reaches each server through a port forward.
 
-The engine sees the same ``Host`` methods as for a local or simulated host; only
-``preflight`` is extra, run once before a campaign so that an unknown host key, a missing
-interpreter or a model missing from /dev/shm after a reboot is said up front, in one line.
+The engine sees the same ``Host`` methods as for a local or simulated host. ``preflight`` runs
+once before a campaign so that an unknown host key, a missing interpreter, a model missing
+from /dev/shm after a reboot or a port something else holds is said up front, in one line.
 """
 
 from __future__ import annotations
@@ -14,11 +14,17 @@ import shlex
 from collections.abc import Iterable
 
 from specbench_tui.errors import InputError
-from specbench_tui.hosts.host import Host, NoticeCallback, SshSettings
-from specbench_tui.hosts.remote_process import RemoteProcessService
+from specbench_tui.hosts.host import EventCallback, Host, HostReport, NoticeCallback, SshSettings
+from specbench_tui.hosts.remote_process import RemoteProcessService, remote_path
+from specbench_tui.hosts.remote_service import remote_port_holder, remote_port_in_use
 from specbench_tui.hosts.service import LineCallback, Service
-from specbench_tui.hosts.ssh import SshAgentRunner, SshConnection
-from specbench_tui.hosts.systemd import ForeignUnits, SystemdService
+from specbench_tui.hosts.ssh import SshAgentRunner, SshConnectError, SshConnection
+from specbench_tui.hosts.systemd import (
+    ForeignUnits,
+    SystemdService,
+    parse_systemd_version,
+    systemd_error,
+)
 from specbench_tui.hosts.telemetry import AgentRunner
 from specbench_tui.results.cells import ServiceGroup
 
@@ -45,39 +51,103 @@ class SshHost(Host):
         *,
         gpu_ids: Iterable[int] | None = None,
         on_notice: NoticeCallback | None = None,
+        on_event: EventCallback | None = None,
         telemetry_interval_s: float = 1.0,
+        groups: Iterable[ServiceGroup] = (),
     ) -> None:
         super().__init__(
             name,
             gpus,
             gpu_ids=gpu_ids,
             on_notice=on_notice,
+            on_event=on_event,
             telemetry_interval_s=telemetry_interval_s,
             python="python3",
+            groups=groups,
         )
         self.settings = settings
         self.ssh = SshConnection(settings.destination, config=settings.ssh_config)
         self._foreign = ForeignUnits(self.ssh)
+        self._unknown_gpus_said: set[str] = set()
 
     # --- before the campaign ------------------------------------------------------------------
 
-    async def preflight(self, groups: Iterable[ServiceGroup]) -> None:
-        """Connect, create the work directory, and check that each server's interpreter and
-        model exist; run the plan's ``prepare`` commands once if something is missing.
-        Raises InputError with one line saying what is wrong and what to do."""
-        await self.ssh.connection()  # host key, auth, reachability: SshConnectError is InputError
-        res = await self.ssh.run(f"mkdir -p {self.settings.workdir}/logs")
-        if not res.ok:
-            raise InputError(
-                f"host {self.name}: cannot create {self.settings.workdir}: "
-                f"{res.stderr.strip() or res.exit_status}"
-            )
+    async def check(self, groups: Iterable[ServiceGroup], *, repair: bool = False) -> HostReport:
+        """Connect, create the work directory, check each server's interpreter and model (with
+        ``repair``, running the plan's ``prepare`` first when something is missing), that the
+        ports are free, systemd where it is used, and the telemetry chain."""
         groups = list(groups)
-        await self.recover(groups)
+        report = HostReport(self.name, self.kind)
+        try:
+            await self.ssh.connection()
+        except SshConnectError as e:
+            report.problems.append(e.reason)
+            return report
+        report.facts.append(f"connected to {self.ssh}")
+        res = await self.ssh.run(f"mkdir -p {remote_path(self.settings.workdir)}/logs")
+        if not res.ok:
+            err = systemd_error(res.stderr) or f"status {res.exit_status}"
+            report.problems.append(f"cannot create {self.settings.workdir}: {err}")
+            return report
+        report.facts.append(f"workdir {self.settings.workdir}")
+        if self.settings.services == "systemd":
+            res = await self.ssh.run(
+                "command -v systemd-run >/dev/null && systemctl --version | head -n 1"
+            )
+            version = parse_systemd_version(res.stdout) if res.ok else None
+            if version is None:
+                report.problems.append(
+                    'systemd-run/systemctl not usable (services = "process" runs servers '
+                    "without systemd)"
+                )
+            else:
+                report.facts.append(f"systemd {version}")
+        if repair:
+            await self.recover(groups)
         missing = await self._missing(groups)
         if missing:
             hint = "" if self.settings.prepare else " (a prepare command in the plan can fix it)"
-            raise InputError(f"host {self.name}: {missing[0]}{hint}")
+            report.problems += [m + hint for m in missing]
+        elif groups:
+            report.facts.append("server interpreters and models found")
+        stop_before = {u for g in groups for u in g.stop_before}
+        for port in sorted({g.port for g in groups}):
+            if not await remote_port_in_use(self.ssh, port):
+                report.ports.append(f"{port} free")
+                continue
+            holder = await remote_port_holder(self.ssh, port)
+            what = f"{port} in use by {holder.describe()}"
+            report.ports.append(what)
+            if holder.unit in stop_before:
+                report.warnings.append(
+                    f"port {what}, a stop_before service: a group that starts while it runs "
+                    "fails on the port"
+                )
+            elif holder.unit and holder.unit.startswith("specbench-"):
+                report.problems.append(
+                    f"port {what} (left from an earlier run?); stop it with "
+                    f"`systemctl stop {holder.unit}` or change the plan's port"
+                )
+            else:
+                report.problems.append(f"port {what}; stop it or change the plan's port")
+        report.telemetry = await self.choose_telemetry()
+        if not report.telemetry.available:
+            report.warnings.append(
+                "no GPU telemetry: GPU freedom is not verified before servers start"
+            )
+        return report
+
+    async def preflight(self, groups: Iterable[ServiceGroup]) -> HostReport:
+        """``check`` with repairs, before a campaign: an unknown host key, a missing model or
+        a taken port is one line (InputError) before anything runs."""
+        await self.ssh.connection()  # host key, auth, reachability: SshConnectError is InputError
+        report = await self.check(groups, repair=True)
+        if report.problems:
+            raise InputError(f"host {self.name}: {report.problems[0]}")
+        for warning in report.warnings:
+            if warning.startswith("port "):  # the telemetry warning comes once, from the run
+                self.on_notice("warning", f"{self.name}: {warning}")
+        return report
 
     async def recover(self, groups: Iterable[ServiceGroup]) -> bool:
         """When something a server needs is gone (the model from /dev/shm after a reboot),
@@ -129,13 +199,18 @@ class SshHost(Host):
             )
         else:
             svc = SystemdService(
-                group, self.ssh, log_path, on_line, campaign=self.settings.campaign
+                group,
+                self.ssh,
+                log_path,
+                on_line,
+                campaign=self.settings.campaign,
+                workdir=self.settings.workdir,
             )
         self._services.append(svc)
         return svc
 
-    def agent_runner(self) -> AgentRunner:
-        return SshAgentRunner(self.ssh, self.python, self.agent_env())
+    def runner_for(self, python: str) -> AgentRunner:
+        return SshAgentRunner(self.ssh, python, self.agent_env())
 
     # --- foreign services ----------------------------------------------------------------------
 
@@ -146,6 +221,42 @@ class SshHost(Host):
         stopped = await self._foreign.stop(names)
         if stopped:
             self.on_notice("info", f"{self.name}: stopped {', '.join(stopped)} to free GPUs")
+
+    async def stop_foreign_unverified(self, group: ServiceGroup) -> None:
+        """With no telemetry nothing shows whether the group's GPUs are held, so a
+        ``stop_before`` service is stopped only when its unit is set up for some of the
+        group's GPUs (CUDA_VISIBLE_DEVICES in its environment); one that does not say is left
+        running, with a notice once, rather than stopped for nothing."""
+        if not group.stop_before:
+            return
+        if self.settings.services != "systemd":
+            await super().stop_foreign(group.stop_before)
+            return
+        wanted = set(group.gpu_ids)
+        to_stop = []
+        for name in group.stop_before:
+            gpus = await self._foreign.configured_gpus(name)
+            if gpus is None:
+                if name not in self._unknown_gpus_said:
+                    self._unknown_gpus_said.add(name)
+                    self.on_notice(
+                        "warning",
+                        f"{self.name}: no GPU telemetry to show whether {name} holds GPUs, "
+                        "and its unit sets no CUDA_VISIBLE_DEVICES (or is not running): left "
+                        "running",
+                    )
+            elif gpus & wanted:
+                to_stop.append(name)
+        if not to_stop:
+            return
+        stopped = await self._foreign.stop(to_stop)
+        if stopped:
+            gpus_text = ",".join(map(str, group.gpu_ids))
+            self.on_notice(
+                "info",
+                f"{self.name}: stopped {', '.join(stopped)}: set up for GPUs of {group.id} "
+                f"({gpus_text}); no telemetry to check them",
+            )
 
     async def restore_foreign(self) -> None:
         if not self.settings.restore_after or not self._foreign.stopped:

@@ -12,10 +12,20 @@ values come in systemd's order, not the order asked for. A collected unit no lon
 once it has failed, so the exit status is taken from systemd's own journal line ("Main
 process exited, code=exited, status=1/FAILURE"), which ``journalctl -u`` includes.
 
-The log is followed with ``journalctl -u UNIT -o json --after-cursor C -f``, keeping the last
-cursor, so a reconnect resumes exactly where it stopped. journald writes MESSAGE as a list
-of byte values when the text is not printable UTF-8 (colour codes, a stray byte); both forms
-are read.
+The log is followed with ``journalctl -u UNIT -o json -n all --all --after-cursor C -f``,
+keeping the last cursor, so a reconnect resumes exactly where it stopped. Both flags matter on
+a real journald: without ``-n all`` a follower shows at most 10 of the entries after the
+cursor (a server that crashed while the link was down came back with 9 of its 30 lines, no
+traceback), and without ``--all`` a field over 4096 bytes is ``null`` (SGLang's
+``server_args=`` line, long tracebacks). journald writes MESSAGE as a list of byte values when
+the text is not printable UTF-8 (colour codes, a stray byte), and as a list of values when an
+entry carries the field more than once; all forms are read.
+
+The unit runs the command line the plan gives, as process mode does: systemd expands ``$VAR``
+in ExecStart arguments, so each ``$`` is sent as ``$$`` (or, from systemd 254 on,
+``--expand-environment=no``). Its environment is the SSH login's ``HOME`` and ``PATH``, the
+group's ``env``, and its working directory is the host's workdir, so caches and relative paths
+behave as when the operator starts the command by hand over SSH.
 """
 
 from __future__ import annotations
@@ -26,11 +36,14 @@ import json
 import logging
 import os
 import re
+import shlex
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from specbench_tui.hosts.remote_process import remote_path
 from specbench_tui.hosts.remote_service import RemoteService
 from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError, quote_command
@@ -39,6 +52,9 @@ from specbench_tui.results.cells import ServiceGroup
 log = logging.getLogger(__name__)
 
 UNIT_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+EXPAND_ENV_OPTION_SINCE = 254  # systemd-run --expand-environment=
+# systemd-run's own lines on stderr; a shell rc file on the host may print others before them
+_SYSTEMD_SAYS = re.compile(r"^(Failed to |Job for |Unit \S+ |Invalid |Unknown |Assignment )")
 ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 SHOW_KEYS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainPID", "LoadState")
 _MAIN_EXITED = re.compile(r"Main process exited, code=(\w+), status=(\d+)")
@@ -72,17 +88,91 @@ def parse_show(text: str, keys: Iterable[str] = SHOW_KEYS) -> dict[str, str]:
     return out
 
 
-def journal_message(entry: Mapping[str, Any]) -> str | None:
-    """The MESSAGE of a journald JSON entry: a string, a list of byte values, or null."""
-    msg = entry.get("MESSAGE")
-    if msg is None:
+def _field_value(value: Any) -> str | None:
+    if value is None:
         return None
-    if isinstance(msg, list):
+    if isinstance(value, list):
         try:
-            return bytes(int(b) & 0xFF for b in msg).decode("utf-8", errors="replace")
+            return bytes(int(b) & 0xFF for b in value).decode("utf-8", errors="replace")
         except (TypeError, ValueError):
             return None
-    return str(msg)
+    return str(value)
+
+
+def journal_message(entry: Mapping[str, Any]) -> str | None:
+    """The MESSAGE of a journald JSON entry: a string, a list of byte values, null (a field
+    over 4096 bytes read without ``--all``), or, when the entry has the field several
+    times, a list of those (strings or byte lists), joined here with newlines."""
+    msg = entry.get("MESSAGE")
+    if isinstance(msg, list) and msg and all(isinstance(v, str | list) for v in msg):
+        parts = [p for p in (_field_value(v) for v in msg) if p is not None]
+        return "\n".join(parts) if parts else None
+    return _field_value(msg)
+
+
+def escape_dollars(arg: str) -> str:
+    """An ExecStart argument systemd passes on as given (``$$`` is its literal ``$``)."""
+    return arg.replace("$", "$$")
+
+
+def systemd_error(stderr: str) -> str:
+    """systemd-run's own error line ("Failed to find executable ...", "Job for ... failed"),
+    not whatever a login rc file printed to stderr before it; else the last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if _SYSTEMD_SAYS.match(line):
+            return line
+    return lines[-1] if lines else ""
+
+
+def parse_systemd_version(text: str) -> int | None:
+    """``systemctl --version``'s first line, "systemd 252 (252.39-1~deb12u2)", as 252."""
+    m = re.match(r"\s*systemd (\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+def parse_cuda_devices(value: str) -> set[int] | None:
+    """CUDA_VISIBLE_DEVICES as GPU indices; None when they are not plain indices (UUIDs,
+    MIG names), since then nothing can be concluded from it."""
+    value = value.strip()
+    if not value:
+        return set()
+    try:
+        return {int(x) for x in value.split(",") if x.strip()}
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class LoginFacts:
+    """What a unit needs from the SSH login: its HOME and PATH, the absolute workdir (systemd
+    wants an absolute path), and the systemd version (which decides the ``$`` handling)."""
+
+    home: str
+    path: str
+    workdir: str
+    systemd: int | None
+
+
+async def login_facts(ssh: SshConnection, workdir: str) -> LoginFacts:
+    """One round trip; the work directory is created if missing."""
+    wd = remote_path(workdir)
+    script = (
+        'printf "home=%s\\n" "$HOME"; printf "path=%s\\n" "$PATH"; '
+        'printf "systemd=%s\\n" "$(systemctl --version 2>/dev/null | head -n 1)"; '
+        f'mkdir -p {wd} && printf "workdir=%s\\n" "$(cd {wd} && pwd)"'
+    )
+    res = await ssh.run(script, timeout_s=30.0)
+    got = dict(line.partition("=")[::2] for line in res.stdout.splitlines() if "=" in line)
+    if not res.ok or not got.get("workdir"):
+        err = systemd_error(res.stderr) or f"status {res.exit_status}"
+        raise ServiceError(f"{ssh}: cannot read the login environment or create {workdir}: {err}")
+    return LoginFacts(
+        home=got.get("home", ""),
+        path=got.get("path", ""),
+        workdir=got["workdir"],
+        systemd=parse_systemd_version(got.get("systemd", "")),
+    )
 
 
 def main_exit_status(message: str) -> int | None:
@@ -98,7 +188,7 @@ def main_exit_status(message: str) -> int | None:
 class SystemdService(RemoteService):
     """The group's command as the transient unit ``specbench-<campaign>-<group>.service``.
 
-    ``cwd`` is the server's working directory (default: the unit's default, ``/``);
+    ``cwd`` is the server's working directory (default: ``workdir``, created if missing);
     ``python`` is used on the host for the port check.
     """
 
@@ -110,6 +200,7 @@ class SystemdService(RemoteService):
         on_line: LineCallback | None = None,
         *,
         campaign: str,
+        workdir: str = "~/specbench",
         cwd: str | None = None,
         extra_env: dict[str, str] | None = None,
         python: str = "python3",
@@ -128,6 +219,8 @@ class SystemdService(RemoteService):
             poll_s=poll_s,
         )
         self.unit = unit_name(campaign, group.id)
+        self.workdir = workdir
+        self.facts: LoginFacts | None = None  # read at each start
         self.main_pid: int | None = None
         self.cursor: str | None = None  # the last journal entry read
         self._started = False
@@ -159,8 +252,9 @@ class SystemdService(RemoteService):
                 f"(left from an earlier run?); stop it with `systemctl stop {self.unit}`"
             )
         if await self._port_in_use():
+            holder = await self._describe_port_holder()
             raise ServiceError(
-                f"{self.group.id}: port {self.group.port} already in use on {self.ssh}; "
+                f"{self.group.id}: port {self.group.port} already in use on {self.ssh}{holder}; "
                 "stop it or change the plan's port"
             )
         self._reset_for_start()
@@ -176,27 +270,15 @@ class SystemdService(RemoteService):
             f"----- {stamp} starting {self.group.id} as {self.unit} on {self.ssh}: "
             f"{quote_command(self.group.command)}"
         )
-        env = {**dict(self.group.env), **self.extra_env}
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        argv = [
-            "systemd-run",
-            f"--unit={self.unit}",
-            "--property=Type=exec",
-            "--collect",
-            "--quiet",
-            *(f"--setenv={k}={v}" for k, v in env.items()),
-            *([f"--working-directory={self.cwd}"] if self.cwd else []),
-            "--",
-            *self.group.command,
-        ]
         try:
-            res = await self.ssh.run(argv, timeout_s=120.0)
-        except SshError as e:
+            self.facts = facts = await login_facts(self.ssh, self.workdir)
+            res = await self.ssh.run(self.run_command(facts), timeout_s=120.0)
+        except ServiceError as e:
             self._close_log()
             raise ServiceError(f"{self.group.id}: cannot start {self.unit}: {e.reason}") from e
         self._tail_task = asyncio.create_task(self._follow_journal(), name=f"journal-{self.unit}")
         if not res.ok:
-            err = " ".join(res.stderr.strip().splitlines()[:1]) or f"status {res.exit_status}"
+            err = systemd_error(res.stderr) or f"status {res.exit_status}"
             await asyncio.sleep(0.3)  # let the tail fetch systemd's lines on the failure
             await self._stop_background()
             self._close_log()
@@ -216,6 +298,36 @@ class SystemdService(RemoteService):
             raise ServiceError(f"{self.group.id}: {e.reason}") from e
         self._base_url = f"http://127.0.0.1:{local}"
         self._watch_task = asyncio.create_task(self._watch(), name=f"watch-{self.unit}")
+
+    def run_command(self, facts: LoginFacts) -> list[str]:
+        """The ``systemd-run`` argv: the login's HOME and PATH under the group's env, the
+        workdir as cwd, and the command's ``$`` kept literal (systemd would expand it)."""
+        env = {"HOME": facts.home, "PATH": facts.path, **dict(self.group.env), **self.extra_env}
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        command = list(self.group.command)
+        if facts.systemd is not None and facts.systemd >= EXPAND_ENV_OPTION_SINCE:
+            literal = ["--expand-environment=no"]
+        else:
+            # argv[0] is also the executable systemd-run looks up, so it is left as it is
+            literal = []
+            command[1:] = [escape_dollars(a) for a in command[1:]]
+        return [
+            "systemd-run",
+            f"--unit={self.unit}",
+            "--property=Type=exec",
+            "--collect",
+            "--quiet",
+            *literal,
+            *(f"--setenv={k}={v}" for k, v in env.items()),
+            f"--working-directory={self.cwd or facts.workdir}",
+            "--",
+            *command,
+        ]
+
+    async def released(self) -> bool:
+        if (await self.show()).get("ActiveState") in ACTIVE_STATES:
+            return False
+        return not await self._port_in_use()
 
     async def wait_exit(self) -> int | None:
         if not self._started:
@@ -286,9 +398,15 @@ class SystemdService(RemoteService):
             await asyncio.sleep(self.poll_s)
 
     async def _journal_end(self) -> str | None:
-        """The cursor of the newest journal entry, so the tail starts after it and a
-        previous run of the same unit name is not shown again."""
-        res = await self.ssh.run(["journalctl", "-n", "1", "-o", "json", "--no-pager"])
+        """The cursor of the unit's newest journal entry (None when it has none), so the tail
+        starts after it and a previous run of the same unit name is not shown again.
+
+        The cursor must be one of the unit's own entries: given a cursor that ``-u UNIT`` does
+        not match (the newest entry of the whole journal, say), journalctl 252 drops the
+        first matching entry after it, sometimes the server's first line."""
+        res = await self.ssh.run(
+            ["journalctl", "-u", self.unit, "-n", "1", "-o", "json", "--no-pager"]
+        )
         for line in reversed(res.stdout.splitlines()):
             with contextlib.suppress(ValueError):
                 entry = json.loads(line)
@@ -297,12 +415,12 @@ class SystemdService(RemoteService):
         return None
 
     def journal_command(self) -> list[str]:
-        argv = ["journalctl", "-u", self.unit, "-o", "json", "--no-pager", "-f"]
+        """``-n all``: every entry after the cursor, not the last 10; ``--all``: long fields
+        in full instead of null."""
+        argv = ["journalctl", "-u", self.unit, "-o", "json", "--no-pager", "-n", "all", "--all"]
         if self.cursor:
             argv += [f"--after-cursor={self.cursor}"]
-        else:
-            argv += ["-n", "all"]
-        return argv
+        return [*argv, "-f"]
 
     async def _follow_journal(self) -> None:
         """Follow the unit's journal; after a drop resume after the last cursor read."""
@@ -334,6 +452,8 @@ class SystemdService(RemoteService):
             code = main_exit_status(msg)
             if code is not None:
                 self._journal_exit = code
+                if self._exited.is_set() and self._exit_code is None:
+                    self._exit_code = code  # the line came after the state poll settled
         for part in msg.split("\n"):
             if "\r" in part:
                 parts = [p for p in part.split("\r") if p.strip()]
@@ -369,6 +489,32 @@ class ForeignUnits:
             now.append(name)
         return now
 
+    async def configured_gpus(self, name: str) -> set[int] | None:
+        """The GPUs an active unit is set up to use, from CUDA_VISIBLE_DEVICES in its
+        Environment= or, failing that, in its main process's environment; None when it says
+        nothing (it may then use any GPU) or the unit is not active."""
+        if not UNIT_PART.match(name):
+            raise ServiceError(f"{self.ssh}: {name!r} is not a systemd unit name")
+        res = await self.ssh.run(
+            ["systemctl", "show", "-p", "ActiveState,MainPID,Environment", name], timeout_s=30.0
+        )
+        state = parse_show(res.stdout)
+        if state.get("ActiveState") not in ACTIVE_STATES:
+            return None
+        with contextlib.suppress(ValueError):
+            for word in shlex.split(state.get("Environment", "")):
+                if word.startswith("CUDA_VISIBLE_DEVICES="):
+                    return parse_cuda_devices(word.split("=", 1)[1])
+        pid = state.get("MainPID", "0")
+        if pid.isdigit() and int(pid) > 0:
+            res = await self.ssh.run(
+                f"tr '\\0' '\\n' < /proc/{int(pid)}/environ 2>/dev/null", timeout_s=30.0
+            )
+            for line in res.stdout.splitlines():
+                if line.startswith("CUDA_VISIBLE_DEVICES="):
+                    return parse_cuda_devices(line.split("=", 1)[1])
+        return None
+
     async def restore(self, timeout_s: float = 120.0) -> list[str]:
         """Start again what ``stop`` stopped; returns problems, one line each (restoring
         is best effort: one unit that fails must not keep the others down)."""
@@ -389,9 +535,15 @@ class ForeignUnits:
 
 __all__ = [
     "ForeignUnits",
+    "LoginFacts",
     "SystemdService",
+    "escape_dollars",
     "journal_message",
+    "login_facts",
     "main_exit_status",
+    "parse_cuda_devices",
     "parse_show",
+    "parse_systemd_version",
+    "systemd_error",
     "unit_name",
 ]

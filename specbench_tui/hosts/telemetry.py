@@ -2,10 +2,16 @@
 
 The reader does not care where the agent runs: an ``AgentRunner`` starts it and hands back
 its stdout lines. ``LocalAgentRunner`` pipes the agent's source into ``python -`` exactly as an
-SSH runner will do on a remote host (``ssh host python3 -``), so the local and simulated
-paths exercise the same launch. Telemetry is a side show of a campaign: a bad line is
-skipped and counted, a dead agent is reported once and restarted with a backoff, and nothing
-here ever raises into the engine.
+SSH runner does on a remote host (``ssh host python3 -``), so the local and simulated paths
+exercise the same launch. Telemetry is a side show of a campaign: a bad line is skipped and
+counted, a dead agent is reported once and restarted with a backoff, and nothing here ever
+raises into the engine.
+
+Which source and which interpreter is decided once per host by ``probe_telemetry``: NVML
+through the first interpreter that imports pynvml (the servers' own python first: on a GPU
+host pynvml usually lives only in the serving venv), else nvidia-smi, else no telemetry at
+all. "No telemetry" is a mode of its own, never a busy GPU: the GPU wait then cannot verify
+anything and says so instead of blocking.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from specbench_tui.hosts.service import ServiceError
 from specbench_tui.plan.durations import format_duration
@@ -30,6 +36,9 @@ log = logging.getLogger(__name__)
 
 AGENT_PATH = Path(__file__).with_name("gpu_agent.py")
 EXIT_NO_NVML = 3
+PROBE_TIMEOUT_S = 40.0  # an interpreter start, a pynvml import and two nvidia-smi calls
+
+Source = Literal["nvml", "nvidia-smi", "sim", "none"]
 
 
 def agent_source() -> bytes:
@@ -97,6 +106,115 @@ class GpuSample:
             temp_c=num("temp_c"),
             processes=procs,
         )
+
+
+@dataclass(frozen=True)
+class TelemetryMode:
+    """How a host's GPUs are read: the source, the interpreter that runs the agent, and what
+    the probe found on the way (the reason when there is no telemetry)."""
+
+    source: Source
+    python: str | None = None
+    detail: str = ""
+    gpus: int | None = None
+    driver: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.source != "none"
+
+    def agent_args(self) -> list[str]:
+        """The agent's ``--source`` for this mode (the simulator's fake is NVML to it)."""
+        return ["--source", "nvidia-smi" if self.source == "nvidia-smi" else "nvml"]
+
+    def describe(self) -> str:
+        """One line for --check, the console and the report."""
+        if self.source == "none":
+            return f"no GPU telemetry ({self.detail})" if self.detail else "no GPU telemetry"
+        how = {"nvml": "NVML", "nvidia-smi": "nvidia-smi", "sim": "simulated NVML"}[self.source]
+        facts = [f"through {self.python}"] if self.python else []
+        if self.gpus is not None:
+            facts.append(f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}")
+        if self.driver:
+            facts.append(f"driver {self.driver}")
+        return f"{how} ({', '.join(facts)})" if facts else how
+
+
+class NoTelemetryError(Exception):
+    """Raised by a runner when its host has no GPU telemetry: the reader then ends quietly
+    (the host said so once, as a warning) instead of restarting an agent that cannot work."""
+
+
+async def probe_interpreter(
+    runner: AgentRunner, timeout_s: float = PROBE_TIMEOUT_S
+) -> dict[str, Any]:
+    """The agent's ``--probe`` line from one interpreter, or {"error": why} when it did not
+    run (no such interpreter, an old Python that cannot parse the agent, a dead link)."""
+    try:
+        agent = await asyncio.wait_for(runner.start(["--probe"]), timeout_s)
+    except Exception as e:  # FileNotFoundError locally, a transport error over SSH
+        return {"error": f"cannot run: {type(e).__name__}: {e}"}
+    found: dict[str, Any] | None = None
+    try:
+
+        async def first_line() -> None:
+            nonlocal found
+            async for line in agent.lines():
+                with contextlib.suppress(ValueError):
+                    obj = json.loads(line)
+                    if isinstance(obj, dict) and obj.get("probe"):
+                        found = obj
+                        return
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(first_line(), timeout_s)
+        if found is not None:
+            return found
+        code = None
+        with contextlib.suppress(TimeoutError):
+            code = await asyncio.wait_for(agent.wait(), 5.0)
+        said = agent.stderr_tail().splitlines()
+        why = said[-1] if said else f"exit status {code}" if code is not None else "no answer"
+        if code == 127:
+            why = "not found"
+        return {"error": why}
+    finally:
+        with contextlib.suppress(Exception):
+            await agent.terminate()
+
+
+async def probe_telemetry(
+    runner_for: Callable[[str], AgentRunner], pythons: Iterable[str]
+) -> TelemetryMode:
+    """Walk the chain: NVML through the first interpreter that has it, else nvidia-smi
+    (through the first interpreter that runs at all), else none, with every finding in
+    ``detail`` so the one warning says what to install where."""
+    findings: list[str] = []
+    smi: tuple[str, dict[str, Any]] | None = None
+    smi_error = ""
+    for python in dict.fromkeys(pythons):
+        got = await probe_interpreter(runner_for(python))
+        if "error" in got:
+            findings.append(f"{python}: {got['error']}")
+            continue
+        nvml, s = got.get("nvml") or {}, got.get("smi") or {}
+        if nvml.get("ok"):
+            return TelemetryMode(
+                "nvml", python, "; ".join(findings), nvml.get("gpus"), nvml.get("driver")
+            )
+        findings.append(f"{python}: {nvml.get('error', 'no NVML')}")
+        if s.get("ok") and smi is None:
+            smi = (python, s)
+        elif not s.get("ok"):
+            smi_error = str(s.get("error") or "nvidia-smi unusable")
+    if smi is not None:
+        python, s = smi
+        return TelemetryMode(
+            "nvidia-smi", python, "; ".join(findings), s.get("gpus"), s.get("driver")
+        )
+    if smi_error:
+        findings.append(smi_error)
+    return TelemetryMode("none", None, "; ".join(findings))
 
 
 # --- runners: where the agent process lives ---------------------------------------------------
@@ -243,6 +361,7 @@ class TelemetryReader:
         self.skipped_lines = 0  # lines that were not a sample
         self.restarts = 0
         self.last_error: str | None = None  # the current outage's reason, None while healthy
+        self.unavailable: str | None = None  # set when the host has no telemetry at all
         self._latest: dict[int, GpuSample] = {}
         self._queue: asyncio.Queue[GpuSample | None] = asyncio.Queue(maxsize=queue_size)
         self._task: asyncio.Task[None] | None = None
@@ -316,7 +435,11 @@ class TelemetryReader:
             error_line: str | None = None
             got_sample = False
             try:
-                self._agent = await self.runner.start(self.agent_args())
+                try:
+                    self._agent = await self.runner.start(self.agent_args())
+                except NoTelemetryError as e:
+                    self.unavailable = str(e) or "no GPU telemetry"
+                    return
                 async for line in self._agent.lines():
                     kind, payload = self._parse(line)
                     if kind == "sample":
@@ -411,12 +534,17 @@ async def wait_gpus_free(
     *,
     poll_s: float = 0.25,
     host: str = "",
-) -> None:
-    """Return once every GPU in ``gpu_ids`` is free in a sample taken after this call began.
+    telemetry_down: Callable[[], str | None] | None = None,
+    outage_grace_s: float = 15.0,
+) -> bool:
+    """Return True once every GPU in ``gpu_ids`` is free in a sample taken after this call
+    began.
 
     A sample from before the call does not count: it may predate the server that just
     started or stopped. Raises GpusNotFreeError naming each busy GPU, its memory and the
-    process holding it.
+    process holding it. When ``telemetry_down`` reports an outage (the agent died and keeps
+    failing) and no fresh sample came for ``outage_grace_s``, it returns False: nothing can
+    be verified, and a missing reading is not a busy GPU.
     """
     gpus = list(gpu_ids)
     began = time.monotonic()
@@ -424,16 +552,26 @@ async def wait_gpus_free(
     while True:
         latest = latest_samples_provider()
         busy: dict[int, str] = {}
+        unread = 0
         for g in gpus:
             sample = latest.get(g)
             if sample is not None and sample.received < began:
                 sample = None
+            unread += sample is None
             why = gpu_state(sample, idle_mem_mib)
             if why is not None:
                 busy[g] = why
         if not busy:
-            return
-        if time.monotonic() >= deadline:
+            return True
+        now = time.monotonic()
+        if (
+            telemetry_down is not None
+            and unread == len(busy)
+            and now - began >= min(outage_grace_s, timeout_s)
+            and telemetry_down()
+        ):
+            return False
+        if now >= deadline:
             where = f" on {host}" if host else ""
             what = "; ".join(f"GPU {g}: {why}" for g, why in busy.items())
             n = "GPU" if len(busy) == 1 else "GPUs"

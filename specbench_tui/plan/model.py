@@ -58,9 +58,6 @@ class HostSpec(Strict):
     restore_after: bool = True
     prepare: list[str] = []
     speed: float = Field(default=1.0, gt=0)  # sim hosts: compress simulated time
-    # local hosts: servers run on CPUs (vLLM's CPU build), so there are no GPUs to watch or
-    # to wait for; ``gpus`` then only bounds the TP sizes.
-    cpu_only: bool = False
 
     @property
     def sim_speed(self) -> float:

@@ -61,8 +61,6 @@ def render_text(r: Review) -> str:
             )
         elif host.ssh:
             where = f"ssh {host.ssh}, {host.services or 'systemd'}, {host.gpus} GPUs"
-        elif host.cpu_only:
-            where = f"local, {host.services or 'process'}, CPU only"
         else:
             where = f"local, {host.services or 'process'}, {host.gpus} GPUs"
         out.append("")

@@ -52,13 +52,6 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     f"local = true, sim = true (found {len(chosen) or 'none'})",
                 )
             )
-        if host.cpu_only and not host.local:
-            errs.append(
-                PlanError(
-                    ("hosts", name, "cpu_only"),
-                    "only a local = true host can be CPU-only (its servers run on this machine)",
-                )
-            )
         if host.gpu_ids is not None:
             if len(host.gpu_ids) != host.gpus:
                 errs.append(

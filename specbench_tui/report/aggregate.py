@@ -86,6 +86,7 @@ class Report:
     problems: list[dict[str, Any]]
     telemetry: list[dict[str, Any]]
     greedy: dict[str, Any]
+    gpu_telemetry: list[str] = field(default_factory=list)  # per host: source, unverified starts
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -572,6 +573,28 @@ def telemetry_summary(tel: pl.DataFrame | None) -> list[dict[str, Any]]:
     ]
 
 
+def gpu_telemetry(state: CampaignState) -> list[str]:
+    """Per host, how its GPUs were read and before how many server starts their freedom
+    could not be verified (no telemetry)."""
+    unverified: dict[str, int] = {}
+    for ev in state.gpus_unverified:
+        unverified[ev.host] = unverified.get(ev.host, 0) + 1
+    out = []
+    for host in sorted(set(state.telemetry) | set(unverified)):
+        chosen = state.telemetry.get(host)
+        mode = (
+            "not recorded"
+            if chosen is None
+            else ("no GPU telemetry" if chosen.source == "none" else chosen.text or chosen.source)
+        )
+        line = f"{host}: {mode}"
+        if unverified.get(host):
+            n = unverified[host]
+            line += f"; GPU freedom not verified before {n} server start{'s' if n != 1 else ''}"
+        out.append(line)
+    return out
+
+
 def _temperatures(inp: Inputs) -> dict[str, float]:
     """Sampling temperature per cell id, from the plan as run."""
     return {c.id: c.cell.temperature for c in inp.state.cells.values() if c.cell is not None}
@@ -812,4 +835,5 @@ def build_report(root: Path) -> Report:
         problems=probs,
         telemetry=telemetry_summary(inp.telemetry),
         greedy=greedy_equivalence(inp, req, baseline, order),
+        gpu_telemetry=gpu_telemetry(inp.state),
     )

@@ -201,6 +201,34 @@ class GroupFinished(Event):
     status: str = "done"  # done | failed | skipped
 
 
+@dataclass(kw_only=True)
+class TelemetryChosen(Event):
+    """How a host's GPUs are read, decided once per campaign run: ``source`` is ``nvml``,
+    ``nvidia-smi``, ``sim`` (the simulator's fake NVML) or ``none`` (no GPU telemetry: GPU
+    waits on this host cannot verify that the GPUs are free). ``python`` runs the agent;
+    ``detail`` is what the probe found on the way (why NVML was not used, say)."""
+
+    name: ClassVar[str] = "telemetry_chosen"
+    host: str
+    source: str = "none"
+    python: str = ""
+    detail: str = ""
+    text: str = ""  # the one line to show: "nvidia-smi (through python3, 8 GPUs, driver ...)"
+
+
+@dataclass(kw_only=True)
+class GpusUnverified(Event):
+    """A server is started without knowing that its GPUs are free: the host has no GPU
+    telemetry (or it is down), so only the previous server's processes and port were seen to
+    be gone. The report lists these; the measurements themselves are kept."""
+
+    name: ClassVar[str] = "gpus_unverified"
+    host: str
+    group: str = ""
+    gpu_ids: list[int] = field(default_factory=list)
+    reason: str = ""
+
+
 # --- cells --------------------------------------------------------------------------------
 
 

@@ -43,12 +43,14 @@ from specbench_tui.results.events import (
     CellStarted,
     CheckVerdict,
     Event,
+    GpusUnverified,
     GroupFinished,
     GroupStarted,
     Paused,
     Resumed,
     ServiceFailed,
     ServiceReady,
+    TelemetryChosen,
 )
 
 CellStatus = Literal["pending", "running", "done", "failed", "skipped"]
@@ -185,6 +187,9 @@ class CampaignState:
         self.events_seen: int = 0
         # The latest verdict of each check per (check, host, config, tp).
         self.checks: dict[tuple[str, str, str, int], CheckVerdict] = {}
+        # How each host's GPUs are read, and the server starts whose GPUs were not verified.
+        self.telemetry: dict[str, TelemetryChosen] = {}
+        self.gpus_unverified: list[GpusUnverified] = []
         self._by_name: dict[str, str] = {}
 
     # --- folding --------------------------------------------------------------------------
@@ -401,6 +406,12 @@ class CampaignState:
     def failed_checks(self) -> list[CheckVerdict]:
         return [v for v in self.checks.values() if v.status == "fail"]
 
+    def _telemetry_chosen(self, ev: TelemetryChosen) -> None:
+        self.telemetry[ev.host] = ev
+
+    def _gpus_unverified(self, ev: GpusUnverified) -> None:
+        self.gpus_unverified.append(ev)
+
     def _paused(self, ev: Paused) -> None:
         self.paused, self.paused_by = True, ev.by
 
@@ -489,6 +500,8 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     CellSkipped: CampaignState._cell_skipped,
     CellQueued: CampaignState._cell_queued,
     CheckVerdict: CampaignState._check_verdict,
+    TelemetryChosen: CampaignState._telemetry_chosen,
+    GpusUnverified: CampaignState._gpus_unverified,
     Paused: CampaignState._paused,
     Resumed: CampaignState._resumed,
     Aborted: CampaignState._aborted,

@@ -48,6 +48,7 @@ from specbench_tui.results.events import (
     RequestDone,
     ServiceFailed,
     ServiceReady,
+    TelemetryChosen,
 )
 from specbench_tui.results.progress import CampaignProgress
 from specbench_tui.tui.detail import DetailPane
@@ -359,6 +360,10 @@ class ConsoleApp(App[int]):
                 self._request_cells.add(ev.cell_id)  # repainted at the plot rate, not per frame
                 continue
             if isinstance(ev, GpuSample):
+                gpus = True
+                continue
+            if isinstance(ev, TelemetryChosen):
+                self.query_one(HealthPane).telemetry[ev.host] = ev
                 gpus = True
                 continue
             if isinstance(ev, _LIFECYCLE):

@@ -11,8 +11,23 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from specbench_tui.results.events import TelemetryChosen
 from specbench_tui.results.progress import CampaignProgress, GpuState, GroupState, format_clock
 from specbench_tui.tui.look import SERVER_MARKS, Palette, bar, palette_for
+
+
+def _telemetry_line(ev: TelemetryChosen, pal: Palette) -> Text:
+    """How the host's GPUs are read; with none, that GPU freedom is not verified."""
+    if ev.source == "none":
+        return Text(
+            " no GPU telemetry: GPUs not read, freedom not verified before starts",
+            style=pal.warning,
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+    return Text(
+        f" GPUs via {ev.text or ev.source}", style=pal.muted, no_wrap=True, overflow="ellipsis"
+    )
 
 
 def _server_line(
@@ -73,6 +88,10 @@ class HealthPane(VerticalScroll):
 
     _shown: Text | None = None  # what is on screen: unchanged text is not repainted
 
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.telemetry: dict[str, TelemetryChosen] = {}  # per host, from telemetry_chosen
+
     def compose(self):  # type: ignore[no-untyped-def]
         yield Static("waiting for telemetry…", id="health-text")
 
@@ -81,13 +100,16 @@ class HealthPane(VerticalScroll):
         width = max(self.size.width - 2, 40)
         room = max(self.size.height - 2, 3) if not self.is_maximized else 10_000
         t = Text(no_wrap=True, overflow="ellipsis")
-        hosts = p.hosts or sorted({h for h, _ in p.gpus})
+        hosts = p.hosts or sorted({h for h, _ in p.gpus} | set(self.telemetry))
         lines: list[Text] = []
         for host in hosts:
             current = p.groups.get(p.current_group) if p.current_group else None
             if current is not None and current.host != host:
                 current = None
             lines.append(_server_line(host, current, p, pal, now))
+            chosen = self.telemetry.get(host)
+            if chosen is not None and (chosen.source == "none" or room > 4):
+                lines.append(_telemetry_line(chosen, pal))
             gpus = sorted((g for (h, _), g in p.gpus.items() if h == host), key=lambda g: g.gpu)
             in_use = set(current.gpu_ids) if current else set()
             busy = [g for g in gpus if g.gpu in in_use or g.processes or g.util_pct > 1]
