@@ -1,9 +1,10 @@
 """Streaming HTTP client for SGLang's native ``/generate`` and the OpenAI chat API.
 
-One :class:`BenchClient` (one ``httpx.AsyncClient``, pooled connections sized for the cell's
-concurrency) sends every request of a cell. Each request is timed with ``time.perf_counter``
-from just before the request is sent; per streamed line the only work is one ``json.loads`` and
-a few dictionary lookups, so the client does not slow down what it measures.
+One :class:`BenchClient` (one :class:`~specbench_tui.bench.transport.SseTransport`, pooled
+connections sized for the cell's concurrency) sends every request of a cell. Each request is
+timed with ``time.perf_counter_ns`` from just before the request is sent; each read of the
+stream is stamped once, and per event the only work is one ``json.loads`` and a few dictionary
+lookups, so the client does not slow down what it measures.
 
 Failures never raise: a timeout, an HTTP error, a refused connection or a stream that stops
 early come back as :attr:`Completion.error`, a short sentence the operator can act on, because
@@ -22,8 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 
+from specbench_tui.bench.figures import fill_rates
+from specbench_tui.bench.transport import SseTransport
 from specbench_tui.results.cells import Api
 from specbench_tui.results.records import Measurement
 
@@ -122,30 +125,26 @@ def _describe_http_error(status: int, body: bytes) -> str:
     return f"HTTP {status}: {text}" if text else f"HTTP {status}"
 
 
-def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost chained exception: httpx wraps a refused connection in two layers of
-    "All connection attempts failed", which would hide the actionable cause."""
-    seen = {id(exc)}
-    while True:
-        nxt = exc.__cause__ or exc.__context__
-        if nxt is None or id(nxt) in seen:
-            return exc
-        seen.add(id(nxt))
-        exc = nxt
-
-
 def _describe_exception(exc: BaseException, timeout_s: float) -> str:
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+    if isinstance(exc, TimeoutError):  # asyncio.timeout and aiohttp's own timeouts
         return f"timeout after {timeout_s:g} s"
-    if isinstance(exc, httpx.ConnectError):
-        root = _root_cause(exc)
-        if isinstance(root, ConnectionRefusedError) or "refused" in str(exc).lower():
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"unknown host: {exc.host}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        root = exc.os_error
+        if isinstance(root, ConnectionRefusedError) or "refused" in str(root).lower():
             return "connection refused"
         if isinstance(root, socket.gaierror):
             return f"unknown host: {root.strerror or root}"
-        msg = str(root) or str(exc)
+        msg = getattr(root, "strerror", None) or str(root)
         return f"cannot connect: {msg}"[:240] if msg else "cannot connect"
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientOSError
+        | ConnectionError,
+    ):
         return "server closed the stream early"
     if isinstance(exc, _StreamError):
         return str(exc)
@@ -172,15 +171,7 @@ class BenchClient:
         self.api: Api = api
         self.model = model
         self.prompt_format: PromptFormat = prompt_format
-        n = max(1, concurrency)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            # The per-request deadline is enforced by asyncio.timeout around the whole request,
-            # so httpx's own per-phase timeouts are switched off.
-            timeout=httpx.Timeout(None),
-            limits=httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2),
-            headers={"Accept": "text/event-stream"},
-        )
+        self._transport = SseTransport(self.base_url, connections=max(1, concurrency) + 2)
 
     async def __aenter__(self) -> BenchClient:
         return self
@@ -189,7 +180,7 @@ class BenchClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     async def generate(
         self,
@@ -224,63 +215,61 @@ class BenchClient:
                 "stream": True,
                 "stream_options": {"include_usage": True},
             }
+        payload = json.dumps(body, separators=(",", ":")).encode()
         out = Completion(started_at=time.time())
         state = _StreamState()
-        t0 = time.perf_counter()
+        t0 = time.perf_counter_ns()
         try:
             async with asyncio.timeout(timeout_s):
-                await self._stream(path, body, out, state, t0)
+                await self._stream(path, payload, out, state, t0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             # A server that sent [DONE] but then held the body open delivered everything.
             if not state.done:
                 out.error = _describe_exception(exc, timeout_s)
-        end = state.end_t if state.end_t is not None else time.perf_counter() - t0
+        end = state.end_t if state.end_t is not None else (time.perf_counter_ns() - t0) * 1e-9
         state.finish(out, end)
+        fill_rates(out, state.content_tokens)
         return out
 
     async def _stream(
         self,
         path: str,
-        body: dict[str, Any],
+        body: bytes,
         out: Completion,
         state: _StreamState,
-        t0: float,
+        t0_ns: int,
     ) -> None:
-        async with self._http.stream("POST", path, json=body) as resp:
-            if resp.status_code >= 400:
-                raw = b""
-                async for part in resp.aiter_bytes():
-                    raw += part
-                    if len(raw) > 4096:
-                        break
-                out.error = _describe_http_error(resp.status_code, raw)
+        on_data = state.on_sglang if self.api == "sglang" else state.on_openai
+        loads = json.loads
+
+        def on_payload(payload: bytes, t_ns: int) -> None:
+            if state.done:
+                return  # the server closes the body right after [DONE]; nothing counts
+            t = (t_ns - t0_ns) * 1e-9
+            if payload.startswith(b"[DONE]"):
+                # Reading goes on to the end of the body, so the connection goes back to the
+                # pool instead of being torn down.
+                state.done = True
+                state.end_t = t
                 return
-            on_data = state.on_sglang if self.api == "sglang" else state.on_openai
-            loads = json.loads
-            perf = time.perf_counter
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:") or state.done:
-                    continue  # blank separators, SSE comments, "event:" lines
-                t = perf() - t0
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    # Keep reading to the end of the body (the server closes it right away) so
-                    # the connection goes back to the pool instead of being torn down.
-                    state.done = True
-                    state.end_t = t
-                    continue
-                try:
-                    data = loads(payload)
-                except ValueError as exc:
-                    raise _StreamError(f"bad stream data: {payload[:80]!r}") from exc
-                if isinstance(data, dict):
-                    on_data(data, t)
-            if state.end_t is None:
-                state.end_t = perf() - t0
-            if not state.done and state.finish_raw is None:
-                raise _StreamError("server closed the stream early")
+            try:
+                data = loads(payload)
+            except ValueError as exc:
+                shown = payload[:80].decode("utf-8", "replace")
+                raise _StreamError(f"bad stream data: {shown!r}") from exc
+            if isinstance(data, dict):
+                on_data(data, t)
+
+        end = await self._transport.post_sse(path, body, on_payload)
+        if end.status >= 400:
+            out.error = _describe_http_error(end.status, end.error_body)
+            return
+        if state.end_t is None:
+            state.end_t = (end.end_ns - t0_ns) * 1e-9
+        if not state.done and state.finish_raw is None:
+            raise _StreamError("server closed the stream early")
 
 
 class _StreamState:
@@ -289,6 +278,7 @@ class _StreamState:
 
     __slots__ = (
         "content_times",
+        "content_tokens",
         "done",
         "end_t",
         "finish_raw",
@@ -304,6 +294,7 @@ class _StreamState:
         self.reasoning = ""
         self.tokens = -1  # completion_tokens of the last chunk, to spot token-only chunks
         self.content_times: list[float] = []
+        self.content_tokens: list[int] = []  # the server's running count at each; -1 unknown
         self.meta: dict[str, Any] = {}
         self.usage: dict[str, Any] = {}
         self.finish_raw: Any = None
@@ -338,6 +329,7 @@ class _StreamState:
                 self.text = prev + text
         if grew:
             self.content_times.append(t)
+            self.content_tokens.append(self.tokens)
 
     def on_openai(self, data: dict[str, Any], t: float) -> None:
         if "error" in data and "choices" not in data:
@@ -345,6 +337,10 @@ class _StreamState:
         usage = data.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+            # Servers asked for continuous usage stats send a running count in every chunk.
+            ct = usage.get("completion_tokens")
+            if isinstance(ct, int) and not isinstance(ct, bool):
+                self.tokens = ct
         choices = data.get("choices")
         if not choices:
             return
@@ -361,6 +357,7 @@ class _StreamState:
             grew = True
         if grew:
             self.content_times.append(t)
+            self.content_tokens.append(self.tokens)
         fr = choice.get("finish_reason")
         if fr is not None:
             self.finish_raw = fr

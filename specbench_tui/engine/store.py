@@ -72,6 +72,9 @@ REQUEST_SCHEMA: dict[str, Any] = {
     "finish_reason": pl.String,
     "output_sha256": pl.String,
     "error": pl.String,
+    "decode_tok_s": pl.Float64,
+    "e2e_tok_s": pl.Float64,
+    "chunk_tokens": pl.List(pl.Int64),
 }
 assert tuple(REQUEST_SCHEMA) == REQUEST_COLUMNS, "request schema and record drifted apart"
 

@@ -33,7 +33,13 @@ class Measurement:
     """What the client measured for one request. Times are seconds; ``started_at`` is Unix
     epoch seconds. Token counts come from the server's own numbers (``meta_info`` or
     ``usage``), never from counting streamed chunks: a speculative server sends several
-    tokens per chunk."""
+    tokens per chunk.
+
+    The figures are defined in :mod:`specbench_tui.bench.figures`. Two columns keep the
+    contract's older names: ``itl_s`` is the list of chunk gaps (one per SSE event after the
+    first, not per token) and ``output_tok_s`` is the end-to-end rate, equal to
+    ``e2e_tok_s``. The columns after ``error`` were added later, so older results lack them.
+    """
 
     started_at: float = 0.0
     ttft_s: float | None = None
@@ -50,6 +56,9 @@ class Measurement:
     finish_reason: str | None = None
     output_sha256: str | None = None
     error: str | None = None
+    decode_tok_s: float | None = None
+    e2e_tok_s: float | None = None
+    chunk_tokens: list[int] = field(default_factory=list)
 
     def measurements(self) -> dict[str, Any]:
         """Just the measured fields, to fill a :class:`RequestRecord`."""
