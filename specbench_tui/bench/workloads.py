@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
+from specbench_tui.bench.client_health import ClientHealth, ClientWatch
 from specbench_tui.bench.prompts import Prompt, load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.events import RequestDone
@@ -42,7 +43,8 @@ class CellResult:
     ``prompt_id`` for single cells, ``"<prompt_set>/<prompt_id>"`` for concurrency cells and
     ``"<prompt_id>/s<session>/t<turn>"`` for agentic cells (turns depend on earlier answers, so
     each turn is compared on its own). ``stopped`` is True when ``should_stop`` ended the cell
-    before all ``planned`` requests were measured.
+    before all ``planned`` requests were measured. ``client`` says how the client itself fared
+    (event-loop lag, CPU share): a lagging client inflates every timing of the cell.
     """
 
     records: list[RequestRecord] = field(default_factory=list)
@@ -50,6 +52,7 @@ class CellResult:
     wall_s: float = 0.0
     stopped: bool = False
     planned: int = 0
+    client: ClientHealth | None = None
 
     @property
     def complete(self) -> bool:
@@ -311,13 +314,15 @@ async def run_cell(
     should_stop: ShouldStop | None = None,
     client: BenchClient | None = None,
     prompt_format: PromptFormat = "chatml",
+    watch: ClientWatch | None = None,
 ) -> CellResult:
     """Run one cell against a healthy server and return its rows.
 
     Request failures are rows with ``error`` set, never exceptions; this raises only for bad
     input (a missing or malformed prompt set: :class:`InputError`). Pass ``client`` to reuse one
     connection pool across the cells of a service group; otherwise one is opened and closed
-    here, sized for the cell's concurrency.
+    here, sized for the cell's concurrency. The cell runs under ``watch`` (a default
+    :class:`ClientWatch` when None: loop lag and CPU share measured, GC kept out of the cell).
     """
     own = client is None
     if client is None:
@@ -328,24 +333,32 @@ async def run_cell(
             prompt_format=prompt_format,
         )
     run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop)
+    watch = watch or ClientWatch()
     try:
-        if cell.kind == "single":
-            names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
-            prompts: list[Prompt] = []
-            for name in names:
-                prompts.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
-            run.result.planned = len(prompts) * cell.repeats
-            await _run_single(run, prompts)
-        elif cell.kind == "agentic":
-            run.result.planned = planned_requests(cell)
-            await _run_agentic(run, _pool(cell, plan_dir, seed), seed)
-        elif cell.kind == "concurrency":
-            run.result.planned = planned_requests(cell)
-            await _run_concurrency(run, _pool(cell, plan_dir, seed), seed)
-        else:
-            raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")
+        async with watch:
+            await _run_kind(run, plan_dir, seed)
         run.result.wall_s = run.wall_s()
+        run.result.client = watch.health
     finally:
         if own:
             await client.aclose()
     return run.result
+
+
+async def _run_kind(run: _Runner, plan_dir: Path, seed: int) -> None:
+    cell = run.cell
+    if cell.kind == "single":
+        names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
+        prompts: list[Prompt] = []
+        for name in names:
+            prompts.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
+        run.result.planned = len(prompts) * cell.repeats
+        await _run_single(run, prompts)
+    elif cell.kind == "agentic":
+        run.result.planned = planned_requests(cell)
+        await _run_agentic(run, _pool(cell, plan_dir, seed), seed)
+    elif cell.kind == "concurrency":
+        run.result.planned = planned_requests(cell)
+        await _run_concurrency(run, _pool(cell, plan_dir, seed), seed)
+    else:
+        raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")

@@ -569,6 +569,7 @@ class Campaign(OperatorCommands):
             figures = {
                 "wall_s": round(result.wall_s, 4),
                 **summarize(result.records, result.wall_s),
+                **(result.client.figures() if result.client else {}),
             }
             if cell.kind == "single" and cell.temperature == 0 and result.texts:
                 self.store.write_cell_texts(cell.id, attempt, result.texts)
@@ -587,6 +588,9 @@ class Campaign(OperatorCommands):
                     ttft_p50_s=figures.get("ttft_s_p50"),
                     output_tok_s_p50=figures.get("output_tok_s_p50"),
                     accept_length_mean=figures.get("accept_length_mean"),
+                    client_lagged=bool(figures.get("client_lagged")),
+                    client_lag_p99_s=figures.get("client_lag_p99_s"),
+                    client_cpu_share=figures.get("client_cpu_share"),
                 )
             )
             self._check_greedy(cell)

@@ -55,10 +55,15 @@ def format_event(ev: Event) -> str | None:
     if isinstance(ev, CellFinished):
         acc = f" accept {ev.accept_length_mean:.2f}" if ev.accept_length_mean else ""
         err = f" errors {ev.errors}" if ev.errors else ""
+        lag = (
+            f" CLIENT LAGGED (loop lag p99 {_num(ev.client_lag_p99_s, '.4f')}s): timings suspect"
+            if ev.client_lagged
+            else ""
+        )
         return (
             f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
-            f"{ev.throughput_tok_s:.1f} tok/s, ttft p50 {_num(ev.ttft_p50_s, '.3f')}s"
-            f"{acc}{err}, {ev.wall_s:.1f}s"
+            f"cell throughput {ev.throughput_tok_s:.1f} tok/s, "
+            f"ttft p50 {_num(ev.ttft_p50_s, '.3f')}s{acc}{err}, {ev.wall_s:.1f}s{lag}"
         )
     if isinstance(ev, CellFailed):
         return f"{t} FAILED {ev.cell} [{ev.cell_id}] attempt {ev.attempt}: {ev.reason}"

@@ -68,6 +68,7 @@ class Report:
     problems: list[dict[str, Any]]
     telemetry: list[dict[str, Any]]
     greedy: dict[str, Any]
+    lagged: list[str] = field(default_factory=list)  # cells measured while the client lagged
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -883,4 +884,16 @@ def build_report(root: Path) -> Report:
         problems=probs,
         telemetry=telemetry_summary(inp.telemetry),
         greedy=greedy_equivalence(inp, req, baseline, order),
+        lagged=lagged_cells(cells),
     )
+
+
+def lagged_cells(cells: pl.DataFrame | None) -> list[str]:
+    """Finished cells whose client event loop lagged past the threshold: their timings
+    include the client's own delay."""
+    if not _has(cells, "client_lagged", "status"):
+        return []
+    assert cells is not None
+    name = "name" if "name" in cells.columns else "cell_id"
+    hit = cells.filter((pl.col("status") == "done") & pl.col("client_lagged").fill_null(False))
+    return [str(v) for v in hit[name].to_list()]

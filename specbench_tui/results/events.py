@@ -193,6 +193,10 @@ class CellFinished(Event):
     ttft_p50_s: float | None = None
     output_tok_s_p50: float | None = None
     accept_length_mean: float | None = None
+    # How the client itself fared; a lagged client inflated the cell's timings.
+    client_lagged: bool = False
+    client_lag_p99_s: float | None = None
+    client_cpu_share: float | None = None
 
 
 @dataclass(kw_only=True)

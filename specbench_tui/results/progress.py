@@ -315,6 +315,8 @@ class CampaignProgress:
             "ttft_p50_s": ev.ttft_p50_s,
             "output_tok_s_p50": ev.output_tok_s_p50,
             "accept_length_mean": ev.accept_length_mean,
+            "client_lagged": ev.client_lagged,
+            "client_lag_p99_s": ev.client_lag_p99_s,
         }
         self._ended(c, ev.ts)
 
