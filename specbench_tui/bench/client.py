@@ -2,9 +2,10 @@
 
 One :class:`BenchClient` (one :class:`~specbench_tui.bench.transport.SseTransport`, pooled
 connections sized for the cell's concurrency) sends every request of a cell. Each request is
-timed with ``time.perf_counter_ns`` from just before the request is sent; each read of the
-stream is stamped once, and per event the only work is one ``json.loads`` and a few dictionary
-lookups, so the client does not slow down what it measures.
+timed with ``time.perf_counter_ns`` from the moment its headers go to the socket (connection
+set-up is the client's time, not the server's); each read of the stream is stamped once, and
+per event the only work is one ``json.loads`` and a few dictionary lookups, so the client does
+not slow down what it measures.
 
 Failures never raise: a timeout, an HTTP error, a refused connection or a stream that stops
 early come back as :attr:`Completion.error`, a short sentence the operator can act on, because
@@ -218,17 +219,21 @@ class BenchClient:
         payload = json.dumps(body, separators=(",", ":")).encode()
         out = Completion(started_at=time.time())
         state = _StreamState()
-        t0 = time.perf_counter_ns()
+        # The clock restarts when the request's headers go out (after a connection was taken
+        # or opened); until then it counts from here, so a failed connect still has an e2e.
+        clock = [time.perf_counter_ns()]
         try:
             async with asyncio.timeout(timeout_s):
-                await self._stream(path, payload, out, state, t0)
+                await self._stream(path, payload, out, state, clock)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             # A server that sent [DONE] but then held the body open delivered everything.
             if not state.done:
                 out.error = _describe_exception(exc, timeout_s)
-        end = state.end_t if state.end_t is not None else (time.perf_counter_ns() - t0) * 1e-9
+        end = state.end_t
+        if end is None:
+            end = (time.perf_counter_ns() - clock[0]) * 1e-9
         state.finish(out, end)
         fill_rates(out, state.content_tokens)
         return out
@@ -239,15 +244,18 @@ class BenchClient:
         body: bytes,
         out: Completion,
         state: _StreamState,
-        t0_ns: int,
+        clock: list[int],
     ) -> None:
         on_data = state.on_sglang if self.api == "sglang" else state.on_openai
         loads = json.loads
 
+        def on_sent(t_ns: int) -> None:
+            clock[0] = t_ns
+
         def on_payload(payload: bytes, t_ns: int) -> None:
             if state.done:
                 return  # the server closes the body right after [DONE]; nothing counts
-            t = (t_ns - t0_ns) * 1e-9
+            t = (t_ns - clock[0]) * 1e-9
             if payload.startswith(b"[DONE]"):
                 # Reading goes on to the end of the body, so the connection goes back to the
                 # pool instead of being torn down.
@@ -262,12 +270,12 @@ class BenchClient:
             if isinstance(data, dict):
                 on_data(data, t)
 
-        end = await self._transport.post_sse(path, body, on_payload)
+        end = await self._transport.post_sse(path, body, on_payload, on_sent)
         if end.status >= 400:
             out.error = _describe_http_error(end.status, end.error_body)
             return
         if state.end_t is None:
-            state.end_t = (end.end_ns - t0_ns) * 1e-9
+            state.end_t = (end.end_ns - clock[0]) * 1e-9
         if not state.done and state.finish_raw is None:
             raise _StreamError("server closed the stream early")
 

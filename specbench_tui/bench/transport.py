@@ -25,12 +25,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
 OnData = Callable[[bytes, int], None]
 """Called with one event's ``data`` payload (bytes, without the ``data:`` prefix or the
 optional space after it) and the ``perf_counter_ns()`` of the read that completed it."""
+OnSent = Callable[[int], None]
+"""Called with the ``perf_counter_ns()`` at which the request's headers went to the socket:
+after the connection was taken from the pool (or opened), right before the body follows."""
 
 ERROR_BODY_BYTES = 4096
 READ_BUFSIZE = 4 << 20
@@ -52,6 +56,19 @@ class StreamEnd:
     sent_ns: int
     end_ns: int
     error_body: bytes = b""
+
+
+async def _headers_sent(
+    _session: aiohttp.ClientSession,
+    ctx: Any,
+    _params: aiohttp.TraceRequestHeadersSentParams,
+) -> None:
+    sent = time.perf_counter_ns()
+    holder = ctx.trace_request_ctx
+    holder["sent_ns"] = sent
+    on_sent = holder.get("on_sent")
+    if on_sent is not None:
+        on_sent(sent)
 
 
 class SseSplitter:
@@ -117,8 +134,14 @@ class SseTransport:
     def _open(self) -> aiohttp.ClientSession:
         # Opened on first use: aiohttp wants a running event loop.
         if self._session is None:
+            # The request's clock starts when its headers go out, not before the connection
+            # is taken: a cell's first wave opens its connections, and that set-up is the
+            # client's, not the server's time to first token.
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(_headers_sent)
             self._session = aiohttp.ClientSession(
                 self.base_url,
+                trace_configs=[trace],
                 connector=aiohttp.TCPConnector(limit=self._connections, use_dns_cache=True),
                 # The caller's asyncio.timeout bounds the whole request; no per-phase timeouts.
                 timeout=aiohttp.ClientTimeout(total=None),
@@ -133,18 +156,24 @@ class SseTransport:
             await self._session.close()
             self._session = None
 
-    async def post_sse(self, path: str, body: bytes, on_data: OnData) -> StreamEnd:
+    async def post_sse(
+        self, path: str, body: bytes, on_data: OnData, on_sent: OnSent | None = None
+    ) -> StreamEnd:
         """POST a JSON body and stream the response to its end.
 
-        Raises what aiohttp raises for a connection that cannot be made or breaks
+        ``on_sent`` hears when the request went out, before any ``on_data``. Raises what
+        aiohttp raises for a connection that cannot be made or breaks
         (:class:`aiohttp.ClientError` and its kin), and whatever ``on_data`` raises; the
         connection is then dropped, never returned to the pool half-read.
         """
         session = self._open()
         perf = time.perf_counter_ns
-        sent = perf()
+        holder: dict[str, Any] = {"sent_ns": perf(), "on_sent": on_sent}
         async with session.post(
-            path, data=body, headers={"Content-Type": "application/json"}
+            path,
+            data=body,
+            headers={"Content-Type": "application/json"},
+            trace_request_ctx=holder,
         ) as resp:
             if resp.status >= 400:
                 raw = b""
@@ -152,11 +181,11 @@ class SseTransport:
                     raw += part
                     if len(raw) >= ERROR_BODY_BYTES:
                         break
-                return StreamEnd(resp.status, sent, perf(), raw[:ERROR_BODY_BYTES])
+                return StreamEnd(resp.status, holder["sent_ns"], perf(), raw[:ERROR_BODY_BYTES])
             splitter = SseSplitter(on_data)
             feed = splitter.feed
             async for part in resp.content.iter_any():
                 feed(part, perf())
             end = perf()
             splitter.close(end)
-            return StreamEnd(resp.status, sent, end)
+            return StreamEnd(resp.status, holder["sent_ns"], end)
