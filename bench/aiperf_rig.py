@@ -24,6 +24,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -36,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODEL = "default"
+# An SSE event that carries output: non-empty delta content (vLLM's first chunk has only the
+# role and "content":"", which no client counts as a token).
+_CONTENT = re.compile(rb'"content": ?"(?!")')
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -453,5 +457,5 @@ def wire_requests(segments: list[Segment], server_port: int) -> list[WireRequest
                 current.sent = s.t
             elif current is not None:
                 answered = True
-                current.events += [s.t] * s.payload.count(b'"content":')
+                current.events += [s.t] * len(_CONTENT.findall(s.payload))
     return out
