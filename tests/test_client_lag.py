@@ -65,9 +65,9 @@ async def test_a_starved_client_is_flagged_in_every_view(write_plan, tmp_path: P
     cells = pl.read_parquet(layout.cells)
     assert cells["client_lagged"].to_list() == [True]
     assert cells["client_lag_p99_s"][0] > 0.015
-    # A starved client reads several chunks at once (gaps of 0): the figures are there, and
-    # wrong, which is what the flag says.
-    assert cells["decode_tok_s_p50"][0] is not None and cells["itl_token_s_p50"][0] is not None
+    # A starved client reads several chunks at once (gaps of 0, TTFT equal to e2e): its
+    # figures are wrong or undefined, which is what the flag says; the columns are there.
+    assert {"decode_tok_s_p50", "itl_token_s_p50", "chunk_gap_s_p50"} <= set(cells.columns)
     progress = CampaignProgress()
     progress.apply_all(ResultsStore.read_events(layout.events))
     shown = dict(_figures(progress.cells[ev.cell_id]))
