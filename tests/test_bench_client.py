@@ -9,11 +9,13 @@ must record is exercised over a real socket.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,9 +53,16 @@ def serve(port_file: str) -> None:
         m = re.search(name + r":([A-Za-z0-9.]+)", text)
         return m.group(1) if m else default
 
-    async def sse(resp: web.StreamResponse, obj: Any) -> None:
+    async def sse(resp: web.StreamResponse, obj: Any, slices: int = 0) -> None:
         payload = obj if isinstance(obj, str) else json.dumps(obj)
-        await resp.write(f"data: {payload}\n\n".encode())
+        data = f"data: {payload}\n\n".encode()
+        if not slices:
+            await resp.write(data)
+            return
+        # One event in small writes a moment apart: the client sees it in many reads.
+        for i in range(0, len(data), slices):
+            await resp.write(data[i : i + slices])
+            await asyncio.sleep(0.0005)
 
     def cached_prefix(text: str) -> int:
         last, n = state["last"], 0
@@ -97,7 +106,8 @@ def serve(port_file: str) -> None:
         try:
             out, produced, steps = "", 0, 0
             while produced < max_new:
-                k = min(STEPS[steps % len(STEPS)] if spec else 1, max_new - produced)
+                step = 10_000 if scenario == "fat" else STEPS[steps % len(STEPS)]
+                k = min(step if spec else 1, max_new - produced)
                 await asyncio.sleep(delay)
                 steps += 1
                 piece = "".join(f"w{produced + j} " for j in range(k))
@@ -115,7 +125,8 @@ def serve(port_file: str) -> None:
                 if openai:
                     await sse(resp, {"choices": [{"index": 0, "delta": {"content": piece}}]})
                 else:
-                    await sse(resp, {"text": out, "meta_info": meta, "index": 0})
+                    slices = 8192 if scenario == "fat" else 0
+                    await sse(resp, {"text": out, "meta_info": meta, "index": 0}, slices)
                 if scenario == "hang" and steps == 1:
                     await asyncio.sleep(60)
                 if scenario == "early" and steps == 2:
@@ -223,6 +234,9 @@ async def test_counts_come_from_meta_info_not_chunks(server: str) -> None:
     assert done.ttft_s + sum(done.itl_s) <= done.e2e_s + 1e-9
     assert done.tpot_s == pytest.approx((done.e2e_s - done.ttft_s) / 14)
     assert done.output_tok_s == pytest.approx(15 / done.e2e_s)
+    assert done.e2e_tok_s == done.output_tok_s
+    assert done.decode_tok_s == pytest.approx(14 / (done.e2e_s - done.ttft_s))
+    assert done.chunk_tokens == [3, 1, 4, 2, 5]  # from the running completion_tokens
     assert done.finish_reason == "length"
     assert done.prompt_tokens == len(render_prompt([{"role": "user", "content": "hello"}])) // 4
     assert done.text.split() == [f"w{i}" for i in range(15)]
@@ -275,6 +289,21 @@ async def test_early_close_and_abort_are_recorded(server: str) -> None:
     assert early.chunks == 2
     assert aborted.error == "server aborted the request: prompt too long"
     assert aborted.finish_reason == "abort"
+
+
+async def test_fifty_thousand_token_context_streams_whole(server: str) -> None:
+    """A 50k-token prompt goes out whole, and cumulative SSE lines of up to 350 KB, each
+    arriving in 8 KB pieces, come back whole: no line-length limit, no lost piece."""
+    prompt = "lorem ipsum " * 16_700 + "SCENARIO:fat"
+    async with BenchClient(server, "sglang") as client:
+        done = await client.generate(prompt, max_tokens=50_000, timeout_s=60)
+    assert done.error is None, done.error
+    assert done.prompt_tokens == len(render_prompt([{"role": "user", "content": prompt}])) // 4
+    assert done.prompt_tokens > 50_000
+    assert done.output_tokens == 50_000 and done.chunks == 5
+    assert done.chunk_tokens == [10_000] * 5
+    words = done.text.split()
+    assert len(words) == 50_000 and words[-1] == "w49999"
 
 
 async def test_connection_refused_is_recorded() -> None:
@@ -442,6 +471,39 @@ async def test_should_stop_finishes_in_flight_and_marks_stopped(
     assert len(result.records) == 2
     assert result.stopped and not result.complete
     assert all(r.error is None for r in result.records)
+
+
+def gil_hog(stop: threading.Event) -> None:
+    """Pure-Python spinning: holds the GIL until the interpreter forces a switch."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+
+
+async def test_a_starved_client_flags_its_cell(server: str, plan_dir: Path) -> None:
+    cell = make_cell("concurrency", concurrency=4, requests=12, max_tokens=15)
+    gc_during: list[bool] = []
+    calm = await run(cell, server, plan_dir, on_request=lambda r: gc_during.append(gc.isenabled()))
+    assert calm.client is not None and calm.client.samples > 0
+    assert gc_during and not any(gc_during) and gc.isenabled()  # GC off only during the cell
+    stop = threading.Event()
+    hog = threading.Thread(target=gil_hog, args=(stop,), daemon=True)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.02)  # the hog keeps the GIL 20 ms at a time
+    hog.start()
+    try:
+        starved = await run(cell, server, plan_dir)
+    finally:
+        stop.set()
+        hog.join()
+        sys.setswitchinterval(switch)
+    health = starved.client
+    assert health is not None
+    assert health.lag_p99_s > 0.015 and health.lagged
+    figures = health.figures()
+    assert figures["client_lagged"] is True and figures["client_lag_p99_s"] > 0.015
+    assert "lagged" in health.describe()
+    assert all(r.error is None for r in starved.records)  # slow, but measured
 
 
 async def test_errors_become_rows(plan_dir: Path) -> None:

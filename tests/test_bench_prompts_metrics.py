@@ -157,3 +157,52 @@ def test_summarize() -> None:
     none = summarize([RequestRecord(error="connection refused")])
     assert none["throughput_tok_s"] is None and none["accept_length_mean"] is None
     assert summarize([])["requests"] == 0
+
+
+def test_rate_figures_and_itl_per_token() -> None:
+    from specbench_tui.bench.figures import chunk_tokens, fill_rates, token_gaps
+
+    # Running counts 3, 3 (text grew, count did not), 7, 8: chunks carry 3, 0, 4, 1 tokens.
+    assert chunk_tokens([3, 3, 7, 8], 8, 4) == [3, 0, 4, 1]
+    assert chunk_tokens([-1, -1], 2, 2) == [1, 1]  # no counts, one token per chunk
+    assert chunk_tokens([-1, -1, -1], 7, 3) == []  # no counts, several per chunk: unknown
+    # A chunk that carried no token hands its gap to the next one: 0.01 + 0.03 over 4 tokens.
+    assert token_gaps([0.01, 0.03, 0.02], [3, 0, 4, 1]) == [
+        (pytest.approx(0.01), 4),
+        (0.02, 1),
+    ]
+    assert token_gaps([0.01], []) == []
+    r = RequestRecord(ttft_s=0.5, e2e_s=2.5, output_tokens=9, chunks=4)
+    fill_rates(r, [3, 3, 7, 9])
+    assert r.decode_tok_s == pytest.approx(8 / 2.0)  # TTFT left out
+    assert r.e2e_tok_s == pytest.approx(9 / 2.5)  # TTFT included
+    assert r.chunk_tokens == [3, 0, 4, 2]
+    failed = RequestRecord(ttft_s=0.5, e2e_s=2.5, output_tokens=9, error="timeout after 2 s")
+    fill_rates(failed, [])
+    assert failed.decode_tok_s is None and failed.e2e_tok_s is None
+
+
+def test_summary_names_each_figure_and_weighs_itl_by_token() -> None:
+    from specbench_tui.bench.metrics import describe_weighted
+
+    rows = [
+        RequestRecord(
+            ttft_s=0.1,
+            e2e_s=1.1,
+            itl_s=[0.4, 0.6],
+            chunk_tokens=[1, 4, 1],  # 4 tokens at 0.1 s each, then 1 token at 0.6 s
+            output_tokens=6,
+            output_tok_s=6 / 1.1,
+            e2e_tok_s=6 / 1.1,
+            decode_tok_s=5.0,
+        ),
+    ]
+    s = summarize(rows, wall_s=2.0)
+    assert s["itl_token_s_p50"] == pytest.approx(0.1)  # per token: 0.1 x4, 0.6 x1
+    assert s["itl_token_s_mean"] == pytest.approx((0.4 + 0.6) / 5)
+    assert s["chunk_gap_s_mean"] == pytest.approx(0.5) == s["itl_s_mean"]  # per SSE event
+    assert s["decode_tok_s_p50"] == 5.0 and s["e2e_tok_s_p50"] == pytest.approx(6 / 1.1)
+    # Weighted percentiles equal those of the values repeated.
+    pairs = [(0.3, 2), (0.1, 3), (0.7, 1), (0.2, 0)]
+    flat = [v for v, w in pairs for _ in range(w)]
+    assert describe_weighted(pairs) == pytest.approx(describe(flat))

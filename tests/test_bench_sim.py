@@ -196,12 +196,13 @@ async def test_client_timing_matches_what_the_simulator_scheduled(sim: str) -> N
             offsets = rec["chunk_offsets_s"]
             server_gaps = [b - a for a, b in itertools.pairwise(offsets)]
             gap_err += [c - s for c, s in zip(done.itl_s, server_gaps, strict=True)]
-    # The client's clock starts before the request is sent, the server's on receipt: TTFT
-    # error is that transfer plus parsing (about 0.7 ms here); the bound leaves room for a
-    # loaded CI machine. Gaps have no such offset and must agree within a millisecond.
+    # The client's clock starts when the request goes out, the server's on receipt: TTFT error
+    # is that transfer plus parsing (well under a millisecond on an idle machine). This is a
+    # sanity check with bounds a loaded 2-core machine keeps; the timing targets and their
+    # figures are bench/timing_fidelity.py's, against a server this project did not write.
     print(
         f"client error, median: ttft {statistics.median(ttft_err) * 1e3:.3f} ms, "
         f"gap {statistics.median(gap_err) * 1e3:.3f} ms over {len(gap_err)} gaps"
     )
-    assert 0 <= statistics.median(ttft_err) < 0.002, statistics.median(ttft_err)
-    assert abs(statistics.median(gap_err)) < 0.001, statistics.median(gap_err)
+    assert 0 <= statistics.median(ttft_err) < 0.02, statistics.median(ttft_err)
+    assert abs(statistics.median(gap_err)) < 0.005, statistics.median(gap_err)

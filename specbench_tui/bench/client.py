@@ -1,9 +1,10 @@
 """Streaming HTTP client for SGLang's native ``/generate`` and the OpenAI chat API.
 
-One :class:`BenchClient` (one ``httpx.AsyncClient``, pooled connections sized for the cell's
-concurrency) sends every request of a cell. Each request is timed with ``time.perf_counter``
-from just before the request is sent. This module is the transport: it sends the request and
-hands every SSE ``data:`` payload, with its arrival time, to a stream parser from
+One :class:`BenchClient` (one :class:`~specbench_tui.bench.transport.SseTransport`, pooled
+connections sized for the cell's concurrency) sends every request of a cell. Each request is
+timed with ``time.perf_counter_ns`` from the moment its headers go to the socket (connection
+set-up is the client's time, not the server's); each read of the stream is stamped once and
+every SSE ``data:`` payload goes, with that stamp, to a stream parser from
 ``engines/streams.py``, which decodes only what is new in it, so the client does not slow down
 what it measures.
 
@@ -22,8 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 
+from specbench_tui.bench.figures import fill_rates
+from specbench_tui.bench.transport import SseTransport
 from specbench_tui.engines.streams import (
     StreamError,
     StreamMode,
@@ -82,30 +85,26 @@ def _describe_http_error(status: int, body: bytes) -> str:
     return f"HTTP {status}: {text}" if text else f"HTTP {status}"
 
 
-def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost chained exception: httpx wraps a refused connection in two layers of
-    "All connection attempts failed", which would hide the actionable cause."""
-    seen = {id(exc)}
-    while True:
-        nxt = exc.__cause__ or exc.__context__
-        if nxt is None or id(nxt) in seen:
-            return exc
-        seen.add(id(nxt))
-        exc = nxt
-
-
 def _describe_exception(exc: BaseException, timeout_s: float) -> str:
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+    if isinstance(exc, TimeoutError):  # asyncio.timeout and aiohttp's own timeouts
         return f"timeout after {timeout_s:g} s"
-    if isinstance(exc, httpx.ConnectError):
-        root = _root_cause(exc)
-        if isinstance(root, ConnectionRefusedError) or "refused" in str(exc).lower():
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"unknown host: {exc.host}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        root = exc.os_error
+        if isinstance(root, ConnectionRefusedError) or "refused" in str(root).lower():
             return "connection refused"
         if isinstance(root, socket.gaierror):
             return f"unknown host: {root.strerror or root}"
-        msg = str(root) or str(exc)
+        msg = getattr(root, "strerror", None) or str(root)
         return f"cannot connect: {msg}"[:240] if msg else "cannot connect"
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientOSError
+        | ConnectionError,
+    ):
         return "server closed the stream early"
     if isinstance(exc, StreamError):
         return str(exc)
@@ -138,16 +137,9 @@ class BenchClient:
         self.model = model
         self.stream_mode: StreamMode = stream_mode
         self.prompt_format: PromptFormat = prompt_format
-        n = max(1, concurrency)
-        self._http = httpx.AsyncClient(
-            trust_env=False,  # HTTP_PROXY must not swallow the loopback/forwarded server
-            base_url=self.base_url,
-            # The per-request deadline is enforced by asyncio.timeout around the whole request,
-            # so httpx's own per-phase timeouts are switched off.
-            timeout=httpx.Timeout(None),
-            limits=httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2),
-            headers={"Accept": "text/event-stream"},
-        )
+        # aiohttp reads no proxy variables (trust_env off): HTTP_PROXY must not swallow the
+        # loopback or forwarded server.
+        self._transport = SseTransport(self.base_url, connections=max(1, concurrency) + 2)
 
     async def __aenter__(self) -> BenchClient:
         return self
@@ -156,7 +148,7 @@ class BenchClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     async def generate(
         self,
@@ -194,23 +186,29 @@ class BenchClient:
                 body["model"] = self.model
             if self.token_ids:
                 body["return_token_ids"] = True
+        payload = json.dumps(body, separators=(",", ":")).encode()
         out = Completion(started_at=time.time())
         parser = stream_parser(self.api, self.stream_mode)
-        t0 = time.perf_counter()
+        # The clock restarts when the request's headers go out (after a connection was taken
+        # or opened); until then it counts from here, so a failed connect still has an e2e.
+        clock = [time.perf_counter_ns()]
         try:
             async with asyncio.timeout(timeout_s):
-                await self._stream(path, body, out, parser, t0)
+                await self._stream(path, payload, out, parser, clock)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             # A server that sent [DONE] but then held the body open delivered everything.
             if not parser.done:
                 out.error = _describe_exception(exc, timeout_s)
-        end = parser.end_t if parser.end_t is not None else time.perf_counter() - t0
+        end = parser.end_t
+        if end is None:
+            end = (time.perf_counter_ns() - clock[0]) * 1e-9
         try:
             parser.finish(out, end)
         except StreamError as exc:  # the last chunk held the text and did not decode
             out.error = out.error or str(exc)
+        fill_rates(out, parser.content_tokens)
         out.text = parser.text
         out.request_id = parser.request_id
         out.output_ids = parser.ids
@@ -219,26 +217,24 @@ class BenchClient:
     async def _stream(
         self,
         path: str,
-        body: dict[str, Any],
+        body: bytes,
         out: Completion,
         parser: StreamParser,
-        t0: float,
+        clock: list[int],
     ) -> None:
-        async with self._http.stream("POST", path, json=body) as resp:
-            if resp.status_code >= 400:
-                raw = b""
-                async for part in resp.aiter_bytes():
-                    raw += part
-                    if len(raw) > 4096:
-                        break
-                out.error = _describe_http_error(resp.status_code, raw)
-                return
-            perf = time.perf_counter
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:") or parser.done:
-                    continue  # blank separators, SSE comments, "event:" lines
-                # Keep reading after [DONE] to the end of the body (the server closes it right
-                # away) so the connection goes back to the pool instead of being torn down.
-                parser.feed(line[5:], perf() - t0)
-            if not parser.done and not parser.finished:
-                raise StreamError("server closed the stream early")
+        def on_sent(t_ns: int) -> None:
+            clock[0] = t_ns
+
+        def on_payload(payload: bytes, t_ns: int) -> None:
+            # Reading goes on after [DONE] to the end of the body (the server closes it right
+            # away), so the connection goes back to the pool instead of being torn down.
+            parser.feed(payload, (t_ns - clock[0]) * 1e-9)
+
+        end = await self._transport.post_sse(path, body, on_payload, on_sent)
+        if end.status >= 400:
+            out.error = _describe_http_error(end.status, end.error_body)
+            return
+        if parser.end_t is None:
+            parser.end_t = (end.end_ns - clock[0]) * 1e-9
+        if not parser.done and not parser.finished:
+            raise StreamError("server closed the stream early")

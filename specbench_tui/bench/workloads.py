@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
+from specbench_tui.bench.client_health import ClientHealth, ClientWatch
 from specbench_tui.bench.greedy import Output
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.streams import StreamMode
@@ -46,7 +47,9 @@ class CellResult:
     ``"<prompt_set>/<prompt_id>#<round>"`` for concurrency cells and
     ``"<prompt_set>/<prompt_id>/s<session>/t<turn>"`` for agentic cells (turns depend on
     earlier answers, so each turn is compared on its own). ``stopped`` is True when
-    ``should_stop`` ended the cell before all ``planned`` requests were measured.
+    ``should_stop`` ended the cell before all ``planned`` requests were measured. ``client``
+    says how the client itself fared (event-loop lag, CPU share): a lagging client inflates
+    every timing of the cell.
     """
 
     records: list[RequestRecord] = field(default_factory=list)
@@ -55,6 +58,7 @@ class CellResult:
     stopped: bool = False
     planned: int = 0
     acceptance: dict[str, Any] = field(default_factory=dict)  # engines/acceptance.py columns
+    client: ClientHealth | None = None
 
     @property
     def complete(self) -> bool:
@@ -322,6 +326,7 @@ async def run_cell(
     stream_mode: StreamMode = "auto",
     token_ids: bool = False,
     counters: CounterWindow | None = None,
+    watch: ClientWatch | None = None,
 ) -> CellResult:
     """Run one cell against a healthy server and return its rows.
 
@@ -332,7 +337,9 @@ async def run_cell(
     reading SGLang streams in ``stream_mode``. ``counters``, when given, is read at the edges
     of the measured requests (warm-up left out); its result is the caller's. ``result`` is filled as
     requests finish, so a caller that cancels the cell (an abort) still has every request
-    that completed.
+    that completed. The cell runs
+    under ``watch`` (a default :class:`ClientWatch` when None: loop lag and CPU share
+    measured, GC kept out of the cell).
     """
     own = client is None
     if client is None:
@@ -347,26 +354,34 @@ async def run_cell(
         )
     result = result if result is not None else CellResult()
     run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result, counters)
+    watch = watch or ClientWatch()
     try:
-        if cell.kind == "single":
-            names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
-            prompts: list[Prompt] = []
-            for name in names:
-                prompts.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
-            run.result.planned = len(prompts) * cell.repeats
-            await _run_single(run, prompts)
-        elif cell.kind == "agentic":
-            run.result.planned = planned_requests(cell)
-            await _run_agentic(run, _pool(cell, plan_dir, seed), seed)
-        elif cell.kind == "concurrency":
-            run.result.planned = planned_requests(cell)
-            await _run_concurrency(run, _pool(cell, plan_dir, seed), seed)
-        else:
-            raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")
+        async with watch:
+            await _run_kind(run, plan_dir, seed)
     finally:
         run.result.wall_s = run.wall_s()
+        run.result.client = watch.health
         if counters is not None:
             await counters.pause()  # the last read, after the last measured request
         if own:
             await client.aclose()
     return run.result
+
+
+async def _run_kind(run: _Runner, plan_dir: Path, seed: int) -> None:
+    cell = run.cell
+    if cell.kind == "single":
+        names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
+        prompts: list[Prompt] = []
+        for name in names:
+            prompts.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
+        run.result.planned = len(prompts) * cell.repeats
+        await _run_single(run, prompts)
+    elif cell.kind == "agentic":
+        run.result.planned = planned_requests(cell)
+        await _run_agentic(run, _pool(cell, plan_dir, seed), seed)
+    elif cell.kind == "concurrency":
+        run.result.planned = planned_requests(cell)
+        await _run_concurrency(run, _pool(cell, plan_dir, seed), seed)
+    else:
+        raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")

@@ -213,7 +213,11 @@ async def conclude(
         if cell.temperature == 0 and result.outputs:
             outputs = {k: o.to_json() for k, o in result.outputs.items()}
             await durably(ctx, lambda: ctx.store.write_cell_texts(cell.id, attempt, outputs))
-        figures = {**summarize(result.records, result.wall_s), **result.acceptance}
+        figures = {
+            **summarize(result.records, result.wall_s),
+            **result.acceptance,
+            **(result.client.figures() if result.client else {}),
+        }
         check = figures.get("acceptance_check") or ""
         if check.startswith("disagree"):
             hub.notice(f"{cell.name}: acceptance {check}", "warning")

@@ -52,10 +52,16 @@ def format_event(ev: Event) -> str | None:
         f = ev.figures
         acc = f" accept {f['accept_length_mean']:.2f}" if f.get("accept_length_mean") else ""
         err = f" errors {ev.errors}" if ev.errors else ""
+        lag = (
+            f" CLIENT LAGGED (loop lag p99 {_num(f.get('client_lag_p99_s'), '.4f')}s): "
+            "timings suspect"
+            if f.get("client_lagged")
+            else ""
+        )
         return (
             f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
-            f"throughput {_num(f.get('throughput_tok_s'), '.1f')} tok/s, "
-            f"ttft p50 {_num(f.get('ttft_s_p50'), '.3f')}s{acc}{err}, {ev.wall_s:.1f}s"
+            f"cell throughput {_num(f.get('throughput_tok_s'), '.1f')} tok/s, "
+            f"ttft p50 {_num(f.get('ttft_s_p50'), '.3f')}s{acc}{err}, {ev.wall_s:.1f}s{lag}"
         )
     if isinstance(ev, CellFailed):
         return f"{t} FAILED {ev.cell} [{ev.cell_id}] attempt {ev.attempt}: {ev.reason}"

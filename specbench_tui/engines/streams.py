@@ -120,6 +120,9 @@ class StreamParser(ABC):
 
     def __init__(self) -> None:
         self.content_times: list[float] = []  # arrival of every chunk that carried output
+        # The server's running output-token count at each of those chunks (-1: not said),
+        # from which tokens per chunk and ITL per token follow (bench/figures.py).
+        self.content_tokens: list[int] = []
         self.done = False
         self.end_t: float | None = None
         self.finish_raw: Any = None
@@ -134,6 +137,10 @@ class StreamParser(ABC):
     @property
     def finished(self) -> bool:
         return self.finish_raw is not None
+
+    def _running(self) -> int:
+        """The server's output-token count so far, -1 when the stream does not carry one."""
+        return -1
 
     def feed(self, payload: bytes | str | dict[str, Any], t: float) -> None:
         if self.done:
@@ -284,6 +291,7 @@ class SglangStream(StreamParser):
             self._meta(meta, t, grew_text, prev)
         elif grew_text:
             self.content_times.append(t)
+            self.content_tokens.append(self._running())
 
     def _decide(self, data: dict[str, Any], meta: Any) -> None:
         """Cumulative or incremental, from the ids: all of them so far, or only the new."""
@@ -321,6 +329,10 @@ class SglangStream(StreamParser):
             self.request_id = str(rid)
         if grew:
             self.content_times.append(t)
+            self.content_tokens.append(self._running())
+
+    def _running(self) -> int:
+        return self.tokens
 
     def _counts(self) -> dict[str, Any]:
         meta = self.meta
@@ -430,12 +442,18 @@ class OpenAIStream(StreamParser):
                 counted = True
         if counted:
             self.content_times.append(t)
+            self.content_tokens.append(self._running())
         fr = choice.get("finish_reason")
         if fr is not None:
             self.finish_raw = fr
         meta = choice.get("meta_info") or data.get("meta_info")
         if isinstance(meta, dict):
             self.meta = meta
+
+    def _running(self) -> int:
+        """With ``continuous_usage_stats`` every chunk carries the count so far."""
+        n = first_int(self.usage, COMPLETION_KEYS) if self.usage else None
+        return -1 if n is None else n
 
     def _counts(self) -> dict[str, Any]:
         counts: dict[str, Any] = {**self.meta, **self.usage}

@@ -87,6 +87,7 @@ class Report:
     telemetry: list[dict[str, Any]]
     greedy: dict[str, Any]
     gpu_telemetry: list[str] = field(default_factory=list)  # per host: source, unverified starts
+    lagged: list[str] = field(default_factory=list)  # cells measured while the client lagged
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -836,4 +837,16 @@ def build_report(root: Path) -> Report:
         telemetry=telemetry_summary(inp.telemetry),
         greedy=greedy_equivalence(inp, req, baseline, order),
         gpu_telemetry=gpu_telemetry(inp.state),
+        lagged=lagged_cells(cells),
     )
+
+
+def lagged_cells(cells: pl.DataFrame | None) -> list[str]:
+    """Finished cells whose client event loop lagged past the threshold: their timings
+    include the client's own delay."""
+    if not _has(cells, "client_lagged", "status"):
+        return []
+    assert cells is not None
+    name = "name" if "name" in cells.columns else "cell_id"
+    hit = cells.filter((pl.col("status") == "done") & pl.col("client_lagged").fill_null(False))
+    return [str(v) for v in hit[name].to_list()]

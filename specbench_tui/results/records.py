@@ -40,6 +40,11 @@ class Measurement:
     (the bonus token of each step not counted), ``spec_draft_tokens`` draft tokens proposed,
     ``spec_accept_histogram[j]`` verify steps that accepted exactly ``j`` drafts. Each is null
     where the engine does not give it, and all are null without speculative decoding.
+
+    The figures are defined in :mod:`specbench_tui.bench.figures`. Two columns keep the
+    contract's older names: ``itl_s`` is the list of chunk gaps (one per SSE event after the
+    first, not per token) and ``output_tok_s`` is the end-to-end rate, equal to
+    ``e2e_tok_s``. The columns after ``error`` were added later, so older results lack them.
     """
 
     started_at: float = 0.0
@@ -60,6 +65,9 @@ class Measurement:
     spec_accepted_tokens: int | None = None
     spec_draft_tokens: int | None = None
     spec_accept_histogram: list[int] | None = None
+    decode_tok_s: float | None = None
+    e2e_tok_s: float | None = None
+    chunk_tokens: list[int] = field(default_factory=list)
 
     def measurements(self) -> dict[str, Any]:
         """Just the measured fields, to fill a :class:`RequestRecord`."""

@@ -62,6 +62,10 @@ def _figures(c: CellState) -> list[tuple[str, str]]:
     if f.get("requests") is not None:
         out.append(("requests", f"{f['requests']} ({f.get('errors') or 0} errors)"))
     num("wall_s", "wall", "{:.1f} s")
+    if f.get("client_lagged"):
+        lag = f.get("client_lag_p99_s")
+        shown = f"{float(lag) * 1e3:.1f} ms" if lag is not None else "?"
+        out.append(("CLIENT LAGGED", f"loop lag p99 {shown}: timings suspect"))
     return out
 
 
