@@ -49,12 +49,17 @@ from specbench_tui.results.events import (
     Resumed,
     ServiceFailed,
     ServiceReady,
+    UnknownEvent,
 )
 
 CellStatus = Literal["pending", "running", "done", "failed", "skipped"]
 ServerState = Literal["pending", "starting", "ready", "failed", "stopped"]
 CELL_STATUSES: tuple[str, ...] = ("pending", "running", "done", "failed", "skipped")
 RowsExist = Callable[[str, int], bool]
+
+#: Per-host events kept as facts for the report's environment section: how the host's GPUs are
+#: read, and server starts whose GPUs could not be verified free.
+HOST_FACTS: frozenset[str] = frozenset({"telemetry_chosen", "gpus_unverified"})
 
 #: Lines of server log kept per group: enough for a failure's context, bounded for hours-long runs.
 LOG_TAIL_LINES = 40
@@ -127,6 +132,12 @@ class GroupState:
     reason: str = ""
     log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
     last_stats: dict[str, float] = field(default_factory=dict)  # latest parsed log figures
+    # Each server start's time up: (ready, stopped; None while still up). Telemetry and log
+    # figures of a group are read inside these windows, never over the idle time around them.
+    windows: list[tuple[float, float | None]] = field(default_factory=list)
+    # What the ready server said about itself, where its service_ready event carries it.
+    engine: str = ""
+    engine_version: str = ""
 
     def uptime_s(self, now: float) -> float | None:
         """Seconds the server has been healthy, or None when it is not up."""
@@ -185,6 +196,10 @@ class CampaignState:
         self.events_seen: int = 0
         # The latest verdict of each check per (check, host, config, tp).
         self.checks: dict[tuple[str, str, str, int], CheckVerdict] = {}
+        self.wall_s: float = 0.0  # summed over the runs that ended with campaign_finished
+        # Facts about each host from events this reducer does not otherwise fold (how its GPUs
+        # are read: ``telemetry_chosen``), as their JSON, by event name.
+        self.host_facts: dict[str, dict[str, dict[str, Any]]] = {}
         self._by_name: dict[str, str] = {}
 
     # --- folding --------------------------------------------------------------------------
@@ -196,6 +211,8 @@ class CampaignState:
         handler = self._handlers().get(type(ev))
         if handler is not None:
             handler(self, ev)
+        else:
+            self._host_fact(ev)
 
     def apply_all(self, events: Iterable[Event]) -> None:
         for ev in events:
@@ -224,7 +241,7 @@ class CampaignState:
         self.finished_at = self.exit_code = None
         self.abort_reason = self.paused_by = ""
         self.current_group = self.current_cell = None
-        old_cells = self.cells
+        old_cells, old_groups = self.cells, self.groups
         self.groups = {}
         self.cells = {}
         self._by_name = {}
@@ -240,6 +257,11 @@ class CampaignState:
                 speculative=g.speculative,
                 group=g,
             )
+            before_g = old_groups.get(g.id)
+            if before_g is not None:  # what earlier runs saw of this group's servers
+                self.groups[g.id].windows = list(before_g.windows)
+                self.groups[g.id].engine = before_g.engine
+                self.groups[g.id].engine_version = before_g.engine_version
         selected = set(ev.selected)
         for c in ev.cells:
             before = old_cells.get(c.id)
@@ -311,10 +333,19 @@ class CampaignState:
         g = self._group(ev.group)
         g.server, g.ready_at = "ready", ev.ts
         g.startup_s = ev.startup_s or (ev.ts - g.started_at if g.started_at else None)
+        g.windows.append((ev.ts, None))
+        # Fields a newer event may carry (the engine's own report of itself).
+        g.engine = str(getattr(ev, "engine", "") or g.engine)
+        g.engine_version = str(getattr(ev, "engine_version", "") or g.engine_version)
+
+    def _close_window(self, g: GroupState, ts: float) -> None:
+        if g.windows and g.windows[-1][1] is None:
+            g.windows[-1] = (g.windows[-1][0], ts)
 
     def _service_failed(self, ev: ServiceFailed) -> None:
         g = self._group(ev.group)
         g.server, g.reason, g.ready_at = "failed", ev.reason, None
+        self._close_window(g, ev.ts)
         g.log_tail.extend(ev.log_tail)
 
     def _group_finished(self, ev: GroupFinished) -> None:
@@ -323,6 +354,7 @@ class CampaignState:
         if g.server != "failed":
             g.server = "stopped"
         g.ready_at = None
+        self._close_window(g, ev.ts)
         if self.current_group == ev.group:
             self.current_group = None
 
@@ -412,6 +444,7 @@ class CampaignState:
 
     def _campaign_finished(self, ev: CampaignFinished) -> None:
         self.finished, self.finished_at, self.exit_code = True, ev.ts, ev.exit_code
+        self.wall_s += ev.wall_s or 0.0
         self.paused = False
         self.current_cell = self.current_group = None
         for c in self.cells.values():
@@ -420,6 +453,20 @@ class CampaignState:
         for g in self.groups.values():
             if g.server in ("starting", "ready"):
                 g.server = "stopped"
+            self._close_window(g, ev.ts)
+
+    def _host_fact(self, ev: Event) -> None:
+        """Keep the latest per-host event of the kinds in ``HOST_FACTS``, whatever class
+        decoded it (an event type this version does not know arrives as ``UnknownEvent``)."""
+        name = ev.event if isinstance(ev, UnknownEvent) else ev.name
+        if name not in HOST_FACTS:
+            return
+        data = ev.to_json()
+        host = str(data.get("host") or "")
+        facts = self.host_facts.setdefault(host, {})
+        if name == "gpus_unverified":  # one per server start: count them
+            data["count"] = int(facts.get(name, {}).get("count", 0)) + 1
+        facts[name] = data
 
     # --- questions ------------------------------------------------------------------------
 
