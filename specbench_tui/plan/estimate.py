@@ -12,6 +12,7 @@ from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.prompt_sets import count_prompts, find_prompt_set
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 
+SIM_REHEARSAL_SPEED = 50.0  # real hosts rehearsed on the simulator run this much faster
 PROMPT_TOKENS = 400  # typical prompt length for prefill time; agentic context grows on top
 
 
@@ -24,6 +25,15 @@ class Estimate:
     per_cell_s: dict[str, float]
     per_cell_requests: dict[str, int]  # measured requests (warm-up left out)
     assumptions: list[str]
+
+
+def host_speeds(spec: PlanSpec, *, sim: bool) -> dict[str, float]:
+    """How much faster than real time each host runs: a sim host at its ``speed``; a real host
+    rehearsed with ``--sim`` at the simulator's default rehearsal speed."""
+    return {
+        h: (s.speed if s.sim else (SIM_REHEARSAL_SPEED if sim else 1.0))
+        for h, s in spec.hosts.items()
+    }
 
 
 def _rate(est: EstimateSpec, tp: int) -> float:

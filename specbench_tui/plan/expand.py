@@ -19,6 +19,7 @@ from typing import Any
 
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan
+from specbench_tui.plan.estimate import SIM_REHEARSAL_SPEED
 from specbench_tui.plan.model import (
     AgenticWorkload,
     ConcurrencyWorkload,
@@ -100,7 +101,7 @@ def _group(
     }
     values.update({k: v for k, v in cfg.params})
     if kind == "sim":
-        speed = host.speed if host.sim else 50.0
+        speed = host.speed if host.sim else SIM_REHEARSAL_SPEED
         command = (
             sys.executable,
             "-m",

@@ -103,6 +103,7 @@ def requests(inp: Inputs) -> pl.DataFrame:
         pl.coalesce(pl.col("decode_tok_s"), decode).alias("decode_tok_s"),
         pl.coalesce(pl.col("e2e_tok_s"), e2e_rate, pl.col("output_tok_s")).alias("e2e_tok_s"),
         unit.fill_null("0").alias("unit"),
+        (ttft * 1000).alias("ttft_ms"),
         pl.col("concurrency").fill_null(0),
     )
     inp.cache["requests"] = out
@@ -342,7 +343,8 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "n": it.figure.n,
                 "requests": it.requests,
                 "decode_tok_s": it.figure.mean,
-                "decode_tok_s_lo": it.figure.lo,
+                # A rate is never negative: a wide t-interval of few repeats is cut at zero.
+                "decode_tok_s_lo": None if it.figure.lo is None else max(it.figure.lo, 0.0),
                 "decode_tok_s_hi": it.figure.hi,
                 "speedup": sp.value if sp else None,
                 "speedup_lo": sp.lo if sp else None,
