@@ -69,6 +69,7 @@ class Cell:
     text: str
     bold: bool = False
     code: bool = False
+    spans: Text | None = None  # mixed text (plain and code) instead of ``text``
 
 
 @dataclass

@@ -77,8 +77,10 @@ def count(v: Any) -> str:
 def interval(lo: Any, hi: Any, fmt: Any = fnum) -> str:
     """``[lo–hi]`` (an en dash: a comma would read as a thousands separator), or nothing when
     there is no interval (one unit)."""
-    if num(lo) is None or num(hi) is None:
+    if num(lo) is None:
         return ""
+    if num(hi) is None:  # a ratio whose denominator is not clearly above zero
+        return f"[{fmt(lo)}–∞)"
     return f"[{fmt(lo)}–{fmt(hi)}]"
 
 

@@ -257,6 +257,7 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "decode_tok_s",
     "decode_tok_s_lo",
     "decode_tok_s_hi",
+    "decode_tok_s_sd",
     "speedup",
     "speedup_lo",
     "speedup_hi",
@@ -302,7 +303,8 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     - ``n``: units the figure is a mean over (repeats; sessions for agentic; 1 for a
       concurrency level); ``requests``: successful requests counted.
     - ``decode_tok_s``, ``decode_tok_s_lo``, ``decode_tok_s_hi``: decode tok/s per request
-      (TTFT excluded), mean over units with its 95% Student-t interval (null bounds when n < 2).
+      (TTFT excluded), mean over units with its 95% Student-t interval (null bounds when n < 2;
+      the lower bound cut at zero); ``decode_tok_s_sd``: the units' standard deviation.
     - ``speedup``, ``speedup_lo``, ``speedup_hi``: ``decode_tok_s`` over the baseline config's
       in the same host, TP, workload and level, with its 95% interval; null without a baseline.
     - ``accept_len_mean`` (request mean), ``accept_len_weighted`` (all output tokens over all
@@ -346,6 +348,7 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 # A rate is never negative: a wide t-interval of few repeats is cut at zero.
                 "decode_tok_s_lo": None if it.figure.lo is None else max(it.figure.lo, 0.0),
                 "decode_tok_s_hi": it.figure.hi,
+                "decode_tok_s_sd": it.figure.sd,
                 "speedup": sp.value if sp else None,
                 "speedup_lo": sp.lo if sp else None,
                 "speedup_hi": sp.hi if sp else None,

@@ -65,6 +65,7 @@ _TEX_CHARS = {
     "\u2264": r"$\leq$",
     "\u00b5": r"$\mu$",
     "\u00b1": r"$\pm$",
+    "\u221e": r"$\infty$",
     "\u2248": r"$\approx$",
     "\u2026": r"\ldots{}",
     "\u00a0": "~",
@@ -111,11 +112,14 @@ def _coord(v: Any) -> TexRaw:
     return TexRaw(f"{float(v):.6g}")
 
 
-def _point(p: Point, explicit: bool) -> TexRaw:
+def _point(p: Point, explicit: bool, cap: float | None = None) -> TexRaw:
+    """A pgfplots coordinate with its error bar; a bar reaching beyond the axis' ``cap`` is
+    cut there (TeX's dimensions overflow on a bar thousands of axis heights long)."""
     xy = f"({float(p.x):.6g},{float(p.y):.6g})"
     if not explicit:
         return TexRaw(xy)
-    up = (p.hi - p.y) if p.hi is not None else 0.0
+    hi = p.hi if p.hi is None or cap is None else min(p.hi, cap * 1.02)
+    up = (hi - p.y) if hi is not None else 0.0
     down = (p.y - p.lo) if p.lo is not None else 0.0
     return TexRaw(f"{xy} += (0,{max(up, 0.0):.6g}) -= (0,{max(down, 0.0):.6g})")
 
@@ -222,8 +226,14 @@ def _tex_env() -> jinja2.Environment:
 
 
 def md_escape(value: Any) -> str:
-    """Text safe inside a Markdown table cell: no pipe ends the cell, no star starts emphasis."""
-    text = " ".join(str(value).split())
+    """Text safe inside a Markdown table cell: no pipe ends the cell, no star starts emphasis.
+    Whitespace runs become one space; a space at either end is kept (spans join on it)."""
+    raw = str(value)
+    text = " ".join(raw.split())
+    if text and raw[:1].isspace():
+        text = " " + text
+    if text and raw[-1:].isspace():
+        text += " "
     for ch in ("\\", "|", "*", "_", "`", "<", "["):
         text = text.replace(ch, "\\" + ch)
     return text
@@ -349,15 +359,31 @@ def render_report(results_dir: Path) -> list[Path]:
     root = Path(results_dir)
     if not root.is_dir():
         raise InputError(f"{root}: no such results directory")
-    md, tex = render_texts(build_report(root))
-    md_path, tex_path = root / "report.md", root / "report.tex"
+    return _write(root, "report", build_report(root))
+
+
+def render_comparison(results_dirs: list[Path]) -> list[Path]:
+    """Several campaigns side by side: ``comparison.md``, ``.tex`` (and ``.pdf``) written into
+    the first directory; each directory is read, none is changed."""
+    roots = [Path(d) for d in results_dirs]
+    for root in roots:
+        if not root.is_dir():
+            raise InputError(f"{root}: no such results directory")
+    from specbench_tui.report.compare import build_comparison
+
+    return _write(roots[0], "comparison", build_comparison(roots))
+
+
+def _write(root: Path, stem: str, report: Report) -> list[Path]:
+    md, tex = render_texts(report)
+    md_path, tex_path = root / f"{stem}.md", root / f"{stem}.tex"
     try:
         write_bytes_atomic(md_path, md.encode())
         write_bytes_atomic(tex_path, tex.encode())
     except StorageError as exc:
         raise InputError(f"{exc}; render it elsewhere: copy the directory, then --report") from None
     written = [md_path, tex_path]
-    pdf_path = root / "report.pdf"
-    if compile_pdf(tex_path, pdf_path, root / "report.tex.log"):
+    pdf_path = root / f"{stem}.pdf"
+    if compile_pdf(tex_path, pdf_path, root / f"{stem}.tex.log"):
         written.append(pdf_path)
     return written

@@ -4,8 +4,9 @@ means, and whether two means can be told apart.
 The interval method is Student's t: a mean over ``n`` units gets ``t(0.975, n-1) * s /
 sqrt(n)``. With three repeats that is a wide interval (t = 4.30), and it should be: three
 numbers cannot pin a mean down better. A bootstrap over three values would only hide that.
-Ratios (speed-ups) get a delta-method interval on the log scale with Welch-Satterthwaite
-degrees of freedom, so they stay positive and asymmetric as ratios should. Two means are told
+Ratios (speed-ups) get Fieller's interval (Welch-Satterthwaite degrees of freedom), asymmetric
+as a ratio's should be, and consistent with the t-test: it excludes 1 exactly when the test
+tells the two means apart. Two means are told
 apart by Welch's test at the 5% level (the difference's 95% interval excludes 0). A mean of a
 single unit has no interval and is never told apart from anything.
 
@@ -20,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 METHOD = (
-    "mean over repeats with a Student-t 95% interval; speed-ups as ratios of means with a "
-    "delta-method interval on the log scale (Welch-Satterthwaite degrees of freedom); two "
-    "configs are told apart when Welch's test rejects equal means at the 5% level"
+    "mean over repeats with a Student-t 95% interval; speed-ups as ratios of means with "
+    "Fieller's 95% interval (Welch-Satterthwaite degrees of freedom); two configs are told "
+    "apart when Welch's test rejects equal means at the 5% level"
 )
 
 # t(0.975, df) for df = 1..30.
@@ -103,25 +104,46 @@ def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
 
 @dataclass(frozen=True)
 class Ratio:
+    """A ratio of two means and its 95% interval; ``hi`` None with ``lo`` set: no finite upper
+    bound (the denominator's mean is not clearly above zero); both None: no interval."""
+
     value: float
     lo: float | None
     hi: float | None
 
+    @property
+    def beyond_one(self) -> bool:
+        """Whether the interval excludes 1: the two means differ beyond noise."""
+        if self.lo is None:
+            return False
+        return self.lo > 1.0 or (self.hi is not None and self.hi < 1.0)
+
 
 def ratio_ci(a: Mean, b: Mean) -> Ratio | None:
-    """``a.mean / b.mean`` with a 95% interval; None when either mean is not positive."""
+    """``a.mean / b.mean`` with Fieller's 95% interval; None when either mean is not positive.
+
+    Fieller's interval holds every ratio r for which ``a - r*b = 0`` is not rejected by a t-test
+    (Welch-Satterthwaite degrees of freedom at the estimate), so "the interval excludes 1" and
+    "the two means differ" are the same statement. The lower bound is cut at zero.
+    """
     if a.mean <= 0 or b.mean <= 0:
         return None
     r = a.mean / b.mean
     if a.sd is None or b.sd is None:
         return Ratio(r, None, None)
-    va = (a.sd / a.mean) ** 2 / a.n
-    vb = (b.sd / b.mean) ** 2 / b.n
-    se = math.sqrt(va + vb)
-    if se == 0:
+    va, vb = a.sd**2 / a.n, b.sd**2 / b.n
+    if va == 0 and vb == 0:
         return Ratio(r, r, r)
-    h = t975(_welch_df(va, a.n, vb, b.n)) * se
-    return Ratio(r, r * math.exp(-h), r * math.exp(h))
+    t = t975(_welch_df(va, a.n, r * r * vb, b.n))
+    t2 = t * t
+    den = b.mean**2 - t2 * vb
+    if den <= 0:
+        return Ratio(r, 0.0, None)
+    disc = a.mean**2 * vb + b.mean**2 * va - t2 * va * vb
+    root = t * math.sqrt(max(disc, 0.0))
+    lo = (a.mean * b.mean - root) / den
+    hi = (a.mean * b.mean + root) / den
+    return Ratio(r, max(lo, 0.0), hi)
 
 
 def distinguishable(a: Mean, b: Mean) -> bool:

@@ -189,9 +189,17 @@ def build(inp: Inputs) -> Section:
         for d in g["divergent"]:
             first = d["first"]
             where = (
-                f"word {first.word}, char {first.char}: '{first.ours}' vs '{first.theirs}'"
+                Cell(
+                    "",
+                    spans=text(
+                        f"word {first.word} (char {first.char}): ",
+                        code(first.ours),
+                        " vs ",
+                        code(first.theirs),
+                    ),
+                )
                 if first
-                else "—"
+                else Cell("—")
             )
             rows.append(
                 [
@@ -202,7 +210,7 @@ def build(inp: Inputs) -> Section:
                     Cell(d["prompt_id"] or "—", code=True),
                     Cell(str(d["max_tokens"])),
                     Cell(str(d["repeat"]) if d["repeat"] >= 0 else "—"),
-                    Cell(where),
+                    where,
                 ]
             )
         sec.add(
