@@ -10,7 +10,6 @@ repeat's requests decode at exactly the rate in ``RATES``.
 from __future__ import annotations
 
 import re
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import polars as pl
 import pytest
 from conftest import need_program
+from support.report_pdf import check_pdf
 from support.results_builder import ResultsBuilder
 
 from specbench_tui.errors import InputError
@@ -494,36 +494,6 @@ def test_tex_failure_costs_only_the_pdf(
     assert not (results / "report.pdf").exists()
     log = (results / "report.tex.log").read_text()
     assert "exited with status 1" in log and "Undefined control sequence" in log
-
-
-def pdf_text(pdf: Path) -> tuple[int, str]:
-    """Pages and text of a PDF, by poppler's own tools."""
-    info = subprocess.run(
-        [need_program("pdfinfo"), str(pdf)], capture_output=True, text=True, check=True
-    ).stdout
-    pages = int(re.search(r"^Pages:\s+(\d+)", info, re.M).group(1))  # type: ignore[union-attr]
-    text = subprocess.run(
-        [need_program("pdftotext"), "-layout", str(pdf), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return pages, text
-
-
-def check_pdf(root: Path, min_pages: int) -> str:
-    """The PDF has its pages, every chart as a numbered figure and every table captioned."""
-    report = build_report(root)
-    pages, text = pdf_text(root / "report.pdf")
-    assert pages >= min_pages
-    charts = [c for c in report.charts() if c.has_points]
-    figures = sorted({int(n) for n in re.findall(r"Figure (\d+):", text)})
-    assert figures == list(range(1, len(charts) + 1))
-    tables = sorted({int(n) for n in re.findall(r"Table (\d+):", text)})
-    assert tables == list(range(1, len(report.tables()) + 1))
-    for s in report.sections:
-        assert s.title in text.replace("\n", " "), s.title
-    return text
 
 
 def test_pdflatex_builds_the_pdf(

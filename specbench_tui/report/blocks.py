@@ -143,6 +143,16 @@ class Chart:
         return None
 
     @property
+    def y_floor(self) -> float | None:
+        """The bottom of the y axis: ``ymin`` where set; with a reference line, low enough to
+        show it (TeX's dimensions overflow on a line far outside a narrow data range)."""
+        if self.ymin is not None or self.hline is None:
+            return self.ymin
+        pts = [p for s in self.series if not s.right for p in s.points]
+        low = min([p.lo if p.lo is not None else p.y for p in pts], default=self.hline)
+        return min(low, self.hline) * 0.9
+
+    @property
     def caption(self) -> str:
         return self.title + (" (intervals reaching beyond the top are cut)" if self.y_cap else "")
 

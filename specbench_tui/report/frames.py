@@ -63,7 +63,7 @@ def known_configs(inp: Inputs) -> list[str]:
         if c.config and c.config not in names:
             names.append(c.config)
     if inp.requests.height:
-        for c in inp.requests["config"].cast(pl.String).unique().to_list():
+        for c in inp.requests["config"].unique().cast(pl.String).to_list():
             if c is not None and c not in names:
                 names.append(c)
     return names
@@ -91,23 +91,41 @@ def requests(inp: Inputs) -> pl.DataFrame:
     n, e2e, ttft = pl.col("output_tokens"), pl.col("e2e_s"), pl.col("ttft_s")
     decode = pl.when((n > 1) & (e2e > ttft)).then((n - 1) / (e2e - ttft))
     e2e_rate = pl.when(e2e > 0).then(n / e2e)
-    kind = pl.col("kind").cast(pl.String)
+    # The unit within a comparison key: a repeat, a session, or the one cell of a level.
+    kind = pl.col("kind")
     unit = (
         pl.when(kind == "agentic")
-        .then(pl.col("session").cast(pl.String))
+        .then(pl.col("session"))
         .when(kind == "concurrency")
-        .then(pl.col("cell_id"))
-        .otherwise(pl.col("repeat").fill_null(0).cast(pl.String))
+        .then(pl.lit(0, dtype=pl.Int64))
+        .otherwise(pl.col("repeat"))
     )
     out = ok.with_columns(
         pl.coalesce(pl.col("decode_tok_s"), decode).alias("decode_tok_s"),
         pl.coalesce(pl.col("e2e_tok_s"), e2e_rate, pl.col("output_tok_s")).alias("e2e_tok_s"),
-        unit.fill_null("0").alias("unit"),
+        unit.fill_null(0).alias("unit"),
         (ttft * 1000).alias("ttft_ms"),
         pl.col("concurrency").fill_null(0),
     )
     inp.cache["requests"] = out
     return out
+
+
+#: The columns ``accept_frame`` reads besides its keys.
+ACCEPT_COLUMNS: tuple[str, ...] = (
+    "accept_length",
+    "output_tokens",
+    "spec_verify_ct",
+    "spec_accepted_tokens",
+    "spec_draft_tokens",
+)
+
+
+def subset(inp: Inputs, columns: Iterable[str], where: pl.Expr | None = None) -> pl.DataFrame:
+    """Some columns of ``requests``, filtered: select first, so that a filter over a million
+    rows copies only the columns a section reads."""
+    df = requests(inp).select(list(dict.fromkeys(columns)))
+    return df if where is None else df.filter(where)
 
 
 def request_errors(inp: Inputs) -> int:
@@ -158,16 +176,33 @@ def cell_figures(inp: Inputs) -> pl.DataFrame:
 # -- comparing configs -------------------------------------------------------------------------
 
 
+#: Keys every request of a cell shares: grouping by the cell first and by these after costs a
+#: fraction of the memory of grouping a million rows by all of them at once.
+CELL_KEYS = frozenset(
+    {"host", "tp", "kind", "workload", "concurrency", "config", "group", "prompt_set", "max_tokens"}
+)
+
+
 def unit_moments(
     df: pl.DataFrame, keys: Sequence[str], value: str = "decode_tok_s"
 ) -> pl.DataFrame:
     """Per ``keys``: the mean, standard deviation and count of the per-unit means of ``value``
     (each unit's mean over its requests first, so a unit weighs once whatever its size)."""
     keys = list(keys)
-    per_unit = (
-        df.filter(pl.col(value).is_not_null())
-        .group_by(*keys, "unit")
-        .agg(pl.col(value).mean().alias("_v"), pl.len().alias("_r"))
+    per_cell = [k for k in keys if k in CELL_KEYS]
+    per_request = [k for k in keys if k not in CELL_KEYS]
+    partial = (
+        df.select("cell_id", "unit", *keys, value)
+        .filter(pl.col(value).is_not_null())
+        .group_by("cell_id", "unit", *per_request)
+        .agg(
+            *(pl.col(k).first() for k in per_cell),
+            pl.col(value).sum().alias("_s"),
+            pl.len().alias("_r"),
+        )
+    )
+    per_unit = partial.group_by(*keys, "unit").agg(
+        (pl.col("_s").sum() / pl.col("_r").sum()).alias("_v"), pl.col("_r").sum()
     )
     return per_unit.group_by(keys).agg(
         pl.col("_v").mean().alias("mean"),
@@ -326,10 +361,10 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     keys = [*SCOPE, "config"]
     if df.height == 0:
         return pl.DataFrame(schema=_comparison_schema())
-    df = df.with_columns(pl.col(c).cast(pl.String) for c in ("host", "kind", "workload", "config"))
     moments = unit_moments(df, keys)
     ranked = rank(moments, SCOPE, inp)
-    acc = {tuple(r[k] for k in keys): r for r in accept_frame(df, keys).to_dicts()}
+    acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
+    acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
     thr = _cell_throughput(inp)
     base = baseline(inp)
     rows = []

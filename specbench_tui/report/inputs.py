@@ -74,8 +74,9 @@ _OPTIONAL_TYPES: dict[str, Any] = {
     "spec_draft_tokens": pl.Int64,
 }
 _TYPES: dict[str, Any] = {**REQUEST_SCHEMA, **_OPTIONAL_TYPES}
-# Low-cardinality text columns: categorical halves their memory on a million rows.
-_CATEGORICAL = ("group", "host", "config", "workload", "kind", "prompt_set")
+# Text columns with few distinct values: categorical takes a fraction of their memory on a
+# million rows (the output hashes stay text: nearly every one is distinct).
+_CATEGORICAL = ("cell_id", "group", "host", "config", "workload", "kind", "prompt_set", "prompt_id")
 
 
 @dataclass
@@ -145,18 +146,17 @@ def _scan(path: Path) -> pl.LazyFrame:
         dtype = _TYPES[name]
         if name in have:
             e = pl.col(name)
-            exprs.append(e.cast(dtype) if have[name] != dtype else e)
+            e = e.cast(dtype) if have[name] != dtype else e
         else:
-            exprs.append(pl.lit(None, dtype=dtype).alias(name))
+            e = pl.lit(None, dtype=dtype).alias(name)
+        exprs.append(e.cast(pl.Categorical) if name in _CATEGORICAL else e)
     return lf.select(exprs)
 
 
 def _empty_requests() -> pl.DataFrame:
-    return pl.DataFrame(schema={n: _TYPES[n] for n in REQUEST_COLUMNS})
-
-
-def _finish(df: pl.DataFrame) -> pl.DataFrame:
-    return df.with_columns(pl.col(c).cast(pl.Categorical) for c in _CATEGORICAL)
+    return pl.DataFrame(
+        schema={n: pl.Categorical if n in _CATEGORICAL else _TYPES[n] for n in REQUEST_COLUMNS}
+    )
 
 
 def read_requests(layout: ResultsLayout, state: CampaignState, notes: list[str]) -> pl.DataFrame:
@@ -177,7 +177,7 @@ def read_requests(layout: ResultsLayout, state: CampaignState, notes: list[str])
                 f"{left} part files of earlier attempts or unfinished cells were left out "
                 "(only each finished cell's counted attempt is aggregated)"
             )
-        return _finish(df)
+        return df
     if not layout.requests.exists():
         if counted:
             notes.append("requests.parquet is missing and parts/ holds no counted rows")
@@ -186,10 +186,14 @@ def read_requests(layout: ResultsLayout, state: CampaignState, notes: list[str])
         return _empty_requests()
     try:
         full = _scan(layout.requests)
-        keep = pl.DataFrame(
-            {"cell_id": list(counted), "attempt": list(counted.values())},
-            schema={"cell_id": pl.String, "attempt": pl.Int64},
-        ).lazy()
+        keep = (
+            pl.DataFrame(
+                {"cell_id": list(counted), "attempt": list(counted.values())},
+                schema={"cell_id": pl.String, "attempt": pl.Int64},
+            )
+            .lazy()
+            .with_columns(pl.col("cell_id").cast(pl.Categorical))
+        )
         df = full.join(keep, on=["cell_id", "attempt"], how="semi").collect()
         total = full.select(pl.len()).collect().item()
     except Exception as exc:
@@ -202,7 +206,7 @@ def read_requests(layout: ResultsLayout, state: CampaignState, notes: list[str])
             f"{total - df.height} request rows of earlier attempts or unfinished cells were "
             "left out (only each finished cell's counted attempt is aggregated)"
         )
-    return _finish(df)
+    return df
 
 
 def read_telemetry(layout: ResultsLayout, notes: list[str]) -> pl.DataFrame | None:

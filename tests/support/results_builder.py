@@ -285,9 +285,7 @@ class ResultsBuilder:
         )
         events: list[Event] = [start, *self.events]
         if finished:
-            events.append(
-                CampaignFinished(campaign=self.campaign, wall_s=wall_s, ts=self._tick())
-            )
+            events.append(CampaignFinished(campaign=self.campaign, wall_s=wall_s, ts=self._tick()))
         text = "".join(event_line(e) for e in events)
         self.layout.events.write_text(text + ('{"torn line' if torn_tail else ""))
         df = (

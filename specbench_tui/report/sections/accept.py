@@ -9,7 +9,7 @@ import polars as pl
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
-from specbench_tui.report.frames import accept_frame, config_rank, label, requests
+from specbench_tui.report.frames import ACCEPT_COLUMNS, accept_frame, config_rank, label, subset
 from specbench_tui.report.inputs import Inputs
 
 KINDS = ("single", "agentic", "concurrency")
@@ -17,10 +17,13 @@ KINDS = ("single", "agentic", "concurrency")
 
 def accept_by_kind(inp: Inputs) -> pl.DataFrame:
     """Per host, TP, kind and config (speculative requests only)."""
-    df = requests(inp).filter(pl.col("accept_length").is_not_null())
+    df = subset(
+        inp,
+        ["host", "tp", "kind", "config", *ACCEPT_COLUMNS],
+        pl.col("accept_length").is_not_null(),
+    )
     if df.height == 0:
         return df
-    df = df.with_columns(pl.col(c).cast(pl.String) for c in ("host", "kind", "config"))
     return accept_frame(df, ["host", "tp", "kind", "config"])
 
 

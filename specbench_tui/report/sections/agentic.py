@@ -21,7 +21,7 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
-from specbench_tui.report.frames import config_rank, label, requests, unit_moments
+from specbench_tui.report.frames import config_rank, label, subset, unit_moments
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import (
     MARKS_EXPLAINED,
@@ -78,8 +78,12 @@ def build(inp: Inputs) -> Section | None:
     cmp = compared(inp).filter(pl.col("kind") == KIND)
     if cmp.height == 0:
         return None
-    df = requests(inp).filter((pl.col("kind") == KIND) & pl.col("turn").is_not_null())
-    df = df.with_columns(pl.col(c).cast(pl.String) for c in ("host", "kind", "workload", "config"))
+    cols = ["host", "tp", "workload", "config", "kind", "turn", "cell_id", "unit"]
+    df = subset(
+        inp,
+        [*cols, "ttft_ms", "decode_tok_s", "prompt_tokens", "cached_tokens"],
+        (pl.col("kind") == KIND) & pl.col("turn").is_not_null(),
+    )
     ttft = _turns(df, "ttft_ms")
     decode = _turns(df, "decode_tok_s")
     sec = Section("Agentic sessions")

@@ -54,21 +54,19 @@ def greedy(inp: Inputs) -> dict[str, Any]:
     if base is None:
         res["note"] = "the plan names no baseline config to compare against"
         return res
-    df = requests(inp).filter((pl.col("kind") == "single") & pl.col("output_sha256").is_not_null())
-    temps = {c.id: c.cell.temperature for c in inp.state.cells.values() if c.cell is not None}
-    df = df.with_columns(
-        pl.col("cell_id").replace_strict(temps, default=0.0, return_dtype=pl.Float64).alias("_t")
-    ).filter(pl.col("_t") == 0.0)
+    keys = ["host", "tp", "workload", "prompt_set", "prompt_id", "max_tokens", "repeat"]
+    df = (
+        requests(inp)
+        .filter((pl.col("kind") == "single") & pl.col("output_sha256").is_not_null())
+        .select(*keys, "config", "output_sha256", "cell_id", "attempt")
+    )
+    # Unknown temperature: the plan default is 0, so such rows are compared.
+    hot = [c.id for c in inp.state.cells.values() if c.cell is not None and c.cell.temperature]
+    if hot:
+        df = df.filter(~pl.col("cell_id").cast(pl.String).is_in(hot))
     if df.height == 0:
         res["note"] = "no temperature-0 single-stream outputs were recorded"
         return res
-    keys = ["host", "tp", "workload", "prompt_set", "prompt_id", "max_tokens", "repeat"]
-    df = df.with_columns(
-        *(pl.col(c).cast(pl.String).fill_null("") for c in ("host", "workload", "prompt_set")),
-        pl.col("config").cast(pl.String),
-        pl.col("prompt_id").fill_null(""),
-        pl.col("repeat").fill_null(-1),
-    )
     ref = (
         df.filter(pl.col("config") == base)
         .group_by(keys)
@@ -83,7 +81,7 @@ def greedy(inp: Inputs) -> dict[str, Any]:
         return res
     cmp = (
         df.filter(pl.col("config") != base)
-        .join(ref, on=keys, how="inner")
+        .join(ref, on=keys, how="inner", nulls_equal=True)
         .with_columns((pl.col("output_sha256") != pl.col("base_sha")).alias("diverges"))
     )
     if cmp.height == 0:
@@ -99,7 +97,7 @@ def greedy(inp: Inputs) -> dict[str, Any]:
     )
     res["summary"] = sorted(summ.to_dicts(), key=rank_key)
     div = cmp.filter(pl.col("diverges")).to_dicts()
-    div.sort(key=lambda r: (*rank_key(r), r["workload"], r["prompt_set"], r["prompt_id"]))
+    div.sort(key=lambda r: (*rank_key(r), *(str(r[k]) for k in keys[2:])))
     res["divergent"] = [
         {**r, "first": _first_difference(inp.root, r)} for r in div[:DIVERGENT_LIMIT]
     ]
@@ -209,7 +207,7 @@ def build(inp: Inputs) -> Section:
                     Cell(d["prompt_set"] or "—"),
                     Cell(d["prompt_id"] or "—", code=True),
                     Cell(str(d["max_tokens"])),
-                    Cell(str(d["repeat"]) if d["repeat"] >= 0 else "—"),
+                    Cell("—" if d["repeat"] is None else str(d["repeat"])),
                     where,
                 ]
             )

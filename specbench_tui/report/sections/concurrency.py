@@ -26,7 +26,7 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
-from specbench_tui.report.frames import baseline, cell_figures, config_rank, label, requests
+from specbench_tui.report.frames import baseline, cell_figures, config_rank, label, subset
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import workload_section
 
@@ -39,11 +39,11 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
     and the cell summary's throughput and inter-token figures."""
     if "concurrency" in inp.cache:
         return inp.cache["concurrency"]
-    df = requests(inp).filter(pl.col("kind") == KIND)
+    cols = ["cell_id", "ttft_s", "tpot_s", "decode_tok_s", "output_tokens", "started_at", "e2e_s"]
+    df = subset(inp, [*_KEYS, "kind", *cols], pl.col("kind") == KIND)
     if df.height == 0:
         inp.cache["concurrency"] = df
         return df
-    df = df.with_columns(pl.col(c).cast(pl.String) for c in ("host", "workload", "config"))
     q = pl.col
     agg = df.group_by(_KEYS).agg(
         q("cell_id").first(),
@@ -58,7 +58,6 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
     )
     errs = (
         inp.requests.filter(pl.col("kind") == KIND)
-        .with_columns(pl.col(c).cast(pl.String) for c in ("host", "workload", "config"))
         .with_columns(pl.col("concurrency").fill_null(0))
         .group_by(_KEYS)
         .agg(
@@ -80,7 +79,8 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
         if c in cells.columns
     ]
     if cells.height and want:
-        agg = agg.join(cells.select("cell_id", *want), on="cell_id", how="left")
+        figs = cells.select(pl.col("cell_id").cast(pl.Categorical), *want)
+        agg = agg.join(figs, on="cell_id", how="left")
     for c in ("throughput_tok_s", "itl_token_s_p50", "itl_token_s_p99", "itl_s_p50", "itl_s_p99"):
         if c not in agg.columns:
             agg = agg.with_columns(pl.lit(None, dtype=pl.Float64).alias(c))

@@ -136,8 +136,7 @@ def build(inp: Inputs) -> Section:
     cached = []
     if req.height:
         agg = (
-            req.with_columns(pl.col("kind").cast(pl.String))
-            .group_by("kind")
+            req.group_by("kind")
             .agg(
                 (
                     pl.col("cached_tokens").sum().cast(pl.Float64)

@@ -46,7 +46,6 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
     req = requests(inp)
     if req.height == 0:
         return pl.DataFrame()
-    req = req.with_columns(pl.col("kind").cast(pl.String), pl.col("group").cast(pl.String))
     client = accept_frame(req, ["group", "cell_id", "kind"]).join(
         req.group_by("cell_id").agg(pl.col("decode_tok_s").mean().alias("client_decode")),
         on="cell_id",
@@ -57,13 +56,16 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
         c for c in ("throughput_tok_s", COUNTER_ACCEPT, ACCEPTANCE_CHECK) if c in cells.columns
     ]
     if cells.height and extra:
-        client = client.join(cells.select("cell_id", *extra), on="cell_id", how="left")
+        figs = cells.select(pl.col("cell_id").cast(pl.Categorical), *extra)
+        client = client.join(figs, on="cell_id", how="left")
     for c, t in (("throughput_tok_s", pl.Float64), (COUNTER_ACCEPT, pl.Float64)):
         if c not in client.columns:
             client = client.with_columns(pl.lit(None, dtype=t).alias(c))
     if ACCEPTANCE_CHECK not in client.columns:
         client = client.with_columns(pl.lit(None, dtype=pl.String).alias(ACCEPTANCE_CHECK))
-    logs = log_figures(inp).drop("group", "kind")
+    logs = (
+        log_figures(inp).drop("group", "kind").with_columns(pl.col("cell_id").cast(pl.Categorical))
+    )
     both = client.join(logs, on="cell_id", how="left").with_columns(
         pl.when(pl.col("kind") == "concurrency")
         .then(pl.col("throughput_tok_s"))

@@ -26,7 +26,7 @@ from specbench_tui.report.frames import (
     config_rank,
     label,
     rank,
-    requests,
+    subset,
     unit_moments,
 )
 from specbench_tui.report.inputs import Inputs
@@ -44,11 +44,11 @@ from specbench_tui.report.stats import from_moments
 
 def _extra(inp: Inputs, kind: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     """TTFT median, end-to-end tok/s and the prefix-cache share per comparison key."""
-    df = requests(inp).filter(pl.col("kind") == kind)
+    keys = [*SCOPE, "config"]
+    cols = ["ttft_s", "e2e_tok_s", "cached_tokens", "prompt_tokens"]
+    df = subset(inp, [*keys, *cols], pl.col("kind") == kind)
     if df.height == 0:
         return {}
-    keys = [*SCOPE, "config"]
-    df = df.with_columns(pl.col(c).cast(pl.String) for c in ("host", "kind", "workload", "config"))
     agg = df.group_by(keys).agg(
         pl.col("ttft_s").median().alias("ttft_p50"),
         pl.col("e2e_tok_s").mean().alias("e2e_tok_s"),
@@ -196,15 +196,15 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
     params = budget_params(inp)
     if not params:
         return []
-    df = requests(inp).filter(
+    cols = ["host", "workload", "kind", "tp", "config", "cell_id", "unit", "accept_length"]
+    df = subset(inp, cols).filter(
         (pl.col("kind") == "single")
         & (pl.col("host") == host)
         & (pl.col("workload") == workload)
-        & pl.col("config").cast(pl.String).is_in(list(params))
+        & pl.col("config").is_in(list(params))
     )
     acc = {}
     if df.height:
-        df = df.with_columns(pl.col(c).cast(pl.String) for c in ("host", "config"))
         for r in unit_moments(df, ["tp", "config"], value="accept_length").to_dicts():
             m = from_moments(r["mean"], r["sd"], r["n"])
             acc[(r["tp"], r["config"])] = m
@@ -267,11 +267,8 @@ def build(inp: Inputs) -> Section | None:
             )
         )
     )
-    req = requests(inp).filter(pl.col("kind") == "single")
-    if req.height:
-        req = req.with_columns(
-            pl.col(c).cast(pl.String) for c in ("host", "kind", "workload", "config")
-        )
+    point_cols = [*SCOPE, "config", "prompt_set", "max_tokens", "cell_id", "unit", "decode_tok_s"]
+    req = subset(inp, point_cols, pl.col("kind") == "single")
     parts = sorted(cmp.partition_by("workload", as_dict=True).items())
     for (workload,), wpart in parts:
         wsec = workload_section(sec, workload, len(parts))
