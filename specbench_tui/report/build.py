@@ -66,10 +66,9 @@ def build_from(inp: Inputs) -> Report:
     # The summary last, so that it lists every note the other sections left; it prints first.
     first = summary.build(inp, est)
     sections = [first, *(s for s in body if s is not None)]
+    # The contents follow the first page on a page of their own; the accounting starts one.
     for s in sections[1:]:
-        if s.title in ("Methodology", "Every planned cell"):
-            s.newpage = True
-    sections[1].newpage = True
+        s.newpage = s.title == "Every planned cell"
     return Report(
         title=title_of(inp),
         subtitle=f"Campaign {inp.state.campaign or inp.root.name}",

@@ -239,6 +239,15 @@ def md_escape(value: Any) -> str:
     return text
 
 
+def md_bold(value: Any) -> str:
+    """Bold text: the markers hug the words (Markdown ignores ``** x **``), spaces outside."""
+    text = md_escape(value)
+    core = text.strip()
+    if not core:
+        return text
+    return text[: len(text) - len(text.lstrip())] + f"**{core}**" + text[len(text.rstrip()) :]
+
+
 def md_code(value: Any) -> str:
     """Text inside a Markdown code span: backticks and pipes cannot end it or the cell."""
     return " ".join(str(value).split()).replace("`", "'").replace("|", "\\|")
@@ -255,6 +264,7 @@ def _md_env(numbers: dict[int, int]) -> jinja2.Environment:
     )
     env.filters.update(
         md=md_escape,
+        mdbold=md_bold,
         mdcode=md_code,
         kind=_kind,
         table_number=lambda t: numbers.get(id(t), 0),

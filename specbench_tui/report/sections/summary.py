@@ -66,7 +66,10 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
     scopes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in cmp.to_dicts():
         scopes.setdefault((r["host"], r["tp"], r["kind"], r["workload"]), []).append(r)
-    for (host, tp, _kind, workload), items in sorted(scopes.items()):
+    kinds = {"single": 0, "agentic": 1}
+    for (host, tp, _kind, workload), items in sorted(
+        scopes.items(), key=lambda kv: (kv[0][0], kv[0][1], kinds.get(kv[0][2], 2), kv[0][3])
+    ):
         eligible = [r for r in items if not r["failed_check"]]
         if not eligible:
             continue
