@@ -419,6 +419,9 @@ def test_estimate_and_environment(tmp_path: Path, no_tex: None) -> None:
     md = (results / "report.md").read_text()
     assert "The dry-run estimate for the cells done and servers started was" in md
     assert "Dry-run estimate against the time taken, by workload kind" in md
+    # The measured [estimate] table that seeds the next plan: the baseline's rates per TP.
+    assert "`tok_s = { 1 = 75.0, 4 = 200.0 }`" in md  # sim 100 and h2 50 at TP 1, in real time
+    assert "`spec_speedup = " in md and '`startup = "5s"`' in md
     assert "Server command line of every service group" in md
     assert "`python -m sglang.launch_server --tp-size 4`" in md
     assert "specbench-tui 0.1.0" in md

@@ -1,14 +1,21 @@
 """How far the dry-run estimate (plan/estimate.py) was off: the same estimate computed again
-for the cells and groups the campaign planned, set against the time they actually took."""
+for the cells and groups the campaign planned, set against the time they actually took; and
+the ``[estimate]`` table these results suggest, so that a results directory seeds the next
+plan's estimate."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+import polars as pl
 
 from specbench_tui.errors import InputError
 from specbench_tui.plan.estimate import estimate, host_speeds
 from specbench_tui.plan.loader import load_plan
+from specbench_tui.report.frames import baseline, requests
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import compared
 
 
 @dataclass
@@ -81,3 +88,48 @@ def check_estimate(inp: Inputs) -> EstimateCheck | None:
         startup_actual_s=sum(startups) / len(startups) if startups else None,
         kinds=sorted(per_kind.values(), key=lambda k: k.kind),
     )
+
+
+def seed_estimate(inp: Inputs) -> dict[str, str]:
+    """An ``[estimate]`` table measured from this campaign, to seed the next plan's dry run:
+    the baseline's decode tok/s per TP, the speculative configs' speed-up (geometric mean),
+    the share of max_tokens generated and the mean server start-up, in real time (a simulated
+    host's speed-up taken out). Keys without data are left out."""
+    st = inp.state
+    try:
+        speeds = host_speeds(load_plan(inp.layout.plan).spec, sim=st.simulated)
+    except InputError:
+        speeds = {}
+    cmp = compared(inp).filter(pl.col("kind") == "single")
+    base = baseline(inp)
+    out: dict[str, str] = {}
+    if cmp.height and base:
+        rates: dict[int, list[float]] = {}
+        ups: list[float] = []
+        for r in cmp.to_dicts():
+            speed = speeds.get(r["host"], 1.0)
+            if r["config"] == base:
+                rates.setdefault(r["tp"], []).append(r["decode_tok_s"] / speed)
+            elif r["speedup"] and not r["failed_check"]:
+                ups.append(r["speedup"])
+        if rates:
+            out["tok_s"] = (
+                "{ "
+                + ", ".join(f"{tp} = {sum(v) / len(v):.1f}" for tp, v in sorted(rates.items()))
+                + " }"
+            )
+        if ups:
+            out["spec_speedup"] = f"{math.exp(sum(math.log(u) for u in ups) / len(ups)):.2f}"
+    single = requests(inp).filter(pl.col("kind") == "single").select("output_tokens", "max_tokens")
+    if single.height:
+        frac = single.select(
+            (pl.col("output_tokens").cast(pl.Float64) / pl.col("max_tokens")).mean()
+        ).item()
+        if frac:
+            out["output_fraction"] = f"{min(max(frac, 0.01), 1.0):.2f}"
+    starts = [
+        g.startup_s * speeds.get(g.host, 1.0) for g in st.groups.values() if g.startup_s is not None
+    ]
+    if starts:
+        out["startup"] = f'"{sum(starts) / len(starts):.0f}s"'
+    return out

@@ -22,7 +22,7 @@ from specbench_tui.report.blocks import (
     code,
     text,
 )
-from specbench_tui.report.estimate_check import EstimateCheck
+from specbench_tui.report.estimate_check import EstimateCheck, seed_estimate
 from specbench_tui.report.frames import baseline, label, request_errors, requests
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.accounting import problems, status_counts
@@ -288,6 +288,19 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
                     small=True,
                 )
             )
+    seed = seed_estimate(inp)
+    if seed:
+        sec.add(
+            Para(
+                text(
+                    "To seed the next dry run's estimate with what this campaign measured (in "
+                    "real time), put this in the plan's ",
+                    code("[estimate]"),
+                    " table:",
+                )
+            )
+        )
+        sec.add(Facts([(k, text(code(f"{k} = {v}"))) for k, v in seed.items()]))
     if inp.notes:
         sec.add(Para(text(bold("Missing or partial data:"))))
         sec.add(Bullets([text(n) for n in inp.notes]))
