@@ -113,7 +113,6 @@ def build(inp: Inputs) -> Section | None:
                     [
                         config_cell(r),
                         Cell(str(r["n"])),
-                        Cell(f.count(r["requests"])),
                         decode_cell(r),
                         speedup_cell(r),
                         Cell(f.accept(r["accept_len_weighted"])),
@@ -130,7 +129,6 @@ def build(inp: Inputs) -> Section | None:
                     [
                         Column("Config", "l"),
                         Column("n"),
-                        Column("Requests"),
                         Column("Decode tok/s [95% CI]"),
                         Column("Speed-up [95% CI]"),
                         Column("Accept len (token-wt.)"),
