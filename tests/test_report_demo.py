@@ -5,13 +5,14 @@ And ``--report`` from the command line, for one campaign and for several side by
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import PLANS, ROOT, free_port, need_program
+from conftest import IN_CI, PLANS, ROOT, free_port, need_program
 from support.report_pdf import check_pdf
 from support.results_builder import ResultsBuilder
 
@@ -79,3 +80,30 @@ def test_cli_report_one_and_several(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "2 campaigns side by side" in (roots[0] / "comparison.md").read_text()
     assert main(["--report", str(roots[0]), str(tmp_path / "nothing")]) == 2
     assert "no such results directory" in capsys.readouterr().err
+
+
+def test_report_on_a_read_only_directory_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A results directory on a filesystem mounted read-only (a real tmpfs, remounted)."""
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("the read-only test needs root (to mount a tmpfs) under CI")
+        pytest.skip("needs root to mount a tmpfs")
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], check=True)
+    try:
+        b = ResultsBuilder(mnt / "syn")
+        b.cell("s1", "ar", 1, "single", "single")
+        b.finished("s1", [dict(prompt_id="p", repeat=0)])
+        root = b.write()
+        other = ResultsBuilder(tmp_path / "other").write()
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        assert main(["--report", str(root)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "render it elsewhere" in err
+        assert main(["--report", str(root), str(other)]) == 2
+        assert "render it elsewhere" in capsys.readouterr().err
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
