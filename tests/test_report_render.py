@@ -10,6 +10,7 @@ repeat's requests decode at exactly the rate in ``RATES``.
 from __future__ import annotations
 
 import re
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -541,3 +542,12 @@ def test_several_campaigns_side_by_side(tmp_path: Path, no_tex: None) -> None:
     assert "1.10x" in dflash and "beyond noise" in dflash
     ar = next(x for x in md.splitlines() if x.startswith("| sim | Autoregressive | 1 | single |"))
     assert "1.00x" in ar and "within noise" in ar
+
+
+def test_a_directory_copied_without_its_parts_reads_requests_parquet(results: Path) -> None:
+    before = comparison(load_inputs(results)).sort("host", "tp", "kind", "config", "concurrency")
+    shutil.rmtree(results / "parts")
+    after = comparison(load_inputs(results)).sort("host", "tp", "kind", "config", "concurrency")
+    assert after.select("config", "tp", "decode_tok_s").equals(
+        before.select("config", "tp", "decode_tok_s")
+    )

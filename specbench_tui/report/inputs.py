@@ -234,7 +234,10 @@ def load_inputs(root: Path) -> Inputs:
         raise InputError(f"{root}: no campaign here (no events.jsonl)")
     notes: list[str] = []
     plan = _read_plan(layout.plan, notes)
-    state = CampaignState.from_events(read_events(layout.events), layout.rows_exist)
+    # A directory copied without its parts/ (only the views): trust the log's finished cells
+    # and read their rows from requests.parquet.
+    rows_exist = layout.rows_exist if layout.parts.is_dir() else None
+    state = CampaignState.from_events(read_events(layout.events), rows_exist)
     labels, order = _labels(state)
     return Inputs(
         root=root,
