@@ -30,7 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="review the plan; touch no host")
     mode.add_argument("--headless", action="store_true", help="no console: one line per event")
-    mode.add_argument("--report", metavar="DIR", type=Path, help="render the report of DIR again")
+    mode.add_argument(
+        "--report",
+        metavar="DIR",
+        type=Path,
+        nargs="+",
+        help="render the report of DIR again; several DIRs: the campaigns side by side "
+        "(comparison.md/.tex/.pdf in the first)",
+    )
     mode.add_argument(
         "--attach",
         metavar="DIR",
@@ -128,9 +135,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.check and not args.dry_run:
         raise InputError("--check goes with --dry-run")
     if args.report is not None:
-        from specbench_tui.report.render import render_report
+        from specbench_tui.report.render import render_comparison, render_report
 
-        written = render_report(args.report)
+        if args.plan is not None:
+            raise InputError("--report takes results directories, not a plan")
+        reports = args.report
+        written = render_report(reports[0]) if len(reports) == 1 else render_comparison(reports)
         for path in written:
             print(path)
         return EXIT_OK

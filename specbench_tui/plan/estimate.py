@@ -29,6 +29,12 @@ class Estimate:
     assumptions: list[str]
 
 
+def host_speeds(spec: PlanSpec, *, sim: bool) -> dict[str, float]:
+    """How much faster than real time each host runs: a sim host, or a real host rehearsed
+    with ``--sim``, at its simulator speed (HostSpec.sim_speed); a real host at 1."""
+    return {h: (s.sim_speed if s.sim or sim else 1.0) for h, s in spec.hosts.items()}
+
+
 def _rate(est: EstimateSpec, tp: int) -> float:
     table = {int(k): v for k, v in est.tok_s.items()}
     if tp in table:

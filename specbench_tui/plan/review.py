@@ -15,7 +15,7 @@ from typing import Any
 from specbench_tui.engines.traits import traits
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
-from specbench_tui.plan.estimate import Estimate, estimate
+from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.packing import Schedule
 
@@ -31,7 +31,7 @@ class Review:
 
 def review(plan: Plan, results_dir: Path, *, sim: bool = False) -> Review:
     exp = expand(plan, sim=sim)
-    speed = {h: (s.sim_speed if s.sim or sim else 1.0) for h, s in plan.spec.hosts.items()}
+    speed = host_speeds(plan.spec, sim=sim)
     est = estimate(plan.spec, plan.dir, exp.groups, exp.cells, speed=speed)
     return Review(plan=plan, expansion=exp, estimate=est, results_dir=results_dir, sim=sim)
 

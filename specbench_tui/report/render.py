@@ -15,14 +15,14 @@ import shutil
 import subprocess
 import tempfile
 import unicodedata
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
 from specbench_tui.errors import InputError
-from specbench_tui.report.aggregate import Report, build_report
+from specbench_tui.report.blocks import Chart, Column, Point
+from specbench_tui.report.build import Report, build_report
 from specbench_tui.results.files import StorageError, write_bytes_atomic
 
 log = logging.getLogger(__name__)
@@ -32,39 +32,6 @@ TEX_ENGINES = ("pdflatex", "xelatex", "lualatex")
 TEX_TIMEOUT_S = 120.0
 TEX_MAX_PASSES = 3  # longtable settles its column widths over a second (rarely third) pass
 LOG_TAIL_LINES = 80
-MISSING = "—"
-
-
-# -- number formatting (shared by both formats, so they always agree) -------------------------
-
-
-def _fmt(digits: int, suffix: str = "") -> Callable[[Any], str]:
-    def fmt(v: Any) -> str:
-        if v is None:
-            return MISSING
-        try:
-            return f"{float(v):,.{digits}f}{suffix}"
-        except (TypeError, ValueError):
-            return str(v)
-
-    return fmt
-
-
-FORMATS: dict[str, Callable[[Any], str]] = {
-    "toks": _fmt(1),  # tok/s
-    "secs": _fmt(3),  # seconds
-    "speedup": _fmt(2, "x"),
-    "accept": _fmt(2),
-    "pct": _fmt(1),
-    "watts": _fmt(1),
-    "mib": _fmt(0),
-    "celsius": _fmt(0),
-}
-
-
-def _opt(v: Any) -> Any:
-    """A missing identity value (a prompt set of a cell that has none) shown as a dash."""
-    return MISSING if v is None or v == "" else v
 
 
 # -- LaTeX -------------------------------------------------------------------------------------
@@ -97,6 +64,9 @@ _TEX_CHARS = {
     "\u2265": r"$\geq$",
     "\u2264": r"$\leq$",
     "\u00b5": r"$\mu$",
+    "\u00b1": r"$\pm$",
+    "\u221e": r"$\infty$",
+    "\u2248": r"$\approx$",
     "\u2026": r"\ldots{}",
     "\u00a0": "~",
     "\u2018": "`",
@@ -137,9 +107,86 @@ def _tex_finalize(value: Any) -> str:
     return tex_escape(value)
 
 
-def _tex_num(fmt: Callable[[Any], str]) -> Callable[[Any], TexRaw]:
-    """Numbers in LaTeX: the same text as Markdown, with a proper dash for a missing value."""
-    return lambda v: TexRaw("---" if v is None else tex_escape(fmt(v)))
+def _coord(v: Any) -> TexRaw:
+    """A number as pgfplots reads it (no thousands separators, no exponent surprises)."""
+    return TexRaw(f"{float(v):.6g}")
+
+
+def _point(p: Point, explicit: bool, cap: float | None = None) -> TexRaw:
+    """A pgfplots coordinate with its error bar; a bar reaching beyond the axis' ``cap`` is
+    cut there (TeX's dimensions overflow on a bar thousands of axis heights long)."""
+    xy = f"({float(p.x):.6g},{float(p.y):.6g})"
+    if not explicit:
+        return TexRaw(xy)
+    hi = p.hi if p.hi is None or cap is None else min(p.hi, cap * 1.02)
+    up = (hi - p.y) if hi is not None else 0.0
+    down = (p.y - p.lo) if p.lo is not None else 0.0
+    return TexRaw(f"{xy} += (0,{max(up, 0.0):.6g}) -= (0,{max(down, 0.0):.6g})")
+
+
+def _has_ci(points: list[Point]) -> bool:
+    return any(p.lo is not None and p.hi is not None for p in points)
+
+
+def _anchor_x(chart: Chart) -> float:
+    """Any x of the chart's data: a valid coordinate on a log axis for a reference line."""
+    return next(p.x for s in chart.series for p in s.points)
+
+
+def _xrange(chart: Chart) -> tuple[float, float]:
+    xs = [p.x for s in chart.series for p in s.points]
+    lo, hi = min(xs), max(xs)
+    return (lo, hi if hi > lo else lo + 1.0)
+
+
+def _chart_rows(charts: list[Chart]) -> list[list[Chart]]:
+    """Charts two to a row; a wide one alone."""
+    rows: list[list[Chart]] = []
+    for c in (c for c in charts if c.has_points):
+        if c.wide or not rows or len(rows[-1]) == 2 or rows[-1][0].wide:
+            rows.append([c])
+        else:
+            rows[-1].append(c)
+    return rows
+
+
+def _chart_width(chart: Chart) -> TexRaw:
+    return TexRaw(r"\linewidth" if chart.wide else r"0.485\linewidth")
+
+
+def _colspec(columns: list[Column]) -> TexRaw:
+    out = []
+    for c in columns:
+        if c.align == "p":
+            out.append(rf">{{\raggedright\arraybackslash}}p{{{c.width:.2f}\linewidth}}")
+        else:
+            out.append(c.align)
+    return TexRaw("".join(out))
+
+
+def _head(title: str) -> TexRaw:
+    """A column heading on up to two lines, so narrow numeric columns stay narrow."""
+    title = str(title)
+    if len(title) <= 10 or " " not in title:
+        return TexRaw(tex_escape(title))
+    mid = len(title) // 2
+    cut = min((i for i, ch in enumerate(title) if ch == " "), key=lambda i: abs(i - mid))
+    a, b = title[:cut], title[cut + 1 :]
+    return TexRaw(
+        r"\begin{tabular}[b]{@{}c@{}}" + tex_escape(a) + r"\\{}" + tex_escape(b) + r"\end{tabular}"
+    )
+
+
+def _codebreak(v: Any) -> TexRaw:
+    """Code text that may break after a slash, an equals sign or a comma (paths, flags)."""
+    out = tex_escape(v)
+    for ch in ("/", "=", ","):
+        out = out.replace(ch, ch + r"\allowbreak{}")
+    return TexRaw(out)
+
+
+def _kind(block: Any) -> str:
+    return type(block).__name__
 
 
 def _tex_env() -> jinja2.Environment:
@@ -158,10 +205,20 @@ def _tex_env() -> jinja2.Environment:
         finalize=_tex_finalize,
         autoescape=False,
     )
-    env.filters.update({name: _tex_num(fmt) for name, fmt in FORMATS.items()})
-    env.filters["opt"] = lambda v: TexRaw("---") if v is None or v == "" else v
-    env.filters["e"] = lambda v: TexRaw(tex_escape(v))
-    env.filters["tt"] = lambda v: TexRaw(r"\texttt{" + tex_escape(v) + "}")
+    env.filters.update(
+        raw=lambda v: TexRaw(str(v)),
+        kind=_kind,
+        coord=_coord,
+        point=_point,
+        has_ci=_has_ci,
+        anchor_x=_anchor_x,
+        xrange=_xrange,
+        chart_rows=_chart_rows,
+        chart_width=_chart_width,
+        colspec=_colspec,
+        head=_head,
+        codebreak=_codebreak,
+    )
     return env
 
 
@@ -169,14 +226,34 @@ def _tex_env() -> jinja2.Environment:
 
 
 def md_escape(value: Any) -> str:
-    """Text safe inside a Markdown table cell: no pipe ends the cell, no star starts emphasis."""
-    text = " ".join(str(value).split())
+    """Text safe inside a Markdown table cell: no pipe ends the cell, no star starts emphasis.
+    Whitespace runs become one space; a space at either end is kept (spans join on it)."""
+    raw = str(value)
+    text = " ".join(raw.split())
+    if text and raw[:1].isspace():
+        text = " " + text
+    if text and raw[-1:].isspace():
+        text += " "
     for ch in ("\\", "|", "*", "_", "`", "<", "["):
         text = text.replace(ch, "\\" + ch)
     return text
 
 
-def _md_env() -> jinja2.Environment:
+def md_bold(value: Any) -> str:
+    """Bold text: the markers hug the words (Markdown ignores ``** x **``), spaces outside."""
+    text = md_escape(value)
+    core = text.strip()
+    if not core:
+        return text
+    return text[: len(text) - len(text.lstrip())] + f"**{core}**" + text[len(text.rstrip()) :]
+
+
+def md_code(value: Any) -> str:
+    """Text inside a Markdown code span: backticks and pipes cannot end it or the cell."""
+    return " ".join(str(value).split()).replace("`", "'").replace("|", "\\|")
+
+
+def _md_env(numbers: dict[int, int]) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         trim_blocks=True,
@@ -185,9 +262,13 @@ def _md_env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
     )
-    env.filters.update(FORMATS)
-    env.filters["md"] = md_escape
-    env.filters["opt"] = _opt
+    env.filters.update(
+        md=md_escape,
+        mdbold=md_bold,
+        mdcode=md_code,
+        kind=_kind,
+        table_number=lambda t: numbers.get(id(t), 0),
+    )
     return env
 
 
@@ -276,7 +357,8 @@ def _fail(pdf_path: Path, log_path: Path, text: str) -> None:
 
 def render_texts(report: Report) -> tuple[str, str]:
     """The Markdown and LaTeX text of a report."""
-    md = _md_env().get_template("report.md.j2").render(r=report)
+    numbers = {id(t): i for i, t in enumerate(report.tables(), start=1)}
+    md = _md_env(numbers).get_template("report.md.j2").render(r=report)
     tex = _tex_env().get_template("report.tex.j2").render(r=report)
     return md, tex
 
@@ -287,15 +369,31 @@ def render_report(results_dir: Path) -> list[Path]:
     root = Path(results_dir)
     if not root.is_dir():
         raise InputError(f"{root}: no such results directory")
-    md, tex = render_texts(build_report(root))
-    md_path, tex_path = root / "report.md", root / "report.tex"
+    return _write(root, "report", build_report(root))
+
+
+def render_comparison(results_dirs: list[Path]) -> list[Path]:
+    """Several campaigns side by side: ``comparison.md``, ``.tex`` (and ``.pdf``) written into
+    the first directory; each directory is read, none is changed."""
+    roots = [Path(d) for d in results_dirs]
+    for root in roots:
+        if not root.is_dir():
+            raise InputError(f"{root}: no such results directory")
+    from specbench_tui.report.compare import build_comparison
+
+    return _write(roots[0], "comparison", build_comparison(roots))
+
+
+def _write(root: Path, stem: str, report: Report) -> list[Path]:
+    md, tex = render_texts(report)
+    md_path, tex_path = root / f"{stem}.md", root / f"{stem}.tex"
     try:
         write_bytes_atomic(md_path, md.encode())
         write_bytes_atomic(tex_path, tex.encode())
     except StorageError as exc:
         raise InputError(f"{exc}; render it elsewhere: copy the directory, then --report") from None
     written = [md_path, tex_path]
-    pdf_path = root / "report.pdf"
-    if compile_pdf(tex_path, pdf_path, root / "report.tex.log"):
+    pdf_path = root / f"{stem}.pdf"
+    if compile_pdf(tex_path, pdf_path, root / f"{stem}.tex.log"):
         written.append(pdf_path)
     return written

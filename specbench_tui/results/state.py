@@ -129,6 +129,12 @@ class GroupState:
     reason: str = ""
     log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
     last_stats: dict[str, float] = field(default_factory=dict)  # latest parsed log figures
+    # Each server start's time up: (ready, stopped; None while still up). Telemetry and log
+    # figures of a group are read inside these windows, never over the idle time around them.
+    windows: list[tuple[float, float | None]] = field(default_factory=list)
+    # What the ready server said about itself, where its service_ready event carries it.
+    engine: str = ""
+    engine_version: str = ""
 
     def uptime_s(self, now: float) -> float | None:
         """Seconds the server has been healthy, or None when it is not up."""
@@ -190,6 +196,7 @@ class CampaignState:
         # How each host's GPUs are read, and the server starts whose GPUs were not verified.
         self.telemetry: dict[str, TelemetryChosen] = {}
         self.gpus_unverified: list[GpusUnverified] = []
+        self.wall_s: float = 0.0  # summed over the runs that ended with campaign_finished
         self._by_name: dict[str, str] = {}
 
     # --- folding --------------------------------------------------------------------------
@@ -229,7 +236,7 @@ class CampaignState:
         self.finished_at = self.exit_code = None
         self.abort_reason = self.paused_by = ""
         self.current_group = self.current_cell = None
-        old_cells = self.cells
+        old_cells, old_groups = self.cells, self.groups
         self.groups = {}
         self.cells = {}
         self._by_name = {}
@@ -245,6 +252,11 @@ class CampaignState:
                 speculative=g.speculative,
                 group=g,
             )
+            before_g = old_groups.get(g.id)
+            if before_g is not None:  # what earlier runs saw of this group's servers
+                self.groups[g.id].windows = list(before_g.windows)
+                self.groups[g.id].engine = before_g.engine
+                self.groups[g.id].engine_version = before_g.engine_version
         selected = set(ev.selected)
         for c in ev.cells:
             before = old_cells.get(c.id)
@@ -316,10 +328,19 @@ class CampaignState:
         g = self._group(ev.group)
         g.server, g.ready_at = "ready", ev.ts
         g.startup_s = ev.startup_s or (ev.ts - g.started_at if g.started_at else None)
+        g.windows.append((ev.ts, None))
+        # Fields a newer event may carry (the engine's own report of itself).
+        g.engine = str(getattr(ev, "engine", "") or g.engine)
+        g.engine_version = str(getattr(ev, "engine_version", "") or g.engine_version)
+
+    def _close_window(self, g: GroupState, ts: float) -> None:
+        if g.windows and g.windows[-1][1] is None:
+            g.windows[-1] = (g.windows[-1][0], ts)
 
     def _service_failed(self, ev: ServiceFailed) -> None:
         g = self._group(ev.group)
         g.server, g.reason, g.ready_at = "failed", ev.reason, None
+        self._close_window(g, ev.ts)
         g.log_tail.extend(ev.log_tail)
 
     def _group_finished(self, ev: GroupFinished) -> None:
@@ -328,6 +349,7 @@ class CampaignState:
         if g.server != "failed":
             g.server = "stopped"
         g.ready_at = None
+        self._close_window(g, ev.ts)
         if self.current_group == ev.group:
             self.current_group = None
 
@@ -423,6 +445,7 @@ class CampaignState:
 
     def _campaign_finished(self, ev: CampaignFinished) -> None:
         self.finished, self.finished_at, self.exit_code = True, ev.ts, ev.exit_code
+        self.wall_s += ev.wall_s or 0.0
         self.paused = False
         self.current_cell = self.current_group = None
         for c in self.cells.values():
@@ -431,6 +454,7 @@ class CampaignState:
         for g in self.groups.values():
             if g.server in ("starting", "ready"):
                 g.server = "stopped"
+            self._close_window(g, ev.ts)
 
     # --- questions ------------------------------------------------------------------------
 

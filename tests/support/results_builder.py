@@ -12,6 +12,7 @@ import polars as pl
 
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
+    Aborted,
     CampaignFinished,
     CampaignStarted,
     CellFailed,
@@ -19,7 +20,11 @@ from specbench_tui.results.events import (
     CellQueued,
     CellSkipped,
     CellStarted,
+    CheckVerdict,
     Event,
+    GroupFinished,
+    GroupStarted,
+    ServiceReady,
 )
 from specbench_tui.results.files import event_line
 from specbench_tui.results.layout import ResultsLayout
@@ -94,7 +99,7 @@ class ResultsBuilder:
         return self.groups[gid]
 
     def cell(self, cid: str, config: str, tp: int, workload: str, kind: str, **kw: Any) -> Cell:
-        g = self.group(config, tp, label=kw.pop("label", ""))
+        g = self.group(config, tp, host=kw.pop("host", "sim"), label=kw.pop("label", ""))
         fields: dict[str, Any] = dict(
             id=cid,
             name=f"{g.id}/{workload}/{cid}",
@@ -213,13 +218,66 @@ class ResultsBuilder:
             CellSkipped(cell_id=cid, group=c.group, cell=c.name, reason=reason, ts=self._tick())
         )
 
+    def ready(self, gid: str, startup_s: float = 5.0) -> float:
+        """The group's server started and became ready; returns the ready time."""
+        g = self.groups[gid]
+        self.events.append(
+            GroupStarted(group=gid, host=g.host, config=g.config, tp=g.tp, ts=self._tick())
+        )
+        ts = self._tick()
+        self.events.append(ServiceReady(group=gid, startup_s=startup_s, ts=ts))
+        return ts
+
+    def group_done(self, gid: str) -> float:
+        ts = self._tick()
+        self.events.append(GroupFinished(group=gid, ts=ts))
+        return ts
+
+    def verdict(
+        self,
+        config: str,
+        tp: int,
+        status: str,
+        text: str,
+        host: str = "sim",
+        *,
+        check: str = "greedy",
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        self.events.append(
+            CheckVerdict(
+                check=check,
+                config=config,
+                host=host,
+                tp=tp,
+                status=status,
+                text=text,
+                detail=dict(detail or {}),
+                ts=self._tick(),
+            )
+        )
+
+    def aborted(self, reason: str = "by operator") -> None:
+        self.events.append(Aborted(by="operator", reason=reason, ts=self._tick()))
+
+    def now(self) -> float:
+        """The time of the last event written so far."""
+        return self._t
+
     def telemetry(self, rows: dict[str, list[Any]]) -> None:
         self.layout.telemetry_parts.mkdir(parents=True, exist_ok=True)
         pl.DataFrame(rows, schema=TELEMETRY_SCHEMA).write_parquet(
             self.layout.telemetry_parts / "000001.parquet"
         )
 
-    def write(self, *, finished: bool = True, torn_tail: bool = False, plan: str = "") -> Path:
+    def write(
+        self,
+        *,
+        finished: bool = True,
+        torn_tail: bool = False,
+        plan: str = "",
+        wall_s: float = 0.0,
+    ) -> Path:
         """Write events.jsonl (campaign_started first), requests.parquet and the plan."""
         self.root.mkdir(parents=True, exist_ok=True)
         if plan:
@@ -238,7 +296,7 @@ class ResultsBuilder:
         )
         events: list[Event] = [start, *self.events]
         if finished:
-            events.append(CampaignFinished(campaign=self.campaign, ts=self._tick()))
+            events.append(CampaignFinished(campaign=self.campaign, wall_s=wall_s, ts=self._tick()))
         text = "".join(event_line(e) for e in events)
         self.layout.events.write_text(text + ('{"torn line' if torn_tail else ""))
         df = (

@@ -1,0 +1,215 @@
+"""Several campaigns side by side (``--report A B ...``): the same configs across two runs, or
+two engines, with the change of each figure against the first campaign and whether it is beyond
+noise (Welch's test on the units of the two campaigns, 5%).
+
+Rows are matched on TP, workload kind, workload, concurrency level and config, and on the host
+too where the campaigns share host names; campaigns on different hosts are compared config by
+config and the report says so. Each campaign's figures are its own comparison frame
+(report/frames.py), so the numbers are those of each campaign's own report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import (
+    Bullets,
+    Cell,
+    Chart,
+    Charts,
+    Column,
+    Para,
+    Point,
+    Section,
+    Series,
+    Table,
+    bold,
+    code,
+    text,
+)
+from specbench_tui.report.build import Report, title_of
+from specbench_tui.report.inputs import Inputs, load_inputs
+from specbench_tui.report.sections.common import compared
+from specbench_tui.report.sections.summary import cells_text, status_text
+from specbench_tui.report.stats import Mean, ratio_ci
+
+KEYS = ("tp", "kind", "workload", "concurrency", "config")
+
+
+def _mean(r: dict[str, Any]) -> Mean:
+    return Mean(
+        r["decode_tok_s"], r["n"], r["decode_tok_s_sd"], r["decode_tok_s_lo"], r["decode_tok_s_hi"]
+    )
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i) if i < 26 else f"#{i + 1}"
+
+
+def build_comparison(roots: list[Path]) -> Report:
+    inps = [load_inputs(r) for r in roots]
+    frames = [compared(i) for i in inps]
+    host_sets = [set(fr["host"].to_list()) for fr in frames]
+    by_host = all(h & host_sets[0] for h in host_sets[1:])
+    keys = list(KEYS) + (["host"] if by_host else [])
+    sec = Section("Campaigns compared")
+    sec.add(
+        Table(
+            "The campaigns",
+            [
+                Column("", "l"),
+                Column("Campaign", "l"),
+                Column("Status", "p", 0.28),
+                Column("Cells", "p", 0.22),
+                Column("Hosts", "l"),
+                Column("Plan hash", "l"),
+            ],
+            [
+                [
+                    Cell(_letter(i), bold=True),
+                    Cell(inp.state.campaign or inp.root.name, code=True),
+                    Cell(status_text(inp) + (" (simulated)" if inp.state.simulated else "")),
+                    Cell(cells_text(inp)),
+                    Cell(", ".join(sorted(host_sets[i])) or "—"),
+                    Cell(inp.state.plan_hash or "—", code=True),
+                ]
+                for i, inp in enumerate(inps)
+            ],
+            small=True,
+        )
+    )
+    notes = [
+        text(
+            "Decode tok/s per request: mean over each campaign's units (repeats; sessions for "
+            "agentic) with its 95% Student-t interval. The change is the ratio to campaign A "
+            "with its 95% interval (Fieller); beyond noise where that interval excludes 1 "
+            "(a t-test at 5%). Concurrency levels are single cells: no verdict."
+        )
+    ]
+    if not by_host:
+        notes.append(
+            text(
+                bold("Different hosts: "),
+                "the campaigns share no host, so configs are compared across hosts.",
+            )
+        )
+    if any(i.state.simulated for i in inps):
+        notes.append(text(bold("Simulated: "), "some campaigns ran on the simulated host."))
+    sec.add(Bullets(notes))
+    rows = _matched(frames, keys)
+    if not rows:
+        sec.add(Para(text("The campaigns have no config, TP and workload in common."), "warning"))
+    for kind in ("single", "agentic", "concurrency"):
+        part = [r for r in rows if r["key"]["kind"] == kind]
+        if part:
+            sec.add(*_kind_blocks(kind, part, len(inps)))
+    labels = " · ".join(f"{_letter(i)} = {r.name}" for i, r in enumerate(roots))
+    return Report(
+        title=f"{len(roots)} campaigns side by side",
+        subtitle=labels,
+        simulated=any(i.state.simulated for i in inps),
+        sections=[sec, *(_per_campaign(inp, i) for i, inp in enumerate(inps))],
+    )
+
+
+def _per_campaign(inp: Inputs, i: int) -> Section:
+    s = Section(f"Campaign {_letter(i)}: {title_of(inp)}", level=1)
+    s.add(Para(text("Results directory ", code(str(inp.root)), f"; {cells_text(inp)}.")))
+    return s
+
+
+def _matched(frames: list[pl.DataFrame], keys: list[str]) -> list[dict[str, Any]]:
+    """One entry per key present in campaign A and at least one other."""
+    index = []
+    for fr in frames:
+        index.append({tuple(r[k] for k in keys): r for r in fr.to_dicts()})
+    out = []
+    for k, a in index[0].items():
+        others = [ix.get(k) for ix in index[1:]]
+        if any(o is not None for o in others):
+            out.append({"key": dict(zip(keys, k, strict=True)), "rows": [a, *others]})
+    return out
+
+
+def _change(a: dict[str, Any], b: dict[str, Any] | None) -> tuple[str, str, Any]:
+    if b is None:
+        return "—", "", None
+    ra, rb = _mean(a), _mean(b)
+    ratio = ratio_ci(rb, ra)
+    if ratio is None:
+        return "—", "", None
+    txt = f.with_ci(ratio.value, ratio.lo, ratio.hi, f.speedup)
+    if a["kind"] == "concurrency" or a["n"] < 2 or b["n"] < 2:
+        verdict = "single run" if a["kind"] == "concurrency" else "too few units"
+    else:
+        verdict = "beyond noise" if ratio.beyond_one else "within noise"
+    return txt, verdict, ratio
+
+
+def _kind_blocks(kind: str, rows: list[dict[str, Any]], n: int) -> list[Any]:
+    blocks: list[Any] = []
+    title = {"single": "Single-stream", "agentic": "Agentic", "concurrency": "Concurrency"}[kind]
+    cols = [Column("Host", "l"), Column("Config", "l"), Column("TP"), Column("Workload", "l")]
+    if kind == "concurrency":
+        cols.append(Column("Clients"))
+    cols += [Column(f"{_letter(i)} decode tok/s") for i in range(n)]
+    cols += [c for i in range(1, n) for c in (Column(f"{_letter(i)}/A"), Column("", "l"))]
+    body = []
+    charted = rows[0]["key"]["workload"]  # one chart per kind: its first workload
+    chart_points: dict[tuple[int, int], list[tuple[str, Any]]] = {}
+    configs: list[str] = []
+    for r in rows:
+        a = r["rows"][0]
+        hosts = sorted({str(x["host"]) for x in r["rows"] if x})
+        line = [Cell("/".join(hosts)), Cell(a["label"]), Cell(str(a["tp"])), Cell(a["workload"])]
+        if kind == "concurrency":
+            line.append(Cell(str(a["concurrency"])))
+        for x in r["rows"]:
+            line.append(
+                Cell(
+                    f.with_ci(x["decode_tok_s"], x["decode_tok_s_lo"], x["decode_tok_s_hi"], f.toks)
+                    if x
+                    else "—"
+                )
+            )
+        for i, x in enumerate(r["rows"][1:], start=1):
+            txt, verdict, ratio = _change(a, x)
+            line += [Cell(txt, bold=verdict == "beyond noise"), Cell(verdict)]
+            if ratio is not None and kind != "concurrency" and a["workload"] == charted:
+                if a["label"] not in configs:
+                    configs.append(a["label"])
+                chart_points.setdefault((i, a["tp"]), []).append((a["label"], ratio))
+        body.append(line)
+    blocks.append(
+        Table(
+            f"{title}: decode tok/s per campaign and the change against A", cols, body, small=True
+        )
+    )
+    charts = []
+    for i in range(1, n):
+        series = []
+        for j, tp in enumerate(sorted({tp for (ii, tp) in chart_points if ii == i})):
+            pts = [
+                Point(configs.index(lbl), r.value, r.lo, r.hi) for lbl, r in chart_points[(i, tp)]
+            ]
+            series.append(Series(f"TP {tp}", sorted(pts, key=lambda p: p.x), color=j))
+        chart = Chart(
+            f"{title} ({charted}): decode tok/s of {_letter(i)} over A per config and TP",
+            "bars",
+            "",
+            f"{_letter(i)} / A",
+            series,
+            categories=configs,
+            hline=1.0,
+            ymin=0.0,
+            wide=True,
+        )
+        if chart.has_points:
+            charts.append(chart)
+    if charts:
+        blocks.append(Charts(charts))
+    return blocks

@@ -1,0 +1,444 @@
+"""The polars tables every section of the report, and the console's live results table, are
+built from: one code path, so the console and the paper never disagree.
+
+Figures, named once (specs/cli-and-results.md) and nowhere else under another name:
+
+- **TTFT** (``ttft_s``): request sent to first token.
+- **decode tok/s** per request: ``(output_tokens - 1) / (e2e_s - ttft_s)``, TTFT excluded (the
+  client's own ``decode_tok_s`` column where it recorded one).
+- **end-to-end tok/s** per request: ``output_tokens / e2e_s``, TTFT included.
+- **cell throughput**: all output tokens of a cell over its wall time (``throughput_tok_s`` of
+  the cell's summary).
+- **TPOT**, **ITL per token** and **chunk gap per SSE event** (the cell's summary; ITL per token
+  where the client recorded token counts per chunk, else only the chunk gap, named as such).
+- **accept length**: request mean (mean of each request's ``completion_tokens /
+  spec_verify_ct``) and token-weighted (all output tokens over all verify steps), per host, TP
+  and workload kind, never pooled across them.
+
+Statistics (report/stats.py): the unit is a repeat. A single-stream repeat is one pass over
+the workload's prompts (the ``repeat`` column); an agentic unit is a session; a concurrency
+cell is one unit (its requests overlap, so they are not independent). A config's figure is the
+mean over its units with a Student-t 95% interval; a speed-up is the ratio of two such means,
+against the baseline config on the same host, TP, workload and (for concurrency) level.
+Results of different hosts are never pooled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.stats import Mean, Ratio, distinguishable, from_moments, ratio_ci
+
+#: The keys a comparison is made within: results of different hosts, TP sizes, workloads and
+#: concurrency levels are never pooled.
+SCOPE: tuple[str, ...] = ("host", "tp", "kind", "workload", "concurrency")
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def baseline(inp: Inputs) -> str | None:
+    """The plan's baseline config; a parametrized base name stands for its first expansion."""
+    if "baseline" in inp.cache:
+        return inp.cache["baseline"]
+    ref = (inp.plan.get("campaign") or {}).get("baseline")
+    known = known_configs(inp)
+    out: str | None = None
+    if ref:
+        ref = str(ref)
+        expanded = [n for n in known if n.startswith(ref + "-")]
+        out = ref if ref in known or not expanded else expanded[0]
+    inp.cache["baseline"] = out
+    return out
+
+
+def known_configs(inp: Inputs) -> list[str]:
+    """Every config the log or the rows name, in plan order (the baseline first)."""
+    names = list(inp.config_order)
+    for c in inp.state.cells.values():
+        if c.config and c.config not in names:
+            names.append(c.config)
+    if inp.requests.height:
+        for c in inp.requests["config"].unique().cast(pl.String).to_list():
+            if c is not None and c not in names:
+                names.append(c)
+    return names
+
+
+def label(inp: Inputs, config: str) -> str:
+    return inp.labels.get(config, config)
+
+
+def config_rank(inp: Inputs) -> dict[str, int]:
+    """Plan order with the baseline first: the order of rows in every table and legend."""
+    base = baseline(inp)
+    names = ([base] if base else []) + [n for n in known_configs(inp) if n != base]
+    return {n: i for i, n in enumerate(names)}
+
+
+def requests(inp: Inputs) -> pl.DataFrame:
+    """Successful requests of counted attempts, with the figures derived once: ``decode_tok_s``,
+    ``e2e_tok_s`` (the client's own columns where present, else computed) and ``unit`` (the
+    independent unit the statistics run over)."""
+    if "requests" in inp.cache:
+        return inp.cache["requests"]
+    df = inp.requests
+    ok = df.filter(pl.col("error").is_null() | (pl.col("error") == ""))
+    n, e2e, ttft = pl.col("output_tokens"), pl.col("e2e_s"), pl.col("ttft_s")
+    decode = pl.when((n > 1) & (e2e > ttft)).then((n - 1) / (e2e - ttft))
+    e2e_rate = pl.when(e2e > 0).then(n / e2e)
+    # The unit within a comparison key: a repeat, a session, or the one cell of a level.
+    kind = pl.col("kind")
+    unit = (
+        pl.when(kind == "agentic")
+        .then(pl.col("session"))
+        .when(kind == "concurrency")
+        .then(pl.lit(0, dtype=pl.Int64))
+        .otherwise(pl.col("repeat"))
+    )
+    out = ok.with_columns(
+        pl.coalesce(pl.col("decode_tok_s"), decode).alias("decode_tok_s"),
+        pl.coalesce(pl.col("e2e_tok_s"), e2e_rate, pl.col("output_tok_s")).alias("e2e_tok_s"),
+        unit.fill_null(0).alias("unit"),
+        (ttft * 1000).alias("ttft_ms"),
+        pl.col("concurrency").fill_null(0),
+    )
+    inp.cache["requests"] = out
+    return out
+
+
+#: The columns ``accept_frame`` reads besides its keys.
+ACCEPT_COLUMNS: tuple[str, ...] = (
+    "accept_length",
+    "output_tokens",
+    "spec_verify_ct",
+    "spec_accepted_tokens",
+    "spec_draft_tokens",
+)
+
+
+def subset(inp: Inputs, columns: Iterable[str], where: pl.Expr | None = None) -> pl.DataFrame:
+    """Some columns of ``requests``, filtered: select first, so that a filter over a million
+    rows copies only the columns a section reads."""
+    df = requests(inp).select(list(dict.fromkeys(columns)))
+    return df if where is None else df.filter(where)
+
+
+def request_errors(inp: Inputs) -> int:
+    df = inp.requests
+    return df.filter(pl.col("error").is_not_null() & (pl.col("error") != "")).height
+
+
+def failed_checks(inp: Inputs) -> dict[tuple[str, str, int], str]:
+    """(host, config, tp) -> why that config failed a correctness check."""
+    out: dict[tuple[str, str, int], str] = {}
+    for v in inp.state.failed_checks():
+        out.setdefault((v.host, v.config, v.tp), v.text or f"failed the {v.check} check")
+    return out
+
+
+def cell_figures(inp: Inputs) -> pl.DataFrame:
+    """One row per finished cell: identity and the figures of its summary (cell throughput,
+    TPOT, chunk gap, ITL per token where recorded, counter deltas where recorded)."""
+    if "cells" in inp.cache:
+        return inp.cache["cells"]
+    rows = []
+    for c in inp.state.cells.values():
+        if c.status != "done":
+            continue
+        planned = c.cell
+        rows.append(
+            {
+                "cell_id": c.id,
+                "group": c.group,
+                "host": c.host,
+                "config": c.config,
+                "tp": c.tp,
+                "workload": c.workload,
+                "kind": c.kind,
+                "prompt_set": planned.prompt_set if planned else None,
+                "max_tokens": planned.max_tokens if planned else None,
+                "concurrency": (planned.concurrency if planned else None) or 0,
+                "started_at": c.started_at,
+                "ended_at": c.ended_at,
+                **{k: v for k, v in c.figures.items() if isinstance(v, int | float | bool)},
+            }
+        )
+    df = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+    inp.cache["cells"] = df
+    return df
+
+
+# -- comparing configs -------------------------------------------------------------------------
+
+
+#: Keys every request of a cell shares: grouping by the cell first and by these after costs a
+#: fraction of the memory of grouping a million rows by all of them at once.
+CELL_KEYS = frozenset(
+    {"host", "tp", "kind", "workload", "concurrency", "config", "group", "prompt_set", "max_tokens"}
+)
+
+
+def unit_moments(
+    df: pl.DataFrame, keys: Sequence[str], value: str = "decode_tok_s"
+) -> pl.DataFrame:
+    """Per ``keys``: the mean, standard deviation and count of the per-unit means of ``value``
+    (each unit's mean over its requests first, so a unit weighs once whatever its size)."""
+    keys = list(keys)
+    per_cell = [k for k in keys if k in CELL_KEYS]
+    per_request = [k for k in keys if k not in CELL_KEYS]
+    partial = (
+        df.select("cell_id", "unit", *keys, value)
+        .filter(pl.col(value).is_not_null())
+        .group_by("cell_id", "unit", *per_request)
+        .agg(
+            *(pl.col(k).first() for k in per_cell),
+            pl.col(value).sum().alias("_s"),
+            pl.len().alias("_r"),
+        )
+    )
+    per_unit = partial.group_by(*keys, "unit").agg(
+        (pl.col("_s").sum() / pl.col("_r").sum()).alias("_v"), pl.col("_r").sum()
+    )
+    return per_unit.group_by(keys).agg(
+        pl.col("_v").mean().alias("mean"),
+        pl.col("_v").std().alias("sd"),
+        pl.len().alias("n"),
+        pl.col("_r").sum().alias("requests"),
+    )
+
+
+@dataclass
+class Ranked:
+    """One config's figure within one scope, compared with the baseline and the others."""
+
+    key: dict[str, Any]  # the scope's key values and ``config``
+    figure: Mean
+    speedup: Ratio | None = None
+    failed_check: str = ""
+    best: bool = False  # the highest mean, told apart from the runner-up
+    top_tie: bool = False  # cannot be told apart from the highest mean at this sample size
+    requests: int = 0
+
+
+def rank(
+    moments: pl.DataFrame,
+    scope: Sequence[str],
+    inp: Inputs,
+    *,
+    higher_is_better: bool = True,
+) -> list[Ranked]:
+    """Turn per-config moments into ranked rows, scope by scope.
+
+    Within each scope, the speed-up is the ratio to the baseline config's mean; the best is
+    the config with the highest mean that did not fail a check, marked only when Welch's test
+    tells it apart from the runner-up; the configs that cannot be told apart from it are
+    marked as tied. A config that failed a check is never best and never ranked.
+    """
+    base = baseline(inp)
+    order = config_rank(inp)
+    checks = failed_checks(inp)
+    scoped: dict[tuple[Any, ...], list[Ranked]] = {}
+    for r in moments.to_dicts():
+        key = {k: r[k] for k in (*scope, "config")}
+        key["config"] = str(key["config"])
+        item = Ranked(
+            key=key,
+            figure=from_moments(float(r["mean"]), r["sd"], int(r["n"])),
+            failed_check=checks.get((str(r.get("host") or ""), key["config"], r.get("tp")), ""),
+            requests=int(r.get("requests") or 0),
+        )
+        scoped.setdefault(tuple(r[k] for k in scope), []).append(item)
+    out: list[Ranked] = []
+    for _, items in sorted(scoped.items(), key=lambda kv: tuple(map(_sort_key, kv[0]))):
+        items.sort(key=lambda it: (order.get(it.key["config"], len(order)), it.key["config"]))
+        ref = next((it for it in items if it.key["config"] == base), None)
+        for it in items:
+            if ref is not None:
+                it.speedup = ratio_ci(it.figure, ref.figure)
+        eligible = [it for it in items if not it.failed_check]
+        if len(eligible) >= 2:
+            eligible.sort(key=lambda it: it.figure.mean, reverse=higher_is_better)
+            top, second = eligible[0], eligible[1]
+            if distinguishable(top.figure, second.figure):
+                top.best = True
+            else:
+                for it in eligible:
+                    if it is top or not distinguishable(top.figure, it.figure):
+                        it.top_tie = True
+        out.extend(items)
+    return out
+
+
+def _sort_key(v: Any) -> tuple[int, Any]:
+    return (0, v) if isinstance(v, int | float) else (1, str(v))
+
+
+COMPARISON_COLUMNS: tuple[str, ...] = (
+    "host",
+    "tp",
+    "kind",
+    "workload",
+    "concurrency",
+    "config",
+    "label",
+    "baseline",
+    "n",
+    "requests",
+    "decode_tok_s",
+    "decode_tok_s_lo",
+    "decode_tok_s_hi",
+    "decode_tok_s_sd",
+    "speedup",
+    "speedup_lo",
+    "speedup_hi",
+    "accept_len_mean",
+    "accept_len_weighted",
+    "acceptance_rate",
+    "cell_throughput_tok_s",
+    "failed_check",
+    "check_reason",
+    "best",
+    "top_tie",
+)
+
+
+def accept_frame(df: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """Accept length per ``keys``: request mean and token-weighted, and the acceptance rate
+    (accepted over drafted tokens) where the engine gave raw counts; null for configs without
+    speculative decoding."""
+    steps = pl.col("spec_verify_ct")
+    has_steps = steps.is_not_null() & (steps > 0)
+    step_sum = steps.filter(has_steps).sum()
+    drafted = pl.col("spec_draft_tokens").sum()
+    return df.group_by(list(keys)).agg(
+        pl.col("accept_length").mean().alias("accept_len_mean"),
+        pl.when(step_sum > 0)
+        .then(pl.col("output_tokens").filter(has_steps).sum().cast(pl.Float64) / step_sum)
+        .alias("accept_len_weighted"),
+        pl.when(drafted > 0)
+        .then(pl.col("spec_accepted_tokens").sum().cast(pl.Float64) / drafted)
+        .alias("acceptance_rate"),
+        pl.col("accept_length").is_not_null().sum().alias("accept_requests"),
+    )
+
+
+def comparison(inp: Inputs) -> pl.DataFrame:
+    """The live results table: one row per host, TP, workload kind, workload, concurrency level
+    and config, computed from a results directory finished or still running.
+
+    Columns:
+
+    - ``host``, ``tp``, ``kind`` (single | agentic | concurrency), ``workload``, ``concurrency``
+      (0 except for concurrency rows), ``config``, ``label``, ``baseline`` (bool).
+    - ``n``: units the figure is a mean over (repeats; sessions for agentic; 1 for a
+      concurrency level); ``requests``: successful requests counted.
+    - ``decode_tok_s``, ``decode_tok_s_lo``, ``decode_tok_s_hi``: decode tok/s per request
+      (TTFT excluded), mean over units with its 95% Student-t interval (null bounds when n < 2;
+      the lower bound cut at zero); ``decode_tok_s_sd``: the units' standard deviation.
+    - ``speedup``, ``speedup_lo``, ``speedup_hi``: ``decode_tok_s`` over the baseline config's
+      in the same host, TP, workload and level, with its 95% interval; null without a baseline.
+    - ``accept_len_mean`` (request mean), ``accept_len_weighted`` (all output tokens over all
+      verify steps), ``acceptance_rate`` (accepted over drafted tokens, where the engine gave
+      them): null without speculative decoding.
+    - ``cell_throughput_tok_s``: concurrency rows only, all output tokens over the cell's wall
+      time (the cell's own summary).
+    - ``failed_check`` (bool) and ``check_reason``: the config failed a correctness check at
+      this host and TP; such a row is never best.
+    - ``best`` (bool): the highest decode tok/s in its scope, told apart from the runner-up
+      (Welch, 5%); ``top_tie`` (bool): the highest, or not told apart from it at this sample
+      size (no row of the scope is best then).
+
+    Rows come in scope order (host, TP, kind, workload, level), configs in plan order with the
+    baseline first. It reads only what ``load_inputs`` already holds, so a console can call it
+    after every finished cell.
+    """
+    df = requests(inp)
+    keys = [*SCOPE, "config"]
+    if df.height == 0:
+        return pl.DataFrame(schema=_comparison_schema())
+    moments = unit_moments(df, keys)
+    ranked = rank(moments, SCOPE, inp)
+    acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
+    acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
+    thr = _cell_throughput(inp)
+    base = baseline(inp)
+    rows = []
+    for it in ranked:
+        k = tuple(it.key[c] for c in keys)
+        a = acc.get(k, {})
+        sp = it.speedup
+        rows.append(
+            {
+                **{c: it.key[c] for c in keys},
+                "label": label(inp, it.key["config"]),
+                "baseline": it.key["config"] == base,
+                "n": it.figure.n,
+                "requests": it.requests,
+                "decode_tok_s": it.figure.mean,
+                # A rate is never negative: a wide t-interval of few repeats is cut at zero.
+                "decode_tok_s_lo": None if it.figure.lo is None else max(it.figure.lo, 0.0),
+                "decode_tok_s_hi": it.figure.hi,
+                "decode_tok_s_sd": it.figure.sd,
+                "speedup": sp.value if sp else None,
+                "speedup_lo": sp.lo if sp else None,
+                "speedup_hi": sp.hi if sp else None,
+                "accept_len_mean": a.get("accept_len_mean"),
+                "accept_len_weighted": a.get("accept_len_weighted"),
+                "acceptance_rate": a.get("acceptance_rate"),
+                "cell_throughput_tok_s": thr.get(k) if it.key["kind"] == "concurrency" else None,
+                "failed_check": bool(it.failed_check),
+                "check_reason": it.failed_check or None,
+                "best": it.best,
+                "top_tie": it.top_tie,
+            }
+        )
+    return pl.DataFrame(rows, schema=_comparison_schema(), orient="row")
+
+
+def _comparison_schema() -> dict[str, Any]:
+    types: dict[str, Any] = dict.fromkeys(COMPARISON_COLUMNS, pl.Float64)
+    types.update(
+        host=pl.String,
+        tp=pl.Int64,
+        kind=pl.String,
+        workload=pl.String,
+        concurrency=pl.Int64,
+        config=pl.String,
+        label=pl.String,
+        baseline=pl.Boolean,
+        n=pl.Int64,
+        requests=pl.Int64,
+        failed_check=pl.Boolean,
+        check_reason=pl.String,
+        best=pl.Boolean,
+        top_tie=pl.Boolean,
+    )
+    return types
+
+
+def _cell_throughput(inp: Inputs) -> dict[tuple[Any, ...], float]:
+    """Cell throughput of each concurrency cell, by comparison key."""
+    cells = cell_figures(inp)
+    if cells.height == 0 or "throughput_tok_s" not in cells.columns:
+        return {}
+    out = {}
+    for r in cells.filter(pl.col("kind") == "concurrency").to_dicts():
+        k = (r["host"], r["tp"], r["kind"], r["workload"], r["concurrency"], r["config"])
+        if r.get("throughput_tok_s") is not None:
+            out[k] = float(r["throughput_tok_s"])
+    return out
+
+
+def scopes(
+    rows: Iterable[Ranked], keys: Sequence[str]
+) -> list[tuple[tuple[Any, ...], list[Ranked]]]:
+    """Ranked rows grouped by ``keys``, in the order they came."""
+    out: dict[tuple[Any, ...], list[Ranked]] = {}
+    for r in rows:
+        out.setdefault(tuple(r.key[k] for k in keys), []).append(r)
+    return list(out.items())

@@ -1,0 +1,253 @@
+"""A results directory read through the results contract, once, for every section of the report
+and for the console's live results table.
+
+Everything comes from ``specbench_tui.results``: the reducer's state of the event log (cells,
+groups, checks, run status), the per-cell part files of each finished cell's counted attempt,
+telemetry parts. Any input may be missing, empty or unreadable: the sections that need it come
+back empty and a note says why, instead of the whole report failing.
+
+Only the columns the report uses are read (``REQUEST_COLUMNS``): the per-chunk gap lists
+(``itl_s``, ``chunk_tokens``) are the biggest columns of a results directory and the report
+takes their percentiles from each cell's own summary instead. That keeps a million request rows
+well under a gigabyte.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.errors import InputError
+from specbench_tui.results.files import read_events
+from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.results.schema import REQUEST_SCHEMA, TELEMETRY_SCHEMA
+from specbench_tui.results.state import CampaignState
+from specbench_tui.results.views import counted_attempts, part_files, telemetry_files
+
+#: Request columns the report reads, where the file has them. The optional ones are added by
+#: newer clients and engines; without them the report computes what it can from the others
+#: (decode tok/s from output_tokens, e2e_s and ttft_s).
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "cell_id",
+    "attempt",
+    "group",
+    "host",
+    "config",
+    "tp",
+    "workload",
+    "kind",
+    "prompt_set",
+    "prompt_id",
+    "max_tokens",
+    "concurrency",
+    "session",
+    "turn",
+    "repeat",
+    "started_at",
+    "ttft_s",
+    "e2e_s",
+    "tpot_s",
+    "output_tokens",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tok_s",
+    "spec_verify_ct",
+    "accept_length",
+    "output_sha256",
+    "error",
+    # Newer columns (client: figures per request; engines: raw speculative counts).
+    "decode_tok_s",
+    "e2e_tok_s",
+    "spec_accepted_tokens",
+    "spec_draft_tokens",
+)
+_OPTIONAL_TYPES: dict[str, Any] = {
+    "decode_tok_s": pl.Float64,
+    "e2e_tok_s": pl.Float64,
+    "spec_accepted_tokens": pl.Int64,
+    "spec_draft_tokens": pl.Int64,
+}
+_TYPES: dict[str, Any] = {**REQUEST_SCHEMA, **_OPTIONAL_TYPES}
+# Text columns with few distinct values: categorical takes a fraction of their memory on a
+# million rows (the output hashes stay text: nearly every one is distinct).
+_CATEGORICAL = ("cell_id", "group", "host", "config", "workload", "kind", "prompt_set", "prompt_id")
+
+
+@dataclass
+class Inputs:
+    """A results directory read through the results contract; each file may be absent.
+
+    ``requests`` holds only the counted attempt of each finished cell (the reducer says which),
+    with the columns of ``REQUEST_COLUMNS`` the files have, every one of them present (nulls
+    where a file lacked it).
+    """
+
+    root: Path
+    layout: ResultsLayout
+    plan: dict[str, Any]
+    state: CampaignState
+    requests: pl.DataFrame
+    telemetry: pl.DataFrame | None
+    labels: dict[str, str]
+    config_order: list[str]
+    live: bool = False
+    notes: list[str] = field(default_factory=list)
+    # Frames derived once per read (report/frames.py), by name.
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+def _read_plan(path: Path, notes: list[str]) -> dict[str, Any]:
+    if not path.exists():
+        notes.append("plan.toml is missing: the baseline and checks are unknown")
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        notes.append(f"plan.toml could not be read ({exc})")
+        return {}
+
+
+def _labels(state: CampaignState) -> tuple[dict[str, str], list[str]]:
+    """Config name -> label, in plan order, as the log's service groups recorded them."""
+    labels: dict[str, str] = {}
+    for g in state.groups.values():
+        if g.config:
+            labels.setdefault(g.config, g.label or g.config)
+    return labels, list(labels)
+
+
+def is_live(layout: ResultsLayout) -> bool:
+    """Whether a campaign process holds the directory now (it takes an exclusive flock)."""
+    try:
+        fd = os.open(layout.lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _scan(path: Path) -> pl.LazyFrame:
+    """One parquet file, projected onto the report's columns, every one present and typed."""
+    lf = pl.scan_parquet(path)
+    have = lf.collect_schema()
+    exprs = []
+    for name in REQUEST_COLUMNS:
+        dtype = _TYPES[name]
+        if name in have:
+            e = pl.col(name)
+            e = e.cast(dtype) if have[name] != dtype else e
+        else:
+            e = pl.lit(None, dtype=dtype).alias(name)
+        exprs.append(e.cast(pl.Categorical) if name in _CATEGORICAL else e)
+    return lf.select(exprs)
+
+
+def _empty_requests() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={n: pl.Categorical if n in _CATEGORICAL else _TYPES[n] for n in REQUEST_COLUMNS}
+    )
+
+
+def read_requests(layout: ResultsLayout, state: CampaignState, notes: list[str]) -> pl.DataFrame:
+    """Rows of each finished cell's counted attempt: from its part file (the truth), else from
+    ``requests.parquet`` (a directory copied without its parts)."""
+    counted = counted_attempts(state)
+    parts = {layout.part_key(p): p for p in part_files(layout)}
+    have = [parts[k] for k in counted.items() if k in parts]
+    left = sum(1 for k in parts if k is not None and counted.get(k[0]) != k[1])
+    if have:
+        try:
+            df = pl.concat([_scan(p) for p in have], how="vertical").collect()
+        except Exception as exc:  # an unreadable part costs a note, not the report
+            notes.append(f"request parts could not be read ({type(exc).__name__}: {exc})")
+            return _empty_requests()
+        if left:
+            notes.append(
+                f"{left} part files of earlier attempts or unfinished cells were left out "
+                "(only each finished cell's counted attempt is aggregated)"
+            )
+        return df
+    if not layout.requests.exists():
+        if counted:
+            notes.append("requests.parquet is missing and parts/ holds no counted rows")
+        else:
+            notes.append("requests.parquet is missing")
+        return _empty_requests()
+    try:
+        full = _scan(layout.requests)
+        keep = (
+            pl.DataFrame(
+                {"cell_id": list(counted), "attempt": list(counted.values())},
+                schema={"cell_id": pl.String, "attempt": pl.Int64},
+            )
+            .lazy()
+            .with_columns(pl.col("cell_id").cast(pl.Categorical))
+        )
+        df = full.join(keep, on=["cell_id", "attempt"], how="semi").collect()
+        total = full.select(pl.len()).collect().item()
+    except Exception as exc:
+        notes.append(f"requests.parquet could not be read ({type(exc).__name__}: {exc})")
+        return _empty_requests()
+    if total == 0:
+        notes.append("requests.parquet has no rows yet")
+    elif total > df.height:
+        notes.append(
+            f"{total - df.height} request rows of earlier attempts or unfinished cells were "
+            "left out (only each finished cell's counted attempt is aggregated)"
+        )
+    return df
+
+
+def read_telemetry(layout: ResultsLayout, notes: list[str]) -> pl.DataFrame | None:
+    """GPU samples: the parts in the order they were taken, else the view."""
+    paths = telemetry_files(layout) or ([layout.telemetry] if layout.telemetry.exists() else [])
+    if not paths:
+        return None
+    try:
+        frames = [pl.read_parquet(p) for p in paths]
+    except Exception as exc:
+        notes.append(f"telemetry could not be read ({type(exc).__name__}: {exc})")
+        return None
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return pl.DataFrame(schema=TELEMETRY_SCHEMA)
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def load_inputs(root: Path) -> Inputs:
+    """Read everything a report (or the console's results table) uses from
+    ``<results>/<campaign>/``; a directory with no event log is one clear error."""
+    root = Path(root)
+    layout = ResultsLayout(root)
+    if not layout.events.exists():
+        raise InputError(f"{root}: no campaign here (no events.jsonl)")
+    notes: list[str] = []
+    plan = _read_plan(layout.plan, notes)
+    # A directory copied without its parts/ (only the views): trust the log's finished cells
+    # and read their rows from requests.parquet.
+    rows_exist = layout.rows_exist if layout.parts.is_dir() else None
+    state = CampaignState.from_events(read_events(layout.events), rows_exist)
+    labels, order = _labels(state)
+    return Inputs(
+        root=root,
+        layout=layout,
+        plan=plan,
+        state=state,
+        requests=read_requests(layout, state, notes),
+        telemetry=read_telemetry(layout, notes),
+        labels=labels,
+        config_order=order,
+        live=is_live(layout),
+        notes=notes,
+    )

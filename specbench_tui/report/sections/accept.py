@@ -1,0 +1,74 @@
+"""Accept length per host, TP and workload kind, never pooled across them: the request mean
+(each request's completion tokens over its verify steps, averaged) and the token-weighted
+figure (all output tokens over all verify steps: what a step delivers on average). The two
+differ whenever short and long requests accept differently, so both are shown."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
+from specbench_tui.report.frames import ACCEPT_COLUMNS, accept_frame, config_rank, label, subset
+from specbench_tui.report.inputs import Inputs
+
+KINDS = ("single", "agentic", "concurrency")
+
+
+def accept_by_kind(inp: Inputs) -> pl.DataFrame:
+    """Per host, TP, kind and config (speculative requests only)."""
+    df = subset(
+        inp,
+        ["host", "tp", "kind", "config", *ACCEPT_COLUMNS],
+        pl.col("accept_length").is_not_null(),
+    )
+    if df.height == 0:
+        return df
+    return accept_frame(df, ["host", "tp", "kind", "config"])
+
+
+def build(inp: Inputs) -> Section | None:
+    acc = accept_by_kind(inp)
+    if acc.height == 0:
+        return None
+    order = config_rank(inp)
+    kinds = [k for k in KINDS if k in set(acc["kind"].to_list())]
+    has_rate = acc["acceptance_rate"].drop_nulls().len() > 0
+    sec = Section("Accept length")
+    sec.add(
+        Para(
+            text(
+                "Accepted tokens per verification step, from the server's own counts for each "
+                "request (completion tokens / verify steps), per TP and workload kind. "
+                "Request mean: the mean of the per-request ratios. Token-weighted: all output "
+                "tokens over all verify steps."
+                + (" Acceptance rate: accepted over drafted tokens." if has_rate else "")
+            )
+        )
+    )
+    cols = [Column("Config", "l")]
+    for k in kinds:
+        cols += [Column(f"{k} req. mean"), Column(f"{k} token-wt.")]
+        if has_rate:
+            cols.append(Column(f"{k} acc. rate"))
+    for host, tp in sorted({(r["host"], r["tp"]) for r in acc.to_dicts()}):
+        part = {
+            (r["config"], r["kind"]): r
+            for r in acc.to_dicts()
+            if (r["host"], r["tp"]) == (host, tp)
+        }
+        configs = sorted({c for c, _ in part}, key=lambda c: (order.get(c, len(order)), c))
+        rows = []
+        for c in configs:
+            cells = [Cell(label(inp, c))]
+            for k in kinds:
+                r = part.get((c, k), {})
+                cells += [
+                    Cell(f.accept(r.get("accept_len_mean"))),
+                    Cell(f.accept(r.get("accept_len_weighted"))),
+                ]
+                if has_rate:
+                    cells.append(Cell(f.share(r.get("acceptance_rate"))))
+            rows.append(cells)
+        sec.add(Table(f"Accept length, TP {tp} on {host}", cols, rows, small=True))
+    return sec

@@ -1,0 +1,169 @@
+"""Agentic multi-turn sessions: per host and TP, a table of the configs and TTFT and decode
+speed per turn against the context size (with prefix caching, TTFT should stay flat as the
+context grows, and decode speed shows what a longer context costs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import (
+    Cell,
+    Chart,
+    Charts,
+    Column,
+    Para,
+    Point,
+    Section,
+    Series,
+    Table,
+    text,
+)
+from specbench_tui.report.frames import config_rank, label, subset, unit_moments
+from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import (
+    MARKS_EXPLAINED,
+    compared,
+    config_cell,
+    decode_cell,
+    note,
+    speedup_cell,
+    workload_section,
+)
+from specbench_tui.report.stats import from_moments
+
+KIND = "agentic"
+
+
+def _turns(df: pl.DataFrame, value: str) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """Per (host, tp, workload, config): per turn, the mean over sessions of ``value`` with its
+    interval, and the mean context size (prompt tokens) at that turn."""
+    keys = ["host", "tp", "workload", "config", "turn"]
+    mom = unit_moments(df, keys, value=value)
+    ctx = df.group_by(keys).agg(
+        pl.col("prompt_tokens").mean().alias("context"),
+        (pl.col("cached_tokens").sum() / pl.col("prompt_tokens").sum()).alias("cached"),
+    )
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in mom.join(ctx, on=keys, how="left").sort("turn").to_dicts():
+        m = from_moments(r["mean"], r["sd"], r["n"])
+        out.setdefault((r["host"], r["tp"], r["workload"], r["config"]), []).append(
+            {"turn": r["turn"], "mean": m, "context": r["context"], "cached": r["cached"]}
+        )
+    return out
+
+
+def _chart(
+    inp: Inputs, per: dict[tuple[Any, ...], list[dict[str, Any]]], scope: tuple[Any, ...], **kw: Any
+) -> Chart:
+    order = config_rank(inp)
+    host, tp, workload = scope
+    configs = sorted(
+        {k[3] for k in per if k[:3] == scope}, key=lambda c: (order.get(c, len(order)), c)
+    )
+    series = []
+    for c in configs:
+        pts = [
+            Point(t["context"], t["mean"].mean)
+            for t in per[(host, tp, workload, c)]
+            if t["context"] is not None
+        ]
+        series.append(Series(label(inp, c), pts, color=order.get(c, 0)))
+    return Chart(kind="lines", xlabel="context (prompt tokens)", series=series, **kw)
+
+
+def build(inp: Inputs) -> Section | None:
+    cmp = compared(inp).filter(pl.col("kind") == KIND)
+    if cmp.height == 0:
+        return None
+    cols = ["host", "tp", "workload", "config", "kind", "turn", "cell_id", "unit"]
+    df = subset(
+        inp,
+        [*cols, "ttft_ms", "decode_tok_s", "prompt_tokens", "cached_tokens"],
+        (pl.col("kind") == KIND) & pl.col("turn").is_not_null(),
+    )
+    ttft = _turns(df, "ttft_ms")
+    decode = _turns(df, "decode_tok_s")
+    sec = Section("Agentic sessions")
+    sec.add(
+        Para(
+            text(
+                "Multi-turn sessions whose context grows by each answer and a tool output. "
+                "The unit is a session: n is the number of sessions, and decode tok/s "
+                "(TTFT excluded) is averaged within each session, then over sessions. ",
+                MARKS_EXPLAINED,
+            )
+        )
+    )
+    parts = sorted(cmp.partition_by("workload", as_dict=True).items())
+    for (workload,), wpart in parts:
+        wsec = workload_section(sec, workload, len(parts))
+        for r0 in sorted(
+            {(r["host"], r["tp"]) for r in wpart.to_dicts()}, key=lambda k: (k[0], k[1])
+        ):
+            host, tp = r0
+            rows = [r for r in wpart.to_dicts() if (r["host"], r["tp"]) == r0]
+            out = []
+            for r in rows:
+                turns = ttft.get((host, tp, workload, r["config"]), [])
+                first, last = (turns[0], turns[-1]) if turns else ({}, {})
+                out.append(
+                    [
+                        config_cell(r),
+                        Cell(str(r["n"])),
+                        decode_cell(r),
+                        speedup_cell(r),
+                        Cell(f.accept(r["accept_len_weighted"])),
+                        Cell(f.fnum(first["mean"].mean if first else None, 1)),
+                        Cell(f.fnum(last["mean"].mean if last else None, 1)),
+                        Cell(f.count(round(last["context"])) if last else f.MISSING),
+                        Cell(f.share(last.get("cached")) if last else f.MISSING),
+                        Cell(note(r)),
+                    ]
+                )
+            wsec.add(
+                Table(
+                    f"Agentic sessions, {workload}, TP {tp} on {host}",
+                    [
+                        Column("Config", "l"),
+                        Column("n"),
+                        Column("Decode tok/s [95% CI]"),
+                        Column("Speed-up [95% CI]"),
+                        Column("Accept len (token-wt.)"),
+                        Column("TTFT first turn ms"),
+                        Column("TTFT last turn ms"),
+                        Column("Context last turn"),
+                        Column("Cached last turn"),
+                        Column("", "l"),
+                    ],
+                    out,
+                    small=True,
+                )
+            )
+            scope = (host, tp, workload)
+            where = f"TP {tp} ({workload}, {host})"
+            wsec.add(
+                Charts(
+                    [
+                        _chart(
+                            inp,
+                            ttft,
+                            scope,
+                            title=f"TTFT per turn (mean over sessions), {where}",
+                            ylabel="TTFT (ms)",
+                            ymin=0.0,
+                        ),
+                        _chart(
+                            inp,
+                            decode,
+                            scope,
+                            title=f"Decode tok/s per turn (mean over sessions), {where}",
+                            ylabel="decode tok/s",
+                            ymin=0.0,
+                        ),
+                    ]
+                )
+            )
+    return sec

@@ -1,0 +1,151 @@
+"""Correctness checks: the verdicts the campaign recorded (``check_verdict`` events, through the
+reducer), each config's first divergences from the baseline as the check located them (token
+by token where the engine returned ids), and what the state-leak probe saw."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, code, text
+from specbench_tui.report.frames import label
+from specbench_tui.report.inputs import Inputs
+
+DIVERGENT_LIMIT = 50
+
+
+def _where(d: dict[str, Any]) -> Cell:
+    at = f"token {d['token']}" if d.get("token") is not None else f"word {d.get('word')}"
+    return Cell(
+        "",
+        spans=text(
+            f"{at} (char {d.get('char')}): ",
+            code(str(d.get("ours") or "")),
+            " vs ",
+            code(str(d.get("theirs") or "")),
+        ),
+    )
+
+
+def build(inp: Inputs) -> Section:
+    sec = Section("Correctness checks")
+    verdicts = sorted(inp.state.checks.values(), key=lambda v: (v.host, v.tp, v.config, v.check))
+    if verdicts:
+        sec.add(
+            Table(
+                "Check verdicts recorded by the campaign",
+                [
+                    Column("Check", "l"),
+                    Column("Host", "l"),
+                    Column("Config", "l"),
+                    Column("TP"),
+                    Column("Verdict", "l"),
+                    Column("What", "p", 0.45),
+                ],
+                [
+                    [
+                        Cell(v.check),
+                        Cell(v.host),
+                        Cell(label(inp, v.config)),
+                        Cell(str(v.tp)),
+                        Cell(v.status, bold=v.status == "fail"),
+                        Cell(v.text),
+                    ]
+                    for v in verdicts
+                ],
+                small=True,
+            )
+        )
+    greedy = [v for v in verdicts if v.check == "greedy"]
+    if not greedy:
+        if (inp.plan.get("checks") or {}).get("greedy_equivalence"):
+            sec.add(Para(text("Greedy equivalence: no config had outputs to compare yet.")))
+        else:
+            sec.add(
+                Para(
+                    text(
+                        "Greedy equivalence not checked (the plan's ",
+                        code("[checks] greedy_equivalence"),
+                        " is off).",
+                    )
+                )
+            )
+    else:
+        sec.add(
+            Table(
+                "Greedy equivalence against the baseline (every workload kind)",
+                [
+                    Column("Host", "l"),
+                    Column("Config", "l"),
+                    Column("TP"),
+                    Column("Compared"),
+                    Column("Diverged"),
+                    Column("Baseline's own noise from", "r"),
+                ],
+                [
+                    [
+                        Cell(v.host),
+                        Cell(label(inp, v.config)),
+                        Cell(str(v.tp)),
+                        Cell(str(v.detail.get("compared", "—"))),
+                        Cell(str(v.detail.get("diverged", "—")), bold=v.status == "fail"),
+                        Cell(
+                            "never"
+                            if v.detail.get("noise_floor") is None
+                            else str(v.detail["noise_floor"])
+                        ),
+                    ]
+                    for v in greedy
+                ],
+                small=True,
+            )
+        )
+        rows = []
+        more = 0
+        for v in greedy:
+            for d in v.detail.get("divergent") or []:
+                if len(rows) >= DIVERGENT_LIMIT:
+                    more += 1
+                    continue
+                rows.append(
+                    [
+                        Cell(label(inp, v.config)),
+                        Cell(str(v.tp)),
+                        Cell(str(d.get("kind") or "—")),
+                        Cell(str(d.get("prompt") or "—"), code=True),
+                        Cell(str(d.get("context") or "—")),
+                        _where(d),
+                    ]
+                )
+        if rows:
+            sec.add(
+                Table(
+                    "Outputs that differ from the baseline",
+                    [
+                        Column("Config", "l"),
+                        Column("TP"),
+                        Column("Kind", "l"),
+                        Column("Prompt", "l"),
+                        Column("Turn", "l"),
+                        Column("First difference", "p", 0.45),
+                    ],
+                    rows,
+                    [f"... and {more} more."] if more else [],
+                    small=True,
+                )
+            )
+        else:
+            sec.add(Para(text("All compared outputs match the baseline.")))
+    leaks = [v for v in verdicts if v.check == "state_leak" and v.status == "fail"]
+    for v in leaks:
+        sec.add(
+            Para(
+                text(
+                    f"State leak in {label(inp, v.config)} at TP {v.tp}: alone ",
+                    code(str(v.detail.get("alone", ""))[:160]),
+                    "; after a long unrelated request ",
+                    code(str(v.detail.get("after_long", ""))[:160]),
+                ),
+                "warning",
+            )
+        )
+    return sec

@@ -1,0 +1,95 @@
+"""What several sections print the same way: a config's name with its marks, the scope of a
+table, and the columns of a comparison row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import Cell, Section
+from specbench_tui.report.frames import comparison
+from specbench_tui.report.inputs import Inputs
+
+BEST_NOTE = "best"
+TIE_NOTE = "tied"
+CHECK_NOTE = "failed check"
+BASE_NOTE = "base"
+
+MARKS_EXPLAINED = (
+    "Bold marks the best config of a table, only where Welch's test (5%) tells it apart from "
+    "the runner-up; 'tied' marks the configs that cannot be told apart from the highest mean at "
+    "this sample size (then none is best); 'base' marks the baseline. A config that failed a "
+    "correctness check is marked and never best."
+)
+
+
+def compared(inp: Inputs) -> pl.DataFrame:
+    """The comparison frame, once per read."""
+    if "comparison" not in inp.cache:
+        inp.cache["comparison"] = comparison(inp)
+    return inp.cache["comparison"]
+
+
+def note(r: dict[str, Any]) -> str:
+    marks = []
+    if r.get("baseline"):
+        marks.append(BASE_NOTE)
+    if r.get("failed_check"):
+        marks.append(CHECK_NOTE)
+    if r.get("best"):
+        marks.append(BEST_NOTE)
+    elif r.get("top_tie"):
+        marks.append(TIE_NOTE)
+    return ", ".join(marks)
+
+
+def config_cell(r: dict[str, Any]) -> Cell:
+    return Cell(str(r.get("label") or r.get("config")), bold=bool(r.get("best")))
+
+
+def decode_cell(r: dict[str, Any]) -> Cell:
+    return Cell(
+        f.with_ci(r["decode_tok_s"], r["decode_tok_s_lo"], r["decode_tok_s_hi"], f.toks),
+        bold=bool(r.get("best")),
+    )
+
+
+def speedup_cell(r: dict[str, Any]) -> Cell:
+    if r.get("baseline"):
+        return Cell("1.00x")
+    return Cell(
+        f.with_ci(r["speedup"], r["speedup_lo"], r["speedup_hi"], f.speedup),
+        bold=bool(r.get("best")),
+    )
+
+
+def workload_section(sec: Section, workload: str, workloads: int) -> Section:
+    """A subsection per workload where the kind has several; the section itself otherwise
+    (the captions name the workload either way)."""
+    return sec.sub(f"Workload {workload}") if workloads > 1 else sec
+
+
+def names(items: list[str], limit: int = 2) -> str:
+    """``a, b and 3 more``."""
+    if len(items) <= limit + 1:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
+
+
+def where(host: str, tp: Any, hosts: int) -> str:
+    """A table's scope: TP always, the host when the campaign has several (or always in a
+    caption, where it costs nothing)."""
+    return f"TP {tp} on {host}" if host else f"TP {tp}"
+
+
+def hosts_of(df: pl.DataFrame) -> list[str]:
+    if df.height == 0 or "host" not in df.columns:
+        return []
+    return sorted({str(h) for h in df["host"].to_list() if h is not None})
+
+
+def sorted_unique(df: pl.DataFrame, col: str) -> list[Any]:
+    vals = [v for v in df[col].unique().to_list() if v is not None]
+    return sorted(vals, key=lambda v: (isinstance(v, str), v))

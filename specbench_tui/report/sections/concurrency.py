@@ -1,0 +1,247 @@
+"""Concurrency: per host and TP, cell throughput, TTFT, TPOT and ITL against the number of
+clients, the speed-up under load, and the Pareto view (tok/s per user against tok/s per GPU).
+
+Each level is one cell, one unit: its requests overlap and are not independent samples, so the
+figures have no interval and no config is marked best here; percentiles are over the cell's
+requests. ITL per token comes from the cell's summary where the client recorded tokens per
+chunk; otherwise only the chunk gap (per SSE event) is known, and the report says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import (
+    Cell,
+    Chart,
+    Charts,
+    Column,
+    Para,
+    Point,
+    Section,
+    Series,
+    Table,
+    text,
+)
+from specbench_tui.report.frames import baseline, cell_figures, config_rank, label, subset
+from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import workload_section
+
+KIND = "concurrency"
+_KEYS = ["host", "tp", "workload", "config", "concurrency"]
+
+
+def level_frame(inp: Inputs) -> pl.DataFrame:
+    """One row per concurrency cell: the client's percentiles over its requests, its errors,
+    and the cell summary's throughput and inter-token figures."""
+    if "concurrency" in inp.cache:
+        return inp.cache["concurrency"]
+    cols = ["cell_id", "ttft_s", "tpot_s", "decode_tok_s", "output_tokens", "started_at", "e2e_s"]
+    df = subset(inp, [*_KEYS, "kind", *cols], pl.col("kind") == KIND)
+    if df.height == 0:
+        inp.cache["concurrency"] = df
+        return df
+    q = pl.col
+    agg = df.group_by(_KEYS).agg(
+        q("cell_id").first(),
+        pl.len().alias("ok"),
+        q("ttft_s").quantile(0.5, "linear").alias("ttft_p50"),
+        q("ttft_s").quantile(0.99, "linear").alias("ttft_p99"),
+        q("tpot_s").quantile(0.5, "linear").alias("tpot_p50"),
+        q("tpot_s").quantile(0.99, "linear").alias("tpot_p99"),
+        q("decode_tok_s").mean().alias("decode_tok_s"),
+        q("output_tokens").sum().alias("tokens"),
+        ((q("started_at") + q("e2e_s")).max() - q("started_at").min()).alias("span_s"),
+    )
+    errs = (
+        inp.requests.filter(pl.col("kind") == KIND)
+        .with_columns(pl.col("concurrency").fill_null(0))
+        .group_by(_KEYS)
+        .agg(
+            pl.len().alias("sent"),
+            (pl.col("error").is_not_null() & (pl.col("error") != "")).sum().alias("errors"),
+        )
+    )
+    agg = agg.join(errs, on=_KEYS, how="left")
+    cells = cell_figures(inp)
+    want = [
+        c
+        for c in (
+            "throughput_tok_s",
+            "itl_token_s_p50",
+            "itl_token_s_p99",
+            "itl_s_p50",
+            "itl_s_p99",
+        )
+        if c in cells.columns
+    ]
+    if cells.height and want:
+        figs = cells.select(pl.col("cell_id").cast(pl.Categorical), *want)
+        agg = agg.join(figs, on="cell_id", how="left")
+    for c in ("throughput_tok_s", "itl_token_s_p50", "itl_token_s_p99", "itl_s_p50", "itl_s_p99"):
+        if c not in agg.columns:
+            agg = agg.with_columns(pl.lit(None, dtype=pl.Float64).alias(c))
+    # Cell throughput from the cell's summary; tokens over the requests' span where it has none.
+    agg = agg.with_columns(
+        pl.coalesce("throughput_tok_s", q("tokens") / q("span_s")).alias("throughput_tok_s"),
+    ).with_columns((q("throughput_tok_s") / q("tp")).alias("tok_s_per_gpu"))
+    base = baseline(inp)
+    if base:
+        ref = agg.filter(q("config") == base).select(
+            "host", "tp", "workload", "concurrency", q("throughput_tok_s").alias("_base")
+        )
+        agg = agg.join(ref, on=["host", "tp", "workload", "concurrency"], how="left")
+        agg = agg.with_columns((q("throughput_tok_s") / q("_base")).alias("load_speedup"))
+    else:
+        agg = agg.with_columns(pl.lit(None, dtype=pl.Float64).alias("load_speedup"))
+    inp.cache["concurrency"] = agg
+    return agg
+
+
+def _itl_name(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """ITL per token where every cell has it, else the chunk gap: never one under the other's
+    name."""
+    if rows and all(r.get("itl_token_s_p50") is not None for r in rows):
+        return "itl_token_s", "ITL per token", "ITL"
+    return "itl_s", "chunk gap per SSE event", "Chunk gap"
+
+
+def _series(
+    inp: Inputs,
+    rows: list[dict[str, Any]],
+    y: str,
+    *,
+    x: str = "concurrency",
+    dashed: bool = False,
+    scale: float = 1.0,
+) -> list[Series]:
+    """One series per config, its points in the order of the client counts (the Pareto curve
+    runs from one client to the most)."""
+    order = config_rank(inp)
+    configs = sorted({r["config"] for r in rows}, key=lambda c: (order.get(c, len(order)), c))
+    out = []
+    for c in configs:
+        pts = [
+            Point(float(r[x]), float(r[y]) * scale)
+            for r in sorted(rows, key=lambda r: r["concurrency"])
+            if r["config"] == c and r.get(y) is not None and r.get(x) is not None
+        ]
+        name = label(inp, c) + (" p99" if dashed else "")
+        out.append(Series(name, pts, color=order.get(c, 0), dashed=dashed))
+    return out
+
+
+def build(inp: Inputs) -> Section | None:
+    lv = level_frame(inp)
+    if lv.height == 0:
+        return None
+    order = config_rank(inp)
+    sec = Section("Concurrency")
+    sec.add(
+        Para(
+            text(
+                "Clients send requests back to back, the given number at once. Cell throughput "
+                "is all output tokens of the cell over its wall time; speed-up under load is the "
+                "ratio of cell throughputs to the baseline at the same number of clients. "
+                "Percentiles are over the cell's requests. Each level is a single cell (one "
+                "unit), so these figures carry no interval and no config is marked best."
+            )
+        )
+    )
+    parts = sorted(lv.partition_by("workload", as_dict=True).items())
+    for (workload,), wpart in parts:
+        wsec = workload_section(sec, workload, len(parts))
+        for host, tp in sorted({(r["host"], r["tp"]) for r in wpart.to_dicts()}):
+            rows = [r for r in wpart.to_dicts() if (r["host"], r["tp"]) == (host, tp)]
+            rows.sort(key=lambda r: (order.get(r["config"], len(order)), r["concurrency"]))
+            itl, itl_long, itl_short = _itl_name(rows)
+            cols = [
+                Column("Config", "l"),
+                Column("Clients"),
+                Column("Requests"),
+                Column("Errors"),
+                Column("Cell tok/s"),
+                Column("Speed-up"),
+                Column("Decode tok/s per req."),
+                Column("TTFT p50 ms"),
+                Column("TTFT p99 ms"),
+                Column("TPOT p50 ms"),
+                Column(f"{itl_short} p50 ms"),
+                Column(f"{itl_short} p99 ms"),
+            ]
+            out = [
+                [
+                    Cell(label(inp, r["config"])),
+                    Cell(str(r["concurrency"])),
+                    Cell(f.count(r.get("sent"))),
+                    Cell(f.count(r.get("errors")), bold=bool(r.get("errors"))),
+                    Cell(f.toks(r["throughput_tok_s"])),
+                    Cell(f.speedup(r.get("load_speedup"))),
+                    Cell(f.toks(r["decode_tok_s"])),
+                    Cell(f.ms(r["ttft_p50"])),
+                    Cell(f.ms(r["ttft_p99"])),
+                    Cell(f.ms(r["tpot_p50"])),
+                    Cell(f.ms(r.get(f"{itl}_p50"))),
+                    Cell(f.ms(r.get(f"{itl}_p99"))),
+                ]
+                for r in rows
+            ]
+            notes = (
+                []
+                if itl == "itl_token_s"
+                else [
+                    "Only the chunk gap per SSE event was recorded for these cells; a speculative "
+                    "server sends several tokens per event, so it is not ITL per token."
+                ]
+            )
+            wsec.add(
+                Table(f"Concurrency, {workload}, TP {tp} on {host}", cols, out, notes, small=True)
+            )
+            where = f"TP {tp} ({workload}, {host})"
+            wsec.add(
+                Charts(
+                    [
+                        Chart(
+                            f"Cell throughput, {where}",
+                            "lines",
+                            "clients",
+                            "cell throughput (tok/s)",
+                            _series(inp, rows, "throughput_tok_s"),
+                            xlog=True,
+                            ymin=0.0,
+                        ),
+                        Chart(
+                            f"TTFT p50 (solid) and p99 (dashed), {where}",
+                            "lines",
+                            "clients",
+                            "TTFT (ms)",
+                            _series(inp, rows, "ttft_p50", scale=1000)
+                            + _series(inp, rows, "ttft_p99", dashed=True, scale=1000),
+                            xlog=True,
+                            ymin=0.0,
+                        ),
+                        Chart(
+                            f"{itl_long.capitalize()} p50 (solid) and p99 (dashed), {where}",
+                            "lines",
+                            "clients",
+                            f"{itl_short} (ms)",
+                            _series(inp, rows, f"{itl}_p50", scale=1000)
+                            + _series(inp, rows, f"{itl}_p99", dashed=True, scale=1000),
+                            xlog=True,
+                            ymin=0.0,
+                        ),
+                        Chart(
+                            f"Pareto view, {where}",
+                            "lines",
+                            "tok/s per GPU (cell throughput / TP)",
+                            "tok/s per user (decode tok/s per request)",
+                            _series(inp, rows, "decode_tok_s", x="tok_s_per_gpu"),
+                            ymin=0.0,
+                        ),
+                    ]
+                )
+            )
+    return sec

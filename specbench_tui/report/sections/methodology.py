@@ -1,0 +1,192 @@
+"""How the numbers were made: what each workload sent (prompts, lengths, repeats, warm-up,
+sessions, levels), in what order, the prefix-cache policy and what the cache actually served,
+the figures' definitions and the interval method."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import (
+    Bullets,
+    Cell,
+    Column,
+    Section,
+    Table,
+    bold,
+    code,
+    text,
+)
+from specbench_tui.report.frames import baseline, label, requests
+from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.stats import METHOD
+
+FIGURES = (
+    ("TTFT", "request sent to first token."),
+    ("Decode tok/s", "per request, (output tokens - 1) / (e2e - TTFT): TTFT excluded."),
+    ("End-to-end tok/s", "per request, output tokens / e2e: TTFT included."),
+    ("Cell throughput", "all output tokens of a cell over the cell's wall time."),
+    ("TPOT", "per request, (e2e - TTFT) / (output tokens - 1)."),
+    ("ITL per token", "inter-token latency from token-count deltas between streamed chunks."),
+    ("Chunk gap", "time between streamed chunks (SSE events); a speculative server sends several "
+     "tokens per chunk, so it is not ITL."),
+    ("Accept length", "tokens per verification step: request mean of completion tokens / verify "
+     "steps, and token-weighted (all tokens over all steps)."),
+)  # fmt: skip
+
+
+def _workloads(inp: Inputs) -> list[dict[str, Any]]:
+    """One entry per workload, from the cells the campaign planned (what actually ran)."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in inp.state.cells.values():
+        cell = c.cell
+        if cell is None:
+            continue
+        w = out.setdefault(
+            cell.workload,
+            {
+                "name": cell.workload,
+                "kind": cell.kind,
+                "prompts": set(),
+                "max_tokens": set(),
+                "levels": set(),
+                "cell": cell,
+                "cells": 0,
+            },
+        )
+        w["prompts"].update(cell.prompts or ((cell.prompt_set,) if cell.prompt_set else ()))
+        w["max_tokens"].add(cell.max_tokens)
+        if cell.concurrency:
+            w["levels"].add(cell.concurrency)
+        w["cells"] += 1
+    return list(out.values())
+
+
+def _what(w: dict[str, Any]) -> str:
+    c = w["cell"]
+    if w["kind"] == "single":
+        samples = "all prompts" if c.samples is None else f"{c.samples} prompts"
+        return (
+            f"{samples} of each set, {f.plural(c.repeats, 'repeat')} of each prompt back to "
+            f"back after {f.plural(c.warmup, 'warm-up request')} with that prompt"
+        )
+    if w["kind"] == "agentic":
+        return (
+            f"{f.plural(c.sessions, 'session')} of {f.plural(c.turns, 'turn')}, "
+            f"{c.tool_output_tokens} tool-output tokens added per turn, "
+            f"{f.plural(c.warmup, 'warm-up request')} first"
+        )
+    levels = ", ".join(str(v) for v in sorted(w["levels"]))
+    return (
+        f"{c.requests} requests per level at {levels} clients, "
+        f"{f.plural(c.warmup, 'warm-up request')} first"
+    )
+
+
+def _cache_policy(inp: Inputs) -> str:
+    """The plan's prefix-cache policy where it states one; this version sends repeats back to
+    back with no flush in between."""
+    plan = inp.plan
+    for where in (plan.get("campaign") or {}, *((plan.get("workloads") or {}).values())):
+        if isinstance(where, dict):
+            for key in ("prefix_cache", "flush_cache", "cache_policy"):
+                if key in where:
+                    return f"as the plan sets it ({key} = {where[key]!r})"
+    return (
+        "no flush between repeats or configs' cells: a repeat of a prompt, and every later turn "
+        "of a session, may be served from the server's prefix cache (the shares below)"
+    )
+
+
+def build(inp: Inputs) -> Section:
+    sec = Section("Methodology")
+    base = baseline(inp)
+    ws = _workloads(inp)
+    rows = [
+        [
+            Cell(w["name"], code=True),
+            Cell(w["kind"]),
+            Cell(", ".join(sorted(w["prompts"])) or "—"),
+            Cell(", ".join(str(m) for m in sorted(w["max_tokens"]))),
+            Cell(f"{w['cell'].temperature:g}"),
+            Cell(_what(w)),
+            Cell(str(w["cells"])),
+        ]
+        for w in ws
+    ]
+    sec.add(
+        Table(
+            "Workloads as planned",
+            [
+                Column("Workload", "l"),
+                Column("Kind", "l"),
+                Column("Prompt sets", "p", 0.16),
+                Column("Max tokens", "l"),
+                Column("Temp."),
+                Column("What was sent", "p", 0.38),
+                Column("Cells"),
+            ],
+            rows,
+            small=True,
+        )
+    )
+    req = requests(inp)
+    cached = []
+    if req.height:
+        agg = (
+            req.group_by("kind")
+            .agg(
+                (
+                    pl.col("cached_tokens").sum().cast(pl.Float64)
+                    / pl.col("prompt_tokens").sum().cast(pl.Float64)
+                ).alias("share")
+            )
+            .sort("kind")
+        )
+        cached = [f"{r['kind']} {f.share(r['share'])}" for r in agg.to_dicts()]
+    sec.add(
+        Bullets(
+            [
+                text(
+                    bold("Order. "),
+                    "Service groups run one after another in plan order (one server start "
+                    "each); within a group its cells run in plan order, one at a time.",
+                ),
+                text(
+                    bold("Warm-up. "),
+                    "Warm-up requests are sent and discarded before each cell's measured "
+                    "requests (single-stream: before each prompt's repeats); they take CUDA "
+                    "graph capture, JIT and allocator growth out of the measurement.",
+                ),
+                text(bold("Prefix cache. "), _cache_policy(inp) + "."),
+                text(
+                    bold("Served from the prefix cache "),
+                    "(cached over prompt tokens, as the server reported them): "
+                    + (", ".join(cached) if cached else "not recorded")
+                    + ".",
+                ),
+                text(bold("Baseline. "), f"{label(inp, base)} (", code(base), ").")
+                if base
+                else text(bold("Baseline. "), "none: the plan names none, so no speed-ups."),
+                text(bold("Statistics. "), METHOD[0].upper() + METHOD[1:] + "."),
+                text(
+                    bold("Units. "),
+                    "Single-stream: a repeat (one pass over the workload's prompts and output "
+                    "lengths). Agentic: a session. Concurrency: a level is one cell, reported "
+                    "without an interval. Results of different hosts, TP sizes and workload "
+                    "kinds are never pooled.",
+                ),
+            ]
+        )
+    )
+    sec.add(
+        Table(
+            "Figures, named once",
+            [Column("Figure", "l"), Column("Definition", "p", 0.7)],
+            [[Cell(n, bold=True), Cell(d)] for n, d in FIGURES],
+            small=True,
+        )
+    )
+    return sec

@@ -1,0 +1,222 @@
+"""The server's view beside the client's, per group and workload kind: accept length and
+generation throughput from the server's log lines, the engine's counter deltas where the cell
+recorded them, and the client's figures; a disagreement beyond a tolerance is called out.
+
+The comparison is made per cell and then averaged over the cells of a group and kind, so a
+long cell does not outweigh a short one and each log figure is set against the client's figure
+of the same cell. What the client's comparable figure is depends on the workload: one request
+at a time, the server's generation throughput is a request's decode speed; under concurrency
+it is the whole cell's throughput.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import Bullets, Cell, Column, Para, Section, Table, text
+from specbench_tui.report.frames import accept_frame, cell_figures, config_rank, label, requests
+from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.server_log import log_figures
+
+#: Relative differences beyond which the two views disagree. The log's accept length is a
+#: rolling figure over a window of decode steps, and its throughput counts idle time within its
+#: interval, so they are looser than the counters, which cover exactly the measured window.
+ACCEPT_TOL = 0.10
+THROUGHPUT_TOL = 0.25
+COUNTER_TOL = 0.02
+SHOWN = 12  # disagreements listed in full; the tables mark every one
+
+#: Per-cell figures other parts of the tool may record from the engine's counters (deltas over
+#: the measured window) and the engine-side comparison of the two sources.
+COUNTER_ACCEPT = "accept_length_counters"
+ACCEPTANCE_CHECK = "acceptance_check"
+
+
+def _rel(a: Any, b: Any) -> float | None:
+    if a is None or b is None or not b:
+        return None
+    return abs(float(a) - float(b)) / abs(float(b))
+
+
+def view_frame(inp: Inputs) -> pl.DataFrame:
+    """Per group and kind: client and server figures averaged over the group's cells."""
+    req = requests(inp)
+    if req.height == 0:
+        return pl.DataFrame()
+    client = accept_frame(req, ["group", "cell_id", "kind"]).join(
+        req.group_by("cell_id").agg(pl.col("decode_tok_s").mean().alias("client_decode")),
+        on="cell_id",
+        how="left",
+    )
+    cells = cell_figures(inp)
+    extra = [
+        c for c in ("throughput_tok_s", COUNTER_ACCEPT, ACCEPTANCE_CHECK) if c in cells.columns
+    ]
+    if cells.height and extra:
+        figs = cells.select(pl.col("cell_id").cast(pl.Categorical), *extra)
+        client = client.join(figs, on="cell_id", how="left")
+    for c, t in (("throughput_tok_s", pl.Float64), (COUNTER_ACCEPT, pl.Float64)):
+        if c not in client.columns:
+            client = client.with_columns(pl.lit(None, dtype=t).alias(c))
+    if ACCEPTANCE_CHECK not in client.columns:
+        client = client.with_columns(pl.lit(None, dtype=pl.String).alias(ACCEPTANCE_CHECK))
+    logs = (
+        log_figures(inp).drop("group", "kind").with_columns(pl.col("cell_id").cast(pl.Categorical))
+    )
+    both = client.join(logs, on="cell_id", how="left").with_columns(
+        pl.when(pl.col("kind") == "concurrency")
+        .then(pl.col("throughput_tok_s"))
+        .otherwise(pl.col("client_decode"))
+        .alias("client_speed")
+    )
+    return both.group_by("group", "kind").agg(
+        pl.col("accept_len_mean").mean(),
+        pl.col("accept_len_weighted").mean(),
+        pl.col(COUNTER_ACCEPT).mean().alias("counter_accept_len"),
+        pl.col("log_accept_len").mean(),
+        pl.col("client_speed").mean(),
+        pl.col("log_gen_throughput").mean(),
+        pl.col("log_lines").sum(),
+        pl.col(ACCEPTANCE_CHECK)
+        .filter(pl.col(ACCEPTANCE_CHECK).str.starts_with("disagree"))
+        .first()
+        .alias("engine_check"),
+        pl.len().alias("cells"),
+    )
+
+
+def disagreements(r: dict[str, Any]) -> list[str]:
+    """What differs beyond its tolerance in one row of the view."""
+    out = []
+    d = _rel(r.get("log_accept_len"), r.get("accept_len_weighted"))
+    if d is not None and d > ACCEPT_TOL:
+        out.append(
+            f"log accept length {f.accept(r['log_accept_len'])} vs client token-weighted "
+            f"{f.accept(r['accept_len_weighted'])} ({d:.0%} apart, tolerance {ACCEPT_TOL:.0%})"
+        )
+    d = _rel(r.get("counter_accept_len"), r.get("accept_len_weighted"))
+    if d is not None and d > COUNTER_TOL:
+        out.append(
+            f"counter accept length {f.accept(r['counter_accept_len'])} vs client "
+            f"token-weighted {f.accept(r['accept_len_weighted'])} ({d:.0%} apart, tolerance "
+            f"{COUNTER_TOL:.0%})"
+        )
+    d = _rel(r.get("log_gen_throughput"), r.get("client_speed"))
+    if d is not None and d > THROUGHPUT_TOL:
+        out.append(
+            f"log gen throughput {f.toks(r['log_gen_throughput'])} vs client "
+            f"{f.toks(r['client_speed'])} tok/s ({d:.0%} apart, tolerance {THROUGHPUT_TOL:.0%})"
+        )
+    if r.get("engine_check"):
+        out.append(f"engine-side check: {r['engine_check']}")
+    return out
+
+
+def build(inp: Inputs) -> Section | None:
+    view = view_frame(inp)
+    if view.height == 0:
+        return None
+    groups = inp.state.groups
+    order = config_rank(inp)
+    has_counters = view["counter_accept_len"].drop_nulls().len() > 0
+    has_log = view["log_lines"].fill_null(0).sum() > 0
+    sec = Section("Server view beside the client view")
+    sec.add(
+        Para(
+            text(
+                "Per service group and workload kind. The client's accept length comes from "
+                "each request's own counts; the server log's is the mean of the stats lines the "
+                "server printed while the group's cells ran (SGLang 'Decode batch' lines, vLLM "
+                "'SpecDecoding metrics'), warm-up requests within a cell included. The client's "
+                "speed is decode tok/s per request for single-stream and agentic cells, and cell "
+                "throughput for concurrency cells; the server's is its logged generation "
+                "throughput. "
+                + (
+                    "Counter accept length is from the engine's Prometheus counter deltas over "
+                    "each cell's measured window. "
+                    if has_counters
+                    else "No cell recorded counter deltas from the engine's metrics. "
+                )
+                + f"Tolerances: accept length {ACCEPT_TOL:.0%} (log), {COUNTER_TOL:.0%} "
+                f"(counters), throughput {THROUGHPUT_TOL:.0%}."
+            )
+        )
+    )
+    if not has_log:
+        sec.add(Para(text("No stats lines were found in the kept server logs."), "warning"))
+    rows_all = []
+    for r in view.to_dicts():
+        g = groups.get(r["group"])
+        r["host"] = g.host if g else ""
+        r["tp"] = g.tp if g else 0
+        r["config"] = g.config if g else r["group"]
+        rows_all.append(r)
+    issues: list[str] = []
+    for host, tp in sorted({(r["host"], r["tp"]) for r in rows_all}):
+        rows = [r for r in rows_all if (r["host"], r["tp"]) == (host, tp)]
+        rows.sort(key=lambda r: (order.get(r["config"], len(order)), r["kind"]))
+        cols = [
+            Column("Config", "l"),
+            Column("Kind", "l"),
+            Column("Cells"),
+            Column("Client accept (req. mean)"),
+            Column("Client accept (token-wt.)"),
+            Column("Log accept len"),
+        ]
+        if has_counters:
+            cols.append(Column("Counter accept len"))
+        cols += [
+            Column("Client tok/s"),
+            Column("Log gen tok/s"),
+            Column("Log lines"),
+            Column("", "l"),
+        ]
+        out = []
+        for r in rows:
+            bad = disagreements(r)
+            who = f"{label(inp, r['config'])}, TP {tp}, {r['kind']} on {host}"
+            issues += [f"{who}: {b}" for b in bad]
+            cells = [
+                Cell(label(inp, r["config"])),
+                Cell(r["kind"]),
+                Cell(str(r["cells"])),
+                Cell(f.accept(r["accept_len_mean"])),
+                Cell(f.accept(r["accept_len_weighted"])),
+                Cell(f.accept(r["log_accept_len"]), bold=any("log accept" in b for b in bad)),
+            ]
+            if has_counters:
+                cells.append(
+                    Cell(
+                        f.accept(r["counter_accept_len"]),
+                        bold=any("counter" in b for b in bad),
+                    )
+                )
+            cells += [
+                Cell(f.toks(r["client_speed"])),
+                Cell(f.toks(r["log_gen_throughput"]), bold=any("gen throughput" in b for b in bad)),
+                Cell(f.count(r["log_lines"] or 0)),
+                Cell("disagree" if bad else ""),
+            ]
+            out.append(cells)
+        sec.add(Table(f"Server and client figures, TP {tp} on {host}", cols, out, small=True))
+    if issues:
+        sec.blocks.insert(
+            1,
+            Para(
+                text(
+                    f"{len(issues)} disagreement(s) between the server's and the client's "
+                    "figures beyond tolerance:"
+                ),
+                "warning",
+            ),
+        )
+        sec.blocks.insert(2, Bullets([text(i) for i in issues[:SHOWN]]))
+        if len(issues) > SHOWN:
+            more = f"... and {len(issues) - SHOWN} more, marked in the tables below."
+            sec.blocks.insert(3, Para(text(more)))
+    else:
+        sec.add(Para(text("No disagreement beyond tolerance.")))
+    return sec

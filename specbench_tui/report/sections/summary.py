@@ -1,0 +1,308 @@
+"""The first page: what the campaign is and where it stands, and the answer to its question:
+the fastest config per host, TP and workload with its speed-up and interval (or that it cannot
+be told apart), the configs that failed a check, the cells that failed, and how far the dry-run
+estimate was off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import (
+    Bullets,
+    Cell,
+    Column,
+    Facts,
+    Para,
+    Section,
+    Table,
+    bold,
+    code,
+    text,
+)
+from specbench_tui.report.estimate_check import EstimateCheck, seed_estimate
+from specbench_tui.report.frames import baseline, label, request_errors, requests
+from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.accounting import problems, status_counts
+from specbench_tui.report.sections.common import compared, names
+from specbench_tui.report.sections.concurrency import level_frame
+from specbench_tui.results.events import iso_utc
+
+STATUS_WORDS = {
+    "finished": "finished: every planned cell ran",
+    "partial": "partial: the campaign ended with planned cells never run",
+    "aborted": "aborted",
+    "interrupted": "interrupted: the log has no end and no process holds the directory",
+    "running": "running (a campaign process holds the directory)",
+    "paused": "paused",
+    "aborting": "aborting",
+    "not started": "not started",
+}
+
+
+def status_text(inp: Inputs) -> str:
+    st = inp.state
+    status = st.run_status(live=inp.live)
+    out = STATUS_WORDS.get(status, status)
+    if status == "aborted" and st.abort_reason:
+        out += f" ({st.abort_reason})"
+    return out
+
+
+def cells_text(inp: Inputs) -> str:
+    n = status_counts(inp)
+    parts = [f"{n['done']} done"]
+    for s in ("failed", "skipped", "never run", "pending", "running"):
+        if n.get(s):
+            parts.append(f"{n[s]} {s}")
+    return f"{n['planned']} planned: " + ", ".join(parts)
+
+
+def _answer_rows(inp: Inputs) -> list[list[Cell]]:
+    cmp = compared(inp).filter(pl.col("kind").is_in(["single", "agentic"]))
+    rows: list[list[Cell]] = []
+    scopes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in cmp.to_dicts():
+        scopes.setdefault((r["host"], r["tp"], r["kind"], r["workload"]), []).append(r)
+    kinds = {"single": 0, "agentic": 1}
+    for (host, tp, _kind, workload), items in sorted(
+        scopes.items(), key=lambda kv: (kv[0][0], kv[0][1], kinds.get(kv[0][2], 2), kv[0][3])
+    ):
+        eligible = [r for r in items if not r["failed_check"]]
+        if not eligible:
+            continue
+        top = max(eligible, key=lambda r: r["decode_tok_s"])
+        if top["best"]:
+            runner = sorted(eligible, key=lambda r: -r["decode_tok_s"])[1]
+            verdict = f"best: told apart from {runner['label']} (n={top['n']})"
+        elif len(eligible) < 2:
+            verdict = "only config"
+        else:
+            tied = [r["label"] for r in eligible if r["top_tie"] and r is not top]
+            verdict = (
+                f"cannot be told apart from {names(tied)} at n={top['n']}"
+                if tied
+                else f"no interval at n={top['n']}"
+            )
+        sp = (
+            "1.00x (baseline)"
+            if top["baseline"]
+            else f.with_ci(top["speedup"], top["speedup_lo"], top["speedup_hi"], f.speedup)
+        )
+        rows.append(
+            [
+                Cell(host),
+                Cell(str(tp)),
+                Cell(workload),
+                Cell(top["label"], bold=bool(top["best"])),
+                Cell(
+                    f.with_ci(
+                        top["decode_tok_s"], top["decode_tok_s_lo"], top["decode_tok_s_hi"], f.toks
+                    )
+                ),
+                Cell(sp),
+                Cell(verdict),
+            ]
+        )
+    lv = level_frame(inp)
+    if lv.height:
+        for r0 in sorted({(r["host"], r["tp"], r["workload"]) for r in lv.to_dicts()}):
+            part = [r for r in lv.to_dicts() if (r["host"], r["tp"], r["workload"]) == r0]
+            top_level = max(r["concurrency"] for r in part)
+            at = [r for r in part if r["concurrency"] == top_level and r["throughput_tok_s"]]
+            bad = {c for (h, c, t) in _failed(inp) if h == r0[0] and t == r0[1]}
+            at = [r for r in at if r["config"] not in bad]
+            if not at:
+                continue
+            top = max(at, key=lambda r: r["throughput_tok_s"])
+            rows.append(
+                [
+                    Cell(r0[0]),
+                    Cell(str(r0[1])),
+                    Cell(f"{r0[2]} ({top_level} clients)"),
+                    Cell(label(inp, top["config"])),
+                    Cell(f.toks(top["throughput_tok_s"]) + " cell"),
+                    Cell(f.speedup(top.get("load_speedup"))),
+                    Cell("one cell per level: no interval"),
+                ]
+            )
+    return rows
+
+
+def _failed(inp: Inputs) -> set[tuple[str, str, int]]:
+    return {(v.host, v.config, v.tp) for v in inp.state.failed_checks()}
+
+
+def build(inp: Inputs, est: EstimateCheck | None) -> Section:
+    st = inp.state
+    sec = Section("Summary")
+    if st.simulated:
+        sec.add(
+            Para(
+                text(
+                    "SIMULATED RESULTS: not measured on real hardware. These numbers come from "
+                    "the embedded simulated SGLang server; they show how the report looks, not "
+                    "how any config performs."
+                ),
+                "banner",
+            )
+        )
+    base = baseline(inp)
+    started = iso_utc(st.first_started_at) if st.first_started_at else "—"
+    finished = iso_utc(st.finished_at) if st.finished_at else "—"
+    n_req = requests(inp).height
+    sec.add(
+        Facts(
+            [
+                ("Campaign", text(code(st.campaign or inp.root.name))),
+                ("Status", text(bold(status_text(inp)))),
+                ("Cells", text(cells_text(inp))),
+                ("Started / finished", text(f"{started} / {finished}")),
+                (
+                    "Requests counted",
+                    text(f"{n_req:,} ({request_errors(inp):,} failed requests left out)"),
+                ),
+                (
+                    "Baseline",
+                    text(f"{label(inp, base)} (", code(base), ")") if base else text("none"),
+                ),
+                ("Plan hash", text(code(st.plan_hash or "—"))),
+            ]
+        )
+    )
+    lagged = [
+        c.name for c in st.cells.values() if c.status == "done" and c.figures.get("client_lagged")
+    ]
+    if lagged:
+        sec.add(
+            Para(
+                text(
+                    f"{len(lagged)} {'cell was' if len(lagged) == 1 else 'cells were'} measured "
+                    "while the client's event loop lagged "
+                    "past its threshold; their timings include the client's own delay: "
+                    + ", ".join(lagged[:10])
+                    + (" ..." if len(lagged) > 10 else "")
+                ),
+                "warning",
+            )
+        )
+    answers = _answer_rows(inp)
+    if answers:
+        sec.add(
+            Table(
+                "The fastest config per host, TP and workload (decode tok/s per request; "
+                "concurrency: cell throughput at the highest level)",
+                [
+                    Column("Host", "l"),
+                    Column("TP"),
+                    Column("Workload", "l"),
+                    Column("Fastest", "l"),
+                    Column("Decode tok/s [95% CI]"),
+                    Column("Speed-up [95% CI]"),
+                    Column("", "p", 0.26),
+                ],
+                answers,
+                small=True,
+            )
+        )
+    else:
+        sec.add(Para(text("No measured results yet.")))
+    failed = sorted(st.failed_checks(), key=lambda v: (v.host, v.tp, v.config))
+    if failed:
+        sec.add(
+            Para(text(bold("Configs that failed a correctness check"), " (never ranked best):"))
+        )
+        sec.add(
+            Bullets(
+                [
+                    text(f"{label(inp, v.config)}, TP {v.tp} on {v.host}: {v.check}: {v.text}")
+                    for v in failed
+                ]
+            )
+        )
+    else:
+        sec.add(Para(text("No config failed a correctness check.")))
+    probs = [p for p in problems(inp) if p["status"] == "failed"]
+    if probs:
+        sec.add(Para(text(bold(f"{len(probs)} cells failed"), " (all in 'Every planned cell'):")))
+        sec.add(
+            Bullets([text(code(p["name"]), f": {p['reason'] or 'no reason'}") for p in probs[:8]])
+        )
+        if len(probs) > 8:
+            sec.add(Para(text(f"... and {len(probs) - 8} more.")))
+    else:
+        sec.add(Para(text("No cell failed.")))
+    if est is not None and est.ratio is not None:
+        off = est.ratio - 1.0
+        line = (
+            f"The dry-run estimate for the cells done and servers started was "
+            f"{f.duration(est.done_estimated_s)}; they took {f.duration(est.done_actual_s)} "
+            f"({est.ratio:.2f}x: the estimate was {abs(off):.0%} "
+            f"{'low' if off > 0 else 'high'})."
+        )
+        if est.wall_s is not None:
+            line += (
+                f" The whole plan was estimated at {f.duration(est.planned_s)}; the campaign's "
+                f"wall time was {f.duration(est.wall_s)}."
+            )
+        sec.add(Para(text(bold("Estimate. "), line)))
+        if est.kinds:
+            sec.add(
+                Table(
+                    "Dry-run estimate against the time taken, by workload kind",
+                    [
+                        Column("Kind", "l"),
+                        Column("Cells done"),
+                        Column("Estimated"),
+                        Column("Took"),
+                        Column("Took / estimated"),
+                    ],
+                    [
+                        [
+                            Cell(k.kind),
+                            Cell(str(k.cells)),
+                            Cell(f.duration(k.estimated_s)),
+                            Cell(f.duration(k.actual_s)),
+                            Cell(f.fnum(k.ratio, 2, "x")),
+                        ]
+                        for k in est.kinds
+                    ]
+                    + [
+                        [
+                            Cell("server start-up (mean)"),
+                            Cell("—"),
+                            Cell(f.duration(est.startup_estimated_s)),
+                            Cell(f.duration(est.startup_actual_s)),
+                            Cell(
+                                f.fnum(
+                                    (est.startup_actual_s / est.startup_estimated_s)
+                                    if est.startup_actual_s and est.startup_estimated_s
+                                    else None,
+                                    2,
+                                    "x",
+                                )
+                            ),
+                        ]
+                    ],
+                    small=True,
+                )
+            )
+    seed = seed_estimate(inp)
+    if seed:
+        sec.add(
+            Para(
+                text(
+                    "To seed the next dry run's estimate with what this campaign measured (in "
+                    "real time), put this in the plan's ",
+                    code("[estimate]"),
+                    " table:",
+                )
+            )
+        )
+        sec.add(Facts([(k, text(code(f"{k} = {v}"))) for k, v in seed.items()]))
+    if inp.notes:
+        sec.add(Para(text(bold("Missing or partial data:"))))
+        sec.add(Bullets([text(n) for n in inp.notes]))
+    return sec
