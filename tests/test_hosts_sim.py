@@ -80,3 +80,27 @@ async def test_sim_server_holds_and_frees_its_gpus(tmp_path: Path) -> None:
         assert READY_LINE in (tmp_path / "logs" / f"{group.id}.log").read_text()
     finally:
         await host.close()
+
+
+def test_sim_state_a_crash_left_is_removed_by_the_next_host(tmp_path, monkeypatch) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    from specbench_tui.hosts.host import SIM_STATE_PREFIX, SimHost
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stale = tmp_path / f"{SIM_STATE_PREFIX}{dead}-sim-abc"
+    stale.mkdir()
+    (stale / "gpu0.json").write_text("{}")
+    alive = tmp_path / f"{SIM_STATE_PREFIX}1-sim-xyz"  # pid 1 is alive
+    alive.mkdir()
+    host = SimHost("sim", 2)
+    assert not stale.exists() and alive.exists()
+    assert host.state_dir.parent == tmp_path and host.state_dir.exists()

@@ -206,8 +206,10 @@ class BenchClient:
             end = (time.perf_counter_ns() - clock[0]) * 1e-9
         try:
             parser.finish(out, end)
-        except StreamError as exc:  # the last chunk held the text and did not decode
+        except StreamError as exc:  # a count that cannot be one, or a last chunk that broke
             out.error = out.error or str(exc)
+        except Exception as exc:  # whatever else the server's bytes do: this request only
+            out.error = out.error or f"bad server data: {type(exc).__name__}: {exc}"[:240]
         fill_rates(out, parser.content_tokens)
         out.text = parser.text
         out.request_id = parser.request_id

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
@@ -54,24 +55,52 @@ _META_KEY = '"meta_info":'
 _META_KEY_B = b'"meta_info":'
 
 
+#: More tokens than any request can have: a count beyond this is garbage, not a measurement.
+MAX_COUNT = 100_000_000
+
+
 class StreamError(Exception):
     """A failure found while reading the stream; its message is the row's ``error``."""
 
 
+class BadServerData(StreamError):
+    """A number the server sent that cannot be a measurement (NaN, negative, beyond any real
+    count, a string where a count belongs). It fails that request, with what was wrong; the
+    other requests of the cell stand."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"bad server data: {what}")
+
+
+def count(key: str, v: Any) -> int:
+    """A token count as the server sent it, checked: a non-negative integer within reason."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise BadServerData(f"{key} = {v!r} is not a number")
+    if isinstance(v, float):
+        if not math.isfinite(v) or not v.is_integer():
+            raise BadServerData(f"{key} = {v!r} is not a whole number")
+        v = int(v)
+    if not 0 <= v <= MAX_COUNT:
+        raise BadServerData(f"{key} = {v} is out of range")
+    return v
+
+
 def first_int(d: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    """The first of ``keys`` present (and not null), checked as a count; None when absent:
+    builds and forks rename these, and a renamed field degrades to "unknown"."""
     for k in keys:
         v = d.get(k)
-        if isinstance(v, bool):
-            continue
-        if isinstance(v, int | float):
-            return int(v)
+        if v is not None:
+            return count(k, v)
     return None
 
 
-def int_list(v: Any) -> list[int] | None:
-    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-        return list(v)
-    return None
+def int_list(v: Any, key: str = "histogram") -> list[int] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) > 10_000:
+        raise BadServerData(f"{key} is not a list of counts")
+    return [count(key, x) for x in v]
 
 
 def error_text(body: Any) -> str:
@@ -143,16 +172,24 @@ class StreamParser(ABC):
         return -1
 
     def feed(self, payload: bytes | str | dict[str, Any], t: float) -> None:
+        """One SSE data payload. Raises StreamError only: a payload of the wrong shape (a
+        field that is a number where an object belongs, say) is bad server data, said as
+        such, never a crash of the caller."""
         if self.done:
             return
-        if isinstance(payload, dict):
-            self._data(payload, t)
-            return
-        if _is_done(payload):
-            self.done = True
-            self.end_t = t
-            return
-        self._payload(payload, t)
+        try:
+            if isinstance(payload, dict):
+                self._data(payload, t)
+                return
+            if _is_done(payload):
+                self.done = True
+                self.end_t = t
+                return
+            self._payload(payload, t)
+        except StreamError:
+            raise
+        except (TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
+            raise BadServerData(f"unexpected shape ({type(exc).__name__}: {exc})") from None
 
     def _payload(self, payload: bytes | str, t: float) -> None:
         data = _loads(payload)
@@ -172,7 +209,15 @@ class StreamParser(ABC):
         """(text, reasoning) as generated."""
 
     def finish(self, out: Measurement, e2e_s: float) -> None:
-        """Turn the stream's state into the row's measured fields."""
+        """Turn the stream's state into the row's measured fields (raises StreamError only)."""
+        try:
+            self._finish(out, e2e_s)
+        except StreamError:
+            raise
+        except (TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
+            raise BadServerData(f"unexpected shape ({type(exc).__name__}: {exc})") from None
+
+    def _finish(self, out: Measurement, e2e_s: float) -> None:
         times = self.content_times
         out.chunks = len(times)
         if times:
@@ -191,6 +236,10 @@ class StreamParser(ABC):
         out.finish_reason = finish_reason_name(self.finish_raw)
         if out.finish_reason == "abort" and out.error is None:
             out.error = _abort_message(self.finish_raw)
+        if out.output_tokens is None and out.error is None:
+            # Every rate is tokens over time: without the server's count there is no figure,
+            # and a row that says 0 tok/s would be a lie.
+            out.error = "bad server data: no output token count (meta_info / usage)"
         n = out.output_tokens
         if n is not None and out.error is None:
             if e2e_s > 0:
@@ -221,7 +270,9 @@ def sglang_spec_counts(meta: dict[str, Any], completion: int | None) -> dict[str
         out["accept_length"] = completion / verify
     else:
         direct = meta.get("spec_accept_length")
-        if isinstance(direct, int | float) and not isinstance(direct, bool) and direct > 0:
+        if isinstance(direct, int | float) and not isinstance(direct, bool):
+            if not math.isfinite(direct) or not 0 < direct <= MAX_COUNT:
+                raise BadServerData(f"spec_accept_length = {direct!r} is out of range")
             out["accept_length"] = float(direct)
     return out
 

@@ -456,6 +456,27 @@ class Host:
             self._reader = None
 
 
+SIM_STATE_PREFIX = "specbench-sim-"
+
+
+def remove_stale_sim_state() -> list[Path]:
+    """Delete the simulated GPU state a crashed campaign left in the temp directory (its
+    directory names the pid that made it; a live pid's is left alone). Returns what went."""
+    removed = []
+    for d in Path(tempfile.gettempdir()).glob(f"{SIM_STATE_PREFIX}*"):
+        pid = d.name[len(SIM_STATE_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or not d.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+        except PermissionError:
+            pass  # someone else's live process
+    return removed
+
+
 class SimHost(Host):
     """The embedded simulated host: simulated servers write GPU state files into a state
     directory, and the telemetry agent reads them back through the fake NVML."""
@@ -487,7 +508,9 @@ class SimHost(Host):
         )
         self._owns_state = state_dir is None
         if state_dir is None:
-            self.state_dir = Path(tempfile.mkdtemp(prefix=f"specbench-sim-{name}-"))
+            remove_stale_sim_state()
+            prefix = f"{SIM_STATE_PREFIX}{os.getpid()}-{name}-"
+            self.state_dir = Path(tempfile.mkdtemp(prefix=prefix))
         else:
             self.state_dir = Path(state_dir)
             self.state_dir.mkdir(parents=True, exist_ok=True)
