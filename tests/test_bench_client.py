@@ -516,3 +516,12 @@ async def test_errors_become_rows(plan_dir: Path) -> None:
 
 if __name__ == "__main__":
     serve(sys.argv[1])
+
+
+async def test_a_server_that_cannot_flush_is_measured_warm_and_said_so(
+    server: str, plan_dir: Path
+) -> None:
+    cell = make_cell("single", prompt_set="mini", samples=1, repeats=2, prefix_cache="cold")
+    result = await run(cell, server, plan_dir)
+    assert result.prefix_cache.startswith("warm: the server refused a flush (HTTP 404")
+    assert all(r.error is None for r in result.records)

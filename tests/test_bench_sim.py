@@ -206,3 +206,18 @@ async def test_client_timing_matches_what_the_simulator_scheduled(sim: str) -> N
     )
     assert 0 <= statistics.median(ttft_err) < 0.02, statistics.median(ttft_err)
     assert abs(statistics.median(gap_err)) < 0.005, statistics.median(gap_err)
+
+
+async def test_prefix_cache_cold_by_default_warm_when_asked(sim: str, plan_dir: Path) -> None:
+    """Repeats of one prompt after a warm-up: warm, every TTFT is a cache hit; cold (the
+    default), the server's cache is flushed before each measured request."""
+    warm = await go(
+        cell("single", samples=1, repeats=3, warmup=1, prefix_cache="warm"), sim, plan_dir
+    )
+    cold = await go(
+        cell("single", samples=1, repeats=3, warmup=1, prefix_cache="cold"), sim, plan_dir
+    )
+    assert warm.prefix_cache == "warm"
+    assert all((r.cached_tokens or 0) > 0 for r in warm.records)
+    assert cold.prefix_cache == "cold (cache flushed before each request)"
+    assert [r.cached_tokens for r in cold.records] == [0, 0, 0]

@@ -216,6 +216,10 @@ def test_greedy_outputs_equal_between_ar_and_ngram(run: Run) -> None:
     ar, ngram = outputs("ar"), outputs("ngram")
     assert len(ar) == 4 and ar == ngram
     assert not [e for e in run.events if e["event"] == "notice" and "greedy" in e["text"].lower()]
+    # The campaign's own check, token by token (vLLM returns the ids), every workload kind.
+    verdicts = [e for e in run.events if e["event"] == "check_verdict" and e["config"] == "ngram"]
+    assert verdicts and verdicts[-1]["status"] == "pass", verdicts
+    assert verdicts[-1]["detail"]["compared"] > len(ar)  # concurrency outputs compared too
 
 
 def test_a_bad_flag_fails_its_group_with_the_engines_own_last_lines(run: Run) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ PromptFormat = Literal["chatml", "plain"]
 Message = dict[str, str]
 
 _ERROR_BODY_CHARS = 200
+FLUSH_PATH = "/flush_cache"
 
 
 @dataclass
@@ -130,9 +132,13 @@ class BenchClient:
         prompt_format: PromptFormat = "chatml",
         stream_mode: StreamMode = "auto",
         token_ids: bool = False,
+        cache_salt: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token_ids = token_ids  # ask an OpenAI route for token ids (vLLM return_token_ids)
+        # A salt of its own per request (vLLM's cache_salt): no request reuses another's
+        # cached prefix, so TTFT includes the prompt's prefill.
+        self.cache_salt = cache_salt
         self.api: Api = api
         self.model = model
         self.stream_mode: StreamMode = stream_mode
@@ -149,6 +155,17 @@ class BenchClient:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
+
+    async def flush_cache(self) -> str | None:
+        """Empty the server's prefix cache (SGLang ``POST /flush_cache``, which refuses while
+        requests run); None when it did, else why not, in one line."""
+        try:
+            status, body = await self._transport.post(FLUSH_PATH)
+        except Exception as exc:
+            return _describe_exception(exc, 30.0)
+        if status == 200:
+            return None
+        return _describe_http_error(status, body)
 
     async def generate(
         self,
@@ -186,6 +203,8 @@ class BenchClient:
                 body["model"] = self.model
             if self.token_ids:
                 body["return_token_ids"] = True
+            if self.cache_salt:
+                body["cache_salt"] = secrets.token_hex(8)
         payload = json.dumps(body, separators=(",", ":")).encode()
         out = Completion(started_at=time.time())
         parser = stream_parser(self.api, self.stream_mode)

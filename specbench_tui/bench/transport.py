@@ -157,6 +157,13 @@ class SseTransport:
             await self._session.close()
             self._session = None
 
+    async def post(self, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        """A small POST outside any measurement (a cache flush): status and body start."""
+        session = self._open()
+        holder: dict[str, Any] = {"sent_ns": 0, "on_sent": None}  # the trace hook's slot
+        async with session.post(self.base_url + path, data=body, trace_request_ctx=holder) as resp:
+            return resp.status, (await resp.content.read(ERROR_BODY_BYTES))
+
     async def post_sse(
         self, path: str, body: bytes, on_data: OnData, on_sent: OnSent | None = None
     ) -> StreamEnd:

@@ -59,6 +59,9 @@ class CellResult:
     planned: int = 0
     acceptance: dict[str, Any] = field(default_factory=dict)  # engines/acceptance.py columns
     client: ClientHealth | None = None
+    # How the prefix cache stood for the measured requests: "cold (flushed before each
+    # request)", "cold (a salt per request)", "warm", or why it could not be made cold.
+    prefix_cache: str = "warm"
 
     @property
     def complete(self) -> bool:
@@ -239,8 +242,14 @@ def _pool(cell: Cell, plan_dir: Path, seed: int) -> list[Prompt]:
     return out
 
 
-async def _run_single(run: _Runner, prompts: list[Prompt]) -> None:
+async def _run_single(run: _Runner, prompts: list[Prompt], cold: str | None) -> None:
+    """``cold``: how each measured request gets a cold prefix cache ("flush": the server's
+    cache is emptied before it; "salt": the client salts every request), None to keep it."""
     cell = run.cell
+    run.result.prefix_cache = {
+        "flush": "cold (cache flushed before each request)",
+        "salt": "cold (a cache salt per request)",
+    }.get(cold or "", "warm")
     for prompt in prompts:
         msgs = prompt.messages()
         await run.warmup(msgs, cell.warmup)
@@ -249,6 +258,11 @@ async def _run_single(run: _Runner, prompts: list[Prompt]) -> None:
             if run.should_stop():
                 run.result.stopped = True
                 return
+            if cold == "flush":
+                refused = await run.client.flush_cache()
+                if refused is not None:  # measured warm, and said so, rather than not at all
+                    run.result.prefix_cache = f"warm: the server refused a flush ({refused})"
+                    cold = None
             done = await run.send(msgs)
             run.record(done, prompt, f"{prompt.id}#{rep}", repeat=rep)
 
@@ -325,6 +339,7 @@ async def run_cell(
     model: str | None = None,
     stream_mode: StreamMode = "auto",
     token_ids: bool = False,
+    cold_cache: str = "flush",
     counters: CounterWindow | None = None,
     watch: ClientWatch | None = None,
 ) -> CellResult:
@@ -351,13 +366,15 @@ async def run_cell(
             model=model,
             stream_mode=stream_mode,
             token_ids=token_ids,
+            cache_salt=cold_cache == "salt" and cell.prefix_cache == "cold",
         )
     result = result if result is not None else CellResult()
     run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result, counters)
     watch = watch or ClientWatch()
     try:
         async with watch:
-            await _run_kind(run, plan_dir, seed)
+            cold = cold_cache if cell.prefix_cache == "cold" else None
+            await _run_kind(run, plan_dir, seed, cold)
     finally:
         run.result.wall_s = run.wall_s()
         run.result.client = watch.health
@@ -368,7 +385,7 @@ async def run_cell(
     return run.result
 
 
-async def _run_kind(run: _Runner, plan_dir: Path, seed: int) -> None:
+async def _run_kind(run: _Runner, plan_dir: Path, seed: int, cold: str | None) -> None:
     cell = run.cell
     if cell.kind == "single":
         names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
@@ -376,7 +393,7 @@ async def _run_kind(run: _Runner, plan_dir: Path, seed: int) -> None:
         for name in names:
             prompts.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
         run.result.planned = len(prompts) * cell.repeats
-        await _run_single(run, prompts)
+        await _run_single(run, prompts, cold)
     elif cell.kind == "agentic":
         run.result.planned = planned_requests(cell)
         await _run_agentic(run, _pool(cell, plan_dir, seed), seed)

@@ -22,6 +22,7 @@ from specbench_tui.engine.verdict import Verdict, judge
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.inspect import ServerFacts
+from specbench_tui.engines.traits import traits
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -125,6 +126,7 @@ async def run_one(
             model=facts.served_model,
             stream_mode=facts.stream_mode,
             token_ids=facts.engine == "vllm",
+            cold_cache=traits(facts.engine).cold_cache,
             counters=window,
         )
     )
@@ -217,6 +219,7 @@ async def conclude(
             **summarize(result.records, result.wall_s),
             **result.acceptance,
             **(result.client.figures() if result.client else {}),
+            "prefix_cache": result.prefix_cache,
         }
         check = figures.get("acceptance_check") or ""
         if check.startswith("disagree"):

@@ -38,6 +38,10 @@ class EngineTraits:
     ready_line: str
     health_paths: dict[str, tuple[str, ...]]
     requested_speculation: Callable[[Sequence[str]], Speculation]
+    # How a measured request gets a cold prefix cache: "flush" (POST /flush_cache before it,
+    # SGLang) or "salt" (a cache_salt of its own in the request, vLLM: its cache reset is a
+    # development-mode endpoint).
+    cold_cache: Literal["flush", "salt"] = "flush"
 
 
 def traits(engine: str) -> EngineTraits:

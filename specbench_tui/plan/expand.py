@@ -217,6 +217,7 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
                             repeats=w.repeats,
                             warmup=w.warmup,
                             temperature=w.temperature,
+                            prefix_cache=w.prefix_cache,
                         )
                     )
         elif isinstance(w, AgenticWorkload):

@@ -128,6 +128,10 @@ class SingleWorkload(WorkloadBase):
     repeats: int = Field(default=1, ge=1)
     warmup: int = Field(default=0, ge=0)
     temperature: float = Field(default=0.0, ge=0)
+    # "cold": every measured request starts with no cached prefix (the server's cache flushed,
+    # or the request salted), so TTFT includes the prompt's prefill; "warm": the cache is
+    # kept, so repeats (and the warm-up before them) make every TTFT a cache hit.
+    prefix_cache: Literal["cold", "warm"] = "cold"
 
     @field_validator("max_tokens", mode="before")
     @classmethod

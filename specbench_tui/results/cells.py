@@ -96,6 +96,9 @@ class Cell:
     requests: int = 0  # concurrency: requests at this level
     timeout_s: float = 600.0
     params: tuple[tuple[str, Any], ...] = field(default=())
+    # "cold": each measured request without a cached prefix; "warm": the server's cache kept
+    # (what agentic and concurrency workloads measure by nature).
+    prefix_cache: str = "warm"
 
     def to_json(self) -> dict[str, Any]:
         # A shallow copy: asdict() deep-copies, which dominates a 10,000-cell dry run.

@@ -86,17 +86,23 @@ def _what(w: dict[str, Any]) -> str:
 
 
 def _cache_policy(inp: Inputs) -> str:
-    """The plan's prefix-cache policy where it states one; this version sends repeats back to
-    back with no flush in between."""
-    plan = inp.plan
-    for where in (plan.get("campaign") or {}, *((plan.get("workloads") or {}).values())):
-        if isinstance(where, dict):
-            for key in ("prefix_cache", "flush_cache", "cache_policy"):
-                if key in where:
-                    return f"as the plan sets it ({key} = {where[key]!r})"
+    """How the prefix cache stood for each workload's measured requests, as the cells
+    recorded it (``prefix_cache`` in their figures), and the plan's policy behind it."""
+    seen: dict[str, set[str]] = {}
+    for c in inp.state.cells.values():
+        if c.status == "done" and c.cell is not None:
+            how = c.figures.get("prefix_cache") or (
+                "warm" if c.cell.prefix_cache == "warm" else "not recorded"
+            )
+            seen.setdefault(c.workload, set()).add(str(how))
+    if not seen:
+        return "no cell finished yet"
+    parts = [f"{w}: {'; '.join(sorted(h))}" for w, h in sorted(seen.items())]
     return (
-        "no flush between repeats or configs' cells: a repeat of a prompt, and every later turn "
-        "of a session, may be served from the server's prefix cache (the shares below)"
+        "; ".join(parts)
+        + ". Single-stream workloads are cold unless the plan sets prefix_cache = \"warm\" "
+        "(then repeats, and the warm-up before them, are served from the cache); agentic and "
+        "concurrency workloads keep the cache, as the workloads they model do"
     )
 
 
