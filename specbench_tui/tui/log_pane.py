@@ -279,7 +279,9 @@ class LogPane(Vertical):
         return [line for line in lines if q in line.lower()]
 
     def _width(self) -> int:
-        return max(self.log_widget.scrollable_content_region.width, 20)
+        """The width lines wrap at: the log's, less its scrollbar column whether or not the
+        scrollbar shows yet (it appears once the lines overflow, which would change it)."""
+        return max(self.log_widget.size.width - 1, 20)
 
     def _display(self, lines: list[str]) -> list[str]:
         if not self.wrap:
@@ -292,12 +294,22 @@ class LogPane(Vertical):
         log.clear()
         self.shown_group = self.group
         log.write_lines(self._display(self._matching(self.lines)))
-        log.scroll_end(animate=False)
+        self._to_end()
         self._retitle()
 
+    def _to_end(self) -> None:
+        """Scroll to the newest line once the log has its size (``Log`` follows new lines
+        only while it is at the end, which a log written before it had a size is not)."""
+        log = self.log_widget
+        self.call_after_refresh(log.scroll_end, animate=False, immediate=True)
+
     def on_resize(self) -> None:
-        if self.wrap and not self.frozen and self._width() != self._wrapped_at:
+        if self.frozen:
+            return
+        if self.wrap and self._width() != self._wrapped_at:
             self._rewrite()
+        else:
+            self._to_end()
 
     # --- freeze, wrap and search --------------------------------------------------------------
 
