@@ -520,6 +520,7 @@ async def test_attach_to_an_ended_campaign_opens_it_read_only(tmp_path: Path) ->
         assert len(app.progress.cells) == 2
         assert "FINISHED · 1 FAILED" in header(app) and "read-only" in header(app)
         assert any("opened read-only" in n for n in notes(app))
+        assert "no live log" in app.main.query_one("#log", Log).lines[0]
         await pilot.press("R")
         await settle(pilot, app)
         assert any(f"--results {tmp_path}" in n for n in notes(app))
@@ -608,10 +609,10 @@ async def test_palette_quit_asks_too() -> None:
     app, _ = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        quit_cmd = next(c for c in app.get_system_commands(app.screen) if c.title == "Quit")
-        result = quit_cmd.callback()
-        if result is not None:
-            await result
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Quit" not in titles  # Textual's own quits at once; the console's asks
+        assert "request_quit" in {action for _, _, action in app.palette_commands()}
+        await app.action_quit()  # anything that reaches Textual's quit asks too
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
@@ -657,9 +658,12 @@ async def test_80x24_footer_keeps_help_and_quit_and_plots_are_readable() -> None
             region = keys[key].region
             assert region.width > 0 and region.right <= SMALL[0], key
         await pilot.press("4")
-        await settle(pilot, app, 0.4)
-        app._redraw_plots(force=True)
-        shown = [p for p in app.main.query(LivePlot) if p.display]
+        shown: list[LivePlot] = []
+        for _ in range(40):  # until the layout has settled (a loaded machine is slow)
+            await pilot.pause(0.05)
+            shown = [p for p in app.main.query(LivePlot) if p.display]
+            if shown and all(p.size.height >= 8 for p in shown):
+                break
         assert [p.key for p in shown] == ["tok_s", "accept"]
         assert all(p.size.height >= 8 for p in shown)
 
@@ -672,6 +676,7 @@ async def test_screenshot_key_saves_an_svg_into_the_results(tmp_path: Path) -> N
         await pilot.press("ctrl+s")
         await pilot.pause(0.3)
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        assert titles.count("Screenshot") == 1
+        assert "Screenshot" not in titles  # Textual's saves to ~/Downloads; ours is listed
+        assert "save_screenshot" in {action for _, _, action in app.palette_commands()}
     shots = list((root / "screenshots").glob("*.svg"))
     assert len(shots) == 1 and "<svg" in shots[0].read_text()[:500]

@@ -334,6 +334,11 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._read_events()
         self.start_engine()
         self._paint()
+        root = self.results_root()
+        if self.read_only and root is not None:  # log lines are live only, never replayed
+            self.main.query_one(LogPane).note(
+                f"(no live log: nothing runs this campaign; the server logs are in {root}/logs/)"
+            )
 
     def on_resize(self, event: events.Resize) -> None:
         self._apply_size(event.size.width, event.size.height)
@@ -810,20 +815,10 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.notify(f"screenshot saved: {path}", timeout=6, markup=False)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """Textual's palette commands, with Quit and Screenshot made the console's own:
-        Quit asks like q does, Screenshot saves into the results directory."""
+        """Textual's palette commands less Quit and Screenshot: the console's own (from the
+        key table) ask before quitting and save into the results directory."""
         for cmd in super().get_system_commands(screen):
-            if cmd.title == "Screenshot":
-                yield SystemCommand(
-                    "Screenshot",
-                    "Save an SVG of the screen into the results directory",
-                    lambda: self.set_timer(0.1, self.action_save_screenshot),
-                )
-            elif cmd.title == "Quit":
-                yield SystemCommand(
-                    "Quit", "Leave the console (asks while the campaign runs)", self.action_quit
-                )
-            else:
+            if cmd.title not in ("Screenshot", "Quit"):  # the console's own are in its table
                 yield cmd
 
     # --- leaving --------------------------------------------------------------------------

@@ -195,11 +195,11 @@ class CampaignKeys(_Base):
         if not self.ended:
             self.send("rerun_failed")
             return
-        if self._not_restartable():
-            return
         failed = [c.id for c in self.progress.failed_cells()]
         if not failed:
             self._say("no failed cells to rerun")
+            return
+        if self._not_restartable():
             return
         self._restart([], True, f"{len(failed)} failed cell{'s' * (len(failed) != 1)}")
 
@@ -208,8 +208,6 @@ class CampaignKeys(_Base):
         if not self.ended:
             self.send("retry_group", gid)
             return
-        if self._not_restartable():
-            return
         p = self.progress
         if gid is None or gid not in p.groups:
             self._say("select a service group to retry")
@@ -217,6 +215,8 @@ class CampaignKeys(_Base):
         failed = [c for c in p.groups[gid].cells if p.cells[c].status == "failed"]
         if not failed:
             self._say(f"{gid} has no failed cells to retry")
+            return
+        if self._not_restartable():
             return
         self._restart(failed, False, f"the failed cells of {gid}")
 

@@ -258,6 +258,10 @@ class LogPane(Vertical):
             self.log_widget.clear()
         self._retitle()
 
+    def note(self, text: str) -> None:
+        """A line of the console's own, not the server's (why the log is empty)."""
+        self.log_widget.write_line(text)
+
     def add(self, lines: list[str]) -> None:
         if not lines:
             return

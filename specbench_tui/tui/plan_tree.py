@@ -196,8 +196,10 @@ class PlanTree(Tree[NodeRef]):
             status = status_of(counts, failed_checks=checks)
             t.append(MARKS[status] + " ", style=pal.status(status))
             t.append(ref.key.rpartition("/")[2])
-        else:  # host
-            status = status_of(counts, failed_checks=checks)
+        else:  # host: running while one of its groups is (its server starting counts)
+            current = p.groups.get(p.current_group) if p.current_group else None
+            running = current is not None and current.host == ref.key
+            status = status_of(counts, running=running, failed_checks=checks)
             t.append(MARKS[status] + " ", style=pal.status(status))
             t.append(ref.key, style=pal.bold)
         t.append("  ")

@@ -29,7 +29,7 @@ def exit_summary(
         how = "interrupted"
     counts = f"{c.done} done, {c.failed} failed, {c.skipped} skipped"
     if c.pending:
-        counts += f", {c.pending} not run"
+        counts += f", {c.pending} not run" if p.finished else f", {c.pending} to run"
     out = [f"specbench-tui: {p.campaign} {how}: {counts} of {c.total} (exit {code})"]
     if checks:
         bad = sorted({(cell.config, cell.tp) for cell in p.cells.values() if cell.failed_check})
