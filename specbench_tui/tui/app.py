@@ -331,6 +331,10 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.set_interval(FRAME_S, self._frame)
         self.set_interval(PLOT_S, self._redraw_plots)
         self.set_interval(CLOCK_S, self._tick)
+        if callable(getattr(self.control, "start_engine", None)):
+            # a campaign this console starts: whatever its log already holds is history,
+            # however recent (an earlier run that ended a moment ago raises no toast)
+            self._history_before = time.time()
         self._read_events()
         self.start_engine()
         self._paint()

@@ -209,7 +209,10 @@ class LogPane(Vertical):
     def compose(self) -> ComposeResult:
         log = ServerLog(max_lines=KEEP_LINES, highlight=True, auto_scroll=True, id="log")
         yield log
-        yield Input(placeholder="filter the log (enter: apply, esc: clear)", id="log-search")
+        # compact (one line): a short log pane at 80x24 keeps lines in view while typing
+        yield Input(
+            placeholder="filter the log (enter: apply, esc: clear)", id="log-search", compact=True
+        )
 
     def on_mount(self) -> None:
         self.query_one("#log-search", Input).display = False

@@ -91,6 +91,7 @@ class LiveData:
 TITLES = {
     "tok_s": "output tok/s per request",
     "tok_s_short": "tok/s per request",
+    "tok_s_tiny": "tok/s/req",
     "gen": "server gen tok/s",
     "accept": "accept length",
     "ttft": "TTFT ms",
@@ -120,8 +121,9 @@ class LivePlot(PlotextPlot):
         plt.clear_data()
         plt.clear_figure()
         title = TITLES[self.key]
-        if len(title) > self.size.width - 8:  # plotext drops a title that does not fit
-            title = TITLES.get(f"{self.key}_short", title)
+        for shorter in ("_short", "_tiny"):  # plotext drops a title that does not fit
+            if len(title) > self.size.width - 8:
+                title = TITLES.get(self.key + shorter, title)
         plt.title(title)
         has = False
         for name, pts in series.series.items():

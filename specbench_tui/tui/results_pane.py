@@ -158,6 +158,10 @@ class ResultsPane(Vertical):
         if not self.is_maximized and _width(headers, body) > room:
             wide = False
             cols, headers, body = self._layout(rows, wide=False)
+            # one column of space between columns instead of two
+            headers = [" " + h for h in headers]
+            body = [[Text(" ") + c for c in cells] for cells in body]
+        table.cell_padding = 1 if wide else 0
         for (key, _), header in zip(cols, headers, strict=True):
             table.add_column(header, key=key)
         for cells in body:
