@@ -680,3 +680,26 @@ async def test_screenshot_key_saves_an_svg_into_the_results(tmp_path: Path) -> N
         assert "save_screenshot" in {action for _, _, action in app.palette_commands()}
     shots = list((root / "screenshots").glob("*.svg"))
     assert len(shots) == 1 and "<svg" in shots[0].read_text()[:500]
+
+
+def test_attach_to_a_campaign_still_starting_says_try_again(tmp_path: Path) -> None:
+    """Between opening its results (the lock) and serving its socket a campaign cannot be
+    attached to yet: the message says so instead of calling it ended."""
+    import fcntl
+    import os
+
+    import pytest
+
+    from specbench_tui.engine.control_socket import attach_control
+    from specbench_tui.errors import InputError
+
+    root = finished_results(tmp_path, finished=False)
+    layout = ResultsLayout(root)
+    fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"4242")
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(InputError, match=r"pid 4242\) is starting.*try again"):
+            attach_control(root)
+    finally:
+        os.close(fd)

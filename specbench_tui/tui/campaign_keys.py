@@ -37,6 +37,7 @@ class CampaignKeys(_Base):
     progress: CampaignProgress
     relaunch: Relaunch | None
     toasts: ToastBatcher
+    _restarting: bool = False
 
     if TYPE_CHECKING:  # provided by the app
 
@@ -251,8 +252,23 @@ class CampaignKeys(_Base):
 
     # --- after the end: the engine again, on the same results ----------------------------
 
-    @work(group="restart", exclusive=True)
-    async def _restart(self, rerun: Sequence[str], rerun_failed: bool, what: str) -> None:
+    def _restart(self, rerun: Sequence[str], rerun_failed: bool, what: str) -> None:
+        """One restart at a time: a second key press while one is being prepared is said,
+        not queued (a cancelled preparation would leave the results directory locked)."""
+        if self._restarting:
+            self._say("the campaign is already being started again", severity="information")
+            return
+        self._restarting = True
+        self._restart_worker(rerun, rerun_failed, what)
+
+    @work(group="restart")
+    async def _restart_worker(self, rerun: Sequence[str], rerun_failed: bool, what: str) -> None:
+        try:
+            await self._restart_now(rerun, rerun_failed, what)
+        finally:
+            self._restarting = False
+
+    async def _restart_now(self, rerun: Sequence[str], rerun_failed: bool, what: str) -> None:
         assert self.relaunch is not None
         if self.engine_running():
             self._say(
