@@ -38,26 +38,33 @@ STATS_MARK = "▸"
 #: A wrapped line continues on lines that start with this.
 CONTINUED = "  ↪ "
 
-#: Stats shown first, in this order, with their short labels; any other parsed figure follows.
+#: Stats shown first, in this order: (key, label, format spec, unit); any other parsed figure
+#: follows. Formatted with ``format()`` (no per-line template parsing: a flood of stats lines
+#: goes through here).
 _DECODE = (
-    ("accept_len", "accept", "{:.2f}"),
-    ("gen_throughput", "gen", "{:.0f} tok/s"),
-    ("accept_rate", "rate", "{:.2f}"),
-    ("running_req", "run", "{:.0f}"),
-    ("queue_req", "queue", "{:.0f}"),
-    ("token_usage", "usage", "{:.2f}"),
-    ("token", "tokens", "{:.0f}"),
+    ("accept_len", "accept", ".2f", ""),
+    ("gen_throughput", "gen", ".0f", " tok/s"),
+    ("accept_rate", "rate", ".2f", ""),
+    ("running_req", "run", ".0f", ""),
+    ("queue_req", "queue", ".0f", ""),
+    ("token_usage", "usage", ".2f", ""),
+    ("token", "tokens", ".0f", ""),
 )
 _PREFILL = (
-    ("new_seq", "new-seq", "{:.0f}"),
-    ("new_token", "new-tok", "{:.0f}"),
-    ("cached_token", "cached", "{:.0f}"),
-    ("input_throughput", "in", "{:.0f} tok/s"),
-    ("running_req", "run", "{:.0f}"),
-    ("queue_req", "queue", "{:.0f}"),
-    ("token_usage", "usage", "{:.2f}"),
+    ("new_seq", "new-seq", ".0f", ""),
+    ("new_token", "new-tok", ".0f", ""),
+    ("cached_token", "cached", ".0f", ""),
+    ("input_throughput", "in", ".0f", " tok/s"),
+    ("running_req", "run", ".0f", ""),
+    ("queue_req", "queue", ".0f", ""),
+    ("token_usage", "usage", ".2f", ""),
 )
-_NOT_SHOWN = {"decode", "prefill", "cuda_graph"}
+_KNOWN = {
+    "decode": frozenset(k for k, *_ in _DECODE),
+    "prefill": frozenset(k for k, *_ in _PREFILL),
+}
+_NOT_SHOWN = frozenset({"decode", "prefill", "cuda_graph"})
+_SGLANG = _KNOWN["decode"] | _KNOWN["prefill"] | _NOT_SHOWN
 
 _PREFIX = re.compile(r"^\[(?:\d{4}-\d{2}-\d{2} )?(\d{2}:\d{2}:\d{2})([^\]]*)\]\s*")
 _BAD = re.compile(r"error|exception|traceback|out of memory|killed|fatal", re.IGNORECASE)
@@ -70,9 +77,9 @@ _FIGURE = re.compile(r"([a-z][\w-]*) ([-+]?\d+(?:\.\d+)?)")
 _WATCHED = ("accept ", "gen ")
 
 
-def _fmt(value: float, fmt: str) -> str:
+def _fmt(value: float, spec: str = "g") -> str:
     try:
-        return fmt.format(value)
+        return format(value, spec)
     except (ValueError, TypeError):
         return str(value)
 
@@ -81,11 +88,15 @@ def compact_stats(prefix: str, stats: dict[str, float], kind: str) -> str:
     """``[09:59:15 TP0] ▸decode accept 2.95 · gen 1139 tok/s · run 1 · …``: every figure
     the line carried, the watched ones first, so none is ever cut off at the pane's edge."""
     order = _DECODE if kind == "decode" else _PREFILL
-    parts = [f"{label} {_fmt(stats[key], fmt)}" for key, label, fmt in order if key in stats]
-    known = {key for key, _, _ in order}
-    for key, value in stats.items():
+    parts = [
+        f"{label} {_fmt(stats[key], spec)}{unit}"
+        for key, label, spec, unit in order
+        if key in stats
+    ]
+    known = _KNOWN[kind]
+    for key, value in stats.items():  # in the line's own order
         if key not in known and key not in _NOT_SHOWN and not key.endswith("_total"):
-            parts.append(f"{key} {_fmt(value, '{:g}')}")
+            parts.append(f"{key} {_fmt(value)}")
     return f"{prefix}{STATS_MARK}{kind} " + " · ".join(parts)
 
 
@@ -106,8 +117,7 @@ def display_line(ev: LogLine) -> str:
     text = compact_stats(prefix, stats, kind) if kind else prefix + (line[m.end() :] if m else line)
     if not ev.matches:
         return text
-    sglang = {key for key, _, _ in _DECODE + _PREFILL} | _NOT_SHOWN
-    found = " ".join(f"{k} {_fmt(v, '{:g}')}" for k, v in stats.items() if k not in sglang)
+    found = " ".join(f"{k} {_fmt(v)}" for k, v in stats.items() if k not in _SGLANG)
     return f"{PATTERN_MARK}{found or ','.join(ev.matches)}{PATTERN_END}{text}"
 
 
