@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specbench-tui",
         description="Run a speculative-decoding benchmark campaign from a TOML plan.",
     )
+    from specbench_tui import __version__
+
+    p.add_argument("--version", action="version", version=f"specbench-tui {__version__}")
     p.add_argument("plan", nargs="?", type=Path, help="plan file (default: plans/demo.toml)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="review the plan; touch no host")
@@ -42,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--attach",
         metavar="DIR",
         type=Path,
-        help="open the console on the headless campaign running in DIR",
+        help="open the console on the campaign in DIR: steer it while a process runs it "
+        "(console or headless), browse it read-only once it has ended",
     )
     p.add_argument(
         "--send",
@@ -164,9 +168,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     layout = ResultsLayout.for_campaign(results_root, plan.spec.campaign.name, sim=args.sim)
 
     if args.dry_run:
+        from specbench_tui.engine.selection import matches
         from specbench_tui.plan.review import render_json, render_text, review
 
-        r = review(plan, layout.root, sim=args.sim)
+        only = args.only
+        select = (lambda cell: matches(cell, only)) if only else None
+        r = review(plan, layout.root, sim=args.sim, select=select, only=only or "")
+        if r.selected is not None and not r.selected:
+            raise InputError(
+                f"--only {only!r} matches no cell id or name; see the names with --dry-run"
+            )
         checked = None
         if args.check:
             from specbench_tui.hosts.check import check_hosts
@@ -215,5 +226,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_headless(campaign)
     from specbench_tui.tui.app import run_console
+    from specbench_tui.tui.relaunch import InProcessRelaunch
 
-    return run_console(campaign, theme=args.theme)  # the console starts the engine in its loop
+    # the console starts the engine in its loop, and again after the end (r, R, g)
+    return run_console(
+        campaign,
+        theme=args.theme,
+        relaunch=InProcessRelaunch(plan, layout, campaign.options),
+    )

@@ -111,3 +111,94 @@ async def test_console_attached_to_a_headless_campaign(write_plan, tmp_path: Pat
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, out
+
+
+async def test_a_console_campaign_serves_its_socket_and_reruns_after_the_end(
+    write_plan, tmp_path: Path
+) -> None:
+    """A campaign run in the console can be attached to from another terminal while it runs;
+    after the end its socket is gone (--attach then opens it read-only) and r on a finished
+    cell starts the engine again on the same results, as a new attempt."""
+    from specbench_tui.engine.control_socket import AttachedControl, attach_control
+    from specbench_tui.engine.replay import ReplayControl
+    from specbench_tui.tui.plan_tree import NodeRef, PlanTree
+    from specbench_tui.tui.relaunch import InProcessRelaunch
+
+    plan = load_plan(write_plan(MINIMAL_PLAN.replace("speed = 50", "speed = 20")))
+    layout = ResultsLayout.for_campaign(tmp_path, plan.spec.campaign.name)
+    options = CampaignOptions()
+    campaign = Campaign.prepare(plan, layout, options)
+    app = ConsoleApp(
+        campaign,
+        relaunch=InProcessRelaunch(plan, layout, options),
+        results_source=None,
+    )
+
+    def logged() -> list[dict]:
+        return [json.loads(x) for x in layout.events.read_text().splitlines()]
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if layout.control_socket.exists():
+                break
+        other = attach_control(layout.root)  # a second terminal
+        assert isinstance(other, AttachedControl)
+        reply = await other.send(Command("pause", by="terminal-2"))
+        assert reply.ok, reply.text
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if app.progress.paused:
+                break
+        assert app.progress.paused  # the console sees what the other terminal did
+        await other.send(Command("resume", by="terminal-2"))
+        for _ in range(600):
+            await pilot.pause(0.05)
+            if app.progress.finished and not app.engine_running():
+                break
+        assert app.progress.finished and app.progress.counts.done == 2
+        assert not layout.control_socket.exists()
+        assert isinstance(attach_control(layout.root), ReplayControl)
+        first = app.progress.cells[campaign.selected[0]]
+        app.follow = False
+        app.main.query_one(PlanTree).reveal(NodeRef("cell", first.id))
+        await pilot.pause(0.2)
+        await pilot.press("r")  # one finished cell: no question, the engine starts again
+        for _ in range(600):
+            await pilot.pause(0.05)
+            c = app.progress.cells.get(first.id)
+            if c is not None and c.attempt == 2 and app.progress.finished:
+                break
+        assert app.control is not campaign
+        assert app.progress.cells[first.id].attempt == 2
+        assert app.progress.cells[first.id].status == "done"
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if not app.engine_running():
+                break
+        await pilot.press("q")
+        await pilot.pause(0.3)
+    events = logged()
+    assert [e["event"] for e in events].count("campaign_started") == 2
+    queued = [e for e in events if e["event"] == "cell_queued"]
+    assert [(e["cell_id"], e["attempt"], e["by"]) for e in queued] == [(first.id, 2, "rerun")]
+    finished = [e["cell_id"] for e in events if e["event"] == "cell_finished"]
+    assert finished.count(first.id) == 2 and len(finished) == 3  # the other cell ran once
+    assert app.return_value == 0
+    lines = app.summary_lines(0)
+    assert lines[0].startswith("specbench-tui: t finished: 2 done") and str(layout.root) in lines[1]
+
+
+def test_selection_adds_cells_to_rerun_whatever_their_status() -> None:
+    from specbench_tui.engine.selection import select_cells
+    from specbench_tui.results.state import CampaignState
+    from specbench_tui.tui.scripted import sample_campaign
+
+    state = CampaignState.from_events(sample_campaign(finish=True))
+    cells = [c.cell for c in state.cells.values() if c.cell is not None]
+    assert select_cells(state, cells) == []  # all ended: nothing to resume
+    assert select_cells(state, cells, rerun=["ar1co64"]) == ["ar1co64"]
+    assert select_cells(state, cells, rerun_failed=True, rerun=["ar1co64"]) == [
+        "ar1co64",
+        "dfl1conc4",
+    ]

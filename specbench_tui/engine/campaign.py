@@ -89,6 +89,7 @@ class Campaign:
                 c.cells.values(),
                 only=options.only,
                 rerun_failed=options.rerun_failed,
+                rerun=options.rerun,
                 where=str(layout.root),
             )
         except BaseException:
@@ -257,16 +258,16 @@ class Campaign:
                 pid=os.getpid(),
             )
         )
-        for cid in self.selected:  # --rerun-failed: a failed cell is queued again, said so
+        for cid in self.selected:  # --rerun-failed, a rerun: an ended cell is queued again
             c = self.state.cells[cid]
-            if c.status == "failed":
+            if c.status in ("done", "failed", "skipped"):
                 ctx.hub.emit(
                     CellQueued(
                         cell_id=cid,
                         group=c.group,
                         cell=c.name,
                         attempt=c.attempt + 1,
-                        by="rerun-failed",
+                        by="rerun-failed" if self.options.rerun_failed else "rerun",
                     )
                 )
         storage_failed = False

@@ -22,6 +22,9 @@ class CampaignOptions:
     fresh: bool = False
     only: str | None = None
     rerun_failed: bool = False
+    # Cell ids to run again even though they ended (done, failed, skipped): a console's
+    # r / R / g after the end starts a new run on the same results with these.
+    rerun: tuple[str, ...] = ()
     control_socket: bool = True  # every campaign serves control.sock, console or headless
     gpu_free_timeout_s: float = 300.0
     stop_grace_s: float = 30.0

@@ -1,4 +1,5 @@
-"""The control endpoint of a headless campaign, and the client a detached console uses.
+"""The control endpoint every campaign serves (console or headless), and the client a detached
+console uses.
 
 A Unix socket ``control.sock`` in the results directory (mode 0600: only its owner can steer
 the campaign). Newline-delimited JSON, one request per connection:
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import socket
@@ -179,12 +181,16 @@ async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.Abstra
 
 
 class AttachedControl:
-    """A running headless campaign seen through its control socket (implements CampaignControl)."""
+    """A running campaign seen through its control socket (implements CampaignControl)."""
 
     detached = True  # closing a console on it leaves the campaign running
 
     def __init__(self, path: Path) -> None:
         self.path = path
+
+    @property
+    def results_root(self) -> Path:
+        return self.path.parent
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         with _ShortPath(self.path) as p:
@@ -220,28 +226,56 @@ class AttachedControl:
             writer.close()
 
 
-def attach_control(results_dir: Path) -> AttachedControl:
-    """Check there is a live campaign in ``results_dir``; say clearly what is wrong if not."""
+def _lock_owner(layout: ResultsLayout) -> str | None:
+    """The pid a live campaign wrote into the directory's lock, None when no process holds it."""
+    try:
+        fd = os.open(layout.lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        with contextlib.suppress(OSError):
+            return layout.lock.read_text().strip() or "?"
+        return "?"
+    finally:
+        os.close(fd)
+    return None
+
+
+def attach_control(results_dir: Path) -> CampaignControl:
+    """The campaign in ``results_dir``: its control socket while a process runs it (any
+    campaign, console or headless, serves one), else its log opened read-only. Says clearly
+    what is wrong when there is nothing to open."""
+    from specbench_tui.engine.replay import ReplayControl
+
     layout = ResultsLayout(Path(results_dir))
     if not layout.root.is_dir():
         raise InputError(f"{layout.root}: no such results directory")
     sock = layout.control_socket
     if not sock.exists():
-        if layout.events.exists():
+        if not layout.events.exists():
+            raise InputError(f"{layout.root}: no campaign here (no control.sock, no events.jsonl)")
+        owner = _lock_owner(layout)
+        if owner is not None:
             raise InputError(
-                f"{layout.root}: no campaign is running here (it has ended or was "
-                "started without --headless); its report: "
-                f"specbench-tui --report {layout.root}"
+                f"{layout.root}: the campaign here (pid {owner}) is starting and its control "
+                "socket is not up yet; try again in a moment"
             )
-        raise InputError(f"{layout.root}: no campaign here (no control.sock, no events.jsonl)")
+        return ReplayControl(layout, "the campaign has ended: opened read-only")
     with _ShortPath(sock) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         try:
             s.connect(p)
         except OSError as exc:
             if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
-                raise InputError(
-                    f"{sock}: stale control socket: the campaign process is gone; "
-                    "run the plan again to resume it"
-                ) from None
+                if not layout.events.exists():
+                    raise InputError(
+                        f"{sock}: stale control socket and no events.jsonl beside it"
+                    ) from None
+                return ReplayControl(
+                    layout,
+                    "the campaign's process is gone without ending it (interrupted): opened "
+                    "read-only; running the plan again resumes it",
+                )
             raise InputError(f"{sock}: cannot connect: {exc.strerror or exc}") from None
     return AttachedControl(sock)

@@ -4,6 +4,8 @@
 - ``--rerun-failed`` runs the failed ones and nothing else.
 - ``--only PATTERN`` narrows either choice to cells whose id or name matches the glob (or
   whose name contains it).
+- ``rerun`` (a console's rerun after the end) adds cells by id whatever their status; the
+  run queues the ended ones again as a new attempt.
 Asking for nothing is an input error, said before anything starts.
 """
 
@@ -31,6 +33,7 @@ def select_cells(
     *,
     only: str | None = None,
     rerun_failed: bool = False,
+    rerun: Iterable[str] = (),
     where: str = "",
 ) -> list[str]:
     """Ids of the cells to run, in plan order; ``where`` names the results for messages."""
@@ -52,4 +55,8 @@ def select_cells(
                 f"--only {only!r} matches no cell id or name; see the names with --dry-run"
             )
         chosen = [c for c in chosen if matches(c, only)]
+    again = set(rerun)
+    if again:
+        keep = {c.id for c in chosen} | again
+        chosen = [c for c in cells if c.id in keep]
     return [c.id for c in chosen]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -18,6 +19,7 @@ from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.packing import Schedule
+from specbench_tui.results.cells import Cell
 
 
 @dataclass(frozen=True)
@@ -27,13 +29,50 @@ class Review:
     estimate: Estimate
     results_dir: Path
     sim: bool
+    # ``--only``: the ids of the cells a run would take, and what was asked (None: all)
+    selected: frozenset[str] | None = None
+    only: str = ""
+
+    def is_selected(self, cell_id: str) -> bool:
+        return self.selected is None or cell_id in self.selected
+
+    @property
+    def selected_s(self) -> float:
+        """The estimate for the selected cells: theirs, and a start-up per group they need."""
+        if self.selected is None:
+            return self.estimate.total_s
+        cells = [c for c in self.expansion.cells if c.id in self.selected]
+        groups = {c.group for c in cells}
+        startup = {
+            g.id: self.estimate.per_group_s[g.id]
+            - sum(self.estimate.per_cell_s[c.id] for c in self.expansion.cells if c.group == g.id)
+            for g in self.expansion.groups
+        }
+        return sum(self.estimate.per_cell_s[c.id] for c in cells) + sum(startup[g] for g in groups)
 
 
-def review(plan: Plan, results_dir: Path, *, sim: bool = False) -> Review:
+def review(
+    plan: Plan,
+    results_dir: Path,
+    *,
+    sim: bool = False,
+    select: Callable[[Cell], bool] | None = None,
+    only: str = "",
+) -> Review:
+    """``select`` (``--only``): which cells a run would take; the tree marks them."""
     exp = expand(plan, sim=sim)
     speed = host_speeds(plan.spec, sim=sim)
     est = estimate(plan.spec, plan.dir, exp.groups, exp.cells, speed=speed)
-    return Review(plan=plan, expansion=exp, estimate=est, results_dir=results_dir, sim=sim)
+    selected = frozenset(c.id for c in exp.cells if select(c)) if select is not None else None
+    return Review(
+        plan=plan,
+        expansion=exp,
+        estimate=est,
+        results_dir=results_dir,
+        sim=sim,
+        selected=selected,
+        only=only,
+    )
 
 
 def _slice(cell_name: str, group: str) -> str:
@@ -101,8 +140,9 @@ def render_text(r: Review) -> str:
                 )
                 for x in wcells:
                     n = est.per_cell_requests[x.id]
+                    mark = "" if r.selected is None else ("* " if r.is_selected(x.id) else "  ")
                     out.append(
-                        f"{bar}     {x.id}  {_slice(x.name, g.id) or wname:<24} "
+                        f"{bar}   {mark}  {x.id}  {_slice(x.name, g.id) or wname:<24} "
                         f"{n:>4} req  ~{format_duration(est.per_cell_s[x.id])}"
                     )
     kinds = Counter(x.kind for x in exp.cells)
@@ -125,6 +165,16 @@ def render_text(r: Review) -> str:
         )
         out.extend(_schedule_text(est.schedule))
     out.append("  assuming " + "; ".join(est.assumptions))
+    if r.selected is not None:
+        picked = [x for x in exp.cells if x.id in r.selected]
+        groups = {x.group for x in picked}
+        out.append("")
+        out.append(
+            f"--only {r.only!r} selects {len(picked)} of {len(exp.cells)} cells (marked *) in "
+            f"{len(groups)} service group{'s' * (len(groups) != 1)}: estimated "
+            f"{format_duration(r.selected_s)}; a run also skips cells its results already "
+            "finished"
+        )
     return "\n".join(out)
 
 
@@ -148,6 +198,7 @@ def render_json(r: Review) -> dict[str, Any]:
         d = x.to_json()
         d["requests"] = est.per_cell_requests[x.id]
         d["estimate_s"] = round(est.per_cell_s[x.id], 3)
+        d["selected"] = r.is_selected(x.id)
         cells.append(d)
     groups = []
     for g in exp.groups:
@@ -192,5 +243,12 @@ def render_json(r: Review) -> dict[str, Any]:
             }
             for s in est.schedule.slots
         ],
+        "selection": None
+        if r.selected is None
+        else {
+            "only": r.only,
+            "cells": len(r.selected),
+            "estimate_s": round(r.selected_s, 1),
+        },
         "assumptions": est.assumptions,
     }

@@ -1,15 +1,17 @@
 """The campaign console: a Textual app that follows a campaign through ``CampaignControl``.
 
 It only ever subscribes to events and sends commands, so the same app works on a campaign in
-this process and (through a socket-backed control) on a headless one. Data flows one way:
+this process, on one in another process (through its control socket) and on an ended one
+(its log replayed read-only). Data flows one way:
 
     control.subscribe() -> reader task -> EventInbox -> frame timer (20 Hz) -> CampaignProgress,
-    LiveData -> panes
+    LiveData, GpuHistory -> panes
 
 The reader never touches a widget; the frame timer applies whatever arrived since the last
 frame in one go, so a flood of thousands of events a second costs a few list operations per
 frame and keys stay responsive. Plots redraw on their own slower timer, and only when their
-data changed; clock-driven text (elapsed, uptime, ETA) repaints once a second.
+data changed; clock-driven text (elapsed, uptime, ETA) repaints once a second. The results
+table is computed from the results directory in a worker thread, after cells finish.
 """
 
 from __future__ import annotations
@@ -20,17 +22,22 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, ClassVar
 
+import polars as pl
 from textual import events, work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.message import Message
+from textual.screen import Screen
 from textual.widgets import Footer, Tree
+from textual.widgets._footer import FooterKey
 from textual.widgets.tree import TreeNode
 
-from specbench_tui.engine.commands import CampaignControl, Command, Reply
+from specbench_tui.engine.commands import CampaignControl
 from specbench_tui.results.events import (
     CampaignFinished,
     CampaignStarted,
@@ -39,6 +46,7 @@ from specbench_tui.results.events import (
     CellQueued,
     CellSkipped,
     CellStarted,
+    CheckVerdict,
     Event,
     GpuSample,
     GroupFinished,
@@ -51,7 +59,10 @@ from specbench_tui.results.events import (
     TelemetryChosen,
 )
 from specbench_tui.results.progress import CampaignProgress
+from specbench_tui.tui import keymap
+from specbench_tui.tui.campaign_keys import CampaignKeys
 from specbench_tui.tui.detail import DetailPane
+from specbench_tui.tui.gpu_history import GpuHistory
 from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.health import HealthPane
 from specbench_tui.tui.inbox import EventInbox
@@ -59,14 +70,19 @@ from specbench_tui.tui.log_pane import LogPane, display_line
 from specbench_tui.tui.palette import ConsoleCommands
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.plots import LiveData, PlotsPane
+from specbench_tui.tui.relaunch import Relaunch
+from specbench_tui.tui.results_pane import ResultsPane
+from specbench_tui.tui.results_source import comparison
 from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
+from specbench_tui.tui.summary import exit_summary
 from specbench_tui.tui.themes import DEFAULT_THEME, load_all_themes, resolve_theme_name
+from specbench_tui.tui.toasts import Toast, ToastBatcher
 
 #: Exit status when the console is closed before the campaign finished (as for Ctrl-C).
 EXIT_INTERRUPTED = 130
 FRAME_S = 0.05  # apply pending events 20 times a second
 PLOT_S = 0.25  # redraw changed plots 4 times a second
-CLOCK_S = 1.0  # elapsed, uptime, ETA
+CLOCK_S = 1.0  # elapsed, uptime, ETA; results freshness
 #: Events handled per reader step before yielding to the UI: a replay of a long campaign or a
 #: flood must not hold the event loop.
 READER_CHUNK = 256
@@ -74,16 +90,20 @@ READER_CHUNK = 256
 REPLAY_AGE_S = 30.0
 #: Longest wait for an in-process campaign to stop after quitting mid-run.
 QUIT_GRACE_S = 20.0
+#: After a cell finished, the results table is recomputed this much later, once for a burst.
+RESULTS_DELAY_S = 1.0
 
 #: Panes the number keys toggle, in screen order.
-PANES: dict[str, str] = {"1": "tree", "2": "detail", "3": "health", "4": "plots", "5": "logpane"}
 PANE_TITLES: dict[str, str] = {
     "tree": "Plan",
     "detail": "Detail",
     "health": "Service & GPUs",
     "plots": "Live",
+    "results": "Results",
     "logpane": "Log",
 }
+#: Panes that share the middle of the right column: showing one hides the other.
+SLOT = ("plots", "results")
 
 _LIFECYCLE = (
     CampaignStarted,
@@ -97,12 +117,24 @@ _LIFECYCLE = (
     CellFailed,
     CellSkipped,
     CellQueued,
+    CheckVerdict,
 )
 _CELL_EVENTS = (CellStarted, CellFinished, CellFailed, CellSkipped, CellQueued)
+#: Events after which the results table may have changed.
+_RESULTS_EVENTS = (CellFinished, CheckVerdict, CampaignFinished, CellQueued)
 
 
 class PlanNavigated(events.Event):
     """The operator moved the tree cursor themselves: stop following the running cell."""
+
+
+class ResultsComputed(Message):
+    """The results table, computed in a worker thread (which never touches a widget)."""
+
+    def __init__(self, frame: pl.DataFrame | None, note: str) -> None:
+        super().__init__()
+        self.frame = frame
+        self.note = note
 
 
 def _while_mounted(method: Callable[..., None]) -> Callable[..., None]:
@@ -147,59 +179,30 @@ class ConsolePlanTree(PlanTree):
         self.post_message(PlanNavigated())
 
 
-class ConsoleApp(App[int]):
+class ConsoleFooter(Footer):
+    """The footer, its less needed keys marked so a compact screen can drop them (CSS) and
+    keep Help and Quit in view."""
+
+    def compose(self) -> ComposeResult:
+        for widget in super().compose():
+            if isinstance(widget, FooterKey) and widget.action in keymap.FOOTER_WIDE_ONLY:
+                widget.add_class("-wide-only")
+            yield widget
+
+
+class ConsoleApp(CampaignKeys, App[int]):
     """The console. ``clock`` exists so tests and snapshots can freeze time-dependent text
     (elapsed, uptime, ETA); ``SPECBENCH_TUI_FROZEN_TIME=<epoch seconds>`` does the same from
-    outside."""
+    outside. ``relaunch`` (an in-process console) lets r, R and g start the engine again
+    after the end; ``results_source`` computes the results table from a results directory."""
 
     CSS_PATH = "app.tcss"
     TITLE = "specbench"
     COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {ConsoleCommands}
 
     #: The key table: the footer, the help screen and the palette are all built from it.
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space,p", "toggle_pause", "Pause/Resume", id="campaign.pause"),
-        Binding("s", "skip", "Skip", id="campaign.skip"),
-        Binding("r", "rerun", "Rerun", id="campaign.rerun"),
-        Binding("R", "rerun_failed", "Rerun failed", id="campaign.rerun_failed", show=False),
-        Binding("a", "abort", "Abort", id="campaign.abort"),
-        Binding("g", "retry_group", "Retry group", id="campaign.retry_group", show=False),
-        Binding("f", "toggle_follow", "Follow", id="view.follow"),
-        Binding("slash", "search_log", "Search", id="view.search"),
-        Binding("l", "freeze_log", "Freeze log", id="view.freeze_log", show=False),
-        Binding("z", "maximize_pane", "Zoom", id="view.maximize"),
-        Binding("1", "toggle_pane('tree')", "Plan pane", id="view.pane.tree", show=False),
-        Binding("2", "toggle_pane('detail')", "Detail pane", id="view.pane.detail", show=False),
-        Binding("3", "toggle_pane('health')", "Health pane", id="view.pane.health", show=False),
-        Binding("4", "toggle_pane('plots')", "Plots pane", id="view.pane.plots", show=False),
-        Binding("5", "toggle_pane('logpane')", "Log pane", id="view.pane.log", show=False),
-        Binding("t", "next_theme", "Theme", id="view.theme", show=False),
-        Binding("question_mark,f1", "help", "Help", id="app.help"),
-        Binding("q", "request_quit", "Quit", id="app.quit"),
-        Binding("ctrl+q", "request_quit", "Quit", id="app.quit_ctrl", show=False, priority=True),
-    ]
-
-    #: Longer words for the help screen and the palette, keyed by action.
-    HELP: ClassVar[dict[str, str]] = {
-        "toggle_pause": "pause after the running cell, or resume (the answer says which)",
-        "skip": "skip the selected cell or group (the running cell while following)",
-        "rerun": "queue the selected cell, workload or group again",
-        "rerun_failed": "queue every failed cell again",
-        "abort": "stop the campaign (asks first); finished results are kept",
-        "retry_group": "restart the selected (or current) service group's server",
-        "toggle_follow": "follow the running cell in the plan tree, or stop following",
-        "search_log": "filter the log for a text; esc clears",
-        "freeze_log": "freeze the log view; the campaign keeps running",
-        "maximize_pane": "zoom the focused pane to the whole screen, or back",
-        "toggle_pane('tree')": "show or hide the plan tree",
-        "toggle_pane('detail')": "show or hide the detail pane",
-        "toggle_pane('health')": "show or hide service and GPU health",
-        "toggle_pane('plots')": "show or hide the live plots",
-        "toggle_pane('logpane')": "show or hide the log",
-        "next_theme": "switch to the next console theme",
-        "help": "this screen",
-        "request_quit": "leave the console (asks first while the campaign runs)",
-    }
+    BINDINGS: ClassVar[list[BindingType]] = keymap.BINDINGS
+    HELP: ClassVar[dict[str, str]] = keymap.HELP
 
     def __init__(
         self,
@@ -208,12 +211,18 @@ class ConsoleApp(App[int]):
         *,
         clock: Callable[[], float] | None = None,
         theme_dirs: list[Any] | None = None,
+        relaunch: Relaunch | None = None,
+        results_source: Callable[[Path], pl.DataFrame] | None = comparison,
     ) -> None:
         super().__init__()
         self.control = control
+        self.relaunch = relaunch
+        self.results_source = results_source
         self.progress = CampaignProgress()
         self.live = LiveData()
+        self.gpu_history = GpuHistory()
         self.inbox = EventInbox()
+        self.toasts = ToastBatcher()
         frozen = os.environ.get("SPECBENCH_TUI_FROZEN_TIME")
         if clock is None and frozen:
             frozen_at = float(frozen)
@@ -223,14 +232,24 @@ class ConsoleApp(App[int]):
         self.stream_ended = False
         self.frames = 0  # batches applied (the bench reads these)
         self.plot_draws = 0
+        self.results_computed = 0  # results tables computed (tests read it)
         self._followed: str | None = None
         self._selected: NodeRef | None = None
         self._auto_hidden: set[str] = set()
         self._request_cells: set[str] = set()
         self._quitting = False
+        self._leave_after_engine = False
+        self._history_before = 0.0  # events before this (epoch s) are history after a restart
+        self._results_due: float | None = None  # monotonic time the table is to be recomputed
+        self._results_mtime: float | None = None
+        self._results_busy = False
         self.engine_exit_code: int | None = None
         self._user_display: dict[str, bool] = {}
+        self._user_wrap: bool | None = None
         self._startup_notes: list[tuple[str, str]] = []
+        note = getattr(control, "note", "")
+        if note:
+            self._startup_notes.append((note, "information"))
         self.console_themes, errors = load_all_themes(theme_dirs)
         for th in self.console_themes.values():
             self.register_theme(th)
@@ -248,6 +267,42 @@ class ConsoleApp(App[int]):
         fallback = DEFAULT_THEME if DEFAULT_THEME in self.console_themes else "textual-dark"
         self.theme = chosen or fallback
 
+    # --- facts about the control ----------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        return bool(getattr(self.control, "read_only", False))
+
+    @property
+    def detached(self) -> bool:
+        return bool(getattr(self.control, "detached", False))
+
+    def results_root(self) -> Path | None:
+        """The campaign's results directory: what the control knows (its path is right
+        from any working directory), else what the campaign said when it started."""
+        root = getattr(self.control, "results_root", None)
+        if root is None and self.relaunch is not None:
+            root = self.relaunch.results_root
+        if root is None and self.progress.results_dir:
+            root = Path(self.progress.results_dir)
+        return Path(root) if root is not None else None
+
+    @property
+    def main(self) -> Screen[Any]:
+        """The console's own screen. ``App.query_one`` looks only at the screen on top, so
+        while help or a question is open the panes must be found here, or the frame that
+        applies events would find nothing and lose its batch."""
+        stack = self.screen_stack
+        if not stack:  # starting or shutting down: as if the panes were not there
+            raise NoMatches("the console's screen is not up")
+        return stack[0]
+
+    def engine_running(self) -> bool:
+        return any(w.group == "engine" and w.is_running for w in self.workers)
+
+    def now_mono(self) -> float:
+        return time.monotonic()
+
     # --- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
@@ -259,50 +314,70 @@ class ConsoleApp(App[int]):
             with Vertical(id="right"):
                 yield HealthPane(id="health")
                 yield PlotsPane(id="plots")
+                yield ResultsPane(id="results")
                 yield LogPane(id="logpane")
-        yield Footer(compact=True)
+        yield ConsoleFooter(compact=True)
 
     def on_mount(self) -> None:
         for pane_id, title in PANE_TITLES.items():
-            pane = self.query_one(f"#{pane_id}")
+            pane = self.main.query_one(f"#{pane_id}")
             pane.add_class("pane")
-            pane.border_title = title
-        self.query_one("#logpane", LogPane).border_title = "Log"
+            if pane_id != "results":  # it titles itself (TP, sort)
+                pane.border_title = title
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self._apply_size(self.size.width, self.size.height)
-        self.query_one(PlanTree).focus()
+        self.main.query_one(PlanTree).focus()
         for text, severity in self._startup_notes:
-            self.notify(text, severity=severity, timeout=10)  # type: ignore[arg-type]
+            self.notify(text, severity=severity, timeout=10, markup=False)  # type: ignore[arg-type]
         self.set_interval(FRAME_S, self._frame)
         self.set_interval(PLOT_S, self._redraw_plots)
         self.set_interval(CLOCK_S, self._tick)
-        self._read_events()
         if callable(getattr(self.control, "start_engine", None)):
-            self._run_engine()
+            # a campaign this console starts: whatever its log already holds is history,
+            # however recent (an earlier run that ended a moment ago raises no toast)
+            self._history_before = time.time()
+        self._read_events()
+        self.start_engine()
         self._paint()
+        root = self.results_root()
+        if self.read_only and root is not None:  # log lines are live only, never replayed
+            self.main.query_one(LogPane).note(
+                f"(no live log: nothing runs this campaign; the server logs are in {root}/logs/)"
+            )
 
     def on_resize(self, event: events.Resize) -> None:
         self._apply_size(event.size.width, event.size.height)
 
     def _apply_size(self, width: int, height: int) -> None:
-        """Compact below 100x32: the plots fold away (4 toggles them back) so that the tree,
-        the health lines and the log keep room to be read at 80x24."""
+        """Compact below 100x32: the plots and the results fold away (4 and 6 bring them
+        back) so that the tree, the health lines and the log keep room to be read at 80x24."""
         compact = width < 100 or height < 32
-        self.screen.set_class(compact, "-compact")
-        self.screen.set_class(width >= 180 and height >= 45, "-wide")
-        self._auto_hidden = {"plots"} if compact else set()
+        self.main.set_class(compact, "-compact")
+        self.main.set_class(width >= 180 and height >= 45, "-wide")
+        self._auto_hidden = {"plots", "results"} if compact else self._slot_default()
+        if self._user_wrap is None:  # a narrow log is unreadable cut: it wraps there
+            self.main.query_one(LogPane).set_wrap(width < 100)
         self._apply_panes()
+
+    def _slot_default(self) -> set[str]:
+        """Which of plots and results the middle slot leaves out by default: the results
+        once the campaign has ended (that is what one comes back for), the plots before."""
+        return {"plots"} if self.ended else {"results"}
 
     def _apply_panes(self) -> None:
         for pane_id in PANE_TITLES:
             shown = self._user_display.get(pane_id, pane_id not in self._auto_hidden)
-            self.query_one(f"#{pane_id}").display = shown
-        left_shown = any(self.query_one(f"#{p}").display for p in ("tree", "detail"))
-        self.query_one("#left").display = left_shown
-        right = ("health", "plots", "logpane")
-        self.query_one("#right").display = any(self.query_one(f"#{p}").display for p in right)
-        if self.query_one("#plots").display:
+            self.main.query_one(f"#{pane_id}").display = shown
+        left_shown = any(self.main.query_one(f"#{p}").display for p in ("tree", "detail"))
+        self.main.query_one("#left").display = left_shown
+        right = ("health", "plots", "results", "logpane")
+        self.main.query_one("#right").display = any(
+            self.main.query_one(f"#{p}").display for p in right
+        )
+        if self.main.query_one("#plots").display:
             self._redraw_plots(force=True)
+        if self.main.query_one("#results").display and self._results_due is None:
+            self._results_due = time.monotonic()  # shown: make sure it is current
 
     # --- the event stream -----------------------------------------------------------------------
 
@@ -311,43 +386,77 @@ class ConsoleApp(App[int]):
         """Read the subscription into the inbox; touches no widget. Yields to the UI every
         ``READER_CHUNK`` events, since a queue that is never empty never yields by itself."""
         n = 0
+        inbox = self.inbox
         try:
             async for ev in self.control.subscribe():
-                self.inbox.put(ev)
+                inbox.put(ev)
                 n += 1
                 if n % READER_CHUNK == 0:
                     await asyncio.sleep(0)
         except Exception as exc:  # a dropped socket or an engine crash: say so, keep the UI
-            self.notify(f"lost the campaign's event stream: {exc}", severity="error", timeout=30)
-        self.stream_ended = True
+            self.notify(
+                f"lost the campaign's event stream: {exc}",
+                severity="error",
+                timeout=30,
+                markup=False,
+            )
+        if inbox is self.inbox:
+            self.stream_ended = True
 
-    @work(exclusive=True, group="engine")
-    async def _run_engine(self) -> None:
-        """An in-process campaign runs in the console's event loop (the engine's
-        ``start_engine``); a detached control has no such method and needs nothing here."""
+    def start_engine(self) -> None:
+        """An in-process campaign runs in the console's event loop (its ``start_engine``);
+        a detached control has no such method and needs nothing here."""
+        if callable(getattr(self.control, "start_engine", None)):
+            self._run_engine(self.control)
+
+    @work(group="engine")
+    async def _run_engine(self, control: Any) -> None:
         try:
-            self.engine_exit_code = await self.control.start_engine()  # type: ignore[attr-defined]
+            code = await control.start_engine()
         except Exception as exc:
-            self.notify(f"the campaign engine stopped: {exc}", severity="error", timeout=60)
-            self.engine_exit_code = 1
-        if self._quitting:
+            self.notify(
+                f"the campaign engine stopped: {exc}", severity="error", timeout=60, markup=False
+            )
+            code = 1
+        if control is self.control:
+            self.engine_exit_code = code
+        if self._quitting or self._leave_after_engine:
             self.exit(self.campaign_exit_code())
+
+    def switch_control(self, control: CampaignControl) -> None:
+        """Follow a new run of the campaign (a restart after the end). Its subscription
+        replays the whole log, so the state is rebuilt from nothing; what happened before
+        now is history and raises no notification."""
+        self.control = control
+        self.progress = CampaignProgress()
+        self.live.clear()
+        self.gpu_history.clear()
+        self.inbox = EventInbox()
+        self.stream_ended = False
+        self.engine_exit_code = None
+        self._history_before = time.time()
+        self._followed = None
+        self._read_events()
 
     @_while_mounted
     def _frame(self) -> None:
         batch = self.inbox.drain()
         if batch:
             self.apply_batch(batch)
+        for toast in self.toasts.due(time.monotonic()):
+            self._show_toast(toast)
 
     def apply_batch(self, batch: list[Event]) -> None:
         """Apply one frame's events: state first, then only the widgets they touched."""
         p = self.progress
-        tree = self.query_one(PlanTree)
-        logpane = self.query_one(LogPane)
+        tree = self.main.query_one(PlanTree)
+        logpane = self.main.query_one(LogPane)
         lines: list[str] = []
         cells: set[str] = set()
         groups: set[str] = set()
-        rebuilt = lifecycle = gpus = False
+        rebuilt = lifecycle = gpus = checks = False
+        was_ended = self.ended
+        now = time.monotonic()
         for ev in batch:
             p.apply(ev)
             if isinstance(ev, LogLine):
@@ -362,43 +471,73 @@ class ConsoleApp(App[int]):
             if isinstance(ev, GpuSample):
                 gpus = True
                 continue
-            if isinstance(ev, TelemetryChosen):
-                self.query_one(HealthPane).telemetry[ev.host] = ev
+            if isinstance(ev, TelemetryChosen):  # the reducer keeps it; the pane shows it
                 gpus = True
                 continue
             if isinstance(ev, _LIFECYCLE):
                 lifecycle = True
+            if isinstance(ev, _RESULTS_EVENTS) and self._results_due is None:
+                self._results_due = now + RESULTS_DELAY_S
             if isinstance(ev, CampaignStarted):
                 rebuilt = True
                 self.live.clear()
                 cells.clear()
                 groups.clear()
+                self._results_due = now + RESULTS_DELAY_S
             elif isinstance(ev, GroupStarted):
                 logpane.add(lines)
                 lines = []
                 logpane.set_group(ev.group)
                 groups.add(ev.group)
-            elif isinstance(ev, ServiceReady | ServiceFailed | GroupFinished):
+            elif isinstance(ev, ServiceReady | GroupFinished):
                 groups.add(ev.group)
+            elif isinstance(ev, ServiceFailed):
+                groups.add(ev.group)
+                if self._is_live(ev):
+                    self.toasts.add(
+                        f"{ev.group}: {ev.reason}",
+                        now,
+                        severity="error",
+                        title="server failed",
+                        noun=("server failed to start", "servers failed to start"),
+                    )
             elif isinstance(ev, _CELL_EVENTS):
                 cells.add(ev.cell_id)
                 if isinstance(ev, CellFailed) and self._is_live(ev):
-                    self.notify(
-                        f"cell failed: {ev.cell or ev.cell_id}: {ev.reason}",
+                    self.toasts.add(
+                        f"{ev.cell or ev.cell_id}: {ev.reason}",
+                        now,
                         severity="error",
-                        timeout=8,
+                        title="cell failed",
+                        noun=("cell failed", "cells failed"),
+                    )
+            elif isinstance(ev, CheckVerdict):
+                checks = True
+                if ev.status == "fail" and self._is_live(ev):
+                    self.toasts.add(
+                        f"{ev.config} TP{ev.tp}: {ev.text or ev.check}",
+                        now,
+                        severity="error",
+                        title=f"{ev.check} check failed",
+                        noun=("config failed a check", "configs failed a check"),
                     )
             elif isinstance(ev, Notice) and self._is_live(ev):
-                sev = {"warning": "warning", "error": "error"}.get(ev.level, "information")
-                self.notify(ev.text, severity=sev, timeout=8)  # type: ignore[arg-type]
-            elif isinstance(ev, CampaignFinished):
+                if self.toasts.answer(ev.text, "notice", now):
+                    sev = {"warning": "warning", "error": "error"}.get(ev.level, "information")
+                    noun = {"error": ("error", "errors"), "warning": ("warning", "warnings")}.get(
+                        sev, ("note", "notes")
+                    )
+                    self.toasts.add(ev.text, now, severity=sev, noun=noun)
+            elif isinstance(ev, CampaignFinished) and self._is_live(ev):
                 self._announce_end(ev)
+        self.gpu_history.ingest(batch)
         logpane.add(lines)
         logpane.dropped = self.inbox.dropped
         self.live.ingest(batch, p.started_at)
-        if rebuilt:
-            tree.build(p)
-            self._followed = None
+        if rebuilt or (tree.only_failed and lifecycle and tree.failing(p) != tree.shown_failures):
+            self._rebuild_tree()
+        elif checks:
+            tree.relabel_all()
         else:
             for cid in cells:
                 tree.relabel_cell(cid)
@@ -409,47 +548,84 @@ class ConsoleApp(App[int]):
         if self.follow:
             self._follow_current()
         self.frames += 1
-        now = self.clock()
-        self.query_one(CampaignHeader).show(p, now)
+        clock = self.clock()
+        self.main.query_one(CampaignHeader).show(p, clock, live=not self.read_only)
         if gpus or lifecycle:
-            self.query_one(HealthPane).show(p, now)
+            self.main.query_one(HealthPane).show(p, clock, self.gpu_history)
         if lifecycle:
             self._show_detail()
+        if self.ended != was_ended:
+            self._apply_size(self.size.width, self.size.height)  # the slot's default changed
+
+    def _rebuild_tree(self) -> None:
+        tree = self.main.query_one(PlanTree)
+        tree.build(self.progress)
+        self._followed = None
+        self.main.query_one("#tree").border_title = (
+            "Plan · failed only (F: all)" if tree.only_failed else PANE_TITLES["tree"]
+        )
+        if not self.follow and self._selected is not None:
+            tree.reveal(self._selected)
 
     def _is_live(self, ev: Event) -> bool:
         """Whether an event is news rather than replayed history: only news deserves a
         notification (attaching to a long campaign must not replay a storm of toasts). The
-        stream has no replay marker, so an event's age decides."""
-        return self.clock() - ev.ts < REPLAY_AGE_S
+        stream has no replay marker, so an event's age decides, and after a restart of the
+        engine everything before it is history."""
+        if self.read_only:
+            return False
+        return ev.ts >= self._history_before and self.clock() - ev.ts < REPLAY_AGE_S
+
+    def _show_toast(self, toast: Toast) -> None:
+        timeout = 5 if toast.count == 1 else 6  # with the cooldown: two on screen at most
+        hint = "\n(F shows the failed cells)" if "failed" in toast.title and toast.count > 1 else ""
+        self.notify(
+            toast.text + hint,
+            title=toast.title,
+            severity=toast.severity,  # type: ignore[arg-type]
+            timeout=timeout,
+            markup=False,
+        )
 
     def _announce_end(self, ev: CampaignFinished) -> None:
+        for toast in self.toasts.due(time.monotonic(), flush=True):
+            self._show_toast(toast)
         word = "aborted" if self.progress.aborted else "finished"
+        checks = len(self.progress.failed_checks())
+        bad = f", {checks} failed check{'s' * (checks != 1)}" if checks else ""
+        again = "r, R, g run cells again; " if self.relaunch is not None else ""
         self.notify(
             f"campaign {word}: {ev.finished} done, {ev.failed} failed, "
-            f"{ev.skipped} skipped (exit {ev.exit_code}); q to leave",
-            severity="error" if ev.failed or self.progress.aborted else "information",
+            f"{ev.skipped} skipped{bad} (exit {ev.exit_code}); {again}q to leave",
+            severity="error"
+            if ev.failed or self.progress.aborted
+            else "warning"
+            if checks
+            else "information",
             timeout=30,
+            markup=False,
         )
 
     # --- painting -------------------------------------------------------------------------------
 
     def _paint(self) -> None:
         now = self.clock()
-        self.query_one(CampaignHeader).show(self.progress, now)
-        self.query_one(HealthPane).show(self.progress, now)
+        self.main.query_one(CampaignHeader).show(self.progress, now, live=not self.read_only)
+        self.main.query_one(HealthPane).show(self.progress, now, self.gpu_history)
         self._show_detail()
 
     @_while_mounted
     def _tick(self) -> None:
         self._paint()
+        self._results_tick()
 
     @_while_mounted
     def _redraw_plots(self, force: bool = False) -> None:
-        self.plot_draws += self.query_one(PlotsPane).redraw(self.live, force=force)
+        self.plot_draws += self.main.query_one(PlotsPane).redraw(self.live, force=force)
         if self._request_cells:
             # request counts of running cells: only the cell's own label changes (its
             # ancestors count settled cells), and at this rate even a flood costs nothing
-            tree = self.query_one(PlanTree)
+            tree = self.main.query_one(PlanTree)
             for cid in self._request_cells:
                 node = tree.nodes_by_ref.get(NodeRef("cell", cid))
                 if node is not None:
@@ -459,30 +635,74 @@ class ConsoleApp(App[int]):
             self._request_cells.clear()
 
     def _show_detail(self) -> None:
-        tree = self.query_one(PlanTree)
+        tree = self.main.query_one(PlanTree)
         ref = self._selected
         cells = tree.cell_ids_under(ref) if ref is not None else []
-        self.query_one(DetailPane).show(self.progress, ref, cells, self.clock())
+        self.main.query_one(DetailPane).show(self.progress, ref, cells, self.clock())
 
     def _on_theme_changed(self, _theme: object) -> None:
-        self.query_one(PlanTree).relabel_all()
-        self.query_one(LogPane).retheme()
+        self.main.query_one(PlanTree).relabel_all()
+        self.main.query_one(LogPane).retheme()
         self._paint()
         self._redraw_plots(force=True)
+        self.main.query_one(ResultsPane)._redraw()
+
+    # --- the results table ------------------------------------------------------------------
+
+    def _results_tick(self) -> None:
+        """Once a second: recompute the table when a cell finished a moment ago, or when the
+        request view on disk changed (the engine writes it after each cell, off its loop),
+        and only while the pane is shown."""
+        root = self.results_root()
+        if self.results_source is None or root is None:
+            return
+        with contextlib.suppress(OSError):
+            mtime = (root / "requests.parquet").stat().st_mtime
+            if mtime != self._results_mtime:
+                self._results_mtime = mtime
+                self._results_due = self._results_due or time.monotonic()
+        due = self._results_due
+        if due is None or time.monotonic() < due or self._results_busy:
+            return
+        if not self.main.query_one("#results").display:
+            return
+        self._results_due = None
+        self._results_busy = True
+        self._compute_results(root)
+
+    @work(thread=True, group="results", exclusive=True)
+    def _compute_results(self, root: Path) -> None:
+        assert self.results_source is not None
+        try:
+            frame = self.results_source(root)
+            note = ""
+        except Exception as exc:  # a results directory mid-write, a report bug: say so
+            frame, note = None, f"results not computed: {type(exc).__name__}: {exc}"
+        self.post_message(ResultsComputed(frame, note))
+
+    def on_results_computed(self, message: ResultsComputed) -> None:
+        self._results_busy = False
+        self.results_computed += 1
+        pane = self.main.query_one(ResultsPane)
+        if message.frame is None:
+            pane.show(pane.frame, message.note)  # keep the last good table, say why
+        else:
+            pane.show(message.frame, message.note)
 
     # --- the tree -------------------------------------------------------------------------------
 
     def _follow_current(self) -> None:
         p = self.progress
-        tree = self.query_one(PlanTree)
+        tree = self.main.query_one(PlanTree)
         target = p.current_cell
         ref = NodeRef("cell", target) if target else None
         if ref is None and p.current_group:
             ref = NodeRef("group", p.current_group)
         if ref is None or ref.key == self._followed:
             return
+        if tree.reveal(ref, collapse_others=True) is None:
+            return  # not in the tree (filtered out)
         self._followed = ref.key
-        tree.reveal(ref, collapse_others=True)
         self._selected = ref
         self._show_detail()
 
@@ -491,10 +711,10 @@ class ConsoleApp(App[int]):
         self._show_detail()
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeRef]) -> None:
-        self.query_one(PlanTree).relabel_node(event.node)
+        self.main.query_one(PlanTree).relabel_node(event.node)
 
     def on_tree_node_collapsed(self, event: Tree.NodeCollapsed[NodeRef]) -> None:
-        self.query_one(PlanTree).relabel_node(event.node)
+        self.main.query_one(PlanTree).relabel_node(event.node)
 
     def on_plan_navigated(self, _event: PlanNavigated) -> None:
         if self.follow:
@@ -502,104 +722,14 @@ class ConsoleApp(App[int]):
             self.notify("following off: f follows the running cell again", timeout=3)
 
     def _selected_node(self) -> TreeNode[NodeRef] | None:
-        return self.query_one(PlanTree).cursor_node
+        return self.main.query_one(PlanTree).cursor_node
 
     def selected_ref(self) -> NodeRef | None:
         node = self._selected_node()
         return node.data if node is not None else None
 
-    def _target(self, ref: NodeRef | None) -> str | None:
-        """The command target for a tree node: a cell id, a group id or a name glob."""
-        if ref is None:
-            return None
-        if ref.kind in ("cell", "group"):
-            return ref.key
-        if ref.kind == "workload":
-            return f"{ref.key}*"
-        return None
-
-    def _group_of(self, ref: NodeRef | None) -> str | None:
-        if ref is None:
-            return self.progress.current_group
-        if ref.kind == "group":
-            return ref.key
-        if ref.kind == "cell" and ref.key in self.progress.cells:
-            return self.progress.cells[ref.key].group
-        if ref.kind == "workload":
-            return ref.key.rpartition("/")[0]
-        return self.progress.current_group
-
-    # --- commands to the campaign ---------------------------------------------------------------
-
-    def send(self, action: str, target: str | None = None) -> None:
-        """Send without blocking the keys; the answer comes back as a notification."""
-        self._send(Command(action=action, target=target, by="console"))  # type: ignore[arg-type]
-
-    @work(group="commands")
-    async def _send(self, command: Command) -> Reply:
-        try:
-            reply = await self.control.send(command)
-        except Exception as exc:
-            reply = Reply(False, f"{command.action} failed: {exc}")
-        self.notify(
-            reply.text,
-            title=command.action.replace("_", " "),
-            severity="information" if reply.ok else "warning",
-            timeout=5,
-        )
-        return reply
-
-    def action_toggle_pause(self) -> None:
-        self.send("resume" if self.progress.paused else "pause")
-
-    def action_pause(self) -> None:
-        self.send("pause")
-
-    def action_resume(self) -> None:
-        self.send("resume")
-
-    def action_skip(self) -> None:
-        ref = self.selected_ref()
-        target = self._target(ref)
-        if ref is not None and ref.kind == "cell" and ref.key == self.progress.current_cell:
-            target = ref.key
-        self.send("skip", target)
-
-    def action_rerun(self) -> None:
-        target = self._target(self.selected_ref())
-        if target is None:
-            self.notify(
-                "select a cell, workload or group in the plan tree to rerun",
-                severity="warning",
-                timeout=4,
-            )
-            return
-        self.send("rerun", target)
-
-    def action_rerun_failed(self) -> None:
-        self.send("rerun_failed")
-
-    def action_retry_group(self) -> None:
-        self.send("retry_group", self._group_of(self.selected_ref()))
-
-    def action_abort(self) -> None:
-        if self.progress.finished:
-            self.notify("the campaign has already ended", severity="warning", timeout=4)
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.send("abort")
-
-        self.push_screen(
-            ConfirmScreen(
-                "Abort the campaign? The running cell is stopped and nothing else runs. "
-                "Finished results are kept; running the plan again resumes.",
-                yes="Abort",
-                no="Keep running",
-            ),
-            answered,
-        )
+    def cell_ids_under(self, ref: NodeRef) -> list[str]:
+        return self.main.query_one(PlanTree).cell_ids_under(ref)
 
     # --- view actions ---------------------------------------------------------------------------
 
@@ -610,17 +740,37 @@ class ConsoleApp(App[int]):
             self._follow_current()
         self.notify("following the running cell" if self.follow else "following off", timeout=2)
 
+    def action_toggle_failed_only(self) -> None:
+        tree = self.main.query_one(PlanTree)
+        tree.only_failed = not tree.only_failed
+        self._rebuild_tree()
+        n = len(tree.shown_failures)
+        self.notify(
+            f"plan: failed cells only ({n})" if tree.only_failed else "plan: every cell",
+            timeout=3,
+        )
+
     def action_search_log(self) -> None:
         self._user_display["logpane"] = True
         self._apply_panes()
-        self.query_one(LogPane).open_search()
+        self.main.query_one(LogPane).open_search()
 
     def action_freeze_log(self) -> None:
-        frozen = self.query_one(LogPane).toggle_freeze()
+        frozen = self.main.query_one(LogPane).toggle_freeze()
         self.notify(
             "log view frozen; the campaign keeps running (l to follow)"
             if frozen
             else "log view following again",
+            timeout=3,
+        )
+
+    def action_wrap_log(self) -> None:
+        wrapped = self.main.query_one(LogPane).toggle_wrap()
+        self._user_wrap = wrapped
+        self.notify(
+            "log lines wrap (w cuts them again)"
+            if wrapped
+            else "log lines cut at the edge: ← → scroll the focused log sideways",
             timeout=3,
         )
 
@@ -632,11 +782,18 @@ class ConsoleApp(App[int]):
             screen.maximize(screen.focused)
 
     def action_toggle_pane(self, pane_id: str) -> None:
-        pane = self.query_one(f"#{pane_id}")
-        self._user_display[pane_id] = not pane.display
+        pane = self.main.query_one(f"#{pane_id}")
+        show = not pane.display
+        self._user_display[pane_id] = show
+        if show and pane_id in SLOT:  # plots and results share a slot: one at a time
+            for other in SLOT:
+                if other != pane_id:
+                    self._user_display[other] = False
         self._apply_panes()
-        if not self._user_display[pane_id] and self.focused is None:
-            self.query_one(PlanTree).focus()
+        if show and pane_id == "results":
+            self.main.query_one("#results-table").focus()
+        if not show and self.focused is None:
+            self.main.query_one(PlanTree).focus()
 
     def action_next_theme(self) -> None:
         names = list(self.console_themes) or [self.theme]
@@ -651,23 +808,57 @@ class ConsoleApp(App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.key_table()))
 
+    def action_save_screenshot(self) -> None:
+        """An SVG of the screen as it is, into the results directory (``screenshots/``),
+        else the working directory: somewhere the operator can find it again."""
+        root = self.results_root()
+        directory = root / "screenshots" if root is not None and root.is_dir() else Path.cwd()
+        name = f"console-{time.strftime('%Y%m%dT%H%M%S')}-{int(time.time() * 1000) % 1000:03d}.svg"
+        try:
+            directory.mkdir(exist_ok=True)
+            path = self.save_screenshot(filename=name, path=str(directory))
+        except OSError as exc:
+            self.notify(f"screenshot not saved: {exc}", severity="error", timeout=8, markup=False)
+            return
+        self.notify(f"screenshot saved: {path}", timeout=6, markup=False)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's palette commands less Quit and Screenshot: the console's own (from the
+        key table) ask before quitting and save into the results directory."""
+        for cmd in super().get_system_commands(screen):
+            if cmd.title not in ("Screenshot", "Quit"):  # the console's own are in its table
+                yield cmd
+
+    # --- leaving --------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        """Textual's own quit (the palette's Quit) asks like q does."""
+        self.action_request_quit()
+
     def action_request_quit(self) -> None:
-        if self.progress.finished or self.stream_ended or not self.progress.campaign:
+        screen = self.screen
+        if isinstance(screen, ConfirmScreen) and screen.purpose == "quit":
+            screen.dismiss(True)  # a second ctrl+c (or q) while asked: yes
+            return
+        engine = self.engine_running()
+        if self.ended or self.stream_ended or not self.progress.campaign or self.detached:
+            if engine and not self._leave_after_engine:
+                # the run ended but still writes its views and report: leave when it is done
+                self._leave_after_engine = True
+                self.notify(
+                    "the campaign is writing its report; leaving when it is done "
+                    "(q again leaves now)",
+                    timeout=QUIT_GRACE_S,
+                )
+                self.set_timer(QUIT_GRACE_S, lambda: self.exit(self.campaign_exit_code()))
+                return
             self.exit(self.campaign_exit_code())
             return
-        detached = bool(getattr(self.control, "detached", False))
-        question = (
-            "Leave the console? The campaign keeps running headless; attach again to watch it."
-            if detached
-            else "Quit? The campaign runs in this process and stops with the console. "
-            "Finished cells are kept; running the plan again resumes."
-        )
 
         def answered(yes: bool | None) -> None:
             if not yes:
                 return
-            engine = [w for w in self.workers if w.group == "engine" and w.is_running]
-            if detached or not engine:
+            if not self.engine_running():
                 self.exit(EXIT_INTERRUPTED)
                 return
             # in-process: stop the campaign cleanly (server stopped, results flushed) and
@@ -677,7 +868,17 @@ class ConsoleApp(App[int]):
             self.notify("stopping the campaign…", timeout=QUIT_GRACE_S)
             self.set_timer(QUIT_GRACE_S, lambda: self.exit(EXIT_INTERRUPTED))
 
-        self.push_screen(ConfirmScreen(question, yes="Quit", no="Stay"), answered)
+        self.push_screen(
+            ConfirmScreen(
+                "Quit? The campaign runs in this console and stops with it: the running "
+                "cell is cut short and runs again next time. Finished cells are kept; "
+                "running the plan again resumes.",
+                yes="Quit",
+                no="Stay",
+                purpose="quit",
+            ),
+            answered,
+        )
 
     def campaign_exit_code(self) -> int:
         """The campaign's exit code if it finished, else 130 (interrupted)."""
@@ -690,21 +891,22 @@ class ConsoleApp(App[int]):
             return self.engine_exit_code
         return EXIT_INTERRUPTED
 
+    def summary_lines(self, code: int) -> list[str]:
+        return exit_summary(self.progress, self.results_root(), code, detached=self.detached)
+
     # --- keys, help, palette --------------------------------------------------------------------
 
     def key_table(self) -> list[tuple[str, str, str]]:
         rows: list[tuple[str, str, str]] = []
         for b in self.BINDINGS:
             assert isinstance(b, Binding)
-            if b.id == "app.quit_ctrl":
+            if b.id in keymap.ALIASES:
                 continue
             keys = ", ".join(
                 self.get_key_display(Binding(k.strip(), b.action)) for k in b.key.split(",")
             )
             rows.append((keys, b.description, self.HELP.get(b.action, "")))
-        rows.append(("tab", "Next pane", "move the focus between panes"))
-        rows.append(("ctrl+p", "Palette", "every action by name, themes too"))
-        rows.append(("enter", "Expand", "expand or collapse a tree node"))
+        rows.extend(keymap.PANE_KEYS)
         return rows
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
@@ -715,20 +917,10 @@ class ConsoleApp(App[int]):
         ]
         for b in self.BINDINGS:
             assert isinstance(b, Binding)
-            if b.id == "app.quit_ctrl" or b.action == "toggle_pause":
+            if b.id in keymap.ALIASES or b.action == "toggle_pause":
                 continue
-            title = {
-                "Skip": "Skip selected cell",
-                "Rerun": "Rerun selected",
-                "Abort": "Abort campaign",
-                "Follow": "Follow running cell (toggle)",
-                "Search": "Search log",
-                "Zoom": "Maximize focused pane (toggle)",
-                "Theme": "Next theme",
-                "Help": "Help (keys and panes)",
-                "Quit": "Quit console",
-            }.get(b.description, b.description)
-            if b.action.startswith("toggle_pane"):
+            title = keymap.PALETTE_TITLES.get(b.action, b.description)
+            if b.action.startswith("toggle_pane") and b.action not in keymap.PALETTE_TITLES:
                 title = f"Toggle {b.description.lower()}"
             out.append((title, self.HELP.get(b.action, ""), b.action))
         for name in self._theme_names():
@@ -739,9 +931,18 @@ class ConsoleApp(App[int]):
         yield from self.console_themes
 
 
-def run_console(control: CampaignControl, theme: str | None = None) -> int:
+def run_console(
+    control: CampaignControl,
+    theme: str | None = None,
+    *,
+    relaunch: Relaunch | None = None,
+) -> int:
     """Open the console on a campaign and return the exit status: the campaign's own when it
-    finished, 130 when the operator left before the end."""
-    app = ConsoleApp(control, theme)
+    finished, 130 when the operator left before the end. Prints what happened on the way
+    out (counts, results directory, report)."""
+    app = ConsoleApp(control, theme, relaunch=relaunch)
     result = app.run()
-    return result if isinstance(result, int) else app.campaign_exit_code()
+    code = result if isinstance(result, int) else app.campaign_exit_code()
+    for line in app.summary_lines(code):
+        print(line)
+    return code

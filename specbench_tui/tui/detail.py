@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from specbench_tui.results.progress import CampaignProgress, CellState, GroupState, format_clock
-from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for
+from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for, shown_status
 from specbench_tui.tui.plan_tree import NodeRef
 
 _PARAM_KEYS = (
@@ -86,7 +86,9 @@ def _tail(lines: list[str], pal: Palette, t: Text, title: str) -> None:
 
 def cell_text(p: CampaignProgress, c: CellState, pal: Palette, now: float) -> Text:
     t = Text()
-    t.append(f"{MARKS[c.status]} {c.status.upper()}", style=pal.status(c.status) + pal.bold)
+    status = shown_status(c.status, c.failed_check)
+    word = "DONE · FAILED CHECK" if status == "failed_check" else c.status.upper()
+    t.append(f"{MARKS[status]} {word}", style=pal.status(status) + pal.bold)
     t.append(f"  {c.name}\n")
     meta = [f"id {c.id}"]
     if c.attempt:
@@ -103,6 +105,12 @@ def cell_text(p: CampaignProgress, c: CellState, pal: Palette, now: float) -> Te
     if c.status in ("failed", "skipped") and c.reason:
         t.append("reason ", style=pal.bold)
         t.append(c.reason + "\n", style=pal.error if c.status == "failed" else pal.warning)
+    if c.failed_check:
+        t.append("check ", style=pal.bold)
+        t.append(
+            c.check_failed + " (its figures are not a speed-up)\n",
+            style=pal.warning,
+        )
     if c.status == "failed":
         _tail(c.log_tail, pal, t, "log tail")
     if c.status == "done" and c.figures:
@@ -147,6 +155,10 @@ def group_text(p: CampaignProgress, g: GroupState, pal: Palette, now: float) -> 
     if up is not None:
         facts.append(f"up {format_clock(up)}")
     t.append(" · ".join(facts) + "\n", style=pal.muted)
+    checks = {p.cells[cid].check_failed for cid in g.cells if p.cells[cid].failed_check}
+    for why in sorted(checks):
+        t.append(f"{MARKS['failed_check']} failed check: ", style=pal.warning + pal.bold)
+        t.append(why + "\n", style=pal.warning)
     _command(g, pal, t)
     if g.reason:
         t.append("\nreason ", style=pal.bold)
@@ -168,6 +180,12 @@ def summary_text(p: CampaignProgress, ref: NodeRef, cells: list[str], pal: Palet
     for cell in failed[:8]:
         t.append(f"{MARKS['failed']} {cell.name}: ", style=pal.error)
         t.append(cell.reason + "\n")
+    if len(failed) > 8:
+        t.append(f"… and {len(failed) - 8} more (F shows failed cells only)\n", style=pal.muted)
+    checks = sorted({p.cells[i].check_failed for i in cells if p.cells[i].failed_check})
+    for why in checks:
+        t.append(f"{MARKS['failed_check']} failed check: ", style=pal.warning)
+        t.append(why + "\n")
     return t
 
 
@@ -183,8 +201,11 @@ class DetailPane(VerticalScroll):
 
     def show(self, p: CampaignProgress, ref: NodeRef | None, cells: list[str], now: float) -> None:
         pal = palette_for(self.app)
-        if ref is None or not p.cells:
+        if not p.cells:
             text = Text("Select a node in the plan tree.", style=pal.muted)
+        elif ref is None or ref.kind == "root":  # nothing selected: the whole campaign
+            text = summary_text(p, NodeRef("campaign", p.campaign), list(p.cells), pal)  # type: ignore[arg-type]
+            text.append("\nSelect a node in the plan tree for its details.", style=pal.muted)
         elif ref.kind == "cell" and ref.key in p.cells:
             text = cell_text(p, p.cells[ref.key], pal, now)
         elif ref.kind == "group" and ref.key in p.groups:

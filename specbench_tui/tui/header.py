@@ -1,5 +1,9 @@
 """The one-line campaign header: what runs where, how far along, how long left, and whether
-the campaign is running or paused, readable at a glance from across the room."""
+the campaign is running, paused or how it ended, readable at a glance from across the room.
+
+An ending is said as it is: a campaign that finished with failed cells or a failed check is
+not a green FINISHED, and its bar shows the failures in their own colours.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,43 @@ from rich.text import Text
 from textual.widgets import Static
 
 from specbench_tui.results.progress import CampaignProgress, format_clock
-from specbench_tui.tui.look import MARKS, bar, palette_for
+from specbench_tui.tui.look import MARKS, Palette, palette_for, stacked_bar
+
+
+def failed_check_cells(p: CampaignProgress) -> int:
+    return sum(1 for c in p.cells.values() if c.failed_check)
+
+
+def campaign_state(p: CampaignProgress, *, live: bool = True) -> tuple[str, str]:
+    """(badge text, tone) for where the campaign stands. ``live=False``: nothing runs it
+    (a results directory opened read-only), so a log without an end was interrupted."""
+    c = p.counts
+    if p.runs == 0:
+        return "waiting", "muted"
+    if not p.finished:
+        if not live:
+            return "interrupted", "error"
+        if p.aborted:
+            return "aborting", "error"
+        return ("paused", "warning") if p.paused else ("running", "accent")
+    if p.aborted:
+        return "aborted", "error"
+    if c.failed:
+        return f"finished · {c.failed} failed", "error"
+    if p.failed_checks():
+        return "finished · check failed", "warning"
+    if c.pending:
+        return f"partial · {c.pending} not run", "warning"
+    return "finished", "success"
+
+
+def _tone(pal: Palette, tone: str) -> Style:
+    return {
+        "success": pal.success,
+        "warning": pal.warning,
+        "error": pal.error,
+        "accent": pal.accent,
+    }.get(tone, pal.muted)
 
 
 class CampaignHeader(Static):
@@ -26,7 +66,7 @@ class CampaignHeader(Static):
 
     _shown: Text | None = None  # what is on screen: unchanged text is not repainted
 
-    def show(self, p: CampaignProgress, now: float) -> None:
+    def show(self, p: CampaignProgress, now: float, *, live: bool = True) -> None:
         pal = palette_for(self.app)
         c = p.counts
         t = Text(no_wrap=True, overflow="ellipsis")
@@ -36,30 +76,38 @@ class CampaignHeader(Static):
             t.append(" @ " + ",".join(p.hosts), style=pal.muted)
         if p.simulated and "sim" not in p.hosts:
             t.append(" (simulated)", style=pal.muted)
-        word = p.state_word
-        state_style = {
-            "running": pal.accent,
-            "paused": pal.warning,
-            "finished": pal.success,
-            "aborted": pal.error,
-            "aborting": pal.error,
-        }.get(word, pal.muted)
-        mark = {"running": "▶", "paused": "⏸", "finished": "■", "aborted": "■"}.get(word, "…")
+        word, tone = campaign_state(p, live=live)
+        mark = {"running": "▶", "paused": "⏸", "waiting": "…", "aborting": "…"}.get(word, "■")
         t.append("  ")
-        t.append(f" {mark} {word.upper()} ", style=state_style + Style(bold=True, reverse=True))
+        t.append(
+            f" {mark} {word.upper()} ", style=_tone(pal, tone) + Style(bold=True, reverse=True)
+        )
+        if not live:
+            t.append(" read-only", style=pal.muted)
         t.append("  ")
         t.append(format_clock(p.elapsed_s(now)))
         t.append("  ")
-        for status, n in (("done", c.done), ("failed", c.failed), ("skipped", c.skipped)):
+        checks = failed_check_cells(p)
+        for status, n in (("done", c.done - checks), ("failed_check", checks)):
+            if n or status == "done":
+                t.append(f"{MARKS[status]}{n} ", style=pal.status(status))
+        for status, n in (("failed", c.failed), ("skipped", c.skipped)):
             t.append(f"{MARKS[status]}{n} ", style=pal.status(status))
         t.append(f"/{c.total}", style=pal.muted)
-        eta = p.eta_s(now)
-        t.append("  ETA ", style=pal.muted)
-        t.append(format_clock(eta) if eta is not None else "—")
+        if not p.finished and live:
+            eta = p.eta_s(now)
+            t.append("  ETA ", style=pal.muted)
+            t.append(format_clock(eta) if eta is not None else "—")
         width = self.size.width
         if width >= 110 and c.total:
+            parts = [
+                ((c.done - checks) / c.total, pal.success),
+                (checks / c.total, pal.warning),
+                (c.failed / c.total, pal.error),
+                (c.skipped / c.total, pal.warning + Style(dim=True)),
+            ]
             t.append("  ")
-            t.append_text(bar(c.settled / c.total, 16, pal.success, pal.muted))
+            t.append_text(stacked_bar(parts, 16, pal.muted))
             t.append(f" {100 * c.settled / c.total:3.0f}%")
         if t != self._shown:  # a frame that changes nothing repaints nothing
             self._shown = t

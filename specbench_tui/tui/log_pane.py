@@ -1,15 +1,18 @@
-"""The server log of the current service group: SGLang stats lines and the plan's ``[logs]``
-pattern matches highlighted, searchable (a filter), and freezable without pausing anything.
+"""The server log of the current service group: SGLang stats lines shown compactly (the
+figures the operator watches first), the plan's ``[logs]`` pattern matches marked with what
+they extracted, searchable (a filter), wrappable, and freezable without pausing anything.
 
 Built on Textual's ``Log``, which renders only the visible lines: appending a few thousand
 lines a second costs a list extend, not a render per line. Lines are kept (bounded) here too,
-so a filter or an unfreeze can show what arrived meanwhile.
+so a filter, a wrap toggle or an unfreeze can show what arrived meanwhile. The full raw log is
+in ``logs/<group>.log`` of the results directory.
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterable
 from typing import ClassVar
 
 from rich.highlighter import Highlighter
@@ -26,18 +29,113 @@ from specbench_tui.tui.look import Palette, palette_for
 #: Lines kept for filtering; the full log is in ``logs/<group>.log`` of the results directory.
 KEEP_LINES = 5000
 
-#: Lines the plan's own ``[logs]`` patterns matched start with this mark.
+#: Lines the plan's own ``[logs]`` patterns matched start with this mark, then what they
+#: extracted, then ``PATTERN_END`` and the line.
 PATTERN_MARK = "◆ "
+PATTERN_END = " │ "
+#: A parsed stats line is shown as ``[time TPn] STATS_MARK`` and its figures.
+STATS_MARK = "▸"
+#: A wrapped line continues on lines that start with this.
+CONTINUED = "  ↪ "
 
-_STATS = re.compile(r"(?:Decode|Prefill) batch[.,]")
-_VALUE = re.compile(
-    r"(accept len|accept rate|gen throughput \(token/s\)|#running-req|"
-    r"#queue-req|token usage|input throughput \(token/s\))[:=] *([0-9.]+)"
+#: Stats shown first, in this order: (key, label, format spec, unit); any other parsed figure
+#: follows. Formatted with ``format()`` (no per-line template parsing: a flood of stats lines
+#: goes through here).
+_DECODE = (
+    ("accept_len", "accept", ".2f", ""),
+    ("gen_throughput", "gen", ".0f", " tok/s"),
+    ("accept_rate", "rate", ".2f", ""),
+    ("running_req", "run", ".0f", ""),
+    ("queue_req", "queue", ".0f", ""),
+    ("token_usage", "usage", ".2f", ""),
+    ("token", "tokens", ".0f", ""),
 )
+_PREFILL = (
+    ("new_seq", "new-seq", ".0f", ""),
+    ("new_token", "new-tok", ".0f", ""),
+    ("cached_token", "cached", ".0f", ""),
+    ("input_throughput", "in", ".0f", " tok/s"),
+    ("running_req", "run", ".0f", ""),
+    ("queue_req", "queue", ".0f", ""),
+    ("token_usage", "usage", ".2f", ""),
+)
+_KNOWN = {
+    "decode": frozenset(k for k, *_ in _DECODE),
+    "prefill": frozenset(k for k, *_ in _PREFILL),
+}
+_NOT_SHOWN = frozenset({"decode", "prefill", "cuda_graph"})
+_SGLANG = _KNOWN["decode"] | _KNOWN["prefill"] | _NOT_SHOWN
+
+_PREFIX = re.compile(r"^\[(?:\d{4}-\d{2}-\d{2} )?(\d{2}:\d{2}:\d{2})([^\]]*)\]\s*")
 _BAD = re.compile(r"error|exception|traceback|out of memory|killed|fatal", re.IGNORECASE)
 _WARN = re.compile(r"warn", re.IGNORECASE)
 _READY = re.compile(r"fired up and ready to roll")
+#: A web server's access line for a request that went well: routine, so shown dim.
+_ACCESS_OK = re.compile(r'"(?:GET|POST) [^"]*" 2\d\d')
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_FIGURE = re.compile(r"([a-z][\w-]*) ([-+]?\d+(?:\.\d+)?)")
+_WATCHED = ("accept ", "gen ")
+
+
+def _fmt(value: float, spec: str = "g") -> str:
+    try:
+        return format(value, spec)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def compact_stats(prefix: str, stats: dict[str, float], kind: str) -> str:
+    """``[09:59:15 TP0] ▸decode accept 2.95 · gen 1139 tok/s · run 1 · …``: every figure
+    the line carried, the watched ones first, so none is ever cut off at the pane's edge."""
+    order = _DECODE if kind == "decode" else _PREFILL
+    parts = [
+        f"{label} {_fmt(stats[key], spec)}{unit}"
+        for key, label, spec, unit in order
+        if key in stats
+    ]
+    known = _KNOWN[kind]
+    for key, value in stats.items():  # in the line's own order
+        if key not in known and key not in _NOT_SHOWN and not key.endswith("_total"):
+            parts.append(f"{key} {_fmt(value)}")
+    return f"{prefix}{STATS_MARK}{kind} " + " · ".join(parts)
+
+
+def display_line(ev: LogLine) -> str:
+    """The text shown for a line: SGLang's ``[YYYY-MM-DD hh:mm:ss TPn]`` prefix loses its
+    date; a ``Decode batch``/``Prefill batch`` line becomes its parsed figures; a line the
+    plan's ``[logs]`` patterns matched starts with what they extracted."""
+    line = ev.line
+    m = _PREFIX.match(line)
+    prefix = f"[{m.group(1)}{m.group(2)}] " if m else ""
+    stats = ev.stats or {}
+    kind = ""
+    if stats:  # the parser marks the kind; a line from elsewhere may only name it
+        if "decode" in stats or "Decode batch" in line:
+            kind = "decode"
+        elif "prefill" in stats or "Prefill batch" in line:
+            kind = "prefill"
+    text = compact_stats(prefix, stats, kind) if kind else prefix + (line[m.end() :] if m else line)
+    if not ev.matches:
+        return text
+    found = " ".join(f"{k} {_fmt(v)}" for k, v in stats.items() if k not in _SGLANG)
+    return f"{PATTERN_MARK}{found or ','.join(ev.matches)}{PATTERN_END}{text}"
+
+
+def wrap_lines(lines: Iterable[str], width: int) -> list[str]:
+    """Hard-wrap at ``width`` columns; continuation lines are marked and indented."""
+    width = max(width, len(CONTINUED) + 8)
+    out: list[str] = []
+    room = width - len(CONTINUED)
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        out.append(line[:width])
+        rest = line[width:]
+        while rest:
+            out.append(CONTINUED + rest[:room])
+            rest = rest[room:]
+    return out
 
 
 class ServerLogHighlighter(Highlighter):
@@ -50,15 +148,25 @@ class ServerLogHighlighter(Highlighter):
     def highlight(self, text: Text) -> None:
         s = text.plain
         pal = self.pal
+        body = 0  # where the line proper starts (after a pattern's head)
         if s.startswith(PATTERN_MARK):
+            end = s.find(PATTERN_END)
+            end = len(s) if end < 0 else end
+            body = min(end + len(PATTERN_END), len(s))
             text.stylize(pal.accent + Style(bold=True), 0, len(PATTERN_MARK))
-            for m in _NUMBER.finditer(s):
-                text.stylize(pal.accent, m.start(), m.end())
-        if _STATS.search(s):
+            for m in _NUMBER.finditer(s, 0, end):
+                text.stylize(pal.accent + Style(bold=True), m.start(), m.end())
+            text.stylize(pal.muted, end, body)
+        mark = s.find(STATS_MARK, body)
+        if mark >= 0 and not s.startswith(CONTINUED):
+            text.stylize(pal.muted, body, mark)
+            for m in _FIGURE.finditer(s, mark + 1):
+                label, value = m.span(1), m.span(2)
+                watched = s.startswith(_WATCHED, m.start())
+                text.stylize(pal.muted, *label)
+                text.stylize((pal.success + Style(bold=True)) if watched else pal.primary, *value)
+        elif _ACCESS_OK.search(s):
             text.stylize(pal.muted)
-            for m in _VALUE.finditer(s):
-                text.stylize(pal.primary, m.start(1), m.end(1))
-                text.stylize(pal.success + Style(bold=True), m.start(2), m.end(2))
         elif _BAD.search(s):
             text.stylize(pal.error)
         elif _WARN.search(s):
@@ -73,15 +181,19 @@ class ServerLogHighlighter(Highlighter):
                 start = low.find(q, start + len(q))
 
 
-_DATED = re.compile(r"^\[\d{4}-\d{2}-\d{2} (\d{2}:\d{2}:\d{2})")
+class ServerLog(Log):
+    """Textual's ``Log`` with keys to scroll it when focused (it has none of its own)."""
 
-
-def display_line(ev: LogLine) -> str:
-    """The text shown for a line: SGLang's ``[YYYY-MM-DD hh:mm:ss TPn]`` prefix loses its
-    date (the pane is narrow and the stats are at the end of the line), and a line is marked
-    when the plan's own ``[logs]`` patterns matched it."""
-    line = _DATED.sub(r"[\1", ev.line, count=1)
-    return PATTERN_MARK + line if ev.matches else line
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "scroll_up", "Scroll up", show=False),
+        Binding("down", "scroll_down", "Scroll down", show=False),
+        Binding("left", "scroll_left", "Scroll left", show=False),
+        Binding("right", "scroll_right", "Scroll right", show=False),
+        Binding("home", "scroll_home", "Top", show=False),
+        Binding("end", "scroll_end", "End", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+    ]
 
 
 class LogPane(Vertical):
@@ -93,18 +205,24 @@ class LogPane(Vertical):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.group: str | None = None
+        self.group: str | None = None  # the group whose lines ``lines`` holds
+        self.shown_group: str | None = None  # the group on screen (differs while frozen)
         self.lines: deque[str] = deque(maxlen=KEEP_LINES)
         self.frozen = False
+        self.wrap = False
         self.unseen = 0  # lines that arrived while frozen
         self.query_text = ""
         self.dropped = 0
         self._highlighter: ServerLogHighlighter | None = None
+        self._wrapped_at = 0
 
     def compose(self) -> ComposeResult:
-        log = Log(max_lines=KEEP_LINES, highlight=True, auto_scroll=True, id="log")
+        log = ServerLog(max_lines=KEEP_LINES, highlight=True, auto_scroll=True, id="log")
         yield log
-        yield Input(placeholder="filter the log (enter: apply, esc: clear)", id="log-search")
+        # compact (one line): a short log pane at 80x24 keeps lines in view while typing
+        yield Input(
+            placeholder="filter the log (enter: apply, esc: clear)", id="log-search", compact=True
+        )
 
     def on_mount(self) -> None:
         self.query_one("#log-search", Input).display = False
@@ -124,12 +242,16 @@ class LogPane(Vertical):
         log.refresh()
 
     def _retitle(self) -> None:
-        parts = [f"Log · {self.group}" if self.group else "Log"]
+        shown = self.shown_group if self.frozen else self.group
+        parts = [f"Log · {shown}" if shown else "Log"]
         if self.query_text:
             n = sum(1 for line in self.lines if self.query_text.lower() in line.lower())
             parts.append(f"filter '{self.query_text}': {n} lines")
         if self.frozen:
-            parts.append(f"FROZEN, {self.unseen} new (l: follow)")
+            where = f" of {self.group}" if self.group != self.shown_group else ""
+            parts.append(f"FROZEN, {self.unseen} new{where} (l: follow)")
+        if self.wrap:
+            parts.append("wrapped (w)")
         if self.dropped:
             parts.append(f"{self.dropped} live events dropped")
         self.border_title = " · ".join(parts)
@@ -137,14 +259,21 @@ class LogPane(Vertical):
     # --- feeding ------------------------------------------------------------------------------
 
     def set_group(self, group: str | None) -> None:
-        """A new server means a new log: the tail shows only the current group's lines."""
+        """A new server means a new log: the tail holds only the current group's lines. A
+        frozen view keeps showing what it froze on; the new group's lines wait behind it."""
         if group == self.group:
             return
         self.group = group
         self.lines.clear()
         self.unseen = 0
-        self.log_widget.clear()
+        if not self.frozen:
+            self.shown_group = group
+            self.log_widget.clear()
         self._retitle()
+
+    def note(self, text: str) -> None:
+        """A line of the console's own, not the server's (why the log is empty)."""
+        self.log_widget.write_line(text)
 
     def add(self, lines: list[str]) -> None:
         if not lines:
@@ -154,7 +283,7 @@ class LogPane(Vertical):
             self.unseen += len(lines)
             self._retitle()
             return
-        shown = self._matching(lines)
+        shown = self._display(self._matching(lines))
         if shown:
             self.log_widget.write_lines(shown)
         if self.query_text:
@@ -166,14 +295,40 @@ class LogPane(Vertical):
         q = self.query_text.lower()
         return [line for line in lines if q in line.lower()]
 
+    def _width(self) -> int:
+        """The width lines wrap at: the log's, less its scrollbar column whether or not the
+        scrollbar shows yet (it appears once the lines overflow, which would change it)."""
+        return max(self.log_widget.size.width - 1, 20)
+
+    def _display(self, lines: list[str]) -> list[str]:
+        if not self.wrap:
+            return lines
+        self._wrapped_at = self._width()
+        return wrap_lines(lines, self._wrapped_at)
+
     def _rewrite(self) -> None:
         log = self.log_widget
         log.clear()
-        log.write_lines(self._matching(self.lines))
-        log.scroll_end(animate=False)
+        self.shown_group = self.group
+        log.write_lines(self._display(self._matching(self.lines)))
+        self._to_end()
         self._retitle()
 
-    # --- freeze and search --------------------------------------------------------------------
+    def _to_end(self) -> None:
+        """Scroll to the newest line once the log has its size (``Log`` follows new lines
+        only while it is at the end, which a log written before it had a size is not)."""
+        log = self.log_widget
+        self.call_after_refresh(log.scroll_end, animate=False, immediate=True)
+
+    def on_resize(self) -> None:
+        if self.frozen:
+            return
+        if self.wrap and self._width() != self._wrapped_at:
+            self._rewrite()
+        else:
+            self._to_end()
+
+    # --- freeze, wrap and search --------------------------------------------------------------
 
     def toggle_freeze(self) -> bool:
         self.frozen = not self.frozen
@@ -182,6 +337,17 @@ class LogPane(Vertical):
             self._rewrite()
         self._retitle()
         return self.frozen
+
+    def toggle_wrap(self) -> bool:
+        return self.set_wrap(not self.wrap)
+
+    def set_wrap(self, wrap: bool) -> bool:
+        if wrap != self.wrap:
+            self.wrap = wrap
+            if not self.frozen:
+                self._rewrite()
+            self._retitle()
+        return self.wrap
 
     def open_search(self) -> None:
         search = self.query_one("#log-search", Input)

@@ -22,6 +22,7 @@ MARKS: dict[str, str] = {
     "done": "✓",
     "failed": "✗",
     "skipped": "↷",
+    "failed_check": "⚠",
 }
 
 SERVER_MARKS: dict[str, str] = {
@@ -50,11 +51,18 @@ class Palette:
             "done": self.success,
             "failed": self.error,
             "skipped": self.warning,
+            "failed_check": self.warning,
             "running": self.accent,
             "ready": self.success,
             "starting": self.accent,
             "stopped": self.muted,
         }.get(status, self.muted)
+
+
+def shown_status(status: str, failed_check: bool) -> str:
+    """The mark a cell shows: a finished cell whose config failed a correctness check is not
+    a plain done (its figures are not a speed-up), so it gets a mark of its own."""
+    return "failed_check" if failed_check and status == "done" else status
 
 
 def _style(variables: dict[str, str], name: str, fallback: str) -> Style:
@@ -85,4 +93,20 @@ def bar(fraction: float, width: int, style: Style, empty: Style) -> Text:
     partial = " ▏▎▍▌▋▊▉"[part].strip() if part else ""
     text = Text("█" * full + partial, style=style)
     text.append("░" * (width - full - (1 if partial else 0)), style=empty)
+    return text
+
+
+def stacked_bar(parts: list[tuple[float, Style]], width: int, empty: Style) -> Text:
+    """A bar of several coloured parts (done, failed, skipped...), each a fraction of the
+    whole, so a campaign that ended in failures never fills up green."""
+    text = Text()
+    used = 0
+    total = 0.0
+    for fraction, style in parts:
+        total += max(fraction, 0.0)
+        cells = min(round(total * width), width) - used
+        if cells > 0:
+            text.append("█" * cells, style=style)
+            used += cells
+    text.append("░" * (width - used), style=empty)
     return text

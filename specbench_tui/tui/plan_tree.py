@@ -15,7 +15,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from specbench_tui.results.progress import CampaignProgress, Counts
-from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for
+from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for, shown_status
 
 NodeKind = Literal["root", "host", "group", "workload", "cell"]
 
@@ -29,13 +29,15 @@ class NodeRef:
     key: str
 
 
-def status_of(counts: Counts, running: bool = False) -> str:
-    """The mark of a node that holds several cells: running wins, then failed, then done once
-    every cell is settled, else pending."""
+def status_of(counts: Counts, running: bool = False, failed_checks: int = 0) -> str:
+    """The mark of a node that holds several cells: running wins, then failed, then a failed
+    check, then done once every cell is settled, else pending."""
     if running or counts.running:
         return "running"
     if counts.failed:
         return "failed"
+    if failed_checks:
+        return "failed_check"
     if counts.total and counts.pending == 0:
         return "done" if counts.done else "skipped"
     return "pending"
@@ -59,28 +61,47 @@ class PlanTree(Tree[NodeRef]):
         self.nodes_by_ref: dict[NodeRef, TreeNode[NodeRef]] = {}
         self._progress: CampaignProgress | None = None
         self._pal: Palette | None = None
+        self.only_failed = False
+        self._moved_to: TreeNode[NodeRef] | None = None  # the node ``reveal`` scrolled to
+        self.shown_failures: frozenset[str] = frozenset()  # the failing cells a filtered tree shows
 
     # --- building ---------------------------------------------------------------------------
 
+    @staticmethod
+    def failing(p: CampaignProgress) -> frozenset[str]:
+        """Cells the failed-only view shows: failed ones and finished ones whose config
+        failed a correctness check."""
+        return frozenset(c.id for c in p.cells.values() if c.status == "failed" or c.failed_check)
+
     def build(self, p: CampaignProgress) -> None:
-        """Rebuild from the plan (on campaign_started); cheap for hundreds of cells."""
+        """Rebuild from the plan (on campaign_started, or when the failed-only filter or the
+        set of failing cells changes); cheap for hundreds of cells."""
         self._progress = p
         self._pal = palette_for(self.app)
         self.clear()
         self.nodes_by_ref = {}
+        self.shown_failures = self.failing(p)
         hosts: dict[str, TreeNode[NodeRef]] = {}
         for gid, g in p.groups.items():
+            cids = [c for c in g.cells if not self.only_failed or c in self.shown_failures]
+            if not cids:
+                continue
             host = g.host or "?"
             if host not in hosts:
                 hosts[host] = self._add(self.root, NodeRef("host", host), expand=True)
-            gnode = self._add(hosts[host], NodeRef("group", gid))
+            gnode = self._add(hosts[host], NodeRef("group", gid), expand=self.only_failed)
             workloads: dict[str, TreeNode[NodeRef]] = {}
-            for cid in g.cells:
+            for cid in cids:
                 cell = p.cells[cid]
                 wkey = f"{gid}/{cell.workload}"
                 if wkey not in workloads:
                     workloads[wkey] = self._add(gnode, NodeRef("workload", wkey), expand=True)
                 self._add(workloads[wkey], NodeRef("cell", cid), leaf=True)
+        if self.only_failed and not hosts:
+            self.root.add_leaf(
+                Text("no failed cells (F shows every cell)", style="dim"),
+                data=NodeRef("root", "empty"),
+            )
         self.relabel_all()
 
     def _add(
@@ -139,7 +160,8 @@ class PlanTree(Tree[NodeRef]):
         t = Text(no_wrap=True, overflow="ellipsis")
         if ref.kind == "cell":
             c = p.cells[ref.key]
-            t.append(MARKS[c.status] + " ", style=pal.status(c.status))
+            status = shown_status(c.status, c.failed_check)
+            t.append(MARKS[status] + " ", style=pal.status(status))
             prefix = f"{c.group}/{c.workload}/"
             short = c.name[len(prefix) :] if c.name.startswith(prefix) else c.workload
             t.append(short or c.workload, style=pal.bold if c.status == "running" else "")
@@ -148,13 +170,21 @@ class PlanTree(Tree[NodeRef]):
             if c.attempt > 1 or (c.status == "pending" and c.attempt >= 1):
                 nxt = c.attempt + 1 if c.status == "pending" else c.attempt
                 t.append(f" #{nxt}", style=pal.warning)
+            if c.failed_check:
+                t.append(" failed check", style=pal.warning)
             if c.resumed:
                 t.append(" (earlier run)", style=pal.muted)
             return t
-        counts = p.counts_of(self.cell_ids_under(ref))
+        under = self.cell_ids_under(ref)
+        counts = p.counts_of(under)
+        checks = sum(1 for cid in under if p.cells[cid].failed_check)
         if ref.kind == "group":
             g = p.groups[ref.key]
-            status = status_of(counts, running=p.current_group == g.id and g.server != "stopped")
+            status = status_of(
+                counts,
+                running=p.current_group == g.id and g.server != "stopped",
+                failed_checks=checks,
+            )
             t.append(MARKS[status] + " ", style=pal.status(status))
             t.append(g.config or g.id, style=pal.bold)
             t.append(f" TP{g.tp}", style=pal.primary)
@@ -163,11 +193,13 @@ class PlanTree(Tree[NodeRef]):
             if g.server != "pending":
                 t.append(f" {SERVER_MARKS[g.server]} {g.server}", style=pal.status(g.server))
         elif ref.kind == "workload":
-            status = status_of(counts)
+            status = status_of(counts, failed_checks=checks)
             t.append(MARKS[status] + " ", style=pal.status(status))
             t.append(ref.key.rpartition("/")[2])
-        else:  # host
-            status = status_of(counts)
+        else:  # host: running while one of its groups is (its server starting counts)
+            current = p.groups.get(p.current_group) if p.current_group else None
+            running = current is not None and current.host == ref.key
+            status = status_of(counts, running=running, failed_checks=checks)
             t.append(MARKS[status] + " ", style=pal.status(status))
             t.append(ref.key, style=pal.bold)
         t.append("  ")
@@ -187,6 +219,13 @@ class PlanTree(Tree[NodeRef]):
         else:
             t.append(f"{c.settled}/{c.total}", style=pal.muted)
         return t
+
+    def on_resize(self) -> None:
+        """A followed node is placed for the height the tree had; when that changes (the
+        layout settling, a terminal resized), place it again, unless the operator moved on."""
+        node = self._moved_to
+        if node is not None and self.cursor_node is node:
+            self.call_after_refresh(self._move_to, node)
 
     # --- following --------------------------------------------------------------------------
 
@@ -213,10 +252,25 @@ class PlanTree(Tree[NodeRef]):
         self.call_after_refresh(self._move_to, node)
         return node
 
-    def _move_to(self, node: TreeNode[NodeRef]) -> None:
+    def _move_to(self, node: TreeNode[NodeRef], tries: int = 5) -> None:
         """Deferred until the tree has laid out its lines (a node has no line before), then
-        keep the followed node near the middle, so what comes next is visible too."""
+        keep the followed node near the middle, so what comes next is visible too, but never
+        so low that its service group's line (which says what runs) leaves the top."""
         self.move_cursor(node)
+        self._moved_to = node
         line = node.line
-        if line >= 0:
-            self.scroll_to(y=max(0, line - self.size.height // 2), animate=False)
+        if line < 0:
+            return
+        height = max(self.scrollable_content_region.height, 1)
+        top = line - height // 2
+        group = node
+        while group is not None and (group.data is None or group.data.kind != "group"):
+            group = group.parent
+        if group is not None and group.line >= 0 and line - group.line < height:
+            top = min(top, group.line)
+        top = max(0, min(top, self.last_line - height + 1))
+        if top > self.max_scroll_y and tries > 0:
+            # the tree's size has not caught up with its lines yet: once more, later
+            self.call_after_refresh(self._move_to, node, tries - 1)
+            return
+        self.scroll_to(y=top, animate=False, immediate=True)

@@ -90,26 +90,41 @@ class LiveData:
 
 TITLES = {
     "tok_s": "output tok/s per request",
+    "tok_s_short": "tok/s per request",
+    "tok_s_tiny": "tok/s/req",
     "gen": "server gen tok/s",
     "accept": "accept length",
     "ttft": "TTFT ms",
 }
+#: Plots a compact screen leaves out (the pane zoomed shows them).
+MINOR = frozenset({"gen", "ttft"})
+XLABEL = "s since start"
 
 
 class LivePlot(PlotextPlot):
     """One plot; ``draw`` rebuilds its figure from the series (called by the redraw timer)."""
 
     def __init__(self, key: str, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+        super().__init__(id=id, classes="-minor" if key in MINOR else "")
         self.key = key
         self.drawn_version = -1
+        self._series: LiveSeries | None = None
+
+    def on_resize(self) -> None:
+        if self._series is not None:  # the title's length depends on the width
+            self.draw(self._series)
 
     def draw(self, series: LiveSeries) -> None:
+        self._series = series
         self.drawn_version = series.version
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title(TITLES[self.key])
+        title = TITLES[self.key]
+        for shorter in ("_short", "_tiny"):  # plotext drops a title that does not fit
+            if len(title) > self.size.width - 8:
+                title = TITLES.get(self.key + shorter, title)
+        plt.title(title)
         has = False
         for name, pts in series.series.items():
             if not pts:
@@ -118,9 +133,14 @@ class LivePlot(PlotextPlot):
             xs = [x for x, _ in pts]
             ys = [y for _, y in pts]
             plt.plot(xs, ys, marker="braille", label=name if len(series.series) > 1 else None)
-        if not has:
-            plt.title(TITLES[self.key] + " (waiting)")
-        plt.xlabel("")
+        if has:
+            plt.xlabel(XLABEL)
+        else:
+            # no data: a title and no frame; an empty canvas draws made-up axes
+            plt.title(title + " (waiting)")
+            plt.frame(False)
+            plt.xticks([])
+            plt.yticks([])
         self.refresh()
 
 

@@ -19,8 +19,10 @@ PANES_HELP = (
     (
         "Plan",
         "host > service group > workload > cell; marks: "
-        + "  ".join(f"{m} {s}" for s, m in MARKS.items())
-        + ". Collapsed nodes count what they hide. The running cell is followed (f).",
+        + "  ".join(f"{m} {s.replace('_', ' ')}" for s, m in MARKS.items())
+        + " (done, but its config failed a correctness check: not a speed-up). Collapsed "
+        "nodes count what they hide. The running cell is followed (f); F shows only failed "
+        "cells.",
     ),
     (
         "Detail",
@@ -29,14 +31,28 @@ PANES_HELP = (
     ),
     (
         "Service & GPUs",
-        "server state, uptime and health per host; per GPU utilization, memory, "
-        "power, temperature and the holding process (● = used by this group).",
+        "server state, the running group's cells settled, elapsed and ETA, the server "
+        "log's latest figures; per GPU a sparkline of recent utilization, memory, power, "
+        "temperature and the holding process (● = used by this group).",
     ),
-    ("Live", "output tok/s per request, server gen throughput, accept length, TTFT."),
+    (
+        "Live",
+        "output tok/s per request, server gen throughput, accept length, TTFT; x is seconds "
+        "since the campaign started. At 80x24 two plots show; z on the pane shows all four.",
+    ),
+    (
+        "Results",
+        "the comparison table as the report computes it, rebuilt when a cell finishes: per "
+        "TP, each config's tok/s and speed-up over the baseline (± a 95% interval when "
+        "repeats allow), accept length; ★ best where it is distinguishable, ⚠ a config "
+        "that failed a check. o / O sort, [ ] change TP.",
+    ),
     (
         "Log",
-        "the current group's server log; stats lines and [logs] matches (◆) highlighted; "
-        "/ filters, l freezes the view (the campaign keeps running).",
+        "the current group's server log. Decode/Prefill batch lines show their figures "
+        "(accept, gen tok/s first); lines the plan's [logs] patterns matched start with ◆ "
+        "and what they extracted. / filters, l freezes the view (the campaign keeps "
+        "running), w wraps long lines; else ← → scroll the focused log sideways.",
     ),
 )
 
@@ -100,17 +116,21 @@ class ConfirmScreen(ModalScreen[bool]):
         width: 64; max-width: 100%; height: auto;
         border: thick $error; background: $surface; padding: 1 2;
     }
+    ConfirmScreen Label { width: 100%; }
     ConfirmScreen Horizontal { height: auto; align: center middle; margin-top: 1; }
     ConfirmScreen Button { margin: 0 2; }
     """
 
-    def __init__(self, question: str, yes: str = "Yes", no: str = "No") -> None:
+    def __init__(
+        self, question: str, yes: str = "Yes", no: str = "No", *, purpose: str = ""
+    ) -> None:
         super().__init__()
         self.question, self.yes, self.no = question, yes, no
+        self.purpose = purpose  # "quit": a second ctrl+c answers yes
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(self.question, markup=False)
             with Horizontal():
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button(f"{self.no} (n)", variant="primary", id="no")

@@ -29,6 +29,7 @@ from specbench_tui.results.events import (
     GroupFinished,
     GroupStarted,
     LogLine,
+    Notice,
     Paused,
     RequestDone,
     Resumed,
@@ -51,6 +52,7 @@ class ScriptedControl:
         *,
         close_after_replay: bool = False,
         clock_step: float = 0.5,
+        echo: bool = False,
     ) -> None:
         self.history: list[Event] = []
         self.commands: list[Command] = []
@@ -59,6 +61,7 @@ class ScriptedControl:
         self._queues: list[asyncio.Queue[Event | None]] = []
         self._closed = False
         self._clock_step = clock_step
+        self.echo = echo  # publish each answer as a notice too, as the engine does
         for ev in events or []:
             self.publish(ev)
         if close_after_replay:
@@ -106,6 +109,8 @@ class ScriptedControl:
         self.commands.append(command)
         reply = self._handle(command)
         self.replies.append(reply)
+        if self.echo and not self._closed:
+            self.publish(Notice(level="info" if reply.ok else "warning", text=reply.text))
         return reply
 
     # --- a small engine's worth of answers -------------------------------------------------
@@ -324,7 +329,12 @@ def _stats_line(
         f"#running-req: {running}, #token: {running * 900}, token usage: 0.{running + 10}, "
         f"{acc}cuda graph: True, gen throughput (token/s): {gen:.2f}, #queue-req: {queue},"
     )
-    stats = {"running_req": float(running), "queue_req": float(queue), "gen_throughput": gen}
+    stats = {
+        "decode": 1.0,  # as the log parser marks a Decode batch line
+        "running_req": float(running),
+        "queue_req": float(queue),
+        "gen_throughput": gen,
+    }
     if accept:
         stats["accept_len"] = accept
     return LogLine(group="", line=line, stats=stats, ts=ts)

@@ -100,7 +100,7 @@ def _cache_policy(inp: Inputs) -> str:
     parts = [f"{w}: {'; '.join(sorted(h))}" for w, h in sorted(seen.items())]
     return (
         "; ".join(parts)
-        + ". Single-stream workloads are cold unless the plan sets prefix_cache = \"warm\" "
+        + '. Single-stream workloads are cold unless the plan sets prefix_cache = "warm" '
         "(then repeats, and the warm-up before them, are served from the cache); agentic and "
         "concurrency workloads keep the cache, as the workloads they model do"
     )

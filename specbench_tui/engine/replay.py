@@ -1,0 +1,58 @@
+"""A campaign that no process runs any more, opened read-only: its event log replayed
+through the same reducer a live console uses, so a finished (or interrupted) campaign can be
+browsed like a running one. Commands are refused with how to run it again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.results.events import Event
+from specbench_tui.results.files import read_events
+from specbench_tui.results.layout import ResultsLayout
+
+
+def rerun_hint(results_root: Path) -> str:
+    """How to run cells of an ended campaign again, from a terminal: open it in a console
+    that runs it (nothing is re-measured by opening it; r, R and g then work), or rerun its
+    failed cells headless."""
+    where = results_root.parent
+    sim = " --sim" if results_root.name.endswith("-sim") else ""
+    return (
+        f"to run cells again, open the campaign in a console that runs it: "
+        f"specbench-tui PLAN{sim} --results {where} (it runs nothing by itself; then r, R "
+        f"and g work), or rerun its failed cells: specbench-tui PLAN{sim} --results {where} "
+        f"--rerun-failed (PLAN: the plan file you ran; a copy is in {results_root}/plan.toml)"
+    )
+
+
+class ReplayControl:
+    """``CampaignControl`` over a results directory's ``events.jsonl``; ``note`` says why it
+    is read-only (shown once when a console opens)."""
+
+    detached = True  # leaving the console changes nothing
+    read_only = True  # nothing runs it: a log without an end was interrupted
+
+    def __init__(self, layout: ResultsLayout, note: str = "") -> None:
+        self.layout = layout
+        self.note = note
+
+    @property
+    def results_root(self) -> Path:
+        return self.layout.root
+
+    async def subscribe(self) -> AsyncIterator[Event]:
+        events = await asyncio.to_thread(read_events, self.layout.events)
+        for i, ev in enumerate(events):
+            yield ev
+            if i % 256 == 255:
+                await asyncio.sleep(0)
+
+    async def send(self, command: Command) -> Reply:
+        return Reply(
+            False,
+            f"no process runs this campaign (opened read-only), so nothing to "
+            f"{command.action.replace('_', ' ')}; {rerun_hint(self.layout.root)}",
+        )

@@ -1,0 +1,297 @@
+"""The console's campaign keys: commands sent to a running campaign, and the same keys after
+the end, when they start the engine again on the same results (in-process) or say how.
+
+A mixin of ``ConsoleApp`` (it needs the app's progress, control and notifications), kept
+apart so that what each key does to a campaign reads in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+
+from specbench_tui.engine.commands import CampaignControl, Command, Reply
+from specbench_tui.engine.replay import rerun_hint
+from specbench_tui.errors import InputError
+from specbench_tui.results.progress import CampaignProgress
+from specbench_tui.tui.plan_tree import NodeRef
+from specbench_tui.tui.relaunch import Relaunch
+from specbench_tui.tui.screens import ConfirmScreen
+from specbench_tui.tui.toasts import ToastBatcher
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from textual.app import App
+
+    _Base = App[int]
+else:
+    _Base = object
+
+
+class CampaignKeys(_Base):
+    control: CampaignControl
+    progress: CampaignProgress
+    relaunch: Relaunch | None
+    toasts: ToastBatcher
+    _restarting: bool = False
+
+    if TYPE_CHECKING:  # provided by the app
+
+        def selected_ref(self) -> NodeRef | None: ...
+        def cell_ids_under(self, ref: NodeRef) -> list[str]: ...
+        def results_root(self) -> Path | None: ...
+        def engine_running(self) -> bool: ...
+        def switch_control(self, control: CampaignControl) -> None: ...
+        def start_engine(self) -> None: ...
+        def now_mono(self) -> float: ...
+
+    # --- sending ------------------------------------------------------------------------
+
+    def send(self, action: str, target: str | None = None) -> None:
+        """Send without blocking the keys; the answer comes back as a notification."""
+        self._send(Command(action=action, target=target, by="console"))  # type: ignore[arg-type]
+
+    @work(group="commands")
+    async def _send(self, command: Command) -> Reply:
+        try:
+            reply = await self.control.send(command)
+        except Exception as exc:
+            reply = Reply(False, f"{command.action} failed: {exc}")
+        if self.toasts.answer(reply.text, "reply", self.now_mono()):
+            self.notify(
+                reply.text,
+                title=command.action.replace("_", " "),
+                severity="information" if reply.ok else "warning",
+                timeout=5,
+                markup=False,
+            )
+        return reply
+
+    def _say(self, text: str, severity: str = "warning", timeout: float = 6) -> None:
+        self.notify(text, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
+
+    # --- the state the keys depend on ---------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        """The campaign's latest run has ended (finished or aborted, or nothing runs it)."""
+        p = self.progress
+        return p.finished or bool(getattr(self.control, "read_only", False))
+
+    def _not_restartable(self) -> bool:
+        """After the end, with nothing to restart with: say how, and True."""
+        if self.relaunch is not None:
+            return False
+        root = self.results_root()
+        where = rerun_hint(root) if root is not None else "run the plan again"
+        self._say(f"the campaign has ended; {where}", timeout=15)
+        return True
+
+    def _target(self, ref: NodeRef | None) -> str | None:
+        """The command target for a tree node: a cell id, a group id or a name glob."""
+        if ref is None:
+            return None
+        if ref.kind in ("cell", "group"):
+            return ref.key
+        if ref.kind == "workload":
+            return f"{ref.key}*"
+        return None
+
+    def _group_of(self, ref: NodeRef | None) -> str | None:
+        p = self.progress
+        if ref is None:
+            return p.current_group
+        if ref.kind == "group":
+            return ref.key
+        if ref.kind == "cell" and ref.key in p.cells:
+            return p.cells[ref.key].group
+        if ref.kind == "workload":
+            return ref.key.rpartition("/")[0]
+        return p.current_group
+
+    def _describe(self, ref: NodeRef) -> str:
+        return {"cell": "cell", "group": "group", "workload": "workload", "host": "host"}.get(
+            ref.kind, "node"
+        ) + f" {ref.key}"
+
+    # --- keys ---------------------------------------------------------------------------
+
+    def action_toggle_pause(self) -> None:
+        if self.ended:
+            self._resume_after_end()
+            return
+        self.send("resume" if self.progress.paused else "pause")
+
+    def action_pause(self) -> None:
+        self.send("pause")
+
+    def action_resume(self) -> None:
+        if self.ended:
+            self._resume_after_end()
+            return
+        self.send("resume")
+
+    def action_skip(self) -> None:
+        if self.ended:
+            self._say("the campaign has ended; nothing is running to skip")
+            return
+        ref = self.selected_ref()
+        target = self._target(ref)
+        if ref is not None and ref.kind == "cell" and ref.key == self.progress.current_cell:
+            target = ref.key
+        self.send("skip", target)
+
+    def action_rerun(self) -> None:
+        ref = self.selected_ref()
+        target = self._target(ref)
+        if ref is None or (target is None and ref.kind != "host"):
+            self._say("select a cell, workload or group in the plan tree to rerun", timeout=4)
+            return
+        cells = self.cell_ids_under(ref)
+        p = self.progress
+        done = [c for c in cells if p.cells[c].status == "done"]
+        if self.ended:
+            if self._not_restartable():
+                return
+            what = f"{len(cells)} cell{'s' * (len(cells) != 1)} of {self._describe(ref)}"
+            self._confirm_rerun(ref, cells, done, lambda: self._restart(cells, False, what))
+            return
+        if target is None:  # a host: no command names it; its groups one by one
+            self._say("select a group, workload or cell of the host to rerun", timeout=4)
+            return
+        self._confirm_rerun(ref, cells, done, lambda: self.send("rerun", target))
+
+    def _confirm_rerun(self, ref: NodeRef, cells: list[str], done: list[str], go: Any) -> None:
+        """Re-measuring finished cells replaces the figures that count: several at once
+        only after a yes. One cell the operator pointed at needs no question."""
+        if len(cells) <= 1 or not done:
+            go()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                go()
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Rerun {self._describe(ref)}? "
+                + (
+                    f"All {len(cells)} of its cells have"
+                    if len(done) == len(cells)
+                    else f"{len(done)} of its {len(cells)} cells have"
+                )
+                + " finished: they are measured again as a new attempt, which then counts "
+                "(the earlier rows stay on disk).",
+                yes="Rerun",
+                no="Cancel",
+            ),
+            answered,
+        )
+
+    def action_rerun_failed(self) -> None:
+        if not self.ended:
+            self.send("rerun_failed")
+            return
+        failed = [c.id for c in self.progress.failed_cells()]
+        if not failed:
+            self._say("no failed cells to rerun")
+            return
+        if self._not_restartable():
+            return
+        self._restart([], True, f"{len(failed)} failed cell{'s' * (len(failed) != 1)}")
+
+    def action_retry_group(self) -> None:
+        gid = self._group_of(self.selected_ref())
+        if not self.ended:
+            self.send("retry_group", gid)
+            return
+        p = self.progress
+        if gid is None or gid not in p.groups:
+            self._say("select a service group to retry")
+            return
+        failed = [c for c in p.groups[gid].cells if p.cells[c].status == "failed"]
+        if not failed:
+            self._say(f"{gid} has no failed cells to retry")
+            return
+        if self._not_restartable():
+            return
+        self._restart(failed, False, f"the failed cells of {gid}")
+
+    def _resume_after_end(self) -> None:
+        p = self.progress
+        left = [c for c in p.cells.values() if c.status == "pending"]
+        if not left:
+            self._say("the campaign has finished; nothing is left to run (r reruns the selection)")
+            return
+        if self._not_restartable():
+            return
+        self._restart([], False, f"the {len(left)} cells not run yet")
+
+    def action_abort(self) -> None:
+        if self.ended:
+            self._say("the campaign has already ended", timeout=4)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.send("abort")
+
+        self.push_screen(
+            ConfirmScreen(
+                "Abort the campaign? The running cell is stopped and nothing else runs. "
+                "Finished results are kept; running the plan again resumes.",
+                yes="Abort",
+                no="Keep running",
+            ),
+            answered,
+        )
+
+    # --- after the end: the engine again, on the same results ----------------------------
+
+    def _restart(self, rerun: Sequence[str], rerun_failed: bool, what: str) -> None:
+        """One restart at a time: a second key press while one is being prepared is said,
+        not queued (a cancelled preparation would leave the results directory locked)."""
+        if self._restarting:
+            self._say("the campaign is already being started again", severity="information")
+            return
+        self._restarting = True
+        self._restart_worker(rerun, rerun_failed, what)
+
+    @work(group="restart")
+    async def _restart_worker(self, rerun: Sequence[str], rerun_failed: bool, what: str) -> None:
+        try:
+            await self._restart_now(rerun, rerun_failed, what)
+        finally:
+            self._restarting = False
+
+    async def _restart_now(self, rerun: Sequence[str], rerun_failed: bool, what: str) -> None:
+        assert self.relaunch is not None
+        if self.engine_running():
+            self._say(
+                "the campaign is still writing its results; starting as soon as it is done",
+                severity="information",
+                timeout=4,
+            )
+        while self.engine_running():
+            await self._wait_engine()
+        self._say(f"starting the campaign again: {what}", severity="information", timeout=4)
+        try:
+            control = await self.relaunch.start(rerun=rerun, rerun_failed=rerun_failed)
+        except InputError as exc:
+            self._say(str(exc), severity="error", timeout=15)
+            return
+        except Exception as exc:  # a host check or the results directory: keep the console
+            self._say(f"could not start the campaign again: {exc}", severity="error", timeout=15)
+            return
+        self.switch_control(control)
+        self.start_engine()
+
+    async def _wait_engine(self) -> None:
+        for w in list(self.workers):
+            if w.group == "engine" and w.is_running:
+                with contextlib.suppress(Exception):  # its failure was said where it happened
+                    await w.wait()

@@ -1,0 +1,707 @@
+"""The console an operator lives in for hours, driven by keys (Pilot) against the scripted
+campaign: the results table, the log, health history, honest end states, restarts after the
+end, read-only attach, coalesced notifications, quitting, the 80x24 layout, screenshots."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Log
+from textual.widgets._footer import FooterKey
+
+from specbench_tui.engine.commands import Command
+from specbench_tui.engine.replay import ReplayControl
+from specbench_tui.results.events import (
+    CampaignFinished,
+    CellFailed,
+    CellFinished,
+    CheckVerdict,
+    GpuSample,
+    GroupStarted,
+    LogLine,
+    Notice,
+)
+from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.tui.app import ConsoleApp
+from specbench_tui.tui.header import CampaignHeader
+from specbench_tui.tui.log_pane import CONTINUED, LogPane, display_line
+from specbench_tui.tui.plan_tree import NodeRef, PlanTree
+from specbench_tui.tui.plots import LivePlot
+from specbench_tui.tui.results_pane import ResultsPane
+from specbench_tui.tui.results_source import COLUMNS
+from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
+from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
+
+SIZE = (120, 40)
+SMALL = (80, 24)
+DECODE = (
+    "[2025-10-09 08:21:40 TP0] Decode batch, #running-req: 1, #token: 3600, token usage: 0.14, "
+    "accept len: 5.83, accept rate: 0.36, cuda graph: True, gen throughput (token/s): 131.20, "
+    "#queue-req: 0,"
+)
+DECODE_STATS = {
+    "decode": 1.0,
+    "running_req": 1.0,
+    "token": 3600.0,
+    "token_usage": 0.14,
+    "accept_len": 5.83,
+    "accept_rate": 0.36,
+    "cuda_graph": 1.0,
+    "gen_throughput": 131.2,
+    "queue_req": 0.0,
+}
+
+
+def make_app(
+    *,
+    finish: bool = False,
+    control: ScriptedControl | None = None,
+    **kw: Any,
+) -> tuple[ConsoleApp, ScriptedControl]:
+    events = sample_campaign(finish=finish)
+    control = control or ScriptedControl(events, close_after_replay=finish)
+    frozen = events[-1].ts + 1.0
+    kw.setdefault("results_source", None)
+    app = ConsoleApp(control, clock=lambda: frozen, **kw)
+    return app, control
+
+
+async def settle(pilot: Pilot[int], app: ConsoleApp, extra: float = 0.06) -> None:
+    for _ in range(100):
+        await pilot.pause(0.02)
+        if not len(app.inbox) and app.frames:
+            break
+    await pilot.pause(extra)
+
+
+def notes(app: ConsoleApp) -> list[str]:
+    return [f"{n.title}\n{n.message}" for n in app._notifications]
+
+
+def header(app: ConsoleApp) -> str:
+    return str(app.main.query_one(CampaignHeader).render())
+
+
+def select(app: ConsoleApp, ref: NodeRef) -> None:
+    app.follow = False
+    app.main.query_one(PlanTree).reveal(ref)
+
+
+# --- the results table -------------------------------------------------------------------
+
+
+def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    full = [{k: r.get(k) for k in COLUMNS} for r in rows]
+    return pl.DataFrame(full, schema=COLUMNS)
+
+
+def table_rows() -> pl.DataFrame:
+    base = dict(host="sim", workload="single", prompt_set="code", max_tokens=64, repeats=3)
+    return frame(
+        [
+            {**base, "tp": 1, "config": "ar", "baseline": True, "tok_s": 40.0, "speedup": 1.0},
+            {
+                **base,
+                "tp": 1,
+                "config": "ddtree-16",
+                "tok_s": 131.0,
+                "tok_s_lo": 125.0,
+                "tok_s_hi": 137.0,
+                "speedup": 3.3,
+                "speedup_lo": 3.1,
+                "speedup_hi": 3.5,
+                "accept_mean": 7.9,
+                "best": True,
+            },
+            {
+                **base,
+                "tp": 1,
+                "config": "dflash",
+                "tok_s": 95.0,
+                "speedup": 2.4,
+                "accept_mean": 5.8,
+                "failed_check": "greedy outputs differ from the baseline",
+            },
+            {**base, "tp": 4, "config": "ar", "baseline": True, "tok_s": 76.0, "speedup": 1.0},
+        ]
+    )
+
+
+class CountingSource:
+    """A results source that records its calls and the thread each ran in."""
+
+    def __init__(self, result: pl.DataFrame) -> None:
+        self.result = result
+        self.calls: list[tuple[Path, str]] = []
+
+    def __call__(self, root: Path) -> pl.DataFrame:
+        self.calls.append((root, threading.current_thread().name))
+        return self.result
+
+
+async def test_results_table_builds_live_per_tp_sortable_and_marked() -> None:
+    source = CountingSource(table_rows())
+    app, control = make_app(results_source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("6")  # the results take the plots' slot
+        assert app.main.query_one("#results").display
+        assert not app.main.query_one("#plots").display
+        for i in range(5):  # a burst of finished cells: one recomputation
+            control.publish(CellFinished(cell_id="ddt1agent", group="sim.ddtree-16.tp1"))
+            if i == 2:
+                await pilot.pause(0.05)
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if len(source.calls) >= 2:
+                break
+        await pilot.pause(1.5)
+        # once when shown, once for the burst: never once per event
+        assert 1 <= len(source.calls) <= 2
+        assert all(name != threading.main_thread().name for _, name in source.calls)
+        assert source.calls[0][0] == Path("results/demo")
+        pane = app.main.query_one(ResultsPane)
+        table = app.main.query_one("#results-table", DataTable)
+        assert table.row_count == 3 and pane.tp == 1
+        cells = [str(table.get_row_at(i)[0]) for i in range(3)]
+        assert cells[0].startswith("★ ddtree-16")  # fastest first within its point
+        assert any(c.startswith("⚠ dflash") for c in cells)
+        tok = [str(table.get_row_at(i)[3]) for i in range(3)]
+        assert "131.0 ±6.0" in tok
+        speed = [str(table.get_row_at(i)[4]) for i in range(3)]
+        assert any("lossy" in s for s in speed)
+        table.focus()
+        await pilot.press("right_square_bracket")
+        assert pane.tp == 4 and table.row_count == 1
+        await pilot.press("left_square_bracket", "o", "o")  # next sorts: tok/s, speed-up
+        assert pane.sort_key == "speedup" and pane.descending
+        await pilot.press("O")
+        assert not pane.descending
+        assert next(r["config"] for r in pane.shown_rows) == "ar"
+
+
+async def test_results_pane_is_where_one_looks_after_the_end() -> None:
+    app, _ = make_app(finish=True, results_source=CountingSource(table_rows()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert app.main.query_one("#results").display
+        assert not app.main.query_one("#plots").display
+
+
+def test_comparison_adapter_reads_the_report_aggregation(tmp_path: Path) -> None:
+    """The adapter's figures are the report's single-stream table, with intervals from the
+    repeats and the failed check of a config marked."""
+    from specbench_tui.report.aggregate import build_report
+
+    from specbench_tui.tui.results_source import comparison
+    from tests.support.results_builder import ResultsBuilder
+
+    b = ResultsBuilder(tmp_path / "c")
+    b.cell("a1", "ar", 1, "single", "single", repeats=3)
+    b.cell("d1", "dflash", 1, "single", "single", repeats=3)
+    b.cell("t1", "ddtree", 1, "single", "single", repeats=3)
+    speeds = {"a1": [40.0, 41.0, 42.0], "d1": [80.0, 82.0, 84.0], "t1": [90.0, 150.0, 60.0]}
+    for cid, vals in speeds.items():
+        b.finished(
+            cid,
+            [
+                {"prompt_id": "p0", "repeat": r, "output_tok_s": v, "accept_length": 3.0}
+                for r, v in enumerate(vals)
+            ],
+        )
+    b.events.append(
+        CheckVerdict(check="greedy", config="dflash", host="sim", tp=1, status="fail", text="x")
+    )
+    root = b.write(plan='[campaign]\nname = "c"\nbaseline = "ar"\n')
+    df = comparison(root)
+    rows = {r["config"]: r for r in df.to_dicts()}
+    report = build_report(root)
+    figures = {r["config"]: r for s in report.single for r in s["rows"]}
+    for cfg in ("ar", "dflash", "ddtree"):
+        assert rows[cfg]["tok_s"] == figures[cfg]["tok_s"]  # one code path, one figure
+        assert rows[cfg]["speedup"] == figures[cfg]["speedup"]
+        assert rows[cfg]["repeats"] == 3
+    assert rows["dflash"]["tok_s_lo"] < 82.0 < rows["dflash"]["tok_s_hi"]
+    assert rows["dflash"]["failed_check"] == "x"
+    assert rows["ar"]["speedup_lo"] is None  # the baseline has no interval of its own
+    # ddtree is fastest but its interval is wide: not distinguishable, so not best
+    assert not rows["ddtree"]["best"] and not rows["dflash"]["best"]
+
+
+# --- the plan tree -----------------------------------------------------------------------
+
+
+async def test_failed_only_filter_shows_failures_and_checks() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        tree = app.main.query_one(PlanTree)
+        await pilot.press("F")
+        cells = [r.key for r in tree.nodes_by_ref if r.kind == "cell"]
+        assert cells == ["dfl1conc4"]
+        assert "failed only" in str(app.main.query_one("#tree").border_title)
+        control.publish(
+            CheckVerdict(check="greedy", config="ar", host="sim", tp=1, status="fail", text="x")
+        )
+        await settle(pilot, app)
+        cells = {r.key for r in tree.nodes_by_ref if r.kind == "cell"}
+        assert cells == {"dfl1conc4", "ar1co64", "ar1ma64", "ar1agent", "ar1conc4"}
+        await pilot.press("F")
+        assert sum(1 for r in tree.nodes_by_ref if r.kind == "cell") == 16
+
+
+async def test_following_keeps_the_running_group_in_view_on_a_short_terminal() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=(80, 16)) as pilot:  # a short tree: centring would hide it
+        await settle(pilot, app, 0.3)
+        tree = app.main.query_one(PlanTree)
+        group = tree.nodes_by_ref[NodeRef("group", "sim.ddtree-16.tp1")]
+        cell = tree.nodes_by_ref[NodeRef("cell", "ddt1agent")]
+        top, height = tree.scroll_y, tree.scrollable_content_region.height
+        assert top <= group.line < top + height, (top, group.line, height)
+        assert top <= cell.line < top + height
+
+
+# --- the log pane ------------------------------------------------------------------------
+
+
+def test_stats_lines_show_their_figures_first() -> None:
+    shown = display_line(LogLine(group="g", line=DECODE, stats=DECODE_STATS))
+    assert shown.startswith("[08:21:40 TP0] ▸decode accept 5.83 · gen 131 tok/s")
+    assert "queue 0" in shown and "usage 0.14" in shown and len(shown) < len(DECODE)
+    pattern = display_line(
+        LogLine(
+            group="g",
+            line="[2025-10-09 08:21:41 TP0] DDTree stats: budget=16, accept_len=7.25",
+            stats={"ddtree_accept_len": 7.25},
+            matches=["ddtree"],
+        )
+    )
+    assert pattern.startswith("◆ ddtree_accept_len 7.25 │ [08:21:41 TP0] DDTree stats")
+
+
+async def test_log_wraps_scrolls_and_keeps_a_frozen_view_across_groups() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        pane = app.main.query_one(LogPane)
+        log = app.main.query_one("#log", Log)
+        long = "x" * 300
+        control.publish(LogLine(group="sim.ddtree-16.tp1", line=long))
+        await settle(pilot, app)
+        assert not pane.wrap and log.lines[-1] == long  # 120 columns: cut, scrollable
+        n = log.line_count
+        await pilot.press("w")
+        assert pane.wrap and log.line_count > n
+        assert log.lines[-1].startswith(CONTINUED)
+        assert "wrapped" in str(pane.border_title)
+        await pilot.press("w")
+        assert log.line_count == n
+        log.focus()
+        await pilot.press("end", "right", "right")
+        assert log.scroll_x > 0  # ← → scroll a cut log sideways
+        await pilot.press("l")  # freeze, then the group changes under it
+        frozen = list(log.lines)
+        control.publish(GroupStarted(group="sim.ddtree-16.tp4", config="ddtree-16", tp=4))
+        control.publish(LogLine(group="sim.ddtree-16.tp4", line="new group line"))
+        await settle(pilot, app)
+        assert list(log.lines) == frozen  # still what it froze on, not blank
+        assert "of sim.ddtree-16.tp4" in str(pane.border_title)
+        await pilot.press("l")
+        assert list(log.lines) == ["new group line"]
+
+
+async def test_narrow_console_wraps_the_log_by_default() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot, app)
+        assert app.main.query_one(LogPane).wrap
+
+
+async def test_help_documents_the_new_keys() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        keys = {row[0] for row in app.screen.keys}
+        texts = " ".join(" ".join(row) for row in app.screen.keys)
+        assert {"w", "F", "6", "^s"} <= keys
+        assert "sideways" in texts and "o / O" in keys
+
+
+# --- the health pane ---------------------------------------------------------------------
+
+
+async def test_health_shows_gpu_history_and_group_eta() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        for u in (10.0, 40.0, 70.0, 100.0):
+            control.publish(
+                GpuSample(host="sim", gpu=0, util_pct=u, mem_used_mib=50_000, mem_total_mib=97_887)
+            )
+        await settle(pilot, app)
+        text = str(app.main.query_one("#health-text").render())
+        assert "▁▄▆█ 100%" in text  # the last four samples, oldest left
+        assert "ddtree-16 TP1  2/4" in text and "ETA" in text
+
+
+# --- honest end states -------------------------------------------------------------------
+
+
+async def test_finished_with_failures_is_not_a_green_finish() -> None:
+    app, _ = make_app(finish=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        from specbench_tui.tui.header import campaign_state
+        from specbench_tui.tui.look import palette_for
+
+        assert "FINISHED · 1 FAILED" in header(app)
+        assert campaign_state(app.progress) == ("finished · 1 failed", "error")
+        text = app.main.query_one(CampaignHeader)._shown
+        assert text is not None
+        pal = palette_for(app)
+
+        def colours_at(i: int) -> set[Any]:
+            return {sp.style.color for sp in text.spans if sp.start <= i < sp.end}  # type: ignore[union-attr]
+
+        assert colours_at(text.plain.index("FINISHED")) == {pal.error.color}
+        bar = text.plain.index("█")
+        bar_colours = set().union(*(colours_at(i) for i in range(bar, bar + 16)))
+        assert pal.error.color in bar_colours  # the failed cell is in the bar, in red
+
+
+async def test_a_failed_check_is_distinct_from_done() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        control.publish(
+            CheckVerdict(
+                check="greedy",
+                config="dflash",
+                host="sim",
+                tp=1,
+                status="fail",
+                text="greedy outputs differ at token 12",
+            )
+        )
+        await settle(pilot, app, 1.0)
+        tree = app.main.query_one(PlanTree)
+        label = str(tree.nodes_by_ref[NodeRef("cell", "dfl1co64")].label)
+        assert label.startswith("⚠") and "failed check" in label
+        assert "⚠3" in header(app)  # dflash's three finished cells
+        select(app, NodeRef("cell", "dfl1co64"))
+        await settle(pilot, app)
+        detail = str(app.main.query_one("#detail-text").render())
+        assert "FAILED CHECK" in detail and "token 12" in detail
+        assert any("greedy check failed" in n for n in notes(app))
+
+
+# --- reruns: asked first, and after the end -----------------------------------------------
+
+
+async def test_rerun_of_a_group_with_finished_cells_asks_first() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        select(app, NodeRef("group", "sim.ar.tp1"))
+        await settle(pilot, app)
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "All 4 of its cells have finished" in app.screen.question
+        await pilot.press("n")
+        await settle(pilot, app)
+        assert control.commands == []
+        await pilot.press("r", "y")
+        await settle(pilot, app)
+        assert [(c.action, c.target) for c in control.commands] == [("rerun", "sim.ar.tp1")]
+        select(app, NodeRef("cell", "dfl1conc4"))  # one cell: no question
+        await settle(pilot, app)
+        await pilot.press("r")
+        await settle(pilot, app)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert control.commands[-1].target == "dfl1conc4"
+
+
+class FakeRelaunch:
+    """Stands for the in-process relaunch: records what was asked and hands over a new run
+    (a scripted control whose ``start_engine`` publishes the new run's events)."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+        self.asked: list[tuple[tuple[str, ...], bool]] = []
+        self.controls: list[ScriptedControl] = []
+
+    @property
+    def results_root(self) -> Path:
+        return Path("results/demo")
+
+    async def start(self, *, rerun: Sequence[str] = (), rerun_failed: bool = False) -> Any:
+        self.asked.append((tuple(rerun), rerun_failed))
+        control = ScriptedControl(list(self.events))
+
+        async def start_engine() -> int:
+            control.publish(CellFinished(cell_id="dfl1conc4", group="sim.dflash.tp1", attempt=2))
+            control.publish(CampaignFinished(campaign="demo", finished=16, exit_code=0))
+            control.close()
+            return 0
+
+        control.start_engine = start_engine  # type: ignore[attr-defined]
+        self.controls.append(control)
+        return control
+
+
+async def test_after_the_end_r_R_and_g_start_the_engine_again() -> None:
+    relaunch = FakeRelaunch(sample_campaign(finish=True))
+    app, _ = make_app(finish=True, relaunch=relaunch)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("R")
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if app.progress.finished and app.progress.counts.failed == 0:
+                break
+        assert relaunch.asked == [((), True)]
+        assert app.control is relaunch.controls[0]
+        assert app.progress.cells["dfl1conc4"].status == "done"
+        assert "FINISHED" in header(app) and "FAILED" not in header(app)
+        select(app, NodeRef("group", "sim.ar.tp1"))
+        await settle(pilot, app)
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await pilot.pause(0.3)
+        assert relaunch.asked[-1] == (("ar1co64", "ar1ma64", "ar1agent", "ar1conc4"), False)
+        await pilot.press("g")  # its group has no failed cell now
+        await settle(pilot, app)
+        assert len(relaunch.asked) == 2
+        assert any("no failed cells to retry" in n for n in notes(app))
+
+
+async def test_after_the_end_without_a_relaunch_the_keys_say_how() -> None:
+    app, control = make_app(finish=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("R")
+        await settle(pilot, app)
+        assert control.commands == []
+        said = "\n".join(notes(app))
+        assert "--rerun-failed" in said and "--results results" in said
+
+
+# --- attach ------------------------------------------------------------------------------
+
+
+def finished_results(tmp_path: Path, *, finished: bool = True) -> Path:
+    from tests.support.results_builder import ResultsBuilder
+
+    b = ResultsBuilder(tmp_path / "c")
+    b.cell("a1", "ar", 1, "single", "single")
+    b.cell("a2", "ar", 1, "single", "single", max_tokens=128)
+    b.finished("a1", [{"prompt_id": "p0", "output_tok_s": 40.0}])
+    b.failed("a2", "server returned 500")
+    return b.write(finished=finished)
+
+
+async def test_attach_to_an_ended_campaign_opens_it_read_only(tmp_path: Path) -> None:
+    from specbench_tui.engine.control_socket import attach_control
+
+    root = finished_results(tmp_path)
+    control = attach_control(root)
+    assert isinstance(control, ReplayControl)
+    app = ConsoleApp(control, results_source=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert len(app.progress.cells) == 2
+        assert "FINISHED · 1 FAILED" in header(app) and "read-only" in header(app)
+        assert any("opened read-only" in n for n in notes(app))
+        assert "no live log" in app.main.query_one("#log", Log).lines[0]
+        await pilot.press("R")
+        await settle(pilot, app)
+        assert any(f"--results {tmp_path}" in n for n in notes(app))
+        await pilot.press("q")  # nothing runs: leaving asks nothing
+        await pilot.pause()
+    assert app.return_value == app.progress.exit_code  # the status the log recorded
+    reply = await control.send(Command("pause"))
+    assert not reply.ok and "read-only" in reply.text
+
+
+async def test_attach_to_an_interrupted_campaign_says_so(tmp_path: Path) -> None:
+    import socket
+
+    from specbench_tui.engine.control_socket import attach_control
+
+    root = finished_results(tmp_path, finished=False)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(ResultsLayout(root).control_socket))
+    stale.close()  # the process died and left its socket behind
+    control = attach_control(root)
+    assert isinstance(control, ReplayControl) and "interrupted" in control.note
+    app = ConsoleApp(control, results_source=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert "INTERRUPTED" in header(app)
+
+
+# --- notifications -----------------------------------------------------------------------
+
+
+async def test_a_burst_of_failures_is_one_counted_toast() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        app.clear_notifications()
+        for cid in ("ddt1agent", "ddt1conc4", "ddt4co64", "ddt4ma64", "ddt4agent"):
+            control.publish(CellFailed(cell_id=cid, group="sim.ddtree-16.tp1", reason="boom"))
+        control.publish(Notice(level="warning", text="sim.ddtree-16.tp1: server died"))
+        await pilot.pause(1.5)
+        shown = notes(app)
+        assert len(shown) == 1, shown
+        assert "5 cells failed · 1 warning" in shown[0] and "… and 4 more" in shown[0]
+
+
+async def test_each_answer_is_shown_once() -> None:
+    control = ScriptedControl(sample_campaign(), echo=True)  # answers come back as notices too
+    app, _ = make_app(control=control)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        app.clear_notifications()
+        await pilot.press("p")
+        await pilot.pause(1.5)
+        shown = [n for n in notes(app) if "paused" in n]
+        assert len(shown) == 1, notes(app)
+
+
+async def test_events_are_applied_while_a_dialog_is_open() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("question_mark")
+        control.publish(CellFinished(cell_id="ddt1agent", group="sim.ddtree-16.tp1"))
+        await pilot.pause(0.3)
+        await pilot.press("escape")
+        await settle(pilot, app)
+        assert app.progress.cells["ddt1agent"].status == "done"
+        label = str(app.main.query_one(PlanTree).nodes_by_ref[NodeRef("cell", "ddt1agent")].label)
+        assert label.startswith("✓")
+
+
+# --- leaving -----------------------------------------------------------------------------
+
+
+async def test_ctrl_c_asks_and_a_second_ctrl_c_leaves() -> None:
+    app, _control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("ctrl+c")
+        assert isinstance(app.screen, ConfirmScreen) and app.screen.purpose == "quit"
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert app.return_value == 130
+
+
+async def test_palette_quit_asks_too() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Quit" not in titles  # Textual's own quits at once; the console's asks
+        assert "request_quit" in {action for _, _, action in app.palette_commands()}
+        await app.action_quit()  # anything that reaches Textual's quit asks too
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert not isinstance(app.screen, ConfirmScreen)
+
+
+async def test_the_quit_question_is_not_cut_at_120x40() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("q")
+        await pilot.pause(0.2)
+        label = app.screen.query_one("Label")
+        assert label.size.height >= 3  # wrapped over lines, not one cut line
+        assert label.size.width <= app.screen.query_one("Vertical").size.width
+
+
+def test_exit_summary_says_counts_results_and_report(tmp_path: Path) -> None:
+    from specbench_tui.results.progress import CampaignProgress
+    from specbench_tui.tui.summary import exit_summary
+
+    p = CampaignProgress()
+    p.apply_all(sample_campaign(finish=True))
+    (tmp_path / "report.md").write_text("r")
+    lines = exit_summary(p, tmp_path, 1)
+    assert lines[0] == "specbench-tui: demo finished: 15 done, 1 failed, 0 skipped of 16 (exit 1)"
+    assert f"results  {tmp_path}" in lines[1] and f"report   {tmp_path}/report.md" in lines[2]
+    running = CampaignProgress()
+    running.apply_all(sample_campaign())
+    lines = exit_summary(running, tmp_path, 130, detached=True)
+    assert "still running" in lines[0] and any("--attach" in x for x in lines)
+
+
+# --- 80x24 and screenshots ---------------------------------------------------------------
+
+
+async def test_80x24_footer_keeps_help_and_quit_and_plots_are_readable() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot, app)
+        keys = {k.key: k for k in app.main.query(FooterKey)}
+        palette = keys["ctrl+p"].region  # docked at the right: nothing may run under it
+        for key in ("question_mark", "q"):
+            region = keys[key].region
+            assert region.width > 0 and region.right <= palette.x, key
+        await pilot.press("4")
+        shown: list[LivePlot] = []
+        for _ in range(40):  # until the layout has settled (a loaded machine is slow)
+            await pilot.pause(0.05)
+            shown = [p for p in app.main.query(LivePlot) if p.display]
+            if shown and all(p.size.height >= 8 for p in shown):
+                break
+        assert [p.key for p in shown] == ["tok_s", "accept"]
+        assert all(p.size.height >= 8 for p in shown)
+
+
+async def test_screenshot_key_saves_an_svg_into_the_results(tmp_path: Path) -> None:
+    root = finished_results(tmp_path)
+    app = ConsoleApp(ReplayControl(ResultsLayout(root)), results_source=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Screenshot" not in titles  # Textual's saves to ~/Downloads; ours is listed
+        assert "save_screenshot" in {action for _, _, action in app.palette_commands()}
+    shots = list((root / "screenshots").glob("*.svg"))
+    assert len(shots) == 1 and "<svg" in shots[0].read_text()[:500]
+
+
+def test_attach_to_a_campaign_still_starting_says_try_again(tmp_path: Path) -> None:
+    """Between opening its results (the lock) and serving its socket a campaign cannot be
+    attached to yet: the message says so instead of calling it ended."""
+    import fcntl
+    import os
+
+    import pytest
+
+    from specbench_tui.engine.control_socket import attach_control
+    from specbench_tui.errors import InputError
+
+    root = finished_results(tmp_path, finished=False)
+    layout = ResultsLayout(root)
+    fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"4242")
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(InputError, match=r"pid 4242\) is starting.*try again"):
+            attach_control(root)
+    finally:
+        os.close(fd)
