@@ -10,6 +10,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from specbench_tui.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, InputError
 
@@ -73,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--rerun-failed", action="store_true", help="run again the cells that failed last time"
     )
     p.add_argument(
+        "--rerun",
+        metavar="IDS",
+        help="run these cells again, whatever their status (comma-separated cell ids)",
+    )
+    p.add_argument(
         "--sim", action="store_true", help="rehearse the plan on the embedded simulated host"
     )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
@@ -100,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(args)
     except InputError as exc:
         print(f"specbench-tui: {exc}", file=sys.stderr)
-        return EXIT_INPUT
+        return exc.exit_code  # 2, or the status of a campaign that failed before it ran
     except KeyboardInterrupt:
         print("specbench-tui: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -201,6 +207,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise InputError(f"preflight: {problems[0]}{more}")
         return EXIT_OK
 
+    rerun = tuple(x.strip() for x in (args.rerun or "").split(",") if x.strip())
+    if not args.headless:
+        return _console(args, plan, results_root, layout, rerun)
+
     from specbench_tui.engine.campaign import Campaign, CampaignOptions
 
     campaign = Campaign.prepare(
@@ -211,6 +221,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             fresh=args.fresh,
             only=args.only,
             rerun_failed=args.rerun_failed,
+            rerun=rerun,
             ssh_config=args.ssh_config,
         ),
     )
@@ -221,16 +232,45 @@ def _dispatch(args: argparse.Namespace) -> int:
     except BaseException:
         campaign.store.close()
         raise
-    if args.headless:
-        from specbench_tui.engine.headless import run_headless
+    from specbench_tui.engine.headless import run_headless
 
-        return run_headless(campaign)
+    return run_headless(campaign)
+
+
+def _console(
+    args: argparse.Namespace,
+    plan: Any,
+    results_root: Path,
+    layout: Any,
+    rerun: tuple[str, ...],
+) -> int:
+    """The console on a campaign it starts: the engine runs headless in a child process (its
+    timings are never the console's to share) and the console follows it through the socket;
+    r, R and g after the end start another child on the same results."""
+    from specbench_tui.engine.child import EngineProcess, engine_argv
+    from specbench_tui.engine.store import ResultsStore
     from specbench_tui.tui.app import run_console
-    from specbench_tui.tui.relaunch import InProcessRelaunch
+    from specbench_tui.tui.relaunch import ChildRelaunch
 
-    # the console starts the engine in its loop, and again after the end (r, R, g)
-    return run_console(
-        campaign,
-        theme=args.theme,
-        relaunch=InProcessRelaunch(plan, layout, campaign.options),
+    if args.fresh:
+        moved = ResultsStore.move_aside(layout)
+        if moved is not None:
+            print(f"specbench-tui: previous results moved to {moved}")
+    relaunch = ChildRelaunch(
+        plan=plan.path,
+        results=results_root,
+        layout=layout,
+        sim=args.sim,
+        ssh_config=args.ssh_config,
     )
+    argv = engine_argv(
+        plan.path,
+        results_root,
+        sim=args.sim,
+        only=args.only,
+        rerun_failed=args.rerun_failed,
+        rerun=rerun,
+        ssh_config=args.ssh_config,
+    )
+    control = EngineProcess(argv, layout).start()
+    return run_console(control, theme=args.theme, relaunch=relaunch)

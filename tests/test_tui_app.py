@@ -351,5 +351,5 @@ async def test_health_pane_says_when_a_host_has_no_gpu_telemetry() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         pane = app.query_one(HealthPane)
-        assert pane.telemetry["sim"].source == "none"
+        assert app.progress.telemetry["sim"].source == "none"
         assert "no GPU telemetry: GPUs not read" in str(pane._shown)

@@ -193,11 +193,10 @@ async def test_results_pane_is_where_one_looks_after_the_end() -> None:
         assert not app.main.query_one("#plots").display
 
 
-def test_comparison_adapter_reads_the_report_aggregation(tmp_path: Path) -> None:
-    """The adapter's figures are the report's single-stream table, with intervals from the
-    repeats and the failed check of a config marked."""
-    from specbench_tui.report.aggregate import build_report
-
+def test_comparison_adapter_reads_the_report_frame(tmp_path: Path) -> None:
+    """The adapter's figures are the report's comparison frame, renamed: one code path."""
+    from specbench_tui.report.frames import comparison as report_comparison
+    from specbench_tui.report.inputs import load_inputs
     from specbench_tui.tui.results_source import comparison
     from tests.support.results_builder import ResultsBuilder
 
@@ -210,7 +209,14 @@ def test_comparison_adapter_reads_the_report_aggregation(tmp_path: Path) -> None
         b.finished(
             cid,
             [
-                {"prompt_id": "p0", "repeat": r, "output_tok_s": v, "accept_length": 3.0}
+                {
+                    "prompt_id": "p0",
+                    "repeat": r,
+                    "output_tokens": 65,
+                    "ttft_s": 0.05,
+                    "e2e_s": 0.05 + 64 / v,
+                    "accept_length": 3.0,
+                }
                 for r, v in enumerate(vals)
             ],
         )
@@ -218,18 +224,16 @@ def test_comparison_adapter_reads_the_report_aggregation(tmp_path: Path) -> None
         CheckVerdict(check="greedy", config="dflash", host="sim", tp=1, status="fail", text="x")
     )
     root = b.write(plan='[campaign]\nname = "c"\nbaseline = "ar"\n')
-    df = comparison(root)
-    rows = {r["config"]: r for r in df.to_dicts()}
-    report = build_report(root)
-    figures = {r["config"]: r for s in report.single for r in s["rows"]}
+    rows = {r["config"]: r for r in comparison(root).to_dicts()}
+    frame = {r["config"]: r for r in report_comparison(load_inputs(root)).to_dicts()}
     for cfg in ("ar", "dflash", "ddtree"):
-        assert rows[cfg]["tok_s"] == figures[cfg]["tok_s"]  # one code path, one figure
-        assert rows[cfg]["speedup"] == figures[cfg]["speedup"]
+        assert rows[cfg]["tok_s"] == frame[cfg]["decode_tok_s"]  # one code path, one figure
+        assert rows[cfg]["speedup"] == frame[cfg]["speedup"]
         assert rows[cfg]["repeats"] == 3
+    assert abs(rows["dflash"]["tok_s"] - 82.0) < 1e-6
     assert rows["dflash"]["tok_s_lo"] < 82.0 < rows["dflash"]["tok_s_hi"]
     assert rows["dflash"]["failed_check"] == "x"
-    assert rows["ar"]["speedup_lo"] is None  # the baseline has no interval of its own
-    # ddtree is fastest but its interval is wide: not distinguishable, so not best
+    # ddtree is fastest but its interval is wide: not told apart, so not best
     assert not rows["ddtree"]["best"] and not rows["dflash"]["best"]
 
 

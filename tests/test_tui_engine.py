@@ -49,7 +49,10 @@ async def test_keys_steer_a_real_campaign(write_plan, tmp_path: Path) -> None:
             await pilot.pause(0.05)
             if any(e["event"] == "campaign_finished" for e in logged()):
                 break
-        await pilot.pause(0.3)
+        for _ in range(400):  # the engine still writes its views and report
+            await pilot.pause(0.05)
+            if not app.engine_running():
+                break
         await pilot.press("q")
         await pilot.pause(0.2)
     events = logged()

@@ -33,11 +33,9 @@ LINE_LIMIT = 64 * 1024 * 1024
 REQUEST_LIMIT = 64 * 1024
 
 
-class _ShortPath:
+class ShortPath:
     """AF_UNIX paths are limited to ~108 bytes; results directories can be deeper. Going
     through ``/proc/self/fd/N/`` of an open directory keeps the path short on Linux."""
-
-    detached = True  # closing a console on it leaves the campaign running
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -55,7 +53,7 @@ class _ShortPath:
 
 
 def _alive(path: Path) -> bool:
-    with _ShortPath(path) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+    with ShortPath(path) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         try:
             s.connect(p)
         except OSError:
@@ -172,7 +170,7 @@ async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.Abstra
 
     old = os.umask(0o177)  # the socket is created 0600
     try:
-        with _ShortPath(path) as p:
+        with ShortPath(path) as p:
             server = await asyncio.start_unix_server(handle, path=p)
     finally:
         os.umask(old)
@@ -193,7 +191,7 @@ class AttachedControl:
         return self.path.parent
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        with _ShortPath(self.path) as p:
+        with ShortPath(self.path) as p:
             return await asyncio.open_unix_connection(p, limit=LINE_LIMIT)
 
     async def subscribe(self) -> AsyncIterator[Event]:
@@ -263,7 +261,7 @@ def attach_control(results_dir: Path) -> CampaignControl:
                 "socket is not up yet; try again in a moment"
             )
         return ReplayControl(layout, "the campaign has ended: opened read-only")
-    with _ShortPath(sock) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+    with ShortPath(sock) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         try:
             s.connect(p)
         except OSError as exc:

@@ -68,6 +68,11 @@ class ResultsLayout:
         return self.root / "unreadable"
 
     @property
+    def engine_log(self) -> Path:
+        """What a campaign run for a console printed (its headless lines, in a child process)."""
+        return self.root / "engine.log"
+
+    @property
     def control_socket(self) -> Path:
         return self.root / "control.sock"
 

@@ -1,10 +1,10 @@
 """Running an ended campaign again from the console that ran it.
 
-A console that runs its campaign in-process keeps what it needs to start the engine again
-(the plan, the results directory, the options) and, when the operator asks for cells after
-the end (r, R, g, or resume after an abort), prepares a new run on the same results through
-the engine's public API: ``Campaign.prepare(...)``, the same host checks the command line
-does, then ``run()`` in the console's loop. The new run replays the whole log, so the
+A console that started its campaign keeps what it needs to start the engine again (the plan,
+the results directory, the options) and, when the operator asks for cells after the end (r, R,
+g, or resume after an abort), starts a new run on the same results: ``ChildRelaunch`` in a
+child process, as the command line starts the first (engine/child.py), ``InProcessRelaunch``
+in the console's own loop (for tests and embedding). The new run replays the whole log, so the
 console sees the same campaign continue.
 
 An attached console has nothing to relaunch: the campaign belongs to another process.
@@ -71,3 +71,34 @@ class InProcessRelaunch:
             campaign.store.close()
             raise
         return campaign  # type: ignore[no-any-return]
+
+
+@dataclass
+class ChildRelaunch:
+    """A new run as a child process (``specbench-tui PLAN --headless --rerun ...``)."""
+
+    plan: Path
+    results: Path  # the results root the plan's campaign directory is under
+    layout: ResultsLayout
+    sim: bool = False
+    ssh_config: str | None = None
+
+    @property
+    def results_root(self) -> Path:
+        return self.layout.root
+
+    async def start(
+        self, *, rerun: Sequence[str] = (), rerun_failed: bool = False
+    ) -> CampaignControl:
+        from specbench_tui.engine.child import EngineProcess, engine_argv
+
+        argv = engine_argv(
+            self.plan,
+            self.results,
+            sim=self.sim,
+            rerun_failed=rerun_failed,
+            rerun=rerun,
+            ssh_config=self.ssh_config,
+        )
+        # starting waits for the child's socket (and its host checks): off the console's loop
+        return await asyncio.to_thread(EngineProcess(argv, self.layout).start)

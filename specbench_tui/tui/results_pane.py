@@ -24,7 +24,7 @@ from specbench_tui.tui.look import MARKS, palette_for
 #: the rows of one measurement point (prompt set, length), fastest first within each.
 SORTS: tuple[tuple[str, str, bool], ...] = (
     ("point", "prompt/len", False),
-    ("tok_s", "tok/s", True),
+    ("tok_s", "decode tok/s", True),
     ("speedup", "speed-up", True),
     ("accept_mean", "accept", True),
     ("config", "config", False),
@@ -204,9 +204,9 @@ class ResultsPane(Vertical):
         if len(repeats) > 1:
             cols.append(("repeats", "rep"))
         if wide:
-            cols += [("tok_s", "tok/s"), ("speedup", "speed-up"), ("accept_mean", "accept")]
+            cols += [("tok_s", "decode tok/s"), ("speedup", "speed-up"), ("accept_mean", "accept")]
         else:
-            cols += [("tok_s", "tok/s"), ("speedup", "speedup"), ("accept_mean", "acc")]
+            cols += [("tok_s", "dec tok/s"), ("speedup", "speedup"), ("accept_mean", "acc")]
         if any(r.get("accept_weighted") is not None for r in rows):
             cols.append(("accept_weighted", "acc/tok"))
         headers = [
