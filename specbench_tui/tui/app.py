@@ -621,7 +621,11 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     @_while_mounted
     def _redraw_plots(self, force: bool = False) -> None:
-        self.plot_draws += self.main.query_one(PlotsPane).redraw(self.live, force=force)
+        running = [g for g in self.progress.groups.values() if g.status == "running"]
+        speculative = not running or any(g.speculative for g in running)
+        self.plot_draws += self.main.query_one(PlotsPane).redraw(
+            self.live, force=force, speculative=speculative
+        )
         if self._request_cells:
             # request counts of running cells: only the cell's own label changes (its
             # ancestors count settled cells), and at this rate even a flood costs nothing

@@ -109,13 +109,17 @@ class LivePlot(PlotextPlot):
         self.key = key
         self.drawn_version = -1
         self._series: LiveSeries | None = None
+        self._idle = "waiting"
 
     def on_resize(self) -> None:
         if self._series is not None:  # the title's length depends on the width
-            self.draw(self._series)
+            self.draw(self._series, self._idle)
 
-    def draw(self, series: LiveSeries) -> None:
+    def draw(self, series: LiveSeries, idle: str = "waiting") -> None:
+        """``idle`` says why a plot without data is empty (an autoregressive server has no
+        acceptance to wait for)."""
         self._series = series
+        self._idle = idle
         self.drawn_version = series.version
         plt = self.plt
         plt.clear_data()
@@ -137,7 +141,7 @@ class LivePlot(PlotextPlot):
             plt.xlabel(XLABEL)
         else:
             # no data: a title and no frame; an empty canvas draws made-up axes
-            plt.title(title + " (waiting)")
+            plt.title(f"{title} ({idle})")
             plt.frame(False)
             plt.xticks([])
             plt.yticks([])
@@ -154,14 +158,16 @@ class PlotsPane(Grid):
         for key in LiveData.PLOTS:
             yield LivePlot(key, id=f"plot-{key}")
 
-    def redraw(self, data: LiveData, *, force: bool = False) -> int:
-        """Redraw the plots whose series changed; returns how many were redrawn."""
+    def redraw(self, data: LiveData, *, force: bool = False, speculative: bool = True) -> int:
+        """Redraw the plots whose series changed; returns how many were redrawn.
+        ``speculative`` is false while only autoregressive servers run."""
         n = 0
         if not self.display:
             return 0
         for plot in self.query(LivePlot):
             series = data.plots[plot.key]
-            if force or plot.drawn_version != series.version:
-                plot.draw(series)
+            idle = "waiting" if speculative or plot.key != "accept" else "none: autoregressive"
+            if force or plot.drawn_version != series.version or idle != plot._idle:
+                plot.draw(series, idle)
                 n += 1
         return n
