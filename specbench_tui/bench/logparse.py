@@ -21,11 +21,11 @@ from collections import Counter
 import regex
 
 from specbench_tui.engines import sglang, vllm
+from specbench_tui.engines.log_values import number
 from specbench_tui.errors import InputError
 from specbench_tui.plan.log_patterns import PATTERN_TIMEOUT_S, compile_pattern
 
 READY_MARKER = sglang.READY_LINE.rstrip("!")
-_number = sglang.number
 
 
 class LogParser:
@@ -78,11 +78,11 @@ class LogParser:
                 for key, raw in named.items():
                     if raw is None:
                         continue
-                    value = _number(raw)
+                    value = number(raw)
                     if value is not None:
                         out[key] = value[0]
             elif m.re.groups:
-                value = _number(m.group(1) or "")
+                value = number(m.group(1) or "")
                 if value is not None:
                     out[name] = value[0]
             else:

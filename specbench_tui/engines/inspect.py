@@ -32,8 +32,9 @@ import httpx
 
 from specbench_tui.engines import sglang, vllm
 from specbench_tui.engines.counters import METRICS_PATH
+from specbench_tui.engines.registry import traits
 from specbench_tui.engines.streams import StreamMode
-from specbench_tui.engines.traits import flag_value, has_flag, traits
+from specbench_tui.engines.traits import flag_value, has_flag
 from specbench_tui.results.cells import ServiceGroup
 
 

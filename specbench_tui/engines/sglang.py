@@ -34,10 +34,10 @@ GDN models, new fields such as ``#mamba-slot: 3/100``), so the field list is not
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from specbench_tui.engines.log_values import norm_key, number
 from specbench_tui.engines.traits import EngineTraits, Speculation, flag_value
 
 READY_LINE = "The server is fired up and ready to roll!"
@@ -103,40 +103,6 @@ TRAITS = EngineTraits(
 
 
 # --- log lines --------------------------------------------------------------------------------
-
-_UNIT = re.compile(r"\s*\([^)]*\)")
-_NON_WORD = re.compile(r"[^a-z0-9]+")
-_BOOLS = {"true": 1.0, "false": 0.0}
-# Log keys whose normalised form is used so often that a lookup beats the regex work.
-_KEY_CACHE: dict[str, str] = {}
-
-
-def norm_key(raw: str) -> str:
-    key = _KEY_CACHE.get(raw)
-    if key is None:
-        key = _NON_WORD.sub("_", _UNIT.sub("", raw).lower()).strip("_")
-        if len(_KEY_CACHE) < 512:
-            _KEY_CACHE[raw] = key
-    return key
-
-
-def number(raw: str) -> tuple[float, float | None] | None:
-    """``"12"`` -> (12, None); ``"3/100"`` -> (3, 100); ``"True"`` -> (1, None); else None."""
-    raw = raw.strip().rstrip(".%")
-    try:
-        return float(raw), None
-    except ValueError:
-        pass
-    b = _BOOLS.get(raw.lower())
-    if b is not None:
-        return b, None
-    if "/" in raw:
-        used, _, total = raw.partition("/")
-        try:
-            return float(used), float(total)
-        except ValueError:
-            return None
-    return None
 
 
 def _parse_fields(rest: str, out: dict[str, float]) -> None:

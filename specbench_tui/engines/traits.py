@@ -44,17 +44,6 @@ class EngineTraits:
     cold_cache: Literal["flush", "salt"] = "flush"
 
 
-def traits(engine: str) -> EngineTraits:
-    """The traits of an engine by its plan name (``sglang`` or ``vllm``)."""
-    from specbench_tui.engines import sglang, vllm
-
-    if engine == "vllm":
-        return vllm.TRAITS
-    if engine == "sglang":
-        return sglang.TRAITS
-    raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
-
-
 def flag_value(command: Sequence[str], *names: str) -> str | None:
     """The value of the last ``--flag VALUE`` or ``--flag=VALUE`` among ``names``; a flag given
     twice takes its last value, as argparse does."""

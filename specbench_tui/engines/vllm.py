@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from specbench_tui.engines.sglang import norm_key, number
+from specbench_tui.engines.log_values import norm_key, number
 from specbench_tui.engines.traits import EngineTraits, Speculation, flag_value, has_flag
 
 READY_LINE = "Application startup complete."

@@ -23,7 +23,7 @@ from typing import IO
 import httpx
 
 from specbench_tui.engines import sglang
-from specbench_tui.engines.traits import traits
+from specbench_tui.engines.registry import traits
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 

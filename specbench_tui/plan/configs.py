@@ -11,7 +11,7 @@ import itertools
 import string
 from dataclasses import dataclass
 
-from specbench_tui.engines.traits import traits
+from specbench_tui.engines.registry import traits
 from specbench_tui.plan.model import ConfigSpec, ParamValue, PlanSpec
 
 

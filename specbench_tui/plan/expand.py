@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specbench_tui.engines.traits import traits
+from specbench_tui.engines.registry import traits
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import (

@@ -9,7 +9,7 @@ import difflib
 import re
 import string
 
-from specbench_tui.engines.traits import traits
+from specbench_tui.engines.registry import traits
 from specbench_tui.errors import InputError
 from specbench_tui.plan.configs import names_matching, resolve_configs
 from specbench_tui.plan.document import Plan, PlanError
