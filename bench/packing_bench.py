@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--speed", type=float, default=50.0)
     args = ap.parse_args()
     text = args.plan.read_text()
-    with tempfile.TemporaryDirectory(prefix="packing-bench-", dir=ROOT / "bench") as tmp:
+    with tempfile.TemporaryDirectory(prefix="packing-bench-") as tmp:
         out = {}
         for pack in (False, True):
             plan = Path(tmp) / f"{'packed' if pack else 'unpacked'}.toml"
