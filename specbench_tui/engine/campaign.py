@@ -151,6 +151,7 @@ class Campaign:
                 prepare=tuple(hs.prepare),
                 restore_after=hs.restore_after,
                 ssh_config=self.options.ssh_config,
+                reconnect_timeout_s=hs.reconnect_timeout,
             )
         return make_host(
             name,

@@ -1,0 +1,117 @@
+"""SSH hosts that survive, over a real OpenSSH server on 127.0.0.1 (``services = "process"``):
+sshd killed (sessions and all) mid-cell, mid-stop and mid-start and started again on the same
+port and key; a reply lost during a start (the session's sshd killed from the far side while
+the start command runs); this tool killed -9 mid-campaign and the campaign resumed. Each
+scenario prints its cells done/failed and the servers left running on the host: the goal is
+every cell done and none left. The systemd counterparts are in test_hosts_systemd_outages.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sshd_fixture import Sshd, killable_sshd  # noqa: F401 (the fixture)
+from support.link_faults import arm_drop, drop_fired
+from support.ssh_scenarios import (
+    HeadlessRun,
+    Outage,
+    PlanValues,
+    check_outage_outcome,
+    crash_and_resume,
+    events_of,
+    kill_pids,
+    ride_out,
+    servers_left,
+    tally,
+)
+
+pytestmark = pytest.mark.slow
+
+GROUPS = ("box.ar.tp1", "box.dflash.tp1")
+# Cells of a few seconds and servers that take 3 s to stop, so each phase can be hit.
+SLOW = ["--sim-fault", "slow:60", "--sim-fault", "slow-stop:3"]
+
+
+def plan_values(tmp_path: Path, name: str) -> PlanValues:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    return PlanValues(
+        name=name,
+        alias="sbtest",
+        services="process",
+        workdir=str(tmp_path / "remote"),
+        model=str(model),
+        args=SLOW,
+        tp=[1],
+        samples=2,
+        max_tokens=[48],
+    )
+
+
+@pytest.mark.parametrize(("phase", "seconds"), [("cell", 5), ("stop", 20), ("start", 5)])
+def test_sshd_killed_and_back(
+    killable_sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    phase: str,
+    seconds: float,
+) -> None:
+    values = plan_values(tmp_path, f"out-{phase}")
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", killable_sshd.config, values.name
+    )
+    outage = Outage(killable_sshd.kill, killable_sshd.start)
+    try:
+        ride_out(run, outage, phase, seconds, GROUPS)
+        code = run.wait(300)
+        done, failed, left = tally(
+            run.root, f"process, sshd killed mid-{phase} for {seconds}s", values.model
+        )
+        assert code == 0, run.output()
+        check_outage_outcome(events_of(run.root), phase)
+        assert (done, failed, left) == (2, 0, 0)
+    finally:
+        kill_pids(servers_left(values.model))
+
+
+def test_reply_lost_during_a_start(killable_sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    """The first start's reply never arrives (its session's sshd dies as the start ends): the
+    server it started is followed, not started twice, and the campaign goes on."""
+    values = plan_values(tmp_path, "lost-reply")
+    arm_drop(killable_sshd.root)
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", killable_sshd.config, values.name
+    )
+    try:
+        code = run.wait(300)
+        done, failed, left = tally(run.root, "process, reply lost during a start", values.model)
+        assert code == 0, run.output()
+        assert drop_fired(killable_sshd.root)
+        events = events_of(run.root)
+        notes = [e["text"] for e in events if e["event"] == "notice"]
+        assert any(
+            f"{GROUPS[0]}: the link to sbtest dropped during the start; the server it started runs"
+            in n
+            for n in notes
+        ), notes
+        log = (run.root / "logs" / f"{GROUPS[0]}.log").read_text()
+        assert log.count("starting box.ar.tp1") == 1 and "the reply to the start was lost" in log
+        assert not [e for e in events if e["event"] == "service_failed"]
+        assert (done, failed, left) == (2, 0, 0)
+    finally:
+        kill_pids(servers_left(values.model))
+
+
+def test_tool_killed_and_resumed(killable_sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    values = plan_values(tmp_path, "crash")
+    try:
+        crash_and_resume(
+            values,
+            tmp_path / "plan.toml",
+            tmp_path / "res",
+            killable_sshd.config,
+            GROUPS,
+            "process",
+        )
+    finally:
+        kill_pids(servers_left(values.model))
