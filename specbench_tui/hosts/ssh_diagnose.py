@@ -152,14 +152,14 @@ async def host_key_problem(endpoint: Endpoint, explicit: str | None, timeout_s: 
     if config_disables_checks(endpoint, explicit):
         presented = await _presented_key(endpoint, None, timeout_s)
         target = "~/.ssh/known_hosts"
+        setting = "none" if endpoint.known_hosts is None else "/dev/null"
         return (
-            f"host key of {where} cannot be checked: the SSH config names "
-            f"{'no file' if endpoint.known_hosts is None else '/dev/null'} as its "
-            "UserKnownHostsFile (as set with StrictHostKeyChecking no), so ssh never records "
-            "the key, and specbench-tui checks host keys regardless. Put the key in a file it "
-            f"reads: drop that UserKnownHostsFile line for the host (or name a real file), "
-            f"check the fingerprint the host presents ({_describe(presented)}) with its "
-            f"admin, then `ssh-keyscan -p {endpoint.port} {endpoint.host} >> {target}`"
+            f"host key of {where} cannot be checked: the SSH config sets UserKnownHostsFile "
+            f"{setting} for it (with StrictHostKeyChecking no, ssh then records no key), and "
+            "specbench-tui checks host keys regardless. Put the key where it is read: remove "
+            "that UserKnownHostsFile line (or name a real file), check the fingerprint the host "
+            f"presents ({_describe(presented)}) with its admin, then "
+            f"`ssh-keyscan -p {endpoint.port} {endpoint.host} >> {target}`"
         )
     recorded = _recorded_keys(files, endpoint)
     if recorded:
@@ -194,14 +194,15 @@ async def banner_problem(endpoint: Endpoint, timeout_s: float = 3.0) -> str | No
         )
     except (OSError, TimeoutError):
         return None
+    data = b""
     try:
-        writer.write(b"SSH-2.0-specbench_probe\r\n")  # an HTTP server answers only a request
-        with contextlib.suppress(OSError):
-            await writer.drain()
-        try:
-            data = await asyncio.wait_for(reader.read(256), timeout_s)
-        except (OSError, TimeoutError):
-            data = b""
+        with contextlib.suppress(OSError, TimeoutError):  # SSH (and SMTP, FTP...) greet first
+            data = await asyncio.wait_for(reader.read(256), min(timeout_s, 1.0))
+        if not data:  # a silent server: maybe one that answers requests, as HTTP does
+            with contextlib.suppress(OSError, TimeoutError):
+                writer.write(b"GET / HTTP/1.0\r\n\r\n")
+                await writer.drain()
+                data = await asyncio.wait_for(reader.read(256), timeout_s)
     finally:
         writer.close()
         with contextlib.suppress(Exception):
@@ -210,6 +211,8 @@ async def banner_problem(endpoint: Endpoint, timeout_s: float = 3.0) -> str | No
         return None
     first = data.decode("utf-8", errors="replace").splitlines()[0].strip() if data else ""
     said = f"it answered {first[:80]!r}" if first else "it sent no SSH greeting"
+    if first.startswith("HTTP/"):
+        said += " (a web server)"
     return (
         f"{endpoint.where()}: not an SSH server: {said} instead of an SSH banner; check the "
         "port in the plan or the Port in the SSH config"

@@ -168,15 +168,20 @@ class LoginFacts:
 
 
 async def login_facts(ssh: SshConnection, workdir: str) -> LoginFacts:
-    """One round trip; the work directory is created if missing."""
+    """One round trip; the work directory is created if missing. Values are NUL-separated:
+    a path may hold a newline."""
     wd = remote_path(workdir)
     script = (
-        'printf "home=%s\\n" "$HOME"; printf "path=%s\\n" "$PATH"; '
-        'printf "systemd=%s\\n" "$(systemctl --version 2>/dev/null | head -n 1)"; '
-        f'mkdir -p {wd} && printf "workdir=%s\\n" "$(cd {wd} && pwd)"'
+        "printf 'home=%s\\0path=%s\\0' \"$HOME\" \"$PATH\"; "
+        "printf 'systemd=%s\\0' \"$(systemctl --version 2>/dev/null | head -n 1)\"; "
+        f"mkdir -p {wd} && cd {wd} && printf 'workdir=%s\\0' \"$PWD\""
     )
     res = await ssh.run(script, timeout_s=30.0, idempotent=True)
-    got = dict(line.partition("=")[::2] for line in res.stdout.splitlines() if "=" in line)
+    got: dict[str, str] = {}
+    for part in res.stdout.split("\0"):
+        key, sep, value = part.partition("=")
+        if sep:  # a login rc file may print before the first key
+            got[key.rsplit("\n", 1)[-1]] = value
     if not res.ok or not got.get("workdir"):
         err = systemd_error(res.stderr) or f"status {res.exit_status}"
         raise ServiceError(f"{ssh}: cannot read the login environment or create {workdir}: {err}")

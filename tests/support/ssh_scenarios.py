@@ -31,12 +31,12 @@ baseline = "ar"
 ssh = "{alias}"
 gpus = 4
 services = "{services}"
-workdir = "{workdir}"
+workdir = {workdir}
 reconnect_timeout = "{reconnect_timeout}"
 
 [server]
-python = "{python}"
-model = "{model}"
+python = {python}
+model = {model}
 port = {port}
 launch = ["{{python}}", "-m", "specbench_tui.sim", "--model-path", "{{model}}", "--tp-size",
           "{{tp}}", "--host", "127.0.0.1", "--port", "{{port}}", "--speed", "50",
@@ -91,9 +91,9 @@ class PlanValues:
             name=self.name,
             alias=self.alias,
             services=self.services,
-            workdir=self.workdir.replace("\\", "\\\\").replace('"', '\\"'),
-            model=self.model.replace("\\", "\\\\").replace('"', '\\"'),
-            python=self.python.replace("\\", "\\\\").replace('"', '\\"'),
+            workdir=toml_str(self.workdir),
+            model=toml_str(self.model),
+            python=toml_str(self.python),
             port=self.port,
             args="[" + ", ".join(toml_str(a) for a in self.args) + "]",
             env=env if self.env else "{}",
@@ -195,7 +195,8 @@ class HeadlessRun:
         self.wait(30)
 
     def output(self) -> str:
-        self._out.flush()
+        if not self._out.closed:
+            self._out.flush()
         return self.out_path.read_text(errors="replace")
 
 
