@@ -172,7 +172,7 @@ async def login_facts(ssh: SshConnection, workdir: str) -> LoginFacts:
     a path may hold a newline."""
     wd = remote_path(workdir)
     script = (
-        "printf 'home=%s\\0path=%s\\0' \"$HOME\" \"$PATH\"; "
+        'printf \'home=%s\\0path=%s\\0\' "$HOME" "$PATH"; '
         "printf 'systemd=%s\\0' \"$(systemctl --version 2>/dev/null | head -n 1)\"; "
         f"mkdir -p {wd} && cd {wd} && printf 'workdir=%s\\0' \"$PWD\""
     )
