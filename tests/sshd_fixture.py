@@ -110,6 +110,19 @@ class Sshd:
                 os.kill(pid, signal.SIGKILL)
         self.proc.wait(10)
 
+    def drop_sessions(self) -> None:
+        """SIGKILL the sessions only: every link drops, the listener takes the reconnect."""
+        for pid in self.session_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def new_host_key(self) -> None:
+        """Replace the host key (as a reinstalled host, or someone in between, would show);
+        takes effect at the next start."""
+        for suffix in ("", ".pub"):
+            (self.root / f"host_ed25519{suffix}").unlink()
+        _keygen(self.root / "host_ed25519")
+
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return

@@ -115,3 +115,46 @@ def test_tool_killed_and_resumed(killable_sshd: Sshd, tmp_path: Path) -> None:  
         )
     finally:
         kill_pids(servers_left(values.model))
+
+
+def test_host_away_past_its_reconnect_timeout_fails_its_cells_then_resumes(
+    killable_sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """sshd dies mid-cell and stays away past the plan's reconnect_timeout (5 s): the cells
+    fail with the reason, the server it could not stop is left there; once the host is back,
+    --rerun-failed takes that server over and finishes with none left."""
+    values = plan_values(tmp_path, "away")
+    values.reconnect_timeout = "5s"
+    plan = values.write(tmp_path / "plan.toml")
+    run = HeadlessRun(plan, tmp_path / "res", killable_sshd.config, values.name)
+    try:
+        run.wait_event("cell_started", group=GROUPS[0])
+        killable_sshd.kill()
+        code = run.wait(300)
+        killable_sshd.start()
+        done, failed, left = tally(
+            run.root, "process, host away past reconnect_timeout", values.model, settle=False
+        )
+        assert code == 1, run.output()
+        events = run.events()
+        assert [e["state"] for e in events if e["event"] == "host_state"][:2] == [
+            "reconnecting",
+            "unreachable",
+        ]
+        reasons = {e["group"]: e["reason"] for e in events if e["event"] == "cell_failed"}
+        assert reasons[GROUPS[0]].startswith("host unreachable: sbtest (127.0.0.1 port ")
+        assert "unreachable for 5.0s (connection refused" in reasons[GROUPS[0]]
+        assert "still unreachable" in reasons[GROUPS[1]]
+        assert (done, failed, left) == (0, 2, 1)
+        run = HeadlessRun(
+            plan, tmp_path / "res", killable_sshd.config, values.name, "--rerun-failed"
+        )
+        code = run.wait(300)
+        done, failed, left = tally(run.root, "process, host back, --rerun-failed", values.model)
+        assert code == 0, run.output()
+        notes = [e["text"] for e in run.events() if e["event"] == "notice"]
+        assert any(n.startswith(f"{GROUPS[0]}: took over") for n in notes), notes
+        assert (done, failed, left) == (2, 0, 0)
+    finally:
+        kill_pids(servers_left(values.model))

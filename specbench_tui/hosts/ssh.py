@@ -265,8 +265,9 @@ class SshConnection:
                 try:
                     self._conn = await self._connect_once()
                 except SshConnectError as e:
+                    where = self.endpoint().where()
                     raise SshError(
-                        f"{self.endpoint().where()} is still unreachable ({e.reason})"
+                        f"{where} is still unreachable ({_after(where, e.reason)})"
                     ) from e
                 self._gave_up, self.down_since = None, None
                 self.reconnects += 1
@@ -298,6 +299,7 @@ class SshConnection:
         assert self.down_since is not None
         deadline = self.down_since + self.reconnect_timeout_s
         last = ""
+        refused = False
         waits = iter(self.reconnect_backoff_s)
         delay = 0.0
         while True:
@@ -306,7 +308,7 @@ class SshConnection:
             try:
                 conn = await self._connect_once()
             except SshRefused as e:
-                last = e.reason
+                last, refused = e.reason, True
                 break  # a changed host key or refused login does not fix itself
             except SshConnectError as e:
                 last = e.reason
@@ -323,7 +325,8 @@ class SshConnection:
             delay = next(waits, self.reconnect_backoff_s[-1])
         away = format_duration(time.monotonic() - self.down_since)
         self._gave_up = last or "no answer"
-        reason = f"{self.endpoint().where()} unreachable for {away}: {self._gave_up}"
+        where = self.endpoint().where()
+        reason = last if refused else f"{where} unreachable for {away} ({_after(where, last)})"
         self._notify("unreachable", reason)
         raise SshError(reason)
 
@@ -701,6 +704,11 @@ def _text(v: object) -> str:
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
     return str(v)
+
+
+def _after(where: str, reason: str) -> str:
+    """A connect error without the host it names (already said before it)."""
+    return reason.removeprefix(f"{where}: ")
 
 
 def _short(line: str, n: int = 80) -> str:

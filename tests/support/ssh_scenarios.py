@@ -113,7 +113,7 @@ class PlanValues:
 class HeadlessRun:
     """One ``specbench-tui PLAN --headless`` process and its results directory."""
 
-    def __init__(self, plan: Path, results: Path, ssh_config: Path, name: str) -> None:
+    def __init__(self, plan: Path, results: Path, ssh_config: Path, name: str, *extra: str) -> None:
         self.root = results / name
         self.events_path = self.root / "events.jsonl"
         self.out_path = results.parent / f"{name}.headless.{time.monotonic_ns()}.out"
@@ -129,6 +129,7 @@ class HeadlessRun:
                 str(results),
                 "--ssh-config",
                 str(ssh_config),
+                *extra,
             ],
             stdout=self._out,
             stderr=subprocess.STDOUT,
