@@ -182,6 +182,19 @@ class RemoteService(Service):
                 return False
             await asyncio.sleep(0.5)
 
+    async def wait_ready(self, timeout_s: float | None = None) -> float:
+        """As for any server; a start-up that timed out while the host was away says so."""
+        try:
+            return await super().wait_ready(timeout_s)
+        except ServiceError as e:
+            if self.ssh.down_since is None:
+                raise
+            raise HostUnreachable(
+                f"{e.reason}; the link to {self.ssh} has been down for "
+                f"{format_duration(time.monotonic() - self.ssh.down_since)}",
+                e.log_tail,
+            ) from e
+
     async def _refresh(self) -> None:
         """Read the server's state on the host once (did it end while we could not look?)."""
 

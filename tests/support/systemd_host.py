@@ -122,7 +122,16 @@ def _need_system() -> None:
         if IN_CI:
             pytest.fail("the real systemd tests need root under CI")
         pytest.skip("the real systemd tests need root (namespaces and mounts)")
-    for program in ("unshare", "setpriv", "findmnt", "ss", "ssh", "ssh-keygen", "dbus-daemon"):
+    for program in (
+        "unshare",
+        "setpriv",
+        "findmnt",
+        "nsenter",
+        "ss",
+        "ssh",
+        "ssh-keygen",
+        "dbus-daemon",
+    ):
         need_program(program)
     for path in ("/usr/sbin/sshd", "/lib/systemd/systemd"):
         if not os.path.exists(path):
