@@ -8,6 +8,8 @@ every cell done and none left. The systemd counterparts are in test_hosts_system
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +157,43 @@ def test_host_away_past_its_reconnect_timeout_fails_its_cells_then_resumes(
         assert code == 0, run.output()
         notes = [e["text"] for e in run.events() if e["event"] == "notice"]
         assert any(n.startswith(f"{GROUPS[0]}: took over") for n in notes), notes
+        assert (done, failed, left) == (2, 0, 0)
+    finally:
+        kill_pids(servers_left(values.model))
+
+
+def test_abort_while_the_host_is_away_does_not_wait_for_it(
+    killable_sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """SIGINT while sshd is down (reconnect_timeout 2 minutes): the campaign ends within
+    seconds, leaving the server it cannot reach; once the host is back, the next run takes
+    that server over and finishes with none left."""
+    values = plan_values(tmp_path, "abort-away")
+    plan = values.write(tmp_path / "plan.toml")
+    run = HeadlessRun(plan, tmp_path / "res", killable_sshd.config, values.name)
+    try:
+        run.wait_event("cell_started", group=GROUPS[0])
+        killable_sshd.kill()
+        run.wait_event("host_state", state="reconnecting")
+        t0 = time.monotonic()
+        run.proc.send_signal(signal.SIGINT)
+        code = run.wait(120)
+        ended_s = time.monotonic() - t0
+        print(f"\n[SIGINT] with the host away: exit after {ended_s:.1f}s")
+        killable_sshd.start()
+        done, failed, left = tally(
+            run.root, "process, SIGINT while the host is away", values.model, settle=False
+        )
+        assert code == 130, run.output()
+        assert ended_s < 30, f"the abort waited {ended_s:.0f}s for the host"
+        assert (done, failed, left) == (0, 0, 1)
+        notes = [e["text"] for e in run.events() if e["event"] == "notice"]
+        assert any("the host is away; its servers are left as they are" in n for n in notes)
+        run = HeadlessRun(plan, tmp_path / "res", killable_sshd.config, values.name)
+        code = run.wait(300)
+        done, failed, left = tally(run.root, "process, host back, resumed", values.model)
+        assert code == 0, run.output()
         assert (done, failed, left) == (2, 0, 0)
     finally:
         kill_pids(servers_left(values.model))

@@ -170,6 +170,7 @@ class Campaign:
         if host is None:
             host = self._new_host(group.host, group.host_kind)
             host.telemetry(on_sample=self._on_gpu_sample)
+            self.control.on_abort(host.abandon_waits)
             self._hosts[group.host] = host
         return host
 

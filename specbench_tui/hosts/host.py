@@ -377,6 +377,11 @@ class Host:
         rest are stopped. A local server dies with the tool: nothing is left here."""
         return None
 
+    def abandon_waits(self) -> None:
+        """The run is aborted: stop waiting for anything that only the host's return could
+        end (a link that is down). Nothing waits so here."""
+        return None
+
     async def recover(self, groups: Iterable[ServiceGroup]) -> bool:
         """Repair what a failed start may have lost (an SSH host runs its ``prepare``);
         True when something was done and a new start is worth trying."""

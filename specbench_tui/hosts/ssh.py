@@ -215,6 +215,7 @@ class SshConnection:
         self._closed = False
         self._reconnector: asyncio.Task[asyncssh.SSHClientConnection] | None = None
         self._gave_up: str | None = None  # why the last reconnect window ended unanswered
+        self._no_wait = asyncio.Event()  # set: a link that is down is not waited for
         self._endpoint: ssh_diagnose.Endpoint | None = None
 
     def __str__(self) -> str:
@@ -261,6 +262,8 @@ class SshConnection:
             if self._gave_up is None:  # a drop nobody saw (closed from our side): reconnect
                 self._start_reconnect("the connection was closed")
                 assert self._reconnector is not None
+            elif self._no_wait.is_set():
+                raise SshError(f"{self.endpoint().where()} is away ({self._gave_up})")
             else:  # the host was given up on: one attempt, then fail at once
                 try:
                     self._conn = await self._connect_once()
@@ -304,7 +307,12 @@ class SshConnection:
         delay = 0.0
         while True:
             if delay:
-                await asyncio.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+                with contextlib.suppress(TimeoutError):
+                    wait = max(0.0, min(delay, deadline - time.monotonic()))
+                    await asyncio.wait_for(self._no_wait.wait(), wait)
+            if self._no_wait.is_set():
+                last = last or "not waited for"
+                break
             try:
                 conn = await self._connect_once()
             except SshRefused as e:
@@ -418,6 +426,12 @@ class SshConnection:
             conn.close()
             with contextlib.suppress(Exception):
                 await conn.wait_closed()
+
+    def stop_waiting(self) -> bool:
+        """From now on a link that is down is not waited for: a reconnect under way ends at
+        its next attempt, later uses fail at once. True when the link is down now."""
+        self._no_wait.set()
+        return self.down_since is not None
 
     def drop(self) -> None:
         """Abort the current connection as a network failure would (a reconnect follows);

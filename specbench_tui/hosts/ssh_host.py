@@ -85,6 +85,17 @@ class SshHost(Host):
         self._unknown_gpus_said: set[str] = set()
         self._leftovers: dict[str, Leftover] = {}  # kept for their group's clear_gpus
 
+    def abandon_waits(self) -> None:
+        """An abort while the host is away: what still needs it (a server's stop) fails at
+        once instead of waiting up to ``reconnect_timeout``; the servers stay there for the
+        next run, which takes them over or stops them."""
+        if self.ssh.stop_waiting():
+            self.on_notice(
+                "warning",
+                f"{self.name}: the host is away; its servers are left as they are (the next "
+                "run of the plan takes them over or stops them)",
+            )
+
     def _link_state(self, state: str, reason: str) -> None:
         """The link changed: an event for the console (the host shown as reconnecting)."""
         self.on_event(HostState(host=self.name, state=state, reason=reason))
