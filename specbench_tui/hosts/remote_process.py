@@ -263,7 +263,7 @@ class RemoteProcessService(RemoteService):
         except SshResultLost as e:
             # Did it start? The pid file says, once the link is back (a start that was
             # under way when the link dropped writes it within moments).
-            log.warning("%s: %s", self.group.id, e.reason)
+            log.info("%s: %s", self.group.id, e.reason)
             running = None
             for _ in range(3):
                 running = await self._running()
@@ -435,7 +435,7 @@ class RemoteProcessService(RemoteService):
                     return
             except SshError as e:
                 # The link, not the server, failed; keep trying (reconnects back off).
-                log.warning("%s: cannot poll the server: %s", self.group.id, e)
+                log.info("%s: cannot poll the server: %s", self.group.id, e)
                 await asyncio.sleep(self.poll_s * 4)
                 continue
             await asyncio.sleep(self.poll_s)
@@ -449,11 +449,11 @@ class RemoteProcessService(RemoteService):
             try:
                 proc = await self.ssh.start_process(until_channel_closed(cmd))
             except SshError as e:
-                log.warning("%s: log tail: %s", self.group.id, e)
+                log.info("%s: log tail: %s", self.group.id, e)
                 await asyncio.sleep(2.0)
                 continue
             except Exception as e:  # a channel error: retry on a fresh attempt
-                log.warning("%s: log tail: %s", self.group.id, e)
+                log.info("%s: log tail: %s", self.group.id, e)
                 await asyncio.sleep(1.0)
                 continue
             buf = b""

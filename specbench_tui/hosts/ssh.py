@@ -311,7 +311,7 @@ class SshConnection:
                     wait = max(0.0, min(delay, deadline - time.monotonic()))
                     await asyncio.wait_for(self._no_wait.wait(), wait)
             if self._no_wait.is_set():
-                last = last or "not waited for"
+                last = "not waited for: the run is ending"
                 break
             try:
                 conn = await self._connect_once()
@@ -334,7 +334,12 @@ class SshConnection:
         away = format_duration(time.monotonic() - self.down_since)
         self._gave_up = last or "no answer"
         where = self.endpoint().where()
-        reason = last if refused else f"{where} unreachable for {away} ({_after(where, last)})"
+        if refused:
+            reason = last
+        elif self._no_wait.is_set():
+            reason = f"{where} is away, {last}"
+        else:
+            reason = f"{where} unreachable for {away} ({_after(where, last)})"
         self._notify("unreachable", reason)
         raise SshError(reason)
 
@@ -627,7 +632,7 @@ class PortForward:
             try:
                 await self._listen()
             except SshError as e:
-                log.warning("port forward to %s: %s", self.remote_port, e)
+                log.info("port forward to %s: %s", self.remote_port, e)
                 await asyncio.sleep(2.0)
 
     async def close(self) -> None:

@@ -349,7 +349,7 @@ class SystemdService(RemoteService):
             self.facts = facts = await login_facts(self.ssh, self.workdir)
             res = await self.ssh.run(self.run_command(facts), timeout_s=120.0)
         except SshResultLost as e:
-            log.warning("%s: %s", self.group.id, e.reason)
+            log.info("%s: %s", self.group.id, e.reason)
             return await self._after_lost_start()
         except ServiceError as e:
             self._close_log()
@@ -515,7 +515,7 @@ class SystemdService(RemoteService):
             try:
                 state = await self.show()
             except SshError as e:
-                log.warning("%s: cannot poll %s: %s", self.group.id, self.unit, e)
+                log.info("%s: cannot poll %s: %s", self.group.id, self.unit, e)
                 await asyncio.sleep(self.poll_s * 4)
                 continue
             if state.get("ActiveState") not in ACTIVE_STATES:
@@ -556,11 +556,11 @@ class SystemdService(RemoteService):
                 async for line in self.ssh.stream_lines(self.journal_command()):
                     self._handle_entry(line)
             except SshError as e:
-                log.warning("%s: journal: %s", self.unit, e)
+                log.info("%s: journal: %s", self.unit, e)
                 await asyncio.sleep(2.0)
                 continue
             except Exception as e:  # a channel error: retry
-                log.warning("%s: journal: %s", self.unit, e)
+                log.info("%s: journal: %s", self.unit, e)
             await asyncio.sleep(0.5)
 
     def _handle_entry(self, line: str) -> None:
