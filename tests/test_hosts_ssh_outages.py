@@ -197,3 +197,36 @@ def test_abort_while_the_host_is_away_does_not_wait_for_it(
         assert (done, failed, left) == (2, 0, 0)
     finally:
         kill_pids(servers_left(values.model))
+
+
+def test_server_that_died_while_the_host_was_away_is_restarted(
+    killable_sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The host comes back but its server did not survive the outage (a reboot would do
+    that): its state is read again, the group restarts it, and the set-aside cell runs."""
+    values = plan_values(tmp_path, "died-away")
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", killable_sshd.config, values.name
+    )
+    try:
+        run.wait_event("cell_started", group=GROUPS[0])
+        killable_sshd.kill()
+        run.wait_event("host_state", state="reconnecting")
+        kill_pids(servers_left(values.model))
+        time.sleep(2.0)
+        killable_sshd.start()
+        code = run.wait(300)
+        done, failed, left = tally(
+            run.root, "process, server died while the host was away", values.model
+        )
+        assert code == 0, run.output()
+        events = run.events()
+        notes = [e["text"] for e in events if e["event"] == "notice"]
+        assert any(
+            n.startswith(f"{GROUPS[0]}: server died") and "restarting it" in n for n in notes
+        ), notes
+        assert [e["by"] for e in events if e["event"] == "cell_queued"] == ["host unreachable"]
+        assert (done, failed, left) == (2, 0, 0)
+    finally:
+        kill_pids(servers_left(values.model))

@@ -322,6 +322,17 @@ def crash_and_resume(
     run.wait_event("cell_started", group=first)
     run.kill9()
     assert tally(run.root, f"{mode}, kill -9 mid-cell", values.model, settle=False)[2] == 1
+    # the preflight sees the server left there as what it is, not as a port taken
+    cli = [sys.executable, "-m", "specbench_tui", str(plan), "--ssh-config", str(ssh_config)]
+    check = subprocess.run(
+        [*cli, "--dry-run", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"{first}: a server left running by an earlier run" in check.stdout
     run = HeadlessRun(values.write(plan), results, ssh_config, values.name)
     run.wait_event("cell_finished", group=first)
     notes = [e["text"] for e in run.events() if e["event"] == "notice"]
