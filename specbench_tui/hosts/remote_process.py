@@ -486,7 +486,6 @@ class RemoteProcessService(RemoteService):
                 await asyncio.sleep(0.05)
 
 
-# One name for the quoting helper, kept where earlier code imported it from.
 __all__ = [
     "RemoteProcessService",
     "Running",
@@ -494,7 +493,6 @@ __all__ = [
     "group_alive_script",
     "leader_alive_script",
     "parse_running",
-    "remote_path",
     "running_script",
     "stop_process_group",
 ]

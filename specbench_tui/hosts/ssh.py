@@ -66,9 +66,6 @@ __all__ = [
     "SshError",
     "SshRefused",
     "SshResultLost",
-    "env_prefix",
-    "quote_command",
-    "until_channel_closed",
 ]
 
 
