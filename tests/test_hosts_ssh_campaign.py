@@ -147,7 +147,7 @@ def test_unknown_host_key_is_refused_with_exit_2(sshd: Sshd, tmp_path: Path) -> 
         cwd=ROOT,
     )
     assert proc.returncode == 2
-    assert "host key of sbtest is not in" in proc.stderr
+    assert f"host key of sbtest (127.0.0.1 port {sshd.port}) is not in {empty}" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 

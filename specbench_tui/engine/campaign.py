@@ -152,6 +152,7 @@ class Campaign:
                 prepare=tuple(hs.prepare),
                 restore_after=hs.restore_after,
                 ssh_config=self.options.ssh_config,
+                reconnect_timeout_s=hs.reconnect_timeout,
             )
         return make_host(
             name,
@@ -170,6 +171,7 @@ class Campaign:
         if host is None:
             host = self._new_host(group.host, group.host_kind)
             host.telemetry(on_sample=self._on_gpu_sample)
+            self.control.on_abort(host.abandon_waits)
             self._hosts[group.host] = host
         return host
 

@@ -110,6 +110,7 @@ async def run_one(
 
     result = CellResult()
     handle.cell, handle.stop = cell, None
+    drops = svc.link_drops  # a change: the link to the host dropped during the cell
     window = CounterWindow(facts.engine, svc.base_url) if facts.metrics else None
     task = asyncio.ensure_future(
         run_cell(
@@ -121,7 +122,9 @@ async def run_one(
             seed=ctx.spec.campaign.seed,
             plan_dir=ctx.plan.dir,
             on_request=on_request,
-            should_stop=lambda: handle.stop is not None or not svc.alive(),
+            should_stop=lambda: (
+                handle.stop is not None or not svc.alive() or svc.link_drops != drops
+            ),
             result=result,
             model=facts.served_model,
             stream_mode=facts.stream_mode,
@@ -132,7 +135,7 @@ async def run_one(
     )
     handle.task = task
     try:
-        await _await_cell(ctx, task, handle)
+        await _await_cell(ctx, task, handle, lambda: svc.link_drops != drops)
     except asyncio.CancelledError:
         if not task.cancelled() or _cancelling():
             raise
@@ -155,12 +158,12 @@ async def run_one(
     )
     result.acceptance["engine"] = facts.engine
     result.acceptance["engine_version"] = facts.version
-    if result.errors and svc.alive():
+    if result.errors and svc.alive() and svc.link_drops == drops:
         # Failed requests often mean the server is going down; its exit status may lag
         # behind the broken connections by a moment.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(svc.wait_exit(), 0.5)
-    await conclude(ctx, cell, group, svc, attempt, result, handle)
+    await conclude(ctx, cell, group, svc, attempt, result, handle, svc.link_drops != drops)
 
 
 def _cancelling() -> bool:
@@ -169,16 +172,20 @@ def _cancelling() -> bool:
 
 
 async def _await_cell(
-    ctx: RunContext, task: asyncio.Future[CellResult], handle: GroupHandle
+    ctx: RunContext,
+    task: asyncio.Future[CellResult],
+    handle: GroupHandle,
+    link_dropped: Callable[[], bool],
 ) -> None:
-    """Wait for the cell; once an abort is asked, give requests in flight a moment, then
-    cancel them (an abort must not wait a 10-minute request timeout)."""
+    """Wait for the cell; once an abort is asked or the link to the host drops, give
+    requests in flight a moment, then cancel them. Neither must wait a 10-minute request
+    timeout: a request forwarded over a link that died may never hear of it."""
     while True:
         done, _ = await asyncio.wait({task}, timeout=0.2)
         if done:
             task.result()
             return
-        if handle.stop == "abort":
+        if handle.stop == "abort" or link_dropped():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(task), ctx.options.abort_grace_s)
             if not task.done():
@@ -197,8 +204,11 @@ async def conclude(
     attempt: int,
     result: CellResult,
     handle: GroupHandle,
+    link_dropped: bool = False,
 ) -> Verdict:
-    """Write the attempt's rows, judge it, and publish the event that ends it."""
+    """Write the attempt's rows, judge it, and publish the event that ends it. A cell whose
+    link to its host dropped is set aside (its rows kept as an interrupted attempt) with a
+    ``cell_queued`` by "host unreachable"; it runs again once the host is back."""
     await durably(ctx, lambda: ctx.store.write_cell_requests(cell.id, attempt, result.records))
     errors = [r.error for r in result.records if r.error]
     verdict = judge(
@@ -209,6 +219,7 @@ async def conclude(
         server_alive=svc.alive(),
         exit_code=svc.exit_code,
         max_error_share=ctx.spec.checks.max_error_share,
+        link_dropped=link_dropped,
     )
     hub = ctx.hub
     if verdict.outcome == "done":

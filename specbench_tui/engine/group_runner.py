@@ -5,12 +5,16 @@ stop the server at the end, whatever happened.
 A failure to start is tried once more after the host repaired what it could (the plan's
 ``prepare``, e.g. the model gone from /dev/shm after a reboot). A group given up fails its
 remaining cells with the reason and the server's last lines. An abort cuts any wait short and
-leaves the group's cells to a resume.
+leaves the group's cells to a resume. When the link to the group's host drops, the cell in
+flight is set aside (cell_runner) and the group waits until the host is back, its server's
+state known and its health checked, then runs the cell again; its cells fail only when the
+host stays away past its reconnect timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Literal
 
 from specbench_tui.engine.cell_runner import run_one
 from specbench_tui.engine.checks import evaluate_greedy, probe_state_leak
@@ -19,7 +23,7 @@ from specbench_tui.engine.run_control import AbortRequested
 from specbench_tui.engine.verdict import restart_allowed
 from specbench_tui.engines.inspect import ServerFacts, inspect_server
 from specbench_tui.hosts.host import Host
-from specbench_tui.hosts.service import Service, ServiceError
+from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
     CellFailed,
@@ -57,6 +61,7 @@ class GroupRunner:
         self.host = host
         self.attempt = 0
         self.facts = ServerFacts(engine=group.engine)  # what the ready server said of itself
+        self.drops_seen = 0  # the server's link drops already ridden out
 
     async def run(self) -> None:
         ctx, group = self.ctx, self.group
@@ -75,14 +80,28 @@ class GroupRunner:
                         await slot.clear()
                         failure = await self._start_or_recover(slot)
                         continue
+                    if svc.link_drops != self.drops_seen:  # the link to the host dropped
+                        outcome = await self._after_outage(svc)
+                        if outcome == "gone":
+                            return
+                        if outcome == "again":
+                            continue
+                        if outcome == "restart":
+                            await slot.clear()
+                            failure = await self._start_or_recover(slot)
+                            continue
                     pending = ctx.pending(group)
                     if not pending:
                         if svc.alive() and not ctx.control.aborted:
                             await probe_state_leak(ctx, group, svc, self.facts)
                         return
-                    await run_one(ctx, pending[0], group, svc, handle, self.facts)
-                    if svc.alive() or ctx.control.aborted or not ctx.pending(group):
-                        continue
+                    if svc.alive():
+                        await run_one(ctx, pending[0], group, svc, handle, self.facts)
+                        if svc.link_drops != self.drops_seen:
+                            continue  # the cell was set aside; ride the outage out first
+                        if svc.alive() or ctx.control.aborted or not ctx.pending(group):
+                            continue
+                    # The server died: during the cell, or while the host was away.
                     code = svc.exit_code
                     if not restart_allowed(restarts, ctx.options.server_restarts):
                         self._fail_cells(
@@ -162,6 +181,7 @@ class GroupRunner:
             await slot.clear()
             return failure
         self.facts = facts
+        self.drops_seen = svc.link_drops
         for note in facts.notes:
             ctx.hub.notice(f"{group.id}: {note}", "warning")
         ctx.hub.emit(
@@ -194,6 +214,28 @@ class GroupRunner:
         if recovered:
             failure = await self._start(slot)
         return failure
+
+    # --- the link to the host -------------------------------------------------------------
+
+    async def _after_outage(self, svc: Service) -> Literal["ok", "again", "restart", "gone"]:
+        """The link to the server's host dropped (the cell in flight, if any, was set aside):
+        wait until the host is back and the server's state is known. "ok": go on (a server
+        that died meanwhile is then not alive); "restart": it runs but does not answer;
+        "gone": the host stayed away past its reconnect timeout, the group's cells failed;
+        "again": an abort came meanwhile."""
+        ctx = self.ctx
+        try:
+            await ctx.control.unless_aborted(svc.after_outage())
+        except AbortRequested:
+            return "again"
+        except HostUnreachable as exc:
+            self._fail_cells(f"host unreachable: {exc.reason}")
+            return "gone"
+        except ServiceError as exc:
+            ctx.hub.notice(f"{exc.reason}; restarting the server", "warning")
+            return "restart"
+        self.drops_seen = svc.link_drops
+        return "ok"
 
     # --- giving up ----------------------------------------------------------------------------
 

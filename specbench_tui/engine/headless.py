@@ -20,6 +20,7 @@ from specbench_tui.results.events import (
     Event,
     GpusUnverified,
     GroupStarted,
+    HostState,
     Notice,
     Paused,
     Resumed,
@@ -77,6 +78,8 @@ def format_event(ev: Event) -> str | None:
         return f"{t} {ev.level}: {ev.text}"
     if isinstance(ev, TelemetryChosen):
         return f"{t} host {ev.host}: telemetry: {ev.text or ev.source}"
+    if isinstance(ev, HostState):
+        return f"{t} host {ev.host}: {ev.state} ({ev.reason})"
     if isinstance(ev, GpusUnverified):
         gpus = ",".join(map(str, ev.gpu_ids))
         return f"{t} group {ev.group}: GPUs {gpus} not verified free ({ev.reason})"

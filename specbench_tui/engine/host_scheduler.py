@@ -36,6 +36,9 @@ class HostScheduler:
     async def run(self) -> None:
         ctx = self.ctx
         running: dict[asyncio.Task[None], tuple[ServiceGroup, int]] = {}
+        if self.groups and self.groups[0].host_kind == "ssh":
+            # Servers a crashed run left there: kept for the groups about to run, else stopped.
+            await self.host().settle_leftovers({g.id for g in self.groups if ctx.pending(g)})
         try:
             while not ctx.control.aborted:
                 await ctx.control.gate()

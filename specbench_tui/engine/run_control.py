@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -61,6 +61,7 @@ class RunControl:
         self.storage_error: StorageError | None = None
         self.storage_failed: StorageError | None = None
         self.groups: dict[str, GroupHandle] = {}
+        self._abort_hooks: list[Callable[[], None]] = []
 
     # --- pause and abort --------------------------------------------------------------------
 
@@ -86,6 +87,13 @@ class RunControl:
         self._running.set()
         for h in self.groups.values():
             h.ask_stop("abort")
+        for hook in self._abort_hooks:
+            hook()
+
+    def on_abort(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the run is aborted (a host then stops waiting for a link that
+        is down: an abort must not wait minutes for a host to come back)."""
+        self._abort_hooks.append(hook)
 
     async def gate(self) -> None:
         """Hold while paused or while the results cannot be written (servers and telemetry

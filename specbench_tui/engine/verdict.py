@@ -27,13 +27,19 @@ def judge(
     server_alive: bool,
     exit_code: int | None,
     max_error_share: float,
+    link_dropped: bool = False,
 ) -> Verdict:
     """Judge one attempt.
 
     ``errors`` holds the error text of each failed request; ``complete`` says every planned
-    request was measured; ``stop`` is why the cell was asked to stop early, if it was.
+    request was measured; ``stop`` is why the cell was asked to stop early, if it was;
+    ``link_dropped`` says the link to the server's host dropped while it ran.
     """
     good = requests - len(errors)
+    if link_dropped and stop != "skip":
+        # The link, not the server, cut the requests: set aside like a crash, run again
+        # once the host is back (whether its server survived is not known yet).
+        return Verdict("requeue", "host unreachable")
     if not server_alive:
         # Whatever the rows say, a server that died during the cell makes them suspect.
         return Verdict(

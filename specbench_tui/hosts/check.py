@@ -27,6 +27,7 @@ def ssh_settings(plan: Plan, name: str, ssh_config: str | None = None) -> SshSet
         prepare=tuple(hs.prepare),
         restore_after=hs.restore_after,
         ssh_config=ssh_config,
+        reconnect_timeout_s=hs.reconnect_timeout,
     )
 
 

@@ -23,7 +23,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -370,6 +370,18 @@ class Host:
             if not svc.alive():
                 self._services.remove(svc)
 
+    async def settle_leftovers(self, keep: Collection[str]) -> None:
+        """Before this host's first group of a run: deal with servers an earlier run left
+        running (this tool was killed). Those of groups in ``keep`` (the groups this run will
+        start) wait for their group's ``clear_gpus``, which takes one over or stops it; the
+        rest are stopped. A local server dies with the tool: nothing is left here."""
+        return None
+
+    def abandon_waits(self) -> None:
+        """The run is aborted: stop waiting for anything that only the host's return could
+        end (a link that is down). Nothing waits so here."""
+        return None
+
     async def recover(self, groups: Iterable[ServiceGroup]) -> bool:
         """Repair what a failed start may have lost (an SSH host runs its ``prepare``);
         True when something was done and a new start is worth trying."""
@@ -586,3 +598,4 @@ class SshSettings:
     prepare: tuple[str, ...] = ()
     restore_after: bool = True
     ssh_config: str | None = None  # like ``ssh -F``; None: ~/.ssh/config
+    reconnect_timeout_s: float = 600.0  # how long the host may stay away before work fails

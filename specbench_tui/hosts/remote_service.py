@@ -1,19 +1,24 @@
 """What every server on an SSH host shares, however it is supervised (plain process or
 systemd unit): the connection, the port checks done on the host, the forward that lets the
-client here reach it, and the background tasks that follow it."""
+client here reach it, the background tasks that follow it, the mark that tells a server of
+ours from any other, and what to do when the link to the host comes back after a drop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbench_tui.hosts.service import LineCallback, Service, ServiceError
+from specbench_tui.hosts.service import HostUnreachable, LineCallback, Service, ServiceError
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError
+from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
 # Exit 1 when something listens on (or holds) the port: the same bind test as port_in_use.
@@ -23,12 +28,33 @@ PORT_CHECK = (
     "try: s.bind(('0.0.0.0',int(sys.argv[1])))\n"
     "except OSError as e: sys.exit(1 if e.errno==errno.EADDRINUSE else 0)\n"
 )
+NoticeCallback = Callable[[str, str], None]  # (level, text), as a host's notices
+ADOPT_HEALTH_S = 15.0  # a server found running must answer its health check within this
+AFTER_OUTAGE_HEALTH_S = 60.0  # after the link came back, the server must answer within this
+
+
+def launch_mark(campaign: str, group: ServiceGroup, extra_env: dict[str, str]) -> str:
+    """``specbench:<campaign>:<group>:<hash>``: names a server we start, on the host (a
+    process's ``$0``, a unit's description). The hash covers the command line and the
+    environment, so a server found running later (after a lost reply or a crash of this tool)
+    is taken over only when it is exactly what this group would start now."""
+    env = sorted({**dict(group.env), **extra_env}.items())
+    blob = json.dumps([list(group.command), env], separators=(",", ":"))
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return f"specbench:{campaign}:{group.id}:{digest}"
+
+
+def mark_mismatch(mark: str) -> str:
+    """Why a server found running under a group's name is not taken over."""
+    if not mark:
+        return "it carries no launch mark (an older version of the tool started it)"
+    return "its command line or environment differs from what the plan starts now"
 
 
 async def remote_port_in_use(ssh: SshConnection, port: int, python: str = "python3") -> bool:
     """Whether something on the host listens on (or holds) ``port``: the bind test of
     ``port_in_use``, run there."""
-    res = await ssh.run([python, "-c", PORT_CHECK, str(port)], timeout_s=30.0)
+    res = await ssh.run([python, "-c", PORT_CHECK, str(port)], timeout_s=30.0, idempotent=True)
     return res.exit_status == 1
 
 
@@ -48,7 +74,9 @@ class PortHolder:
 
 async def remote_port_holder(ssh: SshConnection, port: int) -> PortHolder:
     with contextlib.suppress(SshError):
-        res = await ssh.run(f"ss -ltnpH 'sport = :{int(port)}' 2>/dev/null", timeout_s=10.0)
+        res = await ssh.run(
+            f"ss -ltnpH 'sport = :{int(port)}' 2>/dev/null", timeout_s=10.0, idempotent=True
+        )
         line = " ".join(res.stdout.split())
         users = re.search(r"users:\(\(.*\)\)", line)
         text = (users.group(0) if users else line)[:200]
@@ -56,14 +84,16 @@ async def remote_port_holder(ssh: SshConnection, port: int) -> PortHolder:
         if m is None:
             return PortHolder(text)
         pid = int(m.group(1))
-        res = await ssh.run(f"cat /proc/{pid}/cgroup 2>/dev/null", timeout_s=10.0)
+        res = await ssh.run(f"cat /proc/{pid}/cgroup 2>/dev/null", timeout_s=10.0, idempotent=True)
         units = re.findall(r"/([^/\s]+\.service)(?:/|$)", res.stdout, flags=re.M)
         return PortHolder(text, pid, units[-1] if units else None)
     return PortHolder("")
 
 
 class RemoteService(Service):
-    """Base of the SSH-host services. ``python`` runs the port check on the host."""
+    """Base of the SSH-host services. ``python`` runs the port check on the host;
+    ``campaign`` goes into the launch mark; ``on_notice`` hears what the operator must know
+    about a start (a server taken over or stopped, a lost reply)."""
 
     def __init__(
         self,
@@ -72,20 +102,26 @@ class RemoteService(Service):
         log_path: str | os.PathLike[str],
         on_line: LineCallback | None = None,
         *,
+        campaign: str = "",
         cwd: str | None = None,
         extra_env: dict[str, str] | None = None,
         python: str = "python3",
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
+        on_notice: NoticeCallback | None = None,
     ) -> None:
         super().__init__(group, on_line)
+        self.on_notice = on_notice or (lambda _level, _text: None)
         self.ssh = ssh
         self.log_path = Path(log_path)
+        self.campaign = campaign
         self.cwd = cwd
         self.extra_env = dict(extra_env or {})
         self.python = python
         self.port_free_timeout_s = port_free_timeout_s
         self.poll_s = poll_s
+        self.mark = launch_mark(campaign, group, self.extra_env)
+        self.adopted = False  # the last start took over a server already running
         self._exit_code: int | None = None
         self._exited = asyncio.Event()
         self._forward: PortForward | None = None
@@ -96,12 +132,24 @@ class RemoteService(Service):
     def exit_code(self) -> int | None:
         return self._exit_code
 
+    @property
+    def link_drops(self) -> int:
+        return self.ssh.drops
+
     async def _port_in_use(self) -> bool:
         return await remote_port_in_use(self.ssh, self.group.port, self.python)
 
     async def _describe_port_holder(self) -> str:
         holder = await remote_port_holder(self.ssh, self.group.port)
         return f" ({holder.describe()})" if holder.text or holder.unit else ""
+
+    async def _refuse_taken_port(self) -> None:
+        if await self._port_in_use():
+            holder = await self._describe_port_holder()
+            raise ServiceError(
+                f"{self.group.id}: port {self.group.port} already in use on {self.ssh}{holder}; "
+                "stop it or change the plan's port"
+            )
 
     async def _wait_port_free(self) -> None:
         deadline = time.monotonic() + self.port_free_timeout_s
@@ -114,6 +162,67 @@ class RemoteService(Service):
                     self.log_tail(),
                 )
             await asyncio.sleep(0.2)
+
+    async def _open_forward(self) -> None:
+        self._forward = PortForward(self.ssh, self.group.port)
+        try:
+            local = await self._forward.open()
+        except SshError as e:
+            raise ServiceError(f"{self.group.id}: {e.reason}") from e
+        self._base_url = f"http://127.0.0.1:{local}"
+
+    async def _answers(self, timeout_s: float) -> bool:
+        """Whether the server answers its health check within ``timeout_s`` (a server we did
+        not just start: it must already be up)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if await self.check_health():
+                return True
+            if time.monotonic() >= deadline or not self.alive():
+                return False
+            await asyncio.sleep(0.5)
+
+    async def wait_ready(self, timeout_s: float | None = None) -> float:
+        """As for any server; a start-up that timed out while the host was away says so."""
+        try:
+            return await super().wait_ready(timeout_s)
+        except ServiceError as e:
+            if self.ssh.down_since is None:
+                raise
+            raise HostUnreachable(
+                f"{e.reason}; the link to {self.ssh} has been down for "
+                f"{format_duration(time.monotonic() - self.ssh.down_since)}",
+                e.log_tail,
+            ) from e
+
+    async def _refresh(self) -> None:
+        """Read the server's state on the host once (did it end while we could not look?)."""
+
+    async def after_outage(self) -> None:
+        """The link to the host dropped: wait until it is back (``HostUnreachable`` when the
+        host stays away past the connection's reconnect timeout), until the forward is
+        re-created, then read the server's state afresh. A server that ended meanwhile is
+        then not ``alive()``; one that runs must answer its health check, else
+        ``ServiceError``."""
+        try:
+            await self.ssh.connection()
+        except SshError as e:
+            raise HostUnreachable(e.reason) from e
+        if self._forward is not None and not await self._forward.wait_live(30.0):
+            raise ServiceError(
+                f"{self.group.id}: the port forward to {self.ssh} did not come back after the "
+                "reconnect"
+            )
+        await self._refresh()
+        if not self.alive():
+            return
+        if not await self._answers(AFTER_OUTAGE_HEALTH_S):
+            raise ServiceError(
+                f"{self.group.id}: the server runs but does not answer its health check "
+                f"{format_duration(AFTER_OUTAGE_HEALTH_S)} after the host came back "
+                f"({self._last_health or 'no answer'})",
+                self.log_tail(20),
+            )
 
     async def _stop_background(self) -> None:
         for task in (self._watch_task, self._tail_task):

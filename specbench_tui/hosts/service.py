@@ -54,6 +54,11 @@ class ServiceError(Exception):
         return self.reason
 
 
+class HostUnreachable(ServiceError):
+    """The host of a server stayed away longer than its reconnect timeout: what runs there
+    cannot be reached, so the work that needs it fails (with this reason)."""
+
+
 def describe_exit(code: int | None) -> str:
     """Turn a return code into words; a negative code means a signal, which hints at the OOM
     killer (SIGKILL) or a crash (SIGSEGV, SIGABRT) rather than a Python error."""
@@ -166,6 +171,19 @@ class Service(ABC):
         """Whether nothing of this server is left: no process of it and its port free. With
         no GPU telemetry this is all a host can check before the next server starts."""
         return not self.alive()
+
+    @property
+    def link_drops(self) -> int:
+        """How often the link to the server's host has dropped so far (never, for a server
+        on this machine): a change while a cell ran means its requests were cut by the
+        link, not by the server."""
+        return 0
+
+    async def after_outage(self) -> None:
+        """After the link to the host dropped: return once it is back and the server's state
+        is known again; ``HostUnreachable`` when the host stays away, ``ServiceError`` when
+        the server runs but does not answer. Nothing to do here."""
+        return None
 
     # --- shared behaviour ----------------------------------------------------------------
 

@@ -1,12 +1,21 @@
 """The SSH transport to a plan host: one kept-alive connection, reconnected when it drops.
 
 A campaign runs for hours over one connection; a dropped link (a laptop on Wi-Fi, a host
-reboot) must not end it. asyncssh neither sends keepalives nor reconnects by itself, so
-``SshConnection`` sets a keepalive (a dead link is noticed in about a minute instead of at
-the next TCP timeout) and reconnects with a backoff on the next use. The user's OpenSSH
-setup applies as it does for ``ssh``: ``~/.ssh/config`` resolves aliases, users, ports and
-keys, and ``~/.ssh/known_hosts`` decides which host keys are trusted. An unknown host key is
-refused, never accepted silently: the operator checks it once with ``ssh`` themselves.
+reboot, sshd restarted) must not end it. asyncssh neither sends keepalives nor reconnects by
+itself, so ``SshConnection`` sets a keepalive (a dead link is noticed in about a minute
+instead of at the next TCP timeout), notices a drop the moment asyncssh does, and reconnects
+in the background with a backoff for up to ``reconnect_timeout_s``; everything that needs the
+link meanwhile waits for it. ``on_state`` hears "reconnecting", "connected" and
+"unreachable", so the console can show the host as away. The user's OpenSSH setup applies as
+it does for ``ssh``: ``~/.ssh/config`` resolves aliases, users, ports and keys, and
+known_hosts decides which host keys are trusted. An unknown host key is refused, never
+accepted silently, and a changed one is refused as a possible attack (``ssh_diagnose``).
+
+The rule for commands: a command whose result is lost (the link dropped before its exit
+status came back) raises ``SshResultLost``; it is never read as a status. Only commands the
+caller marks ``idempotent`` (reads, checks, a signal sent again) are run again after the link
+is back. Anything else, a start above all, is the caller's to reconcile: read what runs on
+the host before doing it again.
 
 Errors: ``SshConnectError`` when the host cannot be reached or refuses us for a reason the
 user must fix (host key, authentication, name, port). It is both a ``ServiceError`` (so the
@@ -21,18 +30,18 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
-import shlex
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
 
 from specbench_tui.errors import InputError
+from specbench_tui.hosts import ssh_diagnose
 from specbench_tui.hosts.service import ServiceError, format_duration
+from specbench_tui.hosts.shell import env_prefix, quote_command, until_channel_closed
 from specbench_tui.hosts.telemetry import AgentProcess, AgentRunner, agent_source
 
 log = logging.getLogger(__name__)
@@ -40,9 +49,24 @@ log = logging.getLogger(__name__)
 # A dead link is declared after KEEPALIVE_INTERVAL_S * KEEPALIVE_COUNT_MAX without an answer.
 KEEPALIVE_INTERVAL_S = 15.0
 KEEPALIVE_COUNT_MAX = 4
-RECONNECT_BACKOFF_S: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)
+# Waits between reconnect attempts after a drop; the last one repeats until the timeout.
+RECONNECT_BACKOFF_S: tuple[float, ...] = (1.0, 2.0, 3.0, 5.0)
+RECONNECT_TIMEOUT_S = 600.0
+IDEMPOTENT_TRIES = 5  # an idempotent command on a link that keeps dropping
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+StateCallback = Callable[[str, str], None]  # (state, reason)
+
+__all__ = [
+    "CommandResult",
+    "Destination",
+    "PortForward",
+    "SshAgentRunner",
+    "SshConnectError",
+    "SshConnection",
+    "SshError",
+    "SshRefused",
+    "SshResultLost",
+]
 
 
 class SshError(ServiceError):
@@ -50,8 +74,18 @@ class SshError(ServiceError):
     a command timed out); ``reason`` says which host and what to do."""
 
 
+class SshResultLost(SshError):
+    """The link dropped (or went silent) while a command ran: it may or may not have run
+    to its end on the host. The caller must find out there before doing it again."""
+
+
 class SshConnectError(SshError, InputError):
     """The host cannot be connected to at all for a reason the user must fix."""
+
+
+class SshRefused(SshConnectError):
+    """The host was reached and refused us (host key, authentication): retrying cannot
+    help, so a reconnect gives up at once."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +140,7 @@ class Destination:
 
 @dataclass(frozen=True)
 class CommandResult:
-    """A finished remote command. ``exit_status`` is None when it was killed by a signal."""
+    """A finished remote command. ``exit_status`` is -1 when it was killed by a signal."""
 
     exit_status: int | None
     stdout: str
@@ -117,46 +151,30 @@ class CommandResult:
         return self.exit_status == 0
 
 
-def env_prefix(env: Mapping[str, str]) -> str:
-    """``env K=V ...`` for a remote command line.
+class _LinkWatch(asyncssh.SSHClient):
+    """Tells the connection the moment asyncssh sees its link end, before any waiter on a
+    channel resumes, so no failed request can be taken for the server's fault."""
 
-    sshd only accepts the variables its AcceptEnv lists (usually LANG and LC_*), so an
-    environment is passed in the command, quoted, instead of through the SSH protocol.
-    """
-    if not env:
-        return ""
-    for key in env:
-        if not _ENV_NAME.match(key):
-            raise ValueError(f"invalid environment variable name {key!r}")
-    return "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
+    def __init__(self, owner: SshConnection) -> None:
+        self.owner = owner
+        self.conn: asyncssh.SSHClientConnection | None = None
 
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        self.conn = conn
 
-def quote_command(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
-
-
-def until_channel_closed(line: str) -> str:
-    """Wrap a never-ending command (``tail -F``, ``journalctl -f``) so that it ends when our
-    channel closes or the connection drops.
-
-    Without a pty, sshd sends no signal when a channel closes, and a follower only notices
-    at its next write, which may be never: each reconnect would leave one behind on the
-    host. The wrapper waits for EOF on stdin (the channel closing) and kills the follower.
-    """
-    # ``set -m`` puts the follower in a process group of its own, so the kill reaches all
-    # of it (a compound command forks); an asynchronous list's stdin would be /dev/null,
-    # hence the channel kept on fd 3 for the watcher.
-    watcher = "(cat <&3 >/dev/null; kill -TERM -$p 2>/dev/null) >/dev/null 2>&1 &"
-    return f"exec 3<&0; set -m; {{ {line} ; }} </dev/null & p=$!; {watcher} wait $p"
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._lost(self.conn, exc)
 
 
 class SshConnection:
     """A connection to one destination, opened on first use and reopened after a drop.
 
     ``config``, ``known_hosts`` and ``client_keys`` default to the user's OpenSSH files;
-    tests point them at files of their own. ``connect_timeout_s`` bounds one attempt;
-    ``reconnect_backoff_s`` are the waits between attempts after a drop (the first connect
-    is tried once: a wrong host name or key will not fix itself).
+    tests point them at files of their own. ``connect_timeout_s`` bounds one attempt. The
+    first connect is tried once (a wrong host name or key will not fix itself); after a
+    drop, attempts follow ``reconnect_backoff_s`` (its last wait repeated) until
+    ``reconnect_timeout_s`` has passed, and then the host counts as unreachable: the next use
+    tries once more and fails at once if it is still away.
     """
 
     def __init__(
@@ -171,6 +189,8 @@ class SshConnection:
         keepalive_interval_s: float = KEEPALIVE_INTERVAL_S,
         keepalive_count_max: int = KEEPALIVE_COUNT_MAX,
         reconnect_backoff_s: Sequence[float] = RECONNECT_BACKOFF_S,
+        reconnect_timeout_s: float = RECONNECT_TIMEOUT_S,
+        on_state: StateCallback | None = None,
     ) -> None:
         self.destination = Destination.parse(destination)
         self.config = Path(config).expanduser() if config is not None else None
@@ -181,11 +201,19 @@ class SshConnection:
         self.keepalive_interval_s = keepalive_interval_s
         self.keepalive_count_max = keepalive_count_max
         self.reconnect_backoff_s = tuple(reconnect_backoff_s) or (1.0,)
+        self.reconnect_timeout_s = reconnect_timeout_s
+        self.on_state = on_state
         self.reconnects = 0
+        self.drops = 0  # links lost so far: a change tells a caller its work was cut
+        self.down_since: float | None = None  # time.monotonic() of the current drop
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self._ever_connected = False
         self._closed = False
+        self._reconnector: asyncio.Task[asyncssh.SSHClientConnection] | None = None
+        self._gave_up: str | None = None  # why the last reconnect window ended unanswered
+        self._no_wait = asyncio.Event()  # set: a link that is down is not waited for
+        self._endpoint: ssh_diagnose.Endpoint | None = None
 
     def __str__(self) -> str:
         return str(self.destination)
@@ -194,19 +222,32 @@ class SshConnection:
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.is_closed()
 
+    def endpoint(self) -> ssh_diagnose.Endpoint:
+        """Where the destination really leads (HostName and Port from the SSH config)."""
+        if self._endpoint is None:
+            d = self.destination
+            try:
+                self._endpoint = ssh_diagnose.resolve(d.host, d.user, d.port, self.config)
+            except (OSError, ValueError, asyncssh.Error) as e:
+                raise SshConnectError(f"{d}: SSH setup error: {e}") from e
+        return self._endpoint
+
     # --- connecting ------------------------------------------------------------------------
 
     async def connection(self) -> asyncssh.SSHClientConnection:
-        """The live connection, (re)connecting first when there is none.
+        """The live connection; while a reconnect runs, the one it brings.
 
         The first connection is tried once and a failure raises ``SshConnectError``. After
-        a drop, attempts follow ``reconnect_backoff_s``; when all fail, ``SshError``.
+        a drop, this waits for the background reconnect, which raises ``SshError`` once the
+        host stayed away for ``reconnect_timeout_s``.
         """
         if self._closed:
             raise SshError(f"{self.destination}: the SSH connection was closed")
         if self.connected:
             assert self._conn is not None
             return self._conn
+        if self._reconnector is not None and not self._reconnector.done():
+            return await asyncio.shield(self._reconnector)
         async with self._lock:
             if self.connected:
                 assert self._conn is not None
@@ -215,30 +256,107 @@ class SshConnection:
                 self._conn = await self._connect_once()
                 self._ever_connected = True
                 return self._conn
-            last: Exception | None = None
-            for delay in (0.0, *self.reconnect_backoff_s):
-                if delay:
-                    await asyncio.sleep(delay)
+            if self._gave_up is None:  # a drop nobody saw (closed from our side): reconnect
+                self._start_reconnect("the connection was closed")
+                assert self._reconnector is not None
+            elif self._no_wait.is_set():
+                raise SshError(f"{self.endpoint().where()} is away ({self._gave_up})")
+            else:  # the host was given up on: one attempt, then fail at once
                 try:
                     self._conn = await self._connect_once()
                 except SshConnectError as e:
-                    last = e
-                    log.info("%s: reconnect failed: %s", self.destination, e)
-                    continue
+                    where = self.endpoint().where()
+                    raise SshError(
+                        f"{where} is still unreachable ({_after(where, e.reason)})"
+                    ) from e
+                self._gave_up, self.down_since = None, None
                 self.reconnects += 1
-                log.info("%s: reconnected", self.destination)
+                self._notify("connected", "reachable again")
                 return self._conn
-            raise SshError(
-                f"{self.destination}: connection lost and {len(self.reconnect_backoff_s) + 1} "
-                f"reconnect attempts failed; last: {last}"
-            )
+        return await asyncio.shield(self._reconnector)
+
+    def _lost(self, conn: asyncssh.SSHClientConnection | None, exc: Exception | None) -> None:
+        """asyncssh says a link ended: count it, say so, reconnect in the background."""
+        if self._closed or conn is None or conn is not self._conn:
+            return
+        self.drops += 1
+        why = str(exc) if exc is not None and str(exc) else "connection lost"
+        log.info("%s: %s; reconnecting", self.destination, why)
+        self._start_reconnect(f"the link to {self.endpoint().where()} dropped ({why})")
+
+    def _start_reconnect(self, reason: str) -> None:
+        if self._reconnector is not None and not self._reconnector.done():
+            return
+        self.down_since = time.monotonic()
+        self._gave_up = None
+        self._notify("reconnecting", reason)
+        self._reconnector = asyncio.get_running_loop().create_task(
+            self._reconnect(), name=f"ssh-reconnect-{self.destination}"
+        )
+        self._reconnector.add_done_callback(_retrieve)
+
+    async def _reconnect(self) -> asyncssh.SSHClientConnection:
+        assert self.down_since is not None
+        deadline = self.down_since + self.reconnect_timeout_s
+        last = ""
+        refused = False
+        waits = iter(self.reconnect_backoff_s)
+        delay = 0.0
+        while True:
+            if delay:
+                with contextlib.suppress(TimeoutError):
+                    wait = max(0.0, min(delay, deadline - time.monotonic()))
+                    await asyncio.wait_for(self._no_wait.wait(), wait)
+            if self._no_wait.is_set():
+                last = "not waited for: the run is ending"
+                break
+            try:
+                conn = await self._connect_once()
+            except SshRefused as e:
+                last, refused = e.reason, True
+                break  # a changed host key or refused login does not fix itself
+            except SshConnectError as e:
+                last = e.reason
+                log.info("%s: reconnect failed: %s", self.destination, last)
+            else:
+                away = time.monotonic() - self.down_since
+                self._conn = conn
+                self.down_since = None
+                self.reconnects += 1
+                self._notify("connected", f"reconnected after {format_duration(away)}")
+                return conn
+            if time.monotonic() >= deadline:
+                break
+            delay = next(waits, self.reconnect_backoff_s[-1])
+        away = format_duration(time.monotonic() - self.down_since)
+        self._gave_up = last or "no answer"
+        where = self.endpoint().where()
+        if refused:
+            reason = last
+        elif self._no_wait.is_set():
+            reason = f"{where} is away, {last}"
+        else:
+            reason = f"{where} unreachable for {away} ({_after(where, last)})"
+        self._notify("unreachable", reason)
+        raise SshError(reason)
+
+    def _notify(self, state: str, reason: str) -> None:
+        if self.on_state is None:
+            return
+        try:
+            self.on_state(state, reason)
+        except Exception:
+            log.exception("on_state callback failed for %s", self.destination)
 
     async def _connect_once(self) -> asyncssh.SSHClientConnection:
         d = self.destination
+        ep = self.endpoint()
+        where = ep.where()
         kwargs: dict[str, object] = {
             "keepalive_interval": self.keepalive_interval_s,
             "keepalive_count_max": self.keepalive_count_max,
             "connect_timeout": self.connect_timeout_s,
+            "client_factory": lambda: _LinkWatch(self),
         }
         if d.user:
             kwargs["username"] = d.user
@@ -248,59 +366,78 @@ class SshConnection:
             kwargs["config"] = [str(self.config)]
         if self.known_hosts is not None:
             kwargs["known_hosts"] = str(self.known_hosts)
+        elif ep.known_hosts is None:  # the config says "none": keys are checked regardless
+            kwargs["known_hosts"] = [
+                f for f in ssh_diagnose.checked_files(ep, None) if os.path.isfile(f)
+            ] or b""
         if self.client_keys is not None:
             kwargs["client_keys"] = self.client_keys
         if not self.use_agent:
             kwargs["agent_path"] = None
+        explicit = str(self.known_hosts) if self.known_hosts is not None else None
         try:
             return await asyncssh.connect(d.host, **kwargs)  # type: ignore[arg-type]
         except asyncssh.HostKeyNotVerifiable as e:
-            kh = str(self.known_hosts) if self.known_hosts is not None else "~/.ssh/known_hosts"
-            raise SshConnectError(
-                f"host key of {d} is not in {kh}; connect once with `{d.ssh_command()}` "
-                "to check and accept it"
-            ) from e
+            text = await ssh_diagnose.host_key_problem(ep, explicit, self.connect_timeout_s)
+            raise SshRefused(text) from e
         except asyncssh.PermissionDenied as e:
-            raise SshConnectError(
-                f"{d}: SSH authentication failed ({e.reason}); check that `{d.ssh_command()}` "
-                "logs in without a password (key in ~/.ssh/config or the ssh agent)"
+            raise SshRefused(
+                f"{where}: SSH authentication failed ({e.reason}); check that "
+                f"`{ep.ssh_command()}` logs in without a password (key in the SSH config or "
+                "the ssh agent)"
             ) from e
         except socket.gaierror as e:
+            via = f" (the HostName of {d.host!r} in the SSH config)" if ep.host != d.host else ""
             raise SshConnectError(
-                f"{d}: cannot resolve host name {d.host!r} ({e.strerror}); check the plan's "
-                "ssh value or the Host entry in ~/.ssh/config"
+                f"{d}: cannot resolve host name {ep.host!r}{via} ({e.strerror}); check the "
+                "plan's ssh value or the Host entry in the SSH config"
             ) from e
         except (TimeoutError, asyncssh.TimeoutError) as e:
             raise SshConnectError(
-                f"{d}: no SSH answer within {format_duration(self.connect_timeout_s)}; "
-                f"is the host up and reachable (`{d.ssh_command()}`)?"
+                f"{where}: no SSH answer within {format_duration(self.connect_timeout_s)}; "
+                f"is the host up and reachable (`{ep.ssh_command()}`)?"
             ) from e
         except ConnectionRefusedError as e:
             raise SshConnectError(
-                f"{d}: connection refused (no SSH server on port {d.port or 'from config/22'}); "
-                f"check the port and that sshd runs (`{d.ssh_command()}`)"
+                f"{where}: connection refused: nothing listens on port {ep.port} of {ep.host}; "
+                f"check the port and that sshd runs (`{ep.ssh_command()}`)"
             ) from e
+        except (asyncssh.ConnectionLost, asyncssh.ProtocolError, ConnectionResetError) as e:
+            other = await ssh_diagnose.banner_problem(ep)
+            if other is not None:
+                raise SshConnectError(other) from e
+            raise SshConnectError(f"{where}: SSH connection failed: {e}") from e
         except OSError as e:
             raise SshConnectError(
-                f"{d}: cannot connect: {e.strerror or e}; check with `{d.ssh_command()}`"
+                f"{where}: cannot connect: {e.strerror or e}; check with `{ep.ssh_command()}`"
             ) from e
         except asyncssh.Error as e:
-            raise SshConnectError(f"{d}: SSH connection failed: {e.reason}") from e
-        except ValueError as e:  # a bad ~/.ssh/config or key file
+            raise SshConnectError(f"{where}: SSH connection failed: {e.reason}") from e
+        except ValueError as e:  # a bad SSH config or key file
             raise SshConnectError(f"{d}: SSH setup error: {e}") from e
 
     async def close(self) -> None:
         """Close for good (later calls raise)."""
         self._closed = True
+        if self._reconnector is not None and not self._reconnector.done():
+            self._reconnector.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reconnector
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
             with contextlib.suppress(Exception):
                 await conn.wait_closed()
 
+    def stop_waiting(self) -> bool:
+        """From now on a link that is down is not waited for: a reconnect under way ends at
+        its next attempt, later uses fail at once. True when the link is down now."""
+        self._no_wait.set()
+        return self.down_since is not None
+
     def drop(self) -> None:
-        """Abort the current connection as a network failure would (the next use
-        reconnects); for tests and for a caller that knows the link is dead."""
+        """Abort the current connection as a network failure would (a reconnect follows);
+        for tests and for a caller that knows the link is dead."""
         if self._conn is not None:
             self._conn.abort()
 
@@ -314,16 +451,19 @@ class SshConnection:
         input: str | bytes | None = None,
         env: Mapping[str, str] | None = None,
         check: bool = False,
+        idempotent: bool = False,
     ) -> CommandResult:
         """Run a command to its end; returns (exit status, stdout, stderr).
 
-        ``command`` is a shell command line or an argv list (quoted here). One retry after
-        a dropped connection, since commands used here are idempotent checks and queries.
-        ``check`` raises ``SshError`` with stderr's last line on a non-zero status.
+        ``command`` is a shell command line or an argv list (quoted here). When the link
+        drops before the exit status arrives: an ``idempotent`` command runs again once the
+        link is back; any other raises ``SshResultLost`` (so does one that outlived
+        ``timeout_s``: it may still run there). ``check`` raises ``SshError`` with stderr's
+        last line on a non-zero status.
         """
         line = command if isinstance(command, str) else quote_command(command)
         line = env_prefix(env or {}) + line if env else line
-        for attempt in (1, 2):
+        for attempt in range(1, IDEMPOTENT_TRIES + 1):
             conn = await self.connection()
             try:
                 res = await asyncio.wait_for(
@@ -331,32 +471,45 @@ class SshConnection:
                     timeout=timeout_s,
                 )
             except TimeoutError as e:
-                raise SshError(
+                why = (
                     f"{self.destination}: `{_short(line)}` did not finish within "
                     f"{format_duration(timeout_s or 0)}"
-                ) from e
-            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, ConnectionError) as e:
-                if attempt == 2:
-                    raise SshError(f"{self.destination}: connection lost running a command") from e
-                continue
-            except asyncssh.ChannelOpenError as e:
-                if attempt == 2 or self.connected:
-                    raise SshError(f"{self.destination}: cannot open a session: {e.reason}") from e
-                continue
-            result = CommandResult(res.exit_status, _text(res.stdout), _text(res.stderr))
-            if check and not result.ok:
-                err = result.stderr.strip().splitlines()
-                raise SshError(
-                    f"{self.destination}: `{_short(line)}` failed with status "
-                    f"{result.exit_status}" + (f": {err[-1]}" if err else "")
                 )
-            return result
-        raise AssertionError("unreachable")
+                if idempotent:
+                    raise SshError(why) from e
+                raise SshResultLost(why + "; it may still run there") from e
+            except asyncssh.ChannelOpenError as e:
+                if self.connected:  # refused by a live server: nothing ran
+                    raise SshError(f"{self.destination}: cannot open a session: {e.reason}") from e
+            except (asyncssh.ConnectionLost, asyncssh.DisconnectError, ConnectionError):
+                pass
+            else:
+                if res.exit_status is not None or res.exit_signal is not None:
+                    status = res.exit_status if res.exit_status is not None else -1
+                    result = CommandResult(status, _text(res.stdout), _text(res.stderr))
+                    if check and not result.ok:
+                        err = result.stderr.strip().splitlines()
+                        raise SshError(
+                            f"{self.destination}: `{_short(line)}` failed with status "
+                            f"{result.exit_status}" + (f": {err[-1]}" if err else "")
+                        )
+                    return result
+            # The link dropped before the exit status came back.
+            if not idempotent:
+                raise SshResultLost(
+                    f"{self.destination}: the connection dropped while `{_short(line)}` ran; "
+                    "its result is lost"
+                )
+            log.info("%s: connection lost running a check (try %d)", self.destination, attempt)
+        raise SshError(
+            f"{self.destination}: connection lost {IDEMPOTENT_TRIES} times running a command"
+        )
 
     async def start_process(
         self, command: str | Sequence[str], *, env: Mapping[str, str] | None = None
     ) -> asyncssh.SSHClientProcess[bytes]:
-        """Start a long-running command with binary stdin/stdout/stderr pipes."""
+        """Start a long-running command with binary stdin/stdout/stderr pipes (a follower or
+        the telemetry agent: one that died with its channel may simply be started again)."""
         line = command if isinstance(command, str) else quote_command(command)
         line = env_prefix(env or {}) + line if env else line
         conn = await self.connection()
@@ -415,6 +568,12 @@ class SshConnection:
             ) from e
 
 
+def _retrieve(task: asyncio.Task[asyncssh.SSHClientConnection]) -> None:
+    """A reconnect nobody waited for still has its outcome read (no asyncio warning)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class PortForward:
     """A local port forward that outlives reconnects: the same local port, re-created on
     the new connection, so a ``base_url`` handed out once stays valid for the campaign."""
@@ -428,6 +587,11 @@ class PortForward:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._watch: asyncio.Task[None] | None = None
 
+    @property
+    def live(self) -> bool:
+        """Listening on a connection that is up (after a drop: once re-created)."""
+        return self._listener is not None and self._conn is not None and not self._conn.is_closed()
+
     async def open(self) -> int:
         """Open (or re-open) the forward; returns the local port."""
         await self._listen()
@@ -436,12 +600,22 @@ class PortForward:
         assert self.local_port is not None
         return self.local_port
 
+    async def wait_live(self, timeout_s: float) -> bool:
+        """Until the forward is re-created after a reconnect; False after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self.live:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
     async def _listen(self) -> None:
+        conn = await self.ssh.connection()
         listener = await self.ssh.forward_local_port(
             self.remote_port, remote_host=self.remote_host, local_port=self.local_port or 0
         )
         self._listener = listener
-        self._conn = self.ssh._conn
+        self._conn = conn
         self.local_port = listener.get_port()
 
     async def _keep(self) -> None:
@@ -451,11 +625,11 @@ class PortForward:
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await conn.wait_closed()
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.05)
             try:
                 await self._listen()
             except SshError as e:
-                log.warning("port forward to %s: %s", self.remote_port, e)
+                log.info("port forward to %s: %s", self.remote_port, e)
                 await asyncio.sleep(2.0)
 
     async def close(self) -> None:
@@ -546,6 +720,11 @@ def _text(v: object) -> str:
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
     return str(v)
+
+
+def _after(where: str, reason: str) -> str:
+    """A connect error without the host it names (already said before it)."""
+    return reason.removeprefix(f"{where}: ")
 
 
 def _short(line: str, n: int = 80) -> str:

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.host import EventCallback, Host, HostReport, NoticeCallback, SshSettings
-from specbench_tui.hosts.remote_process import RemoteProcessService, remote_path
-from specbench_tui.hosts.remote_service import remote_port_holder, remote_port_in_use
-from specbench_tui.hosts.service import LineCallback, Service
-from specbench_tui.hosts.ssh import SshAgentRunner, SshConnectError, SshConnection
+from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftover
+from specbench_tui.hosts.remote_process import RemoteProcessService
+from specbench_tui.hosts.remote_service import (
+    launch_mark,
+    mark_mismatch,
+    remote_port_holder,
+    remote_port_in_use,
+)
+from specbench_tui.hosts.service import LineCallback, Service, ServiceError
+from specbench_tui.hosts.shell import quote, remote_path
+from specbench_tui.hosts.ssh import SshAgentRunner, SshConnectError, SshConnection, SshError
 from specbench_tui.hosts.systemd import (
     ForeignUnits,
     SystemdService,
@@ -27,6 +33,9 @@ from specbench_tui.hosts.systemd import (
 )
 from specbench_tui.hosts.telemetry import AgentRunner
 from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.results.events import HostState
+
+LEFTOVER_STOP_GRACE_S = 30.0
 
 
 def _model_path(group: ServiceGroup) -> str | None:
@@ -66,9 +75,30 @@ class SshHost(Host):
             groups=groups,
         )
         self.settings = settings
-        self.ssh = SshConnection(settings.destination, config=settings.ssh_config)
+        self.ssh = SshConnection(
+            settings.destination,
+            config=settings.ssh_config,
+            reconnect_timeout_s=settings.reconnect_timeout_s,
+            on_state=self._link_state,
+        )
         self._foreign = ForeignUnits(self.ssh)
         self._unknown_gpus_said: set[str] = set()
+        self._leftovers: dict[str, Leftover] = {}  # kept for their group's clear_gpus
+
+    def abandon_waits(self) -> None:
+        """An abort while the host is away: what still needs it (a server's stop) fails at
+        once instead of waiting up to ``reconnect_timeout``; the servers stay there for the
+        next run, which takes them over or stops them."""
+        if self.ssh.stop_waiting():
+            self.on_notice(
+                "warning",
+                f"{self.name}: the host is away; its servers are left as they are (the next "
+                "run of the plan takes them over or stops them)",
+            )
+
+    def _link_state(self, state: str, reason: str) -> None:
+        """The link changed: an event for the console (the host shown as reconnecting)."""
+        self.on_event(HostState(host=self.name, state=state, reason=reason))
 
     # --- before the campaign ------------------------------------------------------------------
 
@@ -84,7 +114,8 @@ class SshHost(Host):
             report.problems.append(e.reason)
             return report
         report.facts.append(f"connected to {self.ssh}")
-        res = await self.ssh.run(f"mkdir -p {remote_path(self.settings.workdir)}/logs")
+        workdir = self.settings.workdir.rstrip("/") or "/"
+        res = await self.ssh.run(f"mkdir -p {remote_path(workdir + '/logs')}", idempotent=True)
         if not res.ok:
             err = systemd_error(res.stderr) or f"status {res.exit_status}"
             report.problems.append(f"cannot create {self.settings.workdir}: {err}")
@@ -92,7 +123,8 @@ class SshHost(Host):
         report.facts.append(f"workdir {self.settings.workdir}")
         if self.settings.services == "systemd":
             res = await self.ssh.run(
-                "command -v systemd-run >/dev/null && systemctl --version | head -n 1"
+                "command -v systemd-run >/dev/null && systemctl --version | head -n 1",
+                idempotent=True,
             )
             version = parse_systemd_version(res.stdout) if res.ok else None
             if version is None:
@@ -110,6 +142,13 @@ class SshHost(Host):
             report.problems += [m + hint for m in missing]
         elif groups:
             report.facts.append("server interpreters and models found")
+        left = await self._find_leftovers(groups)
+        for lo in left:
+            report.facts.append(
+                f"{lo.group}: a server left running by an earlier run ({lo.describe()}); the "
+                "run takes it over when it is what the plan starts and healthy, else stops it"
+            )
+        left_ports = {g.port for g in groups if any(lo.group == g.id for lo in left)}
         stop_before = {u for g in groups for u in g.stop_before}
         for port in sorted({g.port for g in groups}):
             if not await remote_port_in_use(self.ssh, port):
@@ -118,6 +157,8 @@ class SshHost(Host):
             holder = await remote_port_holder(self.ssh, port)
             what = f"{port} in use by {holder.describe()}"
             report.ports.append(what)
+            if port in left_ports or any(holder.unit == lo.unit for lo in left if lo.unit):
+                continue  # the earlier run's server: settled when the run starts
             if holder.unit in stop_before:
                 report.warnings.append(
                     f"port {what}, a stop_before service: a group that starts while it runs "
@@ -141,7 +182,12 @@ class SshHost(Host):
         """``check`` with repairs, before a campaign: an unknown host key, a missing model or
         a taken port is one line (InputError) before anything runs."""
         await self.ssh.connection()  # host key, auth, reachability: SshConnectError is InputError
-        report = await self.check(groups, repair=True)
+        try:
+            report = await self.check(groups, repair=True)
+        except InputError:
+            raise
+        except SshError as e:  # the link dropped for good while the host was checked
+            raise InputError(f"host {self.name}: {e.reason}") from e
         if report.problems:
             raise InputError(f"host {self.name}: {report.problems[0]}")
         for warning in report.warnings:
@@ -158,7 +204,10 @@ class SshHost(Host):
             return False
         self.on_notice("info", f"{self.name}: {missing[0]}; running the plan's prepare")
         for command in self.settings.prepare:
-            res = await self.ssh.run(command, timeout_s=3600)
+            try:
+                res = await self.ssh.run(command, timeout_s=3600)
+            except SshError as e:  # the plan's command, not known to be safe to run twice
+                raise InputError(f"host {self.name}: prepare command {command!r}: {e}") from e
             if not res.ok:
                 last = (res.stderr.strip().splitlines() or [f"exit {res.exit_status}"])[-1]
                 raise InputError(f"host {self.name}: prepare command {command!r} failed: {last}")
@@ -175,11 +224,9 @@ class SshHost(Host):
         out = []
         for path, what in checks.items():
             test = (
-                f"command -v {shlex.quote(path)}"
-                if what == "interpreter"
-                else f"test -e {shlex.quote(path)}"
+                f"command -v {quote(path)}" if what == "interpreter" else f"test -e {quote(path)}"
             )
-            res = await self.ssh.run(test + " >/dev/null")
+            res = await self.ssh.run(test + " >/dev/null", idempotent=True)
             if not res.ok:
                 out.append(f"{what} {path} not found")
         return out
@@ -195,7 +242,13 @@ class SshHost(Host):
         svc: Service
         if self.settings.services == "process":
             svc = RemoteProcessService(
-                group, self.ssh, log_path, on_line, workdir=self.settings.workdir
+                group,
+                self.ssh,
+                log_path,
+                on_line,
+                campaign=self.settings.campaign,
+                workdir=self.settings.workdir,
+                on_notice=self.on_notice,
             )
         else:
             svc = SystemdService(
@@ -205,9 +258,64 @@ class SshHost(Host):
                 on_line,
                 campaign=self.settings.campaign,
                 workdir=self.settings.workdir,
+                on_notice=self.on_notice,
             )
         self._services.append(svc)
         return svc
+
+    # --- what an earlier run left ----------------------------------------------------------------
+
+    async def _find_leftovers(self, groups: Iterable[ServiceGroup]) -> list[Leftover]:
+        return await find_leftovers(
+            self.ssh,
+            services=self.settings.services,
+            campaign=self.settings.campaign,
+            workdir=self.settings.workdir,
+            group_ids={g.id for g in groups},
+        )
+
+    async def settle_leftovers(self, keep: Collection[str]) -> None:
+        """Stop the servers an earlier run left that no group of this run starts; keep the
+        others for their group's ``clear_gpus``. A host that cannot be reached now is left to
+        its groups (they wait for it or fail with the reason)."""
+        try:
+            left = await self._find_leftovers(self.groups)
+        except ServiceError as e:
+            self.on_notice("warning", f"{self.name}: cannot look for servers left running: {e}")
+            return
+        for lo in left:
+            if lo.group in keep:
+                self._leftovers[lo.group] = lo
+                continue
+            await self._stop_leftover(lo, "no cell of this run needs it")
+
+    async def _stop_leftover(self, lo: Leftover, why: str) -> None:
+        try:
+            await stop_leftover(self.ssh, lo, LEFTOVER_STOP_GRACE_S)
+        except ServiceError as e:
+            self.on_notice(
+                "error",
+                f"{self.name}: cannot stop {lo.group}'s server left running by an earlier run "
+                f"({lo.describe()}): {e}",
+            )
+            return
+        self.on_notice(
+            "info",
+            f"{self.name}: stopped {lo.group}'s server left running by an earlier run "
+            f"({lo.describe()}): {why}",
+        )
+
+    async def clear_gpus(self, group: ServiceGroup, timeout_s: float) -> bool:
+        """As for any host; but a server an earlier run left for this very group, started
+        with the same command line, holds these GPUs on purpose: the start takes it over
+        (when it answers its health check) instead of waiting for them. One that differs is
+        stopped first."""
+        lo = self._leftovers.pop(group.id, None)
+        if lo is not None:
+            if lo.mark == launch_mark(self.settings.campaign, group, {}):
+                return True
+            await self._stop_leftover(lo, mark_mismatch(lo.mark))
+        return await super().clear_gpus(group, timeout_s)
 
     def runner_for(self, python: str) -> AgentRunner:
         return SshAgentRunner(self.ssh, python, self.agent_env())
@@ -269,6 +377,12 @@ class SshHost(Host):
             self.on_notice("info", f"{self.name}: started {names} again")
 
     async def close(self, grace_s: float = 10.0) -> None:
+        """Stop what runs, the servers an earlier run left that no group came to (an abort
+        before their turn) included, then the connection."""
         await super().close(grace_s)
+        for lo in list(self._leftovers.values()):
+            with contextlib.suppress(Exception):
+                await self._stop_leftover(lo, "the run ended before its group's turn")
+        self._leftovers.clear()
         with contextlib.suppress(Exception):
             await self.ssh.close()

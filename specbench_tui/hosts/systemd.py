@@ -38,15 +38,20 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from specbench_tui.hosts.remote_process import remote_path
-from specbench_tui.hosts.remote_service import RemoteService
+from specbench_tui.hosts.remote_service import (
+    ADOPT_HEALTH_S,
+    NoticeCallback,
+    RemoteService,
+    mark_mismatch,
+)
 from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
-from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError, quote_command
+from specbench_tui.hosts.shell import quote_command, remote_path
+from specbench_tui.hosts.ssh import SshConnection, SshError, SshResultLost
 from specbench_tui.results.cells import ServiceGroup
 
 log = logging.getLogger(__name__)
@@ -56,7 +61,15 @@ EXPAND_ENV_OPTION_SINCE = 254  # systemd-run --expand-environment=
 # systemd-run's own lines on stderr; a shell rc file on the host may print others before them
 _SYSTEMD_SAYS = re.compile(r"^(Failed to |Job for |Unit \S+ |Invalid |Unknown |Assignment )")
 ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
-SHOW_KEYS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainPID", "LoadState")
+SHOW_KEYS = (
+    "ActiveState",
+    "SubState",
+    "Result",
+    "ExecMainStatus",
+    "ExecMainPID",
+    "LoadState",
+    "Description",
+)
 _MAIN_EXITED = re.compile(r"Main process exited, code=(\w+), status=(\d+)")
 
 
@@ -155,15 +168,20 @@ class LoginFacts:
 
 
 async def login_facts(ssh: SshConnection, workdir: str) -> LoginFacts:
-    """One round trip; the work directory is created if missing."""
+    """One round trip; the work directory is created if missing. Values are NUL-separated:
+    a path may hold a newline."""
     wd = remote_path(workdir)
     script = (
-        'printf "home=%s\\n" "$HOME"; printf "path=%s\\n" "$PATH"; '
-        'printf "systemd=%s\\n" "$(systemctl --version 2>/dev/null | head -n 1)"; '
-        f'mkdir -p {wd} && printf "workdir=%s\\n" "$(cd {wd} && pwd)"'
+        'printf \'home=%s\\0path=%s\\0\' "$HOME" "$PATH"; '
+        "printf 'systemd=%s\\0' \"$(systemctl --version 2>/dev/null | head -n 1)\"; "
+        f"mkdir -p {wd} && cd {wd} && printf 'workdir=%s\\0' \"$PWD\""
     )
-    res = await ssh.run(script, timeout_s=30.0)
-    got = dict(line.partition("=")[::2] for line in res.stdout.splitlines() if "=" in line)
+    res = await ssh.run(script, timeout_s=30.0, idempotent=True)
+    got: dict[str, str] = {}
+    for part in res.stdout.split("\0"):
+        key, sep, value = part.partition("=")
+        if sep:  # a login rc file may print before the first key
+            got[key.rsplit("\n", 1)[-1]] = value
     if not res.ok or not got.get("workdir"):
         err = systemd_error(res.stderr) or f"status {res.exit_status}"
         raise ServiceError(f"{ssh}: cannot read the login environment or create {workdir}: {err}")
@@ -185,11 +203,49 @@ def main_exit_status(message: str) -> int | None:
     return code if m.group(1) == "exited" else -code
 
 
+async def show_unit(ssh: SshConnection, unit: str) -> dict[str, str]:
+    """A unit's state (an unknown unit reads as inactive, LoadState=not-found)."""
+    res = await ssh.run(
+        ["systemctl", "show", "-p", ",".join(SHOW_KEYS), unit], timeout_s=30.0, idempotent=True
+    )
+    return parse_show(res.stdout)
+
+
+async def wait_unit_inactive(ssh: SshConnection, unit: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if (await show_unit(ssh, unit)).get("ActiveState") not in ACTIVE_STATES:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
+
+
+async def stop_unit(
+    ssh: SshConnection, unit: str, grace_s: float, say: Callable[[str], None] | None = None
+) -> None:
+    """``systemctl stop``, SIGKILL to the unit after ``grace_s``; returns once it is
+    inactive. Every step is a check or a request systemd takes twice as once, so each
+    survives a dropped link (the connection waits for the host)."""
+    say = say or (lambda _line: None)
+    if (await show_unit(ssh, unit)).get("ActiveState") not in ACTIVE_STATES:
+        return
+    say(f"----- stopping {unit} (grace {grace_s:g}s)")
+    await ssh.run(["systemctl", "stop", "--no-block", unit], timeout_s=30, idempotent=True)
+    if not await wait_unit_inactive(ssh, unit, grace_s):
+        say(f"----- {unit} did not stop; sending SIGKILL")
+        await ssh.run(["systemctl", "kill", "--signal=KILL", unit], timeout_s=30.0, idempotent=True)
+        await wait_unit_inactive(ssh, unit, 10.0)
+
+
 class SystemdService(RemoteService):
     """The group's command as the transient unit ``specbench-<campaign>-<group>.service``.
 
     ``cwd`` is the server's working directory (default: ``workdir``, created if missing);
-    ``python`` is used on the host for the port check.
+    ``python`` is used on the host for the port check. The unit's description is the launch
+    mark: a unit of this name found running is taken over only when it matches and answers
+    its health check, and stopped otherwise; a ``systemd-run`` whose reply was lost is not
+    sent again before the unit's state says nothing came up.
     """
 
     def __init__(
@@ -206,17 +262,20 @@ class SystemdService(RemoteService):
         python: str = "python3",
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
+        on_notice: NoticeCallback | None = None,
     ) -> None:
         super().__init__(
             group,
             ssh,
             log_path,
             on_line,
+            campaign=campaign,
             cwd=cwd,
             extra_env=extra_env,
             python=python,
             port_free_timeout_s=port_free_timeout_s,
             poll_s=poll_s,
+            on_notice=on_notice,
         )
         self.unit = unit_name(campaign, group.id)
         self.workdir = workdir
@@ -234,10 +293,7 @@ class SystemdService(RemoteService):
 
     async def show(self) -> dict[str, str]:
         """The unit's state (an unknown unit reads as inactive, LoadState=not-found)."""
-        res = await self.ssh.run(
-            ["systemctl", "show", "-p", ",".join(SHOW_KEYS), self.unit], timeout_s=30.0
-        )
-        return parse_show(res.stdout)
+        return await show_unit(self.ssh, self.unit)
 
     async def start(self) -> None:
         if self.alive():
@@ -245,24 +301,43 @@ class SystemdService(RemoteService):
         if not self.group.command:
             raise ServiceError(f"{self.group.id}: the service group has no command")
         await self._stop_background()
+        self._reset_for_start()
+        self.adopted = False
         state = await self.show()
         if state.get("ActiveState") in ACTIVE_STATES:
-            raise ServiceError(
-                f"{self.group.id}: {self.unit} is already {state['ActiveState']} on {self.ssh} "
-                f"(left from an earlier run?); stop it with `systemctl stop {self.unit}`"
-            )
-        if await self._port_in_use():
-            holder = await self._describe_port_holder()
-            raise ServiceError(
-                f"{self.group.id}: port {self.group.port} already in use on {self.ssh}{holder}; "
-                "stop it or change the plan's port"
-            )
-        self._reset_for_start()
+            mark = state.get("Description", "")
+            if mark == self.mark and await self._adopt():
+                return
+            if mark != self.mark:
+                self.on_notice(
+                    "warning",
+                    f"{self.group.id}: stopped {self.unit}, left running on {self.ssh} by an "
+                    f"earlier run: {mark_mismatch(mark if mark.startswith('specbench:') else '')}",
+                )
+            await stop_unit(self.ssh, self.unit, 30.0, self._write_log)
+            await self._wait_port_free()
+        await self._refuse_taken_port()
+        for _ in range(2):  # a start whose reply was lost and that did not come up: once more
+            if await self._launch():
+                return
+        raise ServiceError(
+            f"{self.group.id}: cannot start {self.unit} on {self.ssh}: the connection dropped "
+            "during the start twice and the unit did not come up"
+        )
+
+    def _new_run(self) -> None:
         self._exited = asyncio.Event()
         self._exit_code = self._journal_exit = None
         self.main_pid = None
+        self._started = False
+
+    async def _launch(self) -> bool:
+        """Start the unit; False when the reply was lost and no unit came up."""
+        self._new_run()
         # a failed earlier unit of the same name would block the new one
-        await self.ssh.run(["systemctl", "reset-failed", self.unit], timeout_s=30.0)
+        await self.ssh.run(
+            ["systemctl", "reset-failed", self.unit], timeout_s=30.0, idempotent=True
+        )
         self.cursor = await self._journal_end()
         self._open_log()
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
@@ -273,6 +348,9 @@ class SystemdService(RemoteService):
         try:
             self.facts = facts = await login_facts(self.ssh, self.workdir)
             res = await self.ssh.run(self.run_command(facts), timeout_s=120.0)
+        except SshResultLost as e:
+            log.info("%s: %s", self.group.id, e.reason)
+            return await self._after_lost_start()
         except ServiceError as e:
             self._close_log()
             raise ServiceError(f"{self.group.id}: cannot start {self.unit}: {e.reason}") from e
@@ -287,21 +365,80 @@ class SystemdService(RemoteService):
                 f"(ExecStart: {self.group.command[0]})",
                 self.log_tail(),
             )
+        await self._attach()
+        return True
+
+    async def _after_lost_start(self) -> bool:
+        """The reply to ``systemd-run`` was lost: follow the unit if it came up (a start that
+        was under way when the link dropped shows within moments), else report nothing."""
+        state: dict[str, str] = {}
+        for _ in range(3):
+            state = await self.show()
+            if state.get("ActiveState") in ACTIVE_STATES:
+                break
+            await asyncio.sleep(1.0)
+        if state.get("ActiveState") not in ACTIVE_STATES:
+            self._write_log(f"----- the reply to the start was lost and {self.unit} is not running")
+            self.on_notice(
+                "warning",
+                f"{self.group.id}: the link to {self.ssh} dropped during the start and "
+                f"{self.unit} did not come up; starting it again",
+            )
+            return False
+        if state.get("Description") != self.mark:  # not ours after all: make way, try again
+            await stop_unit(self.ssh, self.unit, 30.0, self._write_log)
+            return False
+        self._write_log(f"----- the reply to the start was lost; {self.unit} runs: following it")
+        self.on_notice(
+            "warning",
+            f"{self.group.id}: the link to {self.ssh} dropped during the start; {self.unit} "
+            "runs: following it, not starting another",
+        )
+        self._tail_task = asyncio.create_task(self._follow_journal(), name=f"journal-{self.unit}")
+        await self._attach()
+        return True
+
+    async def _attach(self) -> None:
+        """Follow the running unit: its main pid, the forward, the state watch."""
         self._started = True
         state = await self.show()
         with contextlib.suppress(ValueError):
             self.main_pid = int(state.get("ExecMainPID", "0")) or None
-        self._forward = PortForward(self.ssh, self.group.port)
-        try:
-            local = await self._forward.open()
-        except SshError as e:
-            raise ServiceError(f"{self.group.id}: {e.reason}") from e
-        self._base_url = f"http://127.0.0.1:{local}"
+        await self._open_forward()
         self._watch_task = asyncio.create_task(self._watch(), name=f"watch-{self.unit}")
+
+    async def _adopt(self) -> bool:
+        """Take over this group's unit found running (left by an earlier run of the tool):
+        its journal followed from now on, kept only if it answers its health check."""
+        self._new_run()
+        self.cursor = await self._journal_end()
+        self._open_log()
+        self._tail_task = asyncio.create_task(self._follow_journal(), name=f"journal-{self.unit}")
+        await self._attach()
+        if await self._answers(ADOPT_HEALTH_S):
+            self.adopted = True
+            self._write_log(f"----- {self.group.id}: took over {self.unit}, already running")
+            self.on_notice(
+                "info",
+                f"{self.group.id}: took over {self.unit}, left running on {self.ssh} by an "
+                "earlier run: same command line, healthy",
+            )
+            return True
+        why = f"does not answer its health check ({self._last_health or 'no answer'})"
+        self._write_log(f"----- {self.group.id}: {self.unit}, already running, {why}")
+        self.on_notice(
+            "warning",
+            f"{self.group.id}: stopped {self.unit}, left running on {self.ssh} by an earlier "
+            f"run: it {why}; starting a new one",
+        )
+        await self._stop_background()
+        self._started = False
+        return False
 
     def run_command(self, facts: LoginFacts) -> list[str]:
         """The ``systemd-run`` argv: the login's HOME and PATH under the group's env, the
-        workdir as cwd, and the command's ``$`` kept literal (systemd would expand it)."""
+        workdir as cwd, the launch mark as description, and the command's ``$`` kept literal
+        (systemd would expand it)."""
         env = {"HOME": facts.home, "PATH": facts.path, **dict(self.group.env), **self.extra_env}
         env.setdefault("PYTHONUNBUFFERED", "1")
         command = list(self.group.command)
@@ -314,6 +451,7 @@ class SystemdService(RemoteService):
         return [
             "systemd-run",
             f"--unit={self.unit}",
+            f"--description={self.mark}",
             "--property=Type=exec",
             "--collect",
             "--quiet",
@@ -337,17 +475,8 @@ class SystemdService(RemoteService):
 
     async def stop(self, grace_s: float = 30.0) -> None:
         if self._started:
-            state = await self.show()
-            if state.get("ActiveState") in ACTIVE_STATES:
-                self._write_log(f"----- stopping {self.unit} (grace {grace_s:g}s)")
-                await self.ssh.run(["systemctl", "stop", "--no-block", self.unit], timeout_s=30)
-                if not await self._wait_inactive(grace_s):
-                    self._write_log(f"----- {self.unit} did not stop; sending SIGKILL")
-                    await self.ssh.run(
-                        ["systemctl", "kill", "--signal=KILL", self.unit], timeout_s=30.0
-                    )
-                    await self._wait_inactive(10.0)
-            await self._settle_exit(state_checked=True)
+            await stop_unit(self.ssh, self.unit, grace_s, self._write_log)
+            await self._settle_exit()
             await asyncio.sleep(0.2)  # systemd's last journal lines
             self._write_log(f"----- {self.unit} {describe_exit(self._exit_code)}")
         await self._stop_background()
@@ -357,16 +486,7 @@ class SystemdService(RemoteService):
 
     # --- internals -------------------------------------------------------------------------
 
-    async def _wait_inactive(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if (await self.show()).get("ActiveState") not in ACTIVE_STATES:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.2)
-
-    async def _settle_exit(self, state_checked: bool = False) -> None:
+    async def _settle_exit(self) -> None:
         """Record the end: the journal's exit line if seen (a collected unit keeps no
         status), else what ``systemctl show`` still says."""
         if self._exited.is_set():
@@ -384,12 +504,18 @@ class SystemdService(RemoteService):
         self._exit_code = code
         self._exited.set()
 
+    async def _refresh(self) -> None:
+        if not self._started or self._exited.is_set():
+            return
+        if (await self.show()).get("ActiveState") not in ACTIVE_STATES:
+            await self._settle_exit()
+
     async def _watch(self) -> None:
         while not self._exited.is_set():
             try:
                 state = await self.show()
             except SshError as e:
-                log.warning("%s: cannot poll %s: %s", self.group.id, self.unit, e)
+                log.info("%s: cannot poll %s: %s", self.group.id, self.unit, e)
                 await asyncio.sleep(self.poll_s * 4)
                 continue
             if state.get("ActiveState") not in ACTIVE_STATES:
@@ -405,7 +531,8 @@ class SystemdService(RemoteService):
         not match (the newest entry of the whole journal, say), journalctl 252 drops the
         first matching entry after it, sometimes the server's first line."""
         res = await self.ssh.run(
-            ["journalctl", "-u", self.unit, "-n", "1", "-o", "json", "--no-pager"]
+            ["journalctl", "-u", self.unit, "-n", "1", "-o", "json", "--no-pager"],
+            idempotent=True,
         )
         for line in reversed(res.stdout.splitlines()):
             with contextlib.suppress(ValueError):
@@ -429,11 +556,11 @@ class SystemdService(RemoteService):
                 async for line in self.ssh.stream_lines(self.journal_command()):
                     self._handle_entry(line)
             except SshError as e:
-                log.warning("%s: journal: %s", self.unit, e)
+                log.info("%s: journal: %s", self.unit, e)
                 await asyncio.sleep(2.0)
                 continue
             except Exception as e:  # a channel error: retry
-                log.warning("%s: journal: %s", self.unit, e)
+                log.info("%s: journal: %s", self.unit, e)
             await asyncio.sleep(0.5)
 
     def _handle_entry(self, line: str) -> None:
@@ -477,10 +604,14 @@ class ForeignUnits:
         for name in names:
             if not UNIT_PART.match(name):
                 raise ServiceError(f"{self.ssh}: {name!r} is not a systemd unit name")
-            res = await self.ssh.run(["systemctl", "is-active", name], timeout_s=30.0)
+            res = await self.ssh.run(
+                ["systemctl", "is-active", name], timeout_s=30.0, idempotent=True
+            )
             if res.stdout.strip() not in ACTIVE_STATES:
                 continue
-            res = await self.ssh.run(["systemctl", "stop", name], timeout_s=timeout_s)
+            res = await self.ssh.run(
+                ["systemctl", "stop", name], timeout_s=timeout_s, idempotent=True
+            )
             if not res.ok:
                 err = (res.stderr.strip().splitlines() or [f"status {res.exit_status}"])[-1]
                 raise ServiceError(f"{self.ssh}: cannot stop {name}: {err}")
@@ -496,7 +627,9 @@ class ForeignUnits:
         if not UNIT_PART.match(name):
             raise ServiceError(f"{self.ssh}: {name!r} is not a systemd unit name")
         res = await self.ssh.run(
-            ["systemctl", "show", "-p", "ActiveState,MainPID,Environment", name], timeout_s=30.0
+            ["systemctl", "show", "-p", "ActiveState,MainPID,Environment", name],
+            timeout_s=30.0,
+            idempotent=True,
         )
         state = parse_show(res.stdout)
         if state.get("ActiveState") not in ACTIVE_STATES:
@@ -508,7 +641,9 @@ class ForeignUnits:
         pid = state.get("MainPID", "0")
         if pid.isdigit() and int(pid) > 0:
             res = await self.ssh.run(
-                f"tr '\\0' '\\n' < /proc/{int(pid)}/environ 2>/dev/null", timeout_s=30.0
+                f"tr '\\0' '\\n' < /proc/{int(pid)}/environ 2>/dev/null",
+                timeout_s=30.0,
+                idempotent=True,
             )
             for line in res.stdout.splitlines():
                 if line.startswith("CUDA_VISIBLE_DEVICES="):
@@ -521,7 +656,9 @@ class ForeignUnits:
         problems: list[str] = []
         for name in list(self.stopped):
             try:
-                res = await self.ssh.run(["systemctl", "start", name], timeout_s=timeout_s)
+                res = await self.ssh.run(
+                    ["systemctl", "start", name], timeout_s=timeout_s, idempotent=True
+                )
             except SshError as e:
                 problems.append(f"cannot start {name} again: {e.reason}")
                 continue
@@ -544,6 +681,8 @@ __all__ = [
     "parse_cuda_devices",
     "parse_show",
     "parse_systemd_version",
+    "show_unit",
+    "stop_unit",
     "systemd_error",
     "unit_name",
 ]

@@ -57,6 +57,9 @@ class HostSpec(Strict):
     stop_before: list[Annotated[str, Field(pattern=UNIT_NAME)]] = []
     restore_after: bool = True
     prepare: list[str] = []
+    # SSH hosts: how long the host may stay away (link down, sshd restarting, a reboot)
+    # before the cells that need it fail; meanwhile its work waits and resumes.
+    reconnect_timeout: Duration = 600.0
     speed: float = Field(default=1.0, gt=0)  # sim hosts: compress simulated time
 
     @property

@@ -8,13 +8,14 @@ from __future__ import annotations
 import difflib
 import re
 import string
+from typing import Any
 
 from specbench_tui.engines.registry import traits
 from specbench_tui.errors import InputError
 from specbench_tui.plan.configs import names_matching, resolve_configs
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.log_patterns import compile_pattern
-from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME
+from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, PlanSpec
 from specbench_tui.plan.prompt_sets import find_prompt_set, load_prompt_set, shipped_sets
 
 _SAFE = re.compile(SAFE_NAME)
@@ -230,10 +231,34 @@ def check_plan(plan: Plan) -> list[PlanError]:
                 )
             )
 
+    for where, program in _programs(spec):
+        if any(ord(c) < 32 and c != "\t" for c in program):
+            errs.append(
+                PlanError(
+                    where,
+                    f"{program!r} holds a line break or another control character: a program "
+                    "path cannot (systemd refuses to run one)",
+                )
+            )
+
     needs_model = any(spec.hosts[h].kind != "sim" for h in hosts if h in spec.hosts)
     if needs_model and not any(c.model for c in configs):
         errs.append(PlanError(("server", "model"), "missing: real hosts need the model path"))
     return errs
+
+
+def _programs(spec: PlanSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """The programs a server command may start with: each ``python`` and each launch's
+    first word, with their key paths."""
+    tables: list[tuple[tuple[str, ...], Any]] = [(("server",), spec.server)]
+    tables += [(("configs", name), cfg) for name, cfg in spec.configs.items()]
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for where, table in tables:
+        if table.python:
+            out.append(((*where, "python"), table.python))
+        if table.launch:
+            out.append(((*where, "launch", 0), table.launch[0]))
+    return out
 
 
 def _check_placeholders(

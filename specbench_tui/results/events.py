@@ -217,6 +217,19 @@ class TelemetryChosen(Event):
 
 
 @dataclass(kw_only=True)
+class HostState(Event):
+    """The link to an SSH host changed: ``reconnecting`` (it dropped; its work waits, the
+    transport retries with a backoff), ``connected`` (back; the cell set aside runs again),
+    ``unreachable`` (away longer than the host's ``reconnect_timeout``: its remaining cells
+    fail). ``reason`` is the one line to show (what dropped it, how long it was away)."""
+
+    name: ClassVar[str] = "host_state"
+    host: str
+    state: str = "connected"  # reconnecting | connected | unreachable
+    reason: str = ""
+
+
+@dataclass(kw_only=True)
 class GpusUnverified(Event):
     """A server is started without knowing that its GPUs are free: the host has no GPU
     telemetry (or it is down), so only the previous server's processes and port were seen to

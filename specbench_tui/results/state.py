@@ -46,6 +46,7 @@ from specbench_tui.results.events import (
     GpusUnverified,
     GroupFinished,
     GroupStarted,
+    HostState,
     Paused,
     Resumed,
     ServiceFailed,
@@ -197,6 +198,9 @@ class CampaignState:
         self.telemetry: dict[str, TelemetryChosen] = {}
         self.gpus_unverified: list[GpusUnverified] = []
         self.wall_s: float = 0.0  # summed over the runs that ended with campaign_finished
+        # The link to each SSH host as last reported: the console shows a host that is
+        # "reconnecting" or "unreachable" (a host never reported is connected).
+        self.host_states: dict[str, HostState] = {}
         self._by_name: dict[str, str] = {}
 
     # --- folding --------------------------------------------------------------------------
@@ -236,6 +240,7 @@ class CampaignState:
         self.finished_at = self.exit_code = None
         self.abort_reason = self.paused_by = ""
         self.current_group = self.current_cell = None
+        self.host_states = {}
         old_cells, old_groups = self.cells, self.groups
         self.groups = {}
         self.cells = {}
@@ -407,7 +412,7 @@ class CampaignState:
         c.status, c.resumed, c.selected = "pending", False, True
         c.attempt = max(ev.attempt - 1, 0)
         c.ended_at = None
-        c.reason = ev.by if ev.by in ("interrupted", "aborted") else ""
+        c.reason = ev.by if ev.by in ("interrupted", "aborted", "host unreachable") else ""
         if self.current_cell == c.id:
             self.current_cell = None
         if self.finished:  # a rerun after the end brings the campaign back to life
@@ -433,6 +438,14 @@ class CampaignState:
 
     def _gpus_unverified(self, ev: GpusUnverified) -> None:
         self.gpus_unverified.append(ev)
+
+    def _host_state(self, ev: HostState) -> None:
+        self.host_states[ev.host] = ev
+
+    def host_away(self, host: str) -> str:
+        """Why ``host`` is away ("" when its link is up): for the console's host line."""
+        ev = self.host_states.get(host)
+        return "" if ev is None or ev.state == "connected" else f"{ev.state}: {ev.reason}"
 
     def _paused(self, ev: Paused) -> None:
         self.paused, self.paused_by = True, ev.by
@@ -526,6 +539,7 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     CheckVerdict: CampaignState._check_verdict,
     TelemetryChosen: CampaignState._telemetry_chosen,
     GpusUnverified: CampaignState._gpus_unverified,
+    HostState: CampaignState._host_state,
     Paused: CampaignState._paused,
     Resumed: CampaignState._resumed,
     Aborted: CampaignState._aborted,

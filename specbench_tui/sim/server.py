@@ -681,6 +681,9 @@ async def serve(cfg: SimConfig, log: ServerLog) -> int:
     await server.stop_event.wait()
     if server.exit_code == 0:
         log.line("Received SIGTERM. Shutting down gracefully.", rank=None)
+        slow_stop = cfg.fault("slow-stop")
+        if slow_stop is not None:  # a server that takes its time to stop (real seconds)
+            await asyncio.sleep(slow_stop.value)
     await site.stop()
     await server.shut_down()
     for task in tasks:
@@ -695,7 +698,8 @@ async def serve(cfg: SimConfig, log: ServerLog) -> int:
 
 USAGE = """\
 usage: python -m specbench_tui.sim [SGLang launch_server arguments] [--speed F] [--seed N]
-       [--sim-fault diverge|crash-at-start|never-ready|crash-after:N|slow:X] [--sim-gpu-state DIR]
+       [--sim-fault diverge|crash-at-start|never-ready|crash-after:N|slow:X|slow-stop:S]
+       [--sim-gpu-state DIR]
        [--sim-require-model]
 
 A simulated SGLang server: same HTTP API and log lines, simulated GPUs. Understood SGLang

@@ -6,7 +6,9 @@ the stop, that canary files of its own in the host's /tmp and /var/tmp survived.
 aliases reach the same systemd: ``sdns`` (a plain login: the real GPU path, which on these
 machines finds no NVIDIA driver, no pynvml in ``python3`` and no nvidia-smi) and ``sdns-sim``
 (sessions also get SPECBENCH_SIM_*: the telemetry agent reads simulated GPUs from
-``simgpu``, where simulated servers write their state when their env points there).
+``simgpu``, where simulated servers write their state when their env points there; and the
+link fault shims of ``link_faults.py`` first on their PATH). A test may kill the namespace's
+sshd and start it again from outside (``kill_sshd``, ``start_sshd``, through ``nsenter``).
 
 Root is required (namespaces, mounts); on a developer's machine without it, or without the
 system programs, the tests skip; under CI=true they fail.
@@ -14,9 +16,12 @@ system programs, the tests skip; under CI=true they fail.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ from conftest import IN_CI, free_port, need_program
 
 from specbench_tui.hosts.host import FAKE_NVML_PATH
 from specbench_tui.hosts.ssh import SshConnection
+from support.link_faults import STD_PATH, install_shims
 
 SCRIPT = Path(__file__).with_name("systemd_ns.sh")
 
@@ -64,6 +70,48 @@ class SystemdHost:
             raise AssertionError(f"{command!r} failed ({res.returncode}): {res.stderr}")
         return res.stdout
 
+    def nsenter(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """Run a command in the namespace's mount and pid namespaces, from outside: what
+        must work while its sshd is down."""
+        pid = (self.root / "pid").read_text().strip()
+        return subprocess.run(
+            ["nsenter", "-t", pid, "-m", "-p", "--", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def kill_sshd(self) -> None:
+        """SIGKILL the namespace's sshd and every session it serves (its unit's cgroup): the
+        links drop at once; transient units of servers live in cgroups of their own."""
+        res = self.nsenter("systemctl", "kill", "--signal=KILL", "sdns-sshd.service")
+        assert res.returncode == 0, res.stderr
+
+    def start_sshd(self) -> None:
+        """Start the namespace's sshd again (same ports, same host key)."""
+        self.nsenter("systemctl", "reset-failed", "sdns-sshd.service")
+        res = self.nsenter("systemctl", "start", "sdns-sshd.service")
+        assert res.returncode == 0, res.stderr
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", self.sim_port), 0.2).close()
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            assert time.monotonic() < deadline, "the namespace's sshd did not come back"
+            time.sleep(0.05)
+
+    def active_units(self, pattern: str = "specbench-*") -> list[str]:
+        """Units matching ``pattern`` that are active (or starting, or stopping)."""
+        out = self.ssh(
+            f"systemctl list-units --all --plain --no-legend --no-pager '{pattern}'", check=False
+        )
+        return [
+            w[0]
+            for w in (line.split() for line in out.splitlines())
+            if len(w) >= 3 and w[2] in ("active", "activating", "deactivating", "reloading")
+        ]
+
     def install_unit(self, name: str, text: str) -> None:
         """A unit file in /run/systemd/system (the only writable unit path inside)."""
         self.ssh(f"cat > /run/systemd/system/{name} <<'EOF'\n{text}\nEOF\nsystemctl daemon-reload")
@@ -74,7 +122,16 @@ def _need_system() -> None:
         if IN_CI:
             pytest.fail("the real systemd tests need root under CI")
         pytest.skip("the real systemd tests need root (namespaces and mounts)")
-    for program in ("unshare", "setpriv", "findmnt", "ss", "ssh", "ssh-keygen", "dbus-daemon"):
+    for program in (
+        "unshare",
+        "setpriv",
+        "findmnt",
+        "nsenter",
+        "ss",
+        "ssh",
+        "ssh-keygen",
+        "dbus-daemon",
+    ):
         need_program(program)
     for path in ("/usr/sbin/sshd", "/lib/systemd/systemd"):
         if not os.path.exists(path):
@@ -108,7 +165,7 @@ def systemd_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SystemdHo
     simgpu.mkdir()
     (root / "sim.env").write_text(
         f"SPECBENCH_SIM_NVML={simgpu}\nSPECBENCH_SIM_NVML_MODULE={FAKE_NVML_PATH}\n"
-        "SPECBENCH_SIM_GPUS=4\n"
+        f"SPECBENCH_SIM_GPUS=4\nPATH={install_shims(root)}:{STD_PATH}\n"
     )
     canaries = _canaries(uuid.uuid4().hex[:12])
     for c in canaries:
