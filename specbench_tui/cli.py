@@ -66,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
     p.add_argument(
+        "--job",
+        metavar="FILE",
+        type=Path,
+        help="with --headless, inside a Slurm batch job: run the service group and cells of "
+        "the job file the campaign wrote (the job script passes it)",
+    )
+    p.add_argument(
         "--ssh-config",
         metavar="FILE",
         help="SSH client config instead of ~/.ssh/config (like ssh -F)",
@@ -182,6 +189,13 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from specbench_tui.engine.campaign import Campaign, CampaignOptions
 
+    share = None
+    if args.job is not None:
+        if not args.headless:
+            raise InputError("--job goes with --headless (it is how a Slurm job runs its group)")
+        from specbench_tui.engine.slurm_job import JobShare
+
+        share = JobShare.load(args.job)
     campaign = Campaign.prepare(
         plan,
         layout,
@@ -191,6 +205,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             only=args.only,
             rerun_failed=args.rerun_failed,
             ssh_config=args.ssh_config,
+            job=share,
+            control_socket=share is None,  # a job is steered through its mailbox
+            write_report=share is None,
         ),
     )
     if campaign.moved_aside is not None:
@@ -200,6 +217,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     except BaseException:
         campaign.store.close()
         raise
+    if share is not None:
+        from specbench_tui.engine.slurm_job import run_job
+
+        return run_job(campaign, share)
     if args.headless:
         from specbench_tui.engine.headless import run_headless
 

@@ -50,6 +50,7 @@ from specbench_tui.results.events import (
     Resumed,
     ServiceFailed,
     ServiceReady,
+    SlurmJobChanged,
     TelemetryChosen,
 )
 
@@ -190,6 +191,8 @@ class CampaignState:
         # How each host's GPUs are read, and the server starts whose GPUs were not verified.
         self.telemetry: dict[str, TelemetryChosen] = {}
         self.gpus_unverified: list[GpusUnverified] = []
+        # The latest state of each group's batch job on a Slurm host, by group id.
+        self.jobs: dict[str, SlurmJobChanged] = {}
         self._by_name: dict[str, str] = {}
 
     # --- folding --------------------------------------------------------------------------
@@ -412,6 +415,9 @@ class CampaignState:
     def _gpus_unverified(self, ev: GpusUnverified) -> None:
         self.gpus_unverified.append(ev)
 
+    def _slurm_job(self, ev: SlurmJobChanged) -> None:
+        self.jobs[ev.group] = ev
+
     def _paused(self, ev: Paused) -> None:
         self.paused, self.paused_by = True, ev.by
 
@@ -502,6 +508,7 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     CheckVerdict: CampaignState._check_verdict,
     TelemetryChosen: CampaignState._telemetry_chosen,
     GpusUnverified: CampaignState._gpus_unverified,
+    SlurmJobChanged: CampaignState._slurm_job,
     Paused: CampaignState._paused,
     Resumed: CampaignState._resumed,
     Aborted: CampaignState._aborted,

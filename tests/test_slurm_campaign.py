@@ -1,0 +1,336 @@
+"""Campaigns on a real Slurm cluster (slurmctld + slurmd + munged on this machine, fake GPUs
+as generic resources), reached through a real OpenSSH login node on 127.0.0.1: every group
+a batch job, the tool headless on the node, the simulator as each job's server.
+
+The coordinator runs as a user runs it, ``specbench-tui PLAN --headless``, in a process of
+its own (so it can be killed and started again, as a closed console is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import ROOT, free_port
+from slurm_fixture import clean_slurm, slurm  # noqa: F401 (the fixtures)
+from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
+from support.slurm_cluster import SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+VENV = Path(sys.prefix)
+
+PLAN = """\
+[campaign]
+name = "@NAME@"
+baseline = "ar"
+
+[hosts.cluster.slurm]
+login = "sbplain"
+partition = "gpu"
+gpus_per_node = 8
+shared_dir = "@SHARED@"
+venv = "@VENV@"
+max_jobs = @MAX_JOBS@
+poll = "1s"
+env = { SLURM_CONF = "@CONF@" }
+
+[server]
+python = "@PYTHON@"
+model = "sim-model"
+port = @PORT@
+launch = ["{python}", "-m", "specbench_tui.sim", "--model-path", "{model}", "--tp-size", "{tp}",
+          "--host", "127.0.0.1", "--port", "{port}", "--speed", "@SPEED@", "--seed", "0"]
+ready_timeout = "90s"
+
+[configs.ar]
+[configs.dflash]
+args = ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8"]
+[configs.eagle]
+args = ["--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "4"]
+
+[matrix]
+configs = @CONFIGS@
+tp = @TPS@
+
+[workloads.single]
+kind = "single"
+prompts = ["chat"]
+samples = 2
+max_tokens = @MAX_TOKENS@
+"""
+
+
+def write_plan(
+    tmp_path: Path,
+    cluster: SlurmCluster,
+    *,
+    name: str = "onslurm",
+    max_jobs: int = 4,
+    speed: float = 50,
+    max_tokens: str = "[24, 48]",
+    configs: str = '["ar", "dflash", "eagle"]',
+    tps: str = "[1, 2]",
+    text: str = PLAN,
+) -> Path:
+    shared = tmp_path / "shared"
+    shared.mkdir(exist_ok=True)
+    values = {
+        "@NAME@": name,
+        "@SHARED@": str(shared),
+        "@VENV@": str(VENV),
+        "@MAX_JOBS@": str(max_jobs),
+        "@CONF@": str(cluster.conf),
+        "@PYTHON@": sys.executable,
+        "@PORT@": str(free_port()),
+        "@SPEED@": f"{speed:g}",
+        "@MAX_TOKENS@": max_tokens,
+        "@CONFIGS@": configs,
+        "@TPS@": tps,
+    }
+    for k, v in values.items():
+        text = text.replace(k, v)
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+def coordinator(plan: Path, results: Path, sshd: Sshd) -> subprocess.Popen[str]:  # noqa: F811
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(plan),
+            "--headless",
+            "--results",
+            str(results),
+            "--ssh-config",
+            str(sshd.config),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout_s: float = 420) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"the campaign did not finish in {timeout_s:g}s:\n{out[-6000:]}")
+    return proc.returncode, out
+
+
+def events(root: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (root / "events.jsonl").read_text().splitlines()]
+
+
+def wait_for(what: str, ok, timeout_s: float = 180, proc=None) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not ok():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: the coordinator ended: {proc.communicate()[0][-4000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:g}s")
+        time.sleep(0.25)
+
+
+def _overlap(evs: list[dict[str, object]]) -> int:
+    """The most groups whose servers were up at the same moment."""
+    spans: dict[str, list[str]] = {}
+    for e in evs:
+        if e["event"] in ("group_started", "group_finished"):
+            spans.setdefault(str(e["group"]), []).append(str(e["ts"]))
+    edges = sorted(
+        [(s[0], 1) for s in spans.values()] + [(s[-1], -1) for s in spans.values() if len(s) > 1]
+    )
+    most = now = 0
+    for _, d in edges:
+        now += d
+        most = max(most, now)
+    return most
+
+
+def test_groups_run_as_parallel_jobs_and_every_cell_lands_once(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    plan = write_plan(tmp_path, clean_slurm)
+    code, out = finish(coordinator(plan, tmp_path / "results", sshd))
+    assert code == 0, out[-6000:]
+    root = tmp_path / "results" / "onslurm"
+    evs = events(root)
+    done = Counter(e["cell_id"] for e in evs if e["event"] == "cell_finished")
+    cells = pl.read_parquet(root / "cells.parquet")
+    assert cells.height == 12 and set(cells["status"]) == {"done"}
+    assert set(done) == set(cells["cell_id"]) and set(done.values()) == {1}, done
+    requests = pl.read_parquet(root / "requests.parquet")
+    assert requests.height == 12 * 2 and set(requests["host"]) == {"cluster"}
+    assert set(requests["attempt"]) == {1}
+    # One job per group, each on the node with GPUs from its allocation, several at once.
+    jobs = clean_slurm.jobs()
+    ours = {j["name"]: j for j in jobs.values() if j["name"].startswith("sb.onslurm.")}
+    groups = {str(e["group"]) for e in evs if e["event"] == "group_started"}
+    assert sorted(ours) == sorted(f"sb.onslurm.{g}" for g in groups)
+    assert len(ours) == 6 and {j["state"] for j in ours.values()} == {"COMPLETED"}
+    started = [e for e in evs if e["event"] == "group_started"]
+    assert {len(e["gpu_ids"]) for e in started} == {1, 2}
+    assert _overlap(evs) >= 2, "no two jobs ran at the same time"
+    running = [e for e in evs if e["event"] == "slurm_job" and e["state"] == "RUNNING"]
+    assert {e["node"] for e in running} == {clean_slurm.node}
+    # The report renders from the folded results as from any campaign.
+    assert (root / "report.md").exists()
+    # Each group's server log, as the node wrote it, is the campaign's.
+    log = (root / "logs" / "cluster.dflash.tp2.log").read_text()
+    assert "starting cluster.dflash.tp2" in log and "exited with code 0" in log
+
+
+def job_tool(job_dir: Path) -> int | None:
+    """The pid of the tool a job runs (the batch step itself: the script execs it)."""
+    marker = f"{job_dir}/job.json".encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = Path(entry.path, "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmd and b"--job" in cmd:
+            return int(entry.name)
+    return None
+
+
+def cells_done(root: Path) -> Counter[str]:
+    if not (root / "events.jsonl").exists():
+        return Counter()
+    return Counter(e["cell_id"] for e in events(root) if e["event"] == "cell_finished")
+
+
+def running_cell(root: Path, group: str) -> dict[str, object] | None:
+    state: dict[str, dict[str, object]] = {}
+    for e in events(root):
+        if e["event"] == "cell_started" and e["group"] == group:
+            state[str(e["cell_id"])] = e
+        elif e["event"] in ("cell_finished", "cell_failed", "cell_skipped", "cell_queued"):
+            state.pop(str(e["cell_id"]), None)
+    return next(iter(state.values()), None)
+
+
+def test_a_job_killed_mid_group_is_requeued_for_the_rest(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    plan = write_plan(
+        tmp_path,
+        clean_slurm,
+        name="killed",
+        speed=3,
+        max_tokens="[48, 96, 144, 192]",
+        configs='["ar", "dflash"]',
+        tps="[1]",
+    )
+    root = tmp_path / "results" / "killed"
+    proc = coordinator(plan, tmp_path / "results", sshd)
+    group = "cluster.dflash.tp1"
+    job_dir = tmp_path / "shared" / "killed" / "jobs" / group / "1"
+
+    on_node = job_dir / "results" / "killed"  # the job's own results, as the node writes them
+
+    def one_done_one_running() -> bool:
+        if not (on_node / "events.jsonl").exists():
+            return False
+        return bool(cells_done(on_node)) and running_cell(on_node, group) is not None
+
+    wait_for("a cell of the group done and the next running", one_done_one_running, proc=proc)
+    pid = job_tool(job_dir)
+    assert pid is not None, "the job's tool is not running on this node"
+    os.kill(pid, signal.SIGKILL)  # the node's process dies as in a crash or an OOM kill
+    time.sleep(0.2)
+    before = cells_done(on_node)  # what the job had finished when it died
+    killed = running_cell(on_node, group)
+    assert killed is not None
+    code, out = finish(proc)
+    assert code == 0, out[-6000:]
+    after = cells_done(root)
+    assert set(after.values()) == {1}, after  # every cell once, none twice
+    assert all(after[c] == 1 for c in before)  # what was finished before the kill stays
+    cells = pl.read_parquet(root / "cells.parquet")
+    assert set(cells["status"]) == {"done"} and cells.height == 8
+    attempts = dict(zip(cells["cell_id"], cells["attempt"], strict=True))
+    assert attempts[killed["cell_id"]] == 2  # the interrupted cell ran again, whole
+    assert {attempts[c] for c in before} == {1}
+    evs = events(root)
+    queued = [e for e in evs if e["event"] == "cell_queued" and e["cell_id"] == killed["cell_id"]]
+    assert [e["by"] for e in queued] == ["interrupted"]
+    # Requeued, not submitted anew: one job for the group, run twice.
+    ids = {e["job_id"] for e in evs if e["event"] == "slurm_job" and e["group"] == group}
+    assert len(ids) == 1, ids
+    assert "requeued for the" in out
+    requests = pl.read_parquet(root / "requests.parquet")
+    counted = requests.filter(pl.col("cell_id") == killed["cell_id"])
+    assert set(counted["attempt"]) == {2}  # the cut attempt's requests were never counted
+    assert len(list((tmp_path / "shared" / "killed" / "jobs" / group).iterdir())) == 1
+
+
+def test_a_closed_coordinator_finds_its_running_jobs_again(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    plan = write_plan(
+        tmp_path,
+        clean_slurm,
+        name="reopened",
+        speed=2,
+        max_tokens="[48, 96, 144, 192]",
+        configs='["ar", "dflash", "eagle"]',
+        tps="[1]",
+        max_jobs=3,
+    )
+    root = tmp_path / "results" / "reopened"
+    first = coordinator(plan, tmp_path / "results", sshd)
+    wait_for(
+        "three jobs running and a cell done",
+        lambda: (
+            root.exists()
+            and bool(cells_done(root))
+            and len([j for j in clean_slurm.jobs().values() if j["state"] == "RUNNING"]) == 3
+        ),
+        proc=first,
+    )
+    jobs_before = {j["comment"]: jid for jid, j in clean_slurm.jobs().items()}
+    first.send_signal(signal.SIGHUP)  # the terminal closed: the console goes, the jobs stay
+    first.communicate(timeout=30)
+    done_then = cells_done(root)
+    running = [j for j in clean_slurm.jobs().values() if j["state"] == "RUNNING"]
+    assert len(running) == 3, "the jobs ended with the console"
+    time.sleep(2)  # cells finish on the cluster while no console follows them
+    still = len([j for j in clean_slurm.jobs().values() if j["state"] == "RUNNING"])
+    second = coordinator(plan, tmp_path / "results", sshd)
+    code, out = finish(second)
+    assert code == 0, out[-6000:]
+    followed = out.count("of an earlier run is RUNNING; following it")
+    assert followed >= 1 and followed >= still - 1, out[-4000:]
+    jobs_after = {j["comment"]: jid for jid, j in clean_slurm.jobs().items()}
+    assert jobs_after == jobs_before  # no group was submitted again
+    done = cells_done(root)
+    assert set(done.values()) == {1} and len(done) == 12, done
+    assert set(done_then) < set(done)
+    cells = pl.read_parquet(root / "cells.parquet")
+    assert set(cells["status"]) == {"done"} and set(cells["attempt"]) == {1}
+    requests = pl.read_parquet(root / "requests.parquet")
+    assert requests.height == 12 * 2
