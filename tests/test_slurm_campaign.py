@@ -334,3 +334,234 @@ def test_a_closed_coordinator_finds_its_running_jobs_again(
     assert set(cells["status"]) == {"done"} and set(cells["attempt"]) == {1}
     requests = pl.read_parquet(root / "requests.parquet")
     assert requests.height == 12 * 2
+
+
+def send(root: Path, *words: str) -> str:
+    res = subprocess.run(
+        [sys.executable, "-m", "specbench_tui", "--attach", str(root), "--send", *words],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_pause_skip_resume_and_abort_reach_the_jobs(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    plan = write_plan(
+        tmp_path,
+        clean_slurm,
+        name="steered",
+        speed=2,
+        max_tokens="[48, 96, 144, 192, 240]",
+        configs='["ar", "dflash"]',
+        tps="[1]",
+        max_jobs=2,
+    )
+    root = tmp_path / "results" / "steered"
+    jobs = tmp_path / "shared" / "steered" / "jobs"
+    node_log = {g: jobs / g / "1" / "results" / "steered" for g in ("cluster.ar.tp1",)}
+    ar = node_log["cluster.ar.tp1"]
+    proc = coordinator(plan, tmp_path / "results", sshd)
+    wait_for(
+        "the first cell of the ar job done",
+        lambda: (ar / "events.jsonl").exists() and bool(cells_done(ar)),
+        proc=proc,
+    )
+    assert "paused" in send(root, "pause")
+    wait_for(
+        "the job paused",
+        lambda: any(e["event"] == "paused" for e in events(ar)),
+        timeout_s=30,
+        proc=proc,
+    )
+    held = len(cells_done(ar))
+    assert [j["state"] for j in clean_slurm.jobs().values()].count("RUNNING") == 2
+    skipped = "cluster.ar.tp1/single/chat/240"
+    assert "skipped" in send(root, "skip", skipped)
+    wait_for(
+        "the job skipped the cell",
+        lambda: any(e["event"] == "cell_skipped" for e in events(ar)),
+        timeout_s=30,
+        proc=proc,
+    )
+    time.sleep(2)
+    assert len(cells_done(ar)) <= held + 1  # paused: nothing new starts (one may have ended)
+    assert "resumed" in send(root, "resume")
+    wait_for(
+        "the job went on",
+        lambda: (
+            len(cells_done(ar)) >= held + 1 and any(e["event"] == "resumed" for e in events(ar))
+        ),
+        timeout_s=60,
+        proc=proc,
+    )
+    assert "aborting" in send(root, "abort")
+    code, out = finish(proc, timeout_s=180)
+    assert code == 130, out[-4000:]
+    assert not [j for j in clean_slurm.jobs().values() if j["state"] in ("RUNNING", "PENDING")]
+    assert any(e["event"] == "aborted" for e in events(ar))  # the tool stopped as on SIGTERM
+    evs = events(root)
+    skip = [e for e in evs if e["event"] == "cell_skipped"]
+    assert len(skip) == 1 and skip[0]["cell"] == skipped  # once, not again from the job
+    # Run again: what was left runs in new jobs; nothing done runs twice.
+    code, out = finish(coordinator(plan, tmp_path / "results", sshd))
+    assert code == 0, out[-4000:]
+    cells = pl.read_parquet(root / "cells.parquet")
+    assert sorted(cells["status"].to_list()) == ["done"] * 9 + ["skipped"]
+    done = cells_done(root)
+    assert set(done.values()) == {1} and len(done) == 9
+    again = json.loads((jobs / "cluster.ar.tp1" / "2" / "job.json").read_text())
+    first = {e["cell_id"] for e in events(ar) if e["event"] == "cell_finished"}
+    assert again["cells"] and not set(again["cells"]) & first  # only the rest runs again
+    print(out)
+
+
+def test_a_job_the_cluster_requeues_resumes_where_it_stopped(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    """Preemption with requeue, or an admin's ``scontrol requeue``: Slurm stops the job
+    (SIGTERM: the tool keeps what it measured) and runs it again later, in its directory."""
+    plan = write_plan(
+        tmp_path,
+        clean_slurm,
+        name="preempted",
+        speed=3,
+        max_tokens="[48, 96, 144, 192]",
+        configs='["ar"]',
+        tps="[1]",
+    )
+    root = tmp_path / "results" / "preempted"
+    group = "cluster.ar.tp1"
+    on_node = tmp_path / "shared" / "preempted" / "jobs" / group / "1" / "results" / "preempted"
+    proc = coordinator(plan, tmp_path / "results", sshd)
+    wait_for(
+        "a cell done and the next running",
+        lambda: (
+            (on_node / "events.jsonl").exists()
+            and bool(cells_done(on_node))
+            and running_cell(on_node, group) is not None
+        ),
+        proc=proc,
+    )
+    (job_id,) = [j for j, v in clean_slurm.jobs().items() if v["name"] == f"sb.preempted.{group}"]
+    clean_slurm.run("scontrol", "requeue", job_id)
+    wait_for(
+        "the job back in the queue",
+        lambda: clean_slurm.jobs()[job_id]["state"] == "PENDING",
+        timeout_s=60,
+        proc=proc,
+    )
+    clean_slurm.run("scontrol", "update", f"jobid={job_id}", "starttime=now")  # no 2 min wait
+    code, out = finish(proc)
+    assert code == 0, out[-6000:]
+    evs = events(root)
+    done = cells_done(root)
+    assert len(done) == 4 and set(done.values()) == {1}
+    queued = [e for e in evs if e["event"] == "cell_queued"]
+    assert len(queued) == 1 and queued[0]["by"] in ("aborted", "interrupted"), queued
+    cells = pl.read_parquet(root / "cells.parquet")
+    attempts = dict(zip(cells["cell_id"], cells["attempt"], strict=True))
+    assert attempts[queued[0]["cell_id"]] == 2 and sorted(attempts.values()) == [1, 1, 1, 2]
+    states = [e["state"] for e in evs if e["event"] == "slurm_job"]
+    assert "PENDING" in states[states.index("RUNNING") :], states  # it went back, then on
+    assert {e["job_id"] for e in evs if e["event"] == "slurm_job"} == {job_id}
+
+
+def demo_on_slurm(tmp_path: Path, cluster: SlurmCluster) -> Path:
+    """plans/demo.toml with its simulated host replaced by the Slurm cluster: the jobs'
+    servers are the simulator at the demo's speed, started by the plan's launch template."""
+    text = (ROOT / "plans" / "demo.toml").read_text()
+    start = text.index("[hosts.sim]")
+    end = text.index("[server]")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    host = (
+        "[hosts.cluster.slurm]\n"
+        'login = "sbplain"\n'
+        'partition = "gpu"\n'
+        "gpus_per_node = 8\n"
+        f'shared_dir = "{shared}"\n'
+        f'venv = "{VENV}"\n'
+        "max_jobs = 4\n"
+        'poll = "1s"\n'
+        f'env = {{ SLURM_CONF = "{cluster.conf}" }}\n\n'
+    )
+    server = (
+        "[server]\n"
+        f'python = "{sys.executable}"\n'
+        'launch = ["{python}", "-m", "specbench_tui.sim", "--model-path", "{model}", '
+        '"--tp-size", "{tp}", "--host", "127.0.0.1", "--port", "{port}", "--speed", "12", '
+        '"--seed", "0"]\n'
+    )
+    text = text[:start] + host + text[end:].replace("[server]\n", server, 1)
+    path = tmp_path / "demo-slurm.toml"
+    path.write_text(text)
+    return path
+
+
+def headings(report: Path) -> list[str]:
+    return [
+        line.replace("cluster", "HOST").replace("sim", "HOST")
+        for line in report.read_text().splitlines()
+        if line.startswith("#")
+    ]
+
+
+def test_the_demo_on_slurm_has_the_shape_of_a_local_run(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    local = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specbench_tui",
+            str(ROOT / "plans" / "demo.toml"),
+            "--headless",
+            "--results",
+            str(tmp_path / "local"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert local.returncode == 0, local.stdout[-4000:]
+    plan = demo_on_slurm(tmp_path, clean_slurm)
+    code, out = finish(coordinator(plan, tmp_path / "slurm", sshd), timeout_s=600)
+    assert code == 0, out[-6000:]
+    a, b = tmp_path / "local" / "demo", tmp_path / "slurm" / "demo"
+    for view in ("cells.parquet", "requests.parquet"):
+        x, y = pl.read_parquet(a / view), pl.read_parquet(b / view)
+        assert x.height == y.height and x.height > 0, view
+        assert set(x.columns) == set(y.columns), (view, set(x.columns) ^ set(y.columns))
+    cells = pl.read_parquet(b / "cells.parquet")
+    assert cells.height == 64 and set(cells["status"]) == {"done"}
+    local_names = sorted(
+        n.replace("sim.", "", 1) for n in pl.read_parquet(a / "cells.parquet")["name"]
+    )
+    assert sorted(n.replace("cluster.", "", 1) for n in cells["name"]) == local_names
+    for report in ("report.md", "report.tex"):
+        assert (b / report).exists()
+    assert headings(a / "report.md") == headings(b / "report.md")
+
+    def verdicts(root: Path) -> set[tuple[object, ...]]:
+        return {
+            (e["check"], e["config"], e["tp"], e["status"])
+            for e in events(root)
+            if e["event"] == "check_verdict"
+        }
+
+    assert verdicts(a) == verdicts(b) and verdicts(b)
+    evs = events(b)
+    assert _overlap(evs) >= 2  # groups ran side by side as jobs
+    assert len({e["job_id"] for e in evs if e["event"] == "slurm_job"}) == 8

@@ -147,6 +147,10 @@ class JobFolder:
                 job.ended_cells.discard(ev.cell_id)
             await self._cell(job, ev)
             return
+        if isinstance(ev, Notice):
+            if ev.level in ("warning", "error"):
+                self._notice(job, ev)
+            return
         key = event_key(ev)
         if key in self.seen:
             return
@@ -158,12 +162,17 @@ class JobFolder:
             isinstance(ev, CheckVerdict) and ev.check == "state_leak"
         ):
             self._emit(ev)
-        elif isinstance(ev, Notice) and ev.level in ("warning", "error"):
-            if ev.text in self.notices:  # the same warning from every job: said once
-                return
-            self.notices.add(ev.text)
-            where = f"{job.group.id} (job {job.job_id or job.submission})"
-            self._emit(Notice(level=ev.level, text=f"{where}: {ev.text}", ts=ev.ts))
+
+    def _notice(self, job: JobRun, ev: Notice) -> None:
+        """A job's warning, said as the campaign's with the job named; the same warning
+        from every job (no GPU telemetry on the nodes) is said once."""
+        if ev.text in self.notices:
+            return
+        self.notices.add(ev.text)
+        where = f"{job.group.id} (job {job.job_id or job.submission})"
+        ours = Notice(level=ev.level, text=f"{where}: {ev.text}", ts=ev.ts)
+        if event_key(ours) not in self.seen:
+            self._emit(ours)
 
     async def _cell(self, job: JobRun, ev: Any) -> None:
         key = event_key(ev)

@@ -193,14 +193,21 @@ class SlurmScheduler:
                 job = JobRun(group, n, paths, adopted=True)
                 job.cells = await self._job_cells(paths)
                 job.job_id = live.get((group.id, n), "")
-                if job.job_id and group.id in self.jobs:  # two live jobs for one group
-                    await self.cluster.cancel(job.job_id)
+                if not job.job_id:  # ended: its id, for the names its notices carry
+                    with contextlib.suppress(SlurmError):
+                        known = await self.cluster.read_bytes(paths.job_id)
+                        job.job_id = (known or b"").decode(errors="replace").strip()
+                    live_id = ""
+                else:
+                    live_id = job.job_id
+                if live_id and group.id in self.jobs:  # two live jobs for one group
+                    await self.cluster.cancel(live_id)
                     self.ctx.hub.notice(
-                        f"{group.id}: cancelled job {job.job_id}, a second one for the group",
+                        f"{group.id}: cancelled job {live_id}, a second one for the group",
                         "warning",
                     )
-                    job.job_id = ""
-                if job.job_id:
+                    live_id = ""
+                if live_id:
                     info = queue[job.job_id]
                     job.state, job.node, job.reason = info.state, info.node, info.reason
                     self._activate(job)

@@ -118,6 +118,10 @@ def start_cluster(root: Path) -> SlurmCluster:
             os.mknod(dev, 0o600 | 0o020000, os.makedev(1, 3))  # a character device, like /dev/null
     node = socket.gethostname().split(".")[0]
     sock = root / "munge" / "munge.sock"
+    node_line = (
+        f"NodeName={node} NodeAddr=127.0.0.1 CPUs={CPUS} Boards=1 SocketsPerBoard=1 "
+        f"CoresPerSocket={CPUS} ThreadsPerCore=1 RealMemory=8000 Gres=gpu:{GPUS} State=UNKNOWN"
+    )
     conf = f"""\
 ClusterName=specbench
 SlurmctldHost={node}(127.0.0.1)
@@ -148,8 +152,7 @@ JobCompType=jobcomp/none
 SlurmdParameters=config_overrides
 MinJobAge=600
 KillWait=10
-NodeName={node} NodeAddr=127.0.0.1 CPUs={CPUS} Boards=1 SocketsPerBoard=1 \
-CoresPerSocket={CPUS} ThreadsPerCore=1 RealMemory=8000 Gres=gpu:{GPUS} State=UNKNOWN
+{node_line}
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
     (root / "slurm.conf").write_text(conf)
