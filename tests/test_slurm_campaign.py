@@ -565,3 +565,42 @@ def test_the_demo_on_slurm_has_the_shape_of_a_local_run(
     evs = events(b)
     assert _overlap(evs) >= 2  # groups ran side by side as jobs
     assert len({e["job_id"] for e in evs if e["event"] == "slurm_job"}) == 8
+
+
+def test_dry_run_check_asks_the_cluster_and_submits_nothing(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    def check(plan: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "specbench_tui",
+                str(plan),
+                "--dry-run",
+                "--check",
+                "--ssh-config",
+                str(sshd.config),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+
+    plan = write_plan(tmp_path, clean_slurm, name="checked")
+    res = check(plan)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    pre = res.stdout[res.stdout.index("Preflight:") :]
+    assert "host cluster (slurm)" in pre and "slurm-wlm" in pre
+    assert "TP1 job (cluster.ar.tp1): sbatch: Job" in pre and "TP2 job" in pre
+    assert f"specbench-tui {__import__('specbench_tui').__version__} in {VENV}" in pre
+    assert not [j for j in clean_slurm.jobs().values() if j["name"].startswith("sb.checked.")]
+    bad = plan.read_text().replace('partition = "gpu"', 'partition = "nope"')
+    plan.write_text(bad)
+    res = check(plan)
+    assert res.returncode == 2
+    assert "TP1 job (cluster.ar.tp1)" in res.stderr and "partition" in res.stderr.lower()
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
