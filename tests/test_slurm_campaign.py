@@ -42,6 +42,7 @@ venv = "@VENV@"
 max_jobs = @MAX_JOBS@
 poll = "1s"
 env = { SLURM_CONF = "@CONF@" }
+@EXTRA@
 
 [server]
 python = "@PYTHON@"
@@ -79,6 +80,7 @@ def write_plan(
     max_tokens: str = "[24, 48]",
     configs: str = '["ar", "dflash", "eagle"]',
     tps: str = "[1, 2]",
+    extra: str = "",
     text: str = PLAN,
 ) -> Path:
     shared = tmp_path / "shared"
@@ -95,6 +97,7 @@ def write_plan(
         "@MAX_TOKENS@": max_tokens,
         "@CONFIGS@": configs,
         "@TPS@": tps,
+        "@EXTRA@": extra,
     }
     for k, v in values.items():
         text = text.replace(k, v)
@@ -470,8 +473,8 @@ def test_a_job_the_cluster_requeues_resumes_where_it_stopped(
     cells = pl.read_parquet(root / "cells.parquet")
     attempts = dict(zip(cells["cell_id"], cells["attempt"], strict=True))
     assert attempts[queued[0]["cell_id"]] == 2 and sorted(attempts.values()) == [1, 1, 1, 2]
-    states = [e["state"] for e in evs if e["event"] == "slurm_job"]
-    assert "PENDING" in states[states.index("RUNNING") :], states  # it went back, then on
+    runs = [e for e in events(on_node) if e["event"] == "campaign_started"]
+    assert len(runs) == 2  # the same job ran twice, in its own directory
     assert {e["job_id"] for e in evs if e["event"] == "slurm_job"} == {job_id}
 
 
@@ -604,3 +607,64 @@ def test_dry_run_check_asks_the_cluster_and_submits_nothing(
     assert res.returncode == 2
     assert "TP1 job (cluster.ar.tp1)" in res.stderr and "partition" in res.stderr.lower()
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_job_that_fails_before_the_tool_or_is_cancelled_fails_its_cells_with_why(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    plan = write_plan(
+        tmp_path,
+        clean_slurm,
+        name="nosetup",
+        configs='["ar"]',
+        tps="[1]",
+        extra='setup = ["echo module cuda/99 not found >&2", "exit 7"]',
+    )
+    code, out = finish(coordinator(plan, tmp_path / "results", sshd))
+    assert code == 1, out[-4000:]
+    cells = pl.read_parquet(tmp_path / "results" / "nosetup" / "cells.parquet")
+    assert set(cells["status"]) == {"failed"}
+    reason = cells["reason"][0]
+    assert "ended FAILED before the tool started" in reason, reason
+    failed = [e for e in events(tmp_path / "results" / "nosetup") if e["event"] == "cell_failed"]
+    assert "module cuda/99 not found" in "\n".join(failed[0]["log_tail"])
+    assert "requeued" not in out  # a broken job script is not retried
+
+    b = tmp_path / "b"
+    b.mkdir()
+    plan = write_plan(
+        b,
+        clean_slurm,
+        name="cancelled",
+        speed=2,
+        max_tokens="[96, 192, 288]",
+        configs='["ar"]',
+        tps="[1]",
+    )
+    proc = coordinator(plan, b / "results", sshd)
+    on_node = b / "shared" / "cancelled" / "jobs" / "cluster.ar.tp1" / "1" / "results"
+    wait_for(
+        "a cell done in the job",
+        lambda: (
+            (on_node / "cancelled" / "events.jsonl").exists()
+            and bool(cells_done(on_node / "cancelled"))
+        ),
+        proc=proc,
+    )
+    (job_id,) = [
+        j for j, v in clean_slurm.jobs().items() if v["name"] == "sb.cancelled.cluster.ar.tp1"
+    ]
+    clean_slurm.run("scancel", job_id)  # someone cancels it by hand
+    code, out = finish(proc)
+    assert code == 1, out[-4000:]
+    cells = pl.read_parquet(b / "results" / "cancelled" / "cells.parquet")
+    statuses = Counter(cells["status"])
+    assert statuses["done"] >= 1 and statuses["failed"] >= 1, statuses
+    reasons = set(cells.filter(pl.col("status") == "failed")["reason"])
+    assert all("cancelled outside the campaign" in r for r in reasons), reasons
+    assert (
+        len({e["job_id"] for e in events(b / "results" / "cancelled") if e["event"] == "slurm_job"})
+        == 1
+    )

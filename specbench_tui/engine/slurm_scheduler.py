@@ -515,7 +515,7 @@ class SlurmScheduler:
             why = "before the tool started" if job.starts == 0 else "with bad input"
             self._fail_group(group, f"{what} {why}", tail)
             return
-        if job.state == "CANCELLED" and job.tool_exit is None:
+        if job.state == "CANCELLED":  # not by this campaign: its abort ended above
             self._fail_group(
                 group,
                 f"{what}: cancelled outside the campaign (scancel or preemption); run the "
@@ -523,11 +523,12 @@ class SlurmScheduler:
                 tail,
             )
             return
-        mine = set(job.cells)
-        if job.tool_exit in (0, 1) and set(pending) <= mine:
-            self._fail_group(group, f"{what} without running these cells", tail)
-            return
+        # Its share it has not ended itself (a cell ended there and queued again here is a
+        # rerun the operator asked for: a new submission runs it).
+        left = set(job.cells) - job.ended_cells
         if job.tool_exit in (0, 1):
+            if set(pending) & left:
+                self._fail_group(group, f"{what} without running these cells", tail)
             return  # cells queued after it was submitted: a new submission runs them
         self._requeues[group.id] = (
             0 if job.finished_since_start else self._requeues.get(group.id, 0)
@@ -540,7 +541,7 @@ class SlurmScheduler:
                 tail,
             )
             return
-        if not set(pending) <= mine:
+        if not set(pending) <= left:
             return  # a new submission takes the rest, with what was queued since
         try:
             await self.cluster.requeue(job.job_id)
