@@ -668,3 +668,73 @@ def test_a_job_that_fails_before_the_tool_or_is_cancelled_fails_its_cells_with_w
         len({e["job_id"] for e in events(b / "results" / "cancelled") if e["event"] == "slurm_job"})
         == 1
     )
+
+
+VLLM_PLAN = """\
+[campaign]
+name = "vllm-slurm"
+
+[hosts.cluster.slurm]
+login = "sbplain"
+partition = "gpu"
+gpus_per_node = 8
+shared_dir = "@SHARED@"
+venv = "@VENV@"
+poll = "2s"
+env = { SLURM_CONF = "@CONF@" }
+
+[server]
+engine = "vllm"
+python = "@VLLM@"
+model = "@MODEL@"
+port = @PORT@
+ready_timeout = "20m"
+args = ["--max-model-len", "1024", "--dtype", "bfloat16", "--served-model-name", "tiny"]
+env = { VLLM_CPU_KVCACHE_SPACE = "1", VLLM_CPU_OMP_THREADS_BIND = "nobind" }
+
+[configs.ngram]
+args = ["--speculative-config",
+        '{{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}}',
+        "--per-request-spec-decode-metrics", "summary"]
+
+[matrix]
+configs = ["ngram"]
+tp = [1]
+
+[workloads.single]
+kind = "single"
+prompts = ["chat"]
+samples = 2
+max_tokens = [48]
+"""
+
+
+def test_a_real_vllm_on_cpu_serves_a_groups_job(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    from test_engines_vllm import need_vllm
+
+    python = need_vllm()
+    model = tmp_path / "tiny-qwen3"
+    subprocess.run(
+        [python, "-m", "specbench_tui.engines.tiny_model", str(model)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    text = VLLM_PLAN.replace("@VLLM@", python).replace("@MODEL@", str(model))
+    plan = write_plan(tmp_path, clean_slurm, name="vllm-slurm", text=text)
+    code, out = finish(coordinator(plan, tmp_path / "results", sshd), timeout_s=1500)
+    assert code == 0, out[-6000:]
+    root = tmp_path / "results" / "vllm-slurm"
+    ready = [e for e in events(root) if e["event"] == "service_ready"]
+    assert [e["engine"] for e in ready] == ["vllm"] and ready[0]["engine_version"]
+    assert ready[0]["speculative"] is True and ready[0]["served_model"] == "tiny"
+    cells = pl.read_parquet(root / "cells.parquet")
+    assert cells["status"].to_list() == ["done"]
+    assert cells["accept_length_mean"][0] > 1.0  # n-gram drafts accepted, from vLLM's own counts
+    log = (root / "logs" / "cluster.ngram.tp1.log").read_text()
+    assert "starting cluster.ngram.tp1" in log and "non-default args:" in log  # vLLM's own
