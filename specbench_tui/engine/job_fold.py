@@ -32,7 +32,7 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.engine.cell_runner import durably
+from specbench_tui.engine.cell_runner import durably, request_done_event
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle
 from specbench_tui.plan.slurm_jobs import JobPaths
@@ -57,6 +57,7 @@ from specbench_tui.results.events import (
     iso_utc,
 )
 from specbench_tui.results.files import write_bytes_atomic, write_parquet_atomic
+from specbench_tui.results.records import REQUEST_COLUMNS, RequestRecord
 
 Fetch = Callable[[str], Awaitable[bytes | None]]
 Key = tuple[str, str, str]
@@ -223,8 +224,8 @@ class JobFolder:
                         group=ev.group,
                         cell=ev.cell,
                         attempt=a,
-                        reason="finished in its job, but its request rows are not on the "
-                        f"cluster ({job.paths.part(ev.cell_id, job_attempt)})",
+                        reason="finished in its job, but its request rows are missing or "
+                        f"unreadable on the cluster ({job.paths.part(ev.cell_id, job_attempt)})",
                         ts=ev.ts,
                     )
                 )
@@ -262,15 +263,23 @@ class JobFolder:
 
     async def _copy_rows(self, job: JobRun, cell_id: str, job_attempt: int, a: int) -> bool:
         """The attempt's rows and texts into the campaign's parts, under its attempt; False
-        when the job's part is not there."""
+        when the job's part is not there. Its requests go to the console as they would from
+        a cell run here (late, but the live plots are the campaign's)."""
         layout = self.ctx.layout
         data = await self.fetch(job.paths.part(cell_id, job_attempt))
         if data is None:
             return False
-        df = pl.read_parquet(io.BytesIO(data))
+        try:
+            df = pl.read_parquet(io.BytesIO(data))
+        except Exception:  # a torn or foreign file: the cell's rows are not there
+            return False
         if "attempt" in df.columns:
             df = df.with_columns(pl.lit(a, dtype=df.schema["attempt"]).alias("attempt"))
         await durably(self.ctx, lambda: write_parquet_atomic(df, layout.part_path(cell_id, a)))
+        rows = df.to_dicts()
+        for i, row in enumerate(rows, start=1):
+            rec = RequestRecord(**{k: v for k, v in row.items() if k in REQUEST_COLUMNS})
+            self.ctx.hub.emit(request_done_event(rec, i, len(rows)))
         texts = await self.fetch(job.paths.texts(cell_id, job_attempt))
         if texts:
             await durably(

@@ -133,7 +133,10 @@ class SlurmScheduler:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            await self._adopt()
+            while not await self._adopted():
+                if self.ctx.control.aborted:
+                    return
+                await asyncio.sleep(RETRY_SUBMIT_S / 6)
             while True:
                 if self.ctx.control.storage_failed is not None:
                     raise StorageFailed(self.ctx.control.storage_failed)
@@ -174,6 +177,18 @@ class SlurmScheduler:
             self.ctx.hub.notice(f"{self.host}: {text}", level)
 
     # --- finding earlier jobs -------------------------------------------------------------
+
+    async def _adopted(self) -> bool:
+        """Find the jobs of earlier runs; False (said once) when the cluster did not answer,
+        to be tried again from scratch (folding is idempotent, following is not doubled)."""
+        try:
+            await self._adopt()
+        except (SshError, SlurmError) as e:
+            for job in list(self.jobs.values()):
+                self._deactivate(job)
+            self._say("adopt", f"cannot look for the jobs of earlier runs yet ({e}); trying again")
+            return False
+        return True
 
     async def _adopt(self) -> None:
         """Jobs of earlier runs: fold what each wrote, follow those still queued or running,
