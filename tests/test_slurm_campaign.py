@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -106,8 +107,22 @@ def write_plan(
     return path
 
 
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_coordinator_left() -> Iterator[None]:
+    """A test that fails while its coordinator runs must not leave it running."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def coordinator(plan: Path, results: Path, sshd: Sshd) -> subprocess.Popen[str]:  # noqa: F811
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -124,6 +139,8 @@ def coordinator(plan: Path, results: Path, sshd: Sshd) -> subprocess.Popen[str]:
         text=True,
         cwd=ROOT,
     )
+    _STARTED.append(proc)
+    return proc
 
 
 def finish(proc: subprocess.Popen[str], timeout_s: float = 420) -> tuple[int, str]:

@@ -73,8 +73,34 @@ class SlurmCluster:
                 out.append(f"--- {name}\n" + "\n".join(p.read_text().splitlines()[-n:]))
         return "\n".join(out)
 
+    def ours(self) -> list[int]:
+        """Processes this cluster started (step daemons, the jobs' tools and servers): they
+        carry its SLURM_CONF in their environment."""
+        mark = f"SLURM_CONF={self.conf}".encode()
+        own = {p.pid for p in self.procs}
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) in own:
+                continue
+            try:
+                env = Path(entry.path, "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mark in env:
+                found.append(int(entry.name))
+        return found
+
     def stop(self) -> None:
         self.cancel_all()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # let the jobs end under their step daemons
+            states = {j["state"] for j in self.jobs().values()} if self.procs else set()
+            if not states & {"RUNNING", "COMPLETING", "CONFIGURING"}:
+                break
+            time.sleep(0.5)
+        for pid in self.ours():  # a job's process that outlived its cancel
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
         for proc in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
