@@ -755,3 +755,36 @@ def test_a_real_vllm_on_cpu_serves_a_groups_job(
     assert cells["accept_length_mean"][0] > 1.0  # n-gram drafts accepted, from vLLM's own counts
     log = (root / "logs" / "cluster.ngram.tp1.log").read_text()
     assert "starting cluster.ngram.tp1" in log and "non-default args:" in log  # vLLM's own
+
+
+def test_a_rerun_of_a_cell_its_job_finished_runs_in_a_new_submission(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    plan = write_plan(
+        tmp_path,
+        clean_slurm,
+        name="rerun",
+        speed=3,
+        max_tokens="[48, 96, 144, 192]",
+        configs='["ar"]',
+        tps="[1]",
+    )
+    root = tmp_path / "results" / "rerun"
+    proc = coordinator(plan, tmp_path / "results", sshd)
+    wait_for("a cell done", lambda: root.exists() and bool(cells_done(root)), proc=proc)
+    (first,) = list(cells_done(root))
+    assert "queued 1 cell again" in send(root, "rerun", first)
+    code, out = finish(proc)
+    assert code == 0, out[-4000:]
+    finished = [e for e in events(root) if e["event"] == "cell_finished"]
+    assert [e["attempt"] for e in finished if e["cell_id"] == first] == [1, 2]
+    assert Counter(e["cell_id"] for e in finished)[first] == 2 and len(finished) == 5
+    jobs = tmp_path / "shared" / "rerun" / "jobs" / "cluster.ar.tp1"
+    assert sorted(p.name for p in jobs.iterdir()) == ["1", "2"]
+    assert json.loads((jobs / "2" / "job.json").read_text())["cells"] == [first]
+    cells = pl.read_parquet(root / "cells.parquet")
+    assert dict(zip(cells["cell_id"], cells["attempt"], strict=True))[first] == 2
+    requests = pl.read_parquet(root / "requests.parquet")
+    assert sorted(set(requests.filter(pl.col("cell_id") == first)["attempt"])) == [1, 2]

@@ -51,6 +51,8 @@ from specbench_tui.results.events import (
     GroupFinished,
     GroupStarted,
     Notice,
+    Paused,
+    Resumed,
     ServiceFailed,
     ServiceReady,
     TelemetryChosen,
@@ -105,6 +107,9 @@ class JobRun:
     finished_since_start: int = 0  # cells it finished since its tool last started
     ended_cells: set[str] = field(default_factory=set)  # ended in the job's own log
     skip_sent: set[str] = field(default_factory=set)
+    paused: bool = False  # its tool was told to pause (or was found paused)
+    log_paused: bool = False  # its log's last word on pausing
+    held: bool = False  # waiting in the queue on hold (scontrol hold)
     ended: bool = False  # Slurm says it is over
     adopted: bool = False  # found when the coordinator started, not submitted by it
 
@@ -140,6 +145,9 @@ class JobFolder:
         if isinstance(ev, CampaignFinished):
             job.tool_exit = ev.exit_code
             self.interrupted(job)
+            return
+        if isinstance(ev, Paused | Resumed):  # the job's own: the campaign has its pause
+            job.log_paused = isinstance(ev, Paused)
             return
         if isinstance(ev, CellStarted | CellQueued | CellFinished | CellFailed | CellSkipped):
             if isinstance(ev, _CELL_ENDS):

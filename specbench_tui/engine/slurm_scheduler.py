@@ -122,7 +122,6 @@ class SlurmScheduler:
         self._requeues: dict[str, int] = {}  # ends in a row without a finished cell
         self._given_up: set[str] = set()
         self._retry_at: dict[str, float] = {}
-        self._paused = False
         self._abort_at: float | None = None
         self._queue_at = 0.0
         self._said: set[str] = set()
@@ -225,6 +224,7 @@ class SlurmScheduler:
                 if live_id:
                     info = queue[job.job_id]
                     job.state, job.node, job.reason = info.state, info.node, info.reason
+                    job.held = info.reason == "JobHeldUser"
                     self._activate(job)
                     self._changed(job)
                     self.ctx.hub.notice(
@@ -232,6 +232,7 @@ class SlurmScheduler:
                         "following it"
                     )
                 await self._drain(job)
+                job.paused = job.log_paused  # an earlier run may have left it paused
 
     async def _drain(self, job: JobRun) -> None:
         """Fold everything a job wrote so far (its server log is followed from here on)."""
@@ -455,18 +456,22 @@ class SlurmScheduler:
                         else:
                             await self.cluster.cancel(job.job_id)
             return
-        if control.paused != self._paused:
-            self._paused = control.paused
-            word = "pause" if self._paused else "resume"
-            waiting = [j.job_id for j in jobs if not self._started(j)]
-            with contextlib.suppress(SshError, SlurmError):
-                if self._paused:
-                    await self.cluster.hold(waiting)
-                else:
-                    await self.cluster.release(waiting)
-            for job in jobs:
-                if self._started(job):
-                    await self._mail(job, word)
+        paused = control.paused
+        for job in jobs:
+            # Each job as the campaign is: a running one paused or not through its mailbox
+            # (one found paused or held by an earlier run is set right too), a waiting one
+            # held or released.
+            if self._started(job):
+                if job.paused != paused:
+                    await self._mail(job, "pause" if paused else "resume")
+                    job.paused = paused
+            elif job.held != paused:
+                with contextlib.suppress(SshError, SlurmError):
+                    if paused:
+                        await self.cluster.hold([job.job_id])
+                    else:
+                        await self.cluster.release([job.job_id])
+                job.held = paused
         for job in jobs:
             h = job.handle
             if h is None:
