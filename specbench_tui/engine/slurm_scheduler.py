@@ -37,7 +37,6 @@ from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.job_fold import JobFolder, JobRun
 from specbench_tui.engine.run_control import StorageFailed
-from specbench_tui.hosts.service import ServiceError
 from specbench_tui.hosts.slurm import (
     NODE_ENDS,
     SlurmCluster,
@@ -632,4 +631,4 @@ class SlurmScheduler:
         hub.emit(GroupFinished(group=group.id, status="failed"))
 
 
-__all__ = ["ServiceError", "SlurmScheduler", "check_slurm", "preflight_slurm"]
+__all__ = ["SlurmScheduler", "check_slurm", "preflight_slurm"]
