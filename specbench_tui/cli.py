@@ -83,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
     p.add_argument(
+        "--job",
+        metavar="FILE",
+        type=Path,
+        help="with --headless, inside a Slurm batch job: run the service group and cells of "
+        "the job file the campaign wrote (the job script passes it)",
+    )
+    p.add_argument(
         "--ssh-config",
         metavar="FILE",
         help="SSH client config instead of ~/.ssh/config (like ssh -F)",
@@ -208,11 +215,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     rerun = tuple(x.strip() for x in (args.rerun or "").split(",") if x.strip())
+    if args.job is not None and not args.headless:
+        raise InputError("--job goes with --headless (it is how a Slurm job runs its group)")
     if not args.headless:
         return _console(args, plan, results_root, layout, rerun)
 
     from specbench_tui.engine.campaign import Campaign, CampaignOptions
 
+    share = None
+    if args.job is not None:
+        from specbench_tui.engine.slurm_job import JobShare
+
+        share = JobShare.load(args.job)
     campaign = Campaign.prepare(
         plan,
         layout,
@@ -223,6 +237,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             rerun_failed=args.rerun_failed,
             rerun=rerun,
             ssh_config=args.ssh_config,
+            job=share,
+            control_socket=share is None,  # a job is steered through its mailbox
+            write_report=share is None,
         ),
     )
     if campaign.moved_aside is not None:
@@ -232,6 +249,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     except BaseException:
         campaign.store.close()
         raise
+    if share is not None:
+        from specbench_tui.engine.slurm_job import run_job
+
+        return run_job(campaign, share)
     from specbench_tui.engine.headless import run_headless
 
     return run_headless(campaign)

@@ -58,6 +58,9 @@ class Campaign:
         self.options = options
         self.spec = plan.spec
         exp = expand(plan, sim=options.sim)
+        if options.job is not None:  # a Slurm batch job: its group, on this node
+            exp = options.job.narrow(exp, plan.hash)
+            self.spec = options.job.node_spec(plan.spec, exp.groups[0].host)
         self.groups: list[ServiceGroup] = exp.groups
         self.cells: dict[str, Cell] = {c.id: c for c in exp.cells}
         self.store = ResultsStore(layout)
@@ -70,7 +73,7 @@ class Campaign:
         self._ctx: RunContext | None = None
         self._finished = False
         self._started = time.time()
-        self.schedulers: list[HostScheduler] = []
+        self.schedulers: list[Any] = []  # a HostScheduler per host, a SlurmScheduler per cluster
 
     # -- preparation ---------------------------------------------------------------------------
 
@@ -92,6 +95,8 @@ class Campaign:
                 rerun=options.rerun,
                 where=str(layout.root),
             )
+            if options.job is not None:
+                c.selected = options.job.select(c.selected)
         except BaseException:
             c.store.close()
             raise
@@ -181,6 +186,12 @@ class Campaign:
         group an hour in. Connections are closed again: the run opens its own."""
         kinds = {g.host: g.host_kind for g in self.groups}
         for name, kind in kinds.items():
+            if kind == "slurm":
+                from specbench_tui.engine.slurm_scheduler import preflight_slurm
+
+                mine = [g for g in self.groups if g.host == name]
+                await preflight_slurm(self.plan, name, mine, self.options.ssh_config)
+                continue
             if kind != "ssh":
                 continue
             host = self._new_host(name, kind)
@@ -224,6 +235,13 @@ class Campaign:
         for name in dict.fromkeys(g.host for g in self.groups):
             mine = [g for g in self.groups if g.host == name]
             hs = self.spec.hosts[name]
+            if mine[0].host_kind == "slurm":  # its groups run as batch jobs on the cluster
+                from specbench_tui.engine.slurm_scheduler import SlurmScheduler
+
+                self.schedulers.append(
+                    SlurmScheduler(self.ctx, mine, name, ssh_config=self.options.ssh_config)
+                )
+                continue
             self.schedulers.append(
                 HostScheduler(
                     self.ctx,
@@ -289,7 +307,8 @@ class Campaign:
             await self._shutdown()
             await ctx.log_lines.stop()
         code = self._finish(storage_failed)
-        await self._write_report()
+        if self.options.write_report:
+            await self._write_report()
         self._close()
         return code
 

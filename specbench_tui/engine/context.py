@@ -5,6 +5,7 @@ into."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specbench_tui.engine.hub import EventHub
 from specbench_tui.engine.log_lines import LogLineWorker
@@ -14,6 +15,9 @@ from specbench_tui.plan.document import Plan
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.state import CampaignState
+
+if TYPE_CHECKING:
+    from specbench_tui.engine.slurm_job import JobShare
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class CampaignOptions:
     live_history: int = 2000  # live events kept for a console that attaches late
     ssh_config: str | None = None  # like ``ssh -F FILE``; None: ~/.ssh/config
     abort_grace_s: float = 1.0  # how long an abort lets requests in flight finish
+    # Inside a Slurm batch job: run only the job's group and cells, on its allocation.
+    job: JobShare | None = None
+    write_report: bool = True  # views and report at the end (a job leaves them to its campaign)
 
 
 @dataclass

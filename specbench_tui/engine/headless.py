@@ -26,6 +26,7 @@ from specbench_tui.results.events import (
     Resumed,
     ServiceFailed,
     ServiceReady,
+    SlurmJobChanged,
     TelemetryChosen,
 )
 from specbench_tui.results.state import CampaignState
@@ -83,6 +84,10 @@ def format_event(ev: Event) -> str | None:
     if isinstance(ev, GpusUnverified):
         gpus = ",".join(map(str, ev.gpu_ids))
         return f"{t} group {ev.group}: GPUs {gpus} not verified free ({ev.reason})"
+    if isinstance(ev, SlurmJobChanged):
+        on = f" on {ev.node}" if ev.node else ""
+        why = f" ({ev.reason})" if ev.reason else ""
+        return f"{t} group {ev.group}: job {ev.job_id} {ev.state}{on}{why}"
     if isinstance(ev, CampaignFinished):
         return (
             f"{t} finished {ev.campaign}: {ev.finished} done, {ev.failed} failed, "

@@ -42,6 +42,11 @@ async def check_hosts(
     for name, groups in by_host.items():
         hs = plan.spec.hosts[name]
         kind = groups[0].host_kind
+        if kind == "slurm":
+            from specbench_tui.hosts.slurm import check_slurm
+
+            reports.append(await check_slurm(plan, name, groups, ssh_config))
+            continue
         host = make_host(
             name,
             kind,

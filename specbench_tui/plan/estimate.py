@@ -118,9 +118,22 @@ def estimate(
         name: h.gpu_ids if h.gpu_ids is not None else list(range(h.gpus))
         for name, h in spec.hosts.items()
     }
-    schedule = simulate(groups, per_group, host_gpus, pack=spec.campaign.pack)
+    jobs = {
+        g.host: spec.hosts[g.host].slurm.max_jobs  # type: ignore[union-attr]
+        for g in groups
+        if g.host_kind == "slurm"
+    }
+    if jobs:
+        assumptions.insert(
+            -1,
+            "Slurm hosts run up to max_jobs groups at once, each job starting at once "
+            "(no queue wait)",
+        )
+    schedule = simulate(groups, per_group, host_gpus, pack=spec.campaign.pack, jobs=jobs)
     unpacked = (
-        simulate(groups, per_group, host_gpus, pack=False) if spec.campaign.pack else schedule
+        simulate(groups, per_group, host_gpus, pack=False, jobs=jobs)
+        if spec.campaign.pack
+        else schedule
     )
     return Estimate(
         total_s=schedule.wall_s,

@@ -106,6 +106,8 @@ def _group(
     ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
     gpu_ids = tuple(sorted(ids)[-tp:])
     kind = "sim" if sim else host.kind
+    if kind == "slurm":
+        gpu_ids = ()  # the job's allocation decides, on whichever node Slurm picks
     port = cfg.port
     values: dict[str, object] = {
         "python": cfg.python,
@@ -139,7 +141,8 @@ def _group(
     else:
         command = tuple(substitute(t, values) for t in cfg.launch) + cfg.args
     env = dict(cfg.env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
+    if kind != "slurm":  # a Slurm job sets it from its allocation
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
     # What the config asks for is read from the plan's command (the simulator takes SGLang's
     # flags whatever the engine); the simulator is an SGLang-compatible server.
     asked = traits(cfg.engine).requested_speculation(
@@ -179,6 +182,8 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
         "command": _command_identity(group),
         "env": dict(group.env),
     }
+    if group.host_kind == "slurm":
+        server_identity["gpus"] = "slurm"  # allocated per job: not what the cell measures
     if group.packed or group.exclusive:
         # Placed at run time: which GPUs is not known here, and is not what the cell
         # measures; that it shared the host (or had it alone) is.

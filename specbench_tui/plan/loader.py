@@ -87,6 +87,18 @@ def _pydantic_error(err: Any, raw: dict[str, Any]) -> PlanError:
             "letters, digits, '.', '_' and '-' (at most 64, starting with a "
             "letter or digit); it names a directory and systemd units",
         )
+    if kind == "string_pattern_mismatch" and path and path[-1] in ("shared_dir", "venv"):
+        return PlanError(
+            path,
+            f"{err.get('input')!r} is not an absolute path the job script can use as one "
+            "word: start with '/', use letters, digits, '_', '.', '+', '-' and '/' (no spaces, "
+            "'~' or '%')",
+        )
+    if kind == "string_pattern_mismatch" and "slurm" in path:
+        return PlanError(
+            path,
+            f"{err.get('input')!r} is not a Slurm name: use letters, digits, '_', '.', '+' and '-'",
+        )
     if kind == "string_pattern_mismatch":
         return PlanError(
             path,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
 
@@ -22,6 +22,12 @@ CAMPAIGN_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 # A systemd unit name: no spaces, quotes or shell metacharacters.
 UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9:_.@\\-]{0,250}$"
+# A Slurm partition, account or QoS name: what sbatch and a shell take as one word.
+SLURM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$"
+# An SSH destination: an alias, user@host, user@host:port, [v6]:port.
+SSH_DESTINATION = r"^[A-Za-z0-9_.@:\[\]-]+$"
+# An absolute path on a cluster: one word for a shell and for sbatch's --output (no '%').
+CLUSTER_PATH = r"^/[A-Za-z0-9_.+/-]*$"
 
 KINDS = ("single", "agentic", "concurrency")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
@@ -46,10 +52,33 @@ class CampaignSpec(Strict):
     pack_control: bool = False
 
 
+class SlurmSpec(Strict):
+    """A Slurm cluster reached through its login node: each service group runs as one batch
+    job on a node it allocates, with this tool (from ``venv``) running the group's cells
+    there, headless, into ``shared_dir`` (a filesystem the login node and the nodes share)."""
+
+    login: str = Field(min_length=1)  # an SSH destination, as for ``ssh``
+    partition: str | None = Field(default=None, pattern=SLURM_NAME)
+    gpus_per_node: int = Field(ge=1, le=1024)
+    account: str | None = Field(default=None, pattern=SLURM_NAME)
+    qos: str | None = Field(default=None, pattern=SLURM_NAME)
+    time_limit: Duration | None = None  # per job; None: the partition's default
+    sbatch_args: list[str] = []  # extra sbatch options, e.g. ["--constraint=h200"]
+    setup: list[str] = []  # shell lines the job runs on the node before the tool
+    shared_dir: str = Field(pattern=CLUSTER_PATH)
+    venv: str = Field(pattern=CLUSTER_PATH)
+    max_jobs: int = Field(default=4, ge=1, le=10_000)
+    # Requeues of a group's job in a row without a cell finished before its cells fail.
+    max_requeues: int = Field(default=3, ge=0, le=100)
+    poll: Duration = 10.0  # how often squeue is asked (job files are read every second)
+    env: dict[str, str] = {}  # environment of the Slurm commands on the login node
+
+
 class HostSpec(Strict):
     ssh: str | None = None
     local: bool = False
     sim: bool = False
+    slurm: SlurmSpec | None = None
     gpus: int = Field(ge=1, le=1024)
     gpu_ids: list[Annotated[int, Field(ge=0)]] | None = None
     services: Literal["systemd", "process"] | None = None
@@ -62,6 +91,16 @@ class HostSpec(Strict):
     reconnect_timeout: Duration = 600.0
     speed: float = Field(default=1.0, gt=0)  # sim hosts: compress simulated time
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus_of_a_node(cls, data: Any) -> Any:
+        """On a Slurm host ``gpus`` is what one node has: ``slurm.gpus_per_node``."""
+        if isinstance(data, dict) and isinstance(data.get("slurm"), dict) and "gpus" not in data:
+            per_node = data["slurm"].get("gpus_per_node")
+            if isinstance(per_node, int) and not isinstance(per_node, bool):
+                return {**data, "gpus": per_node}
+        return data
+
     @property
     def sim_speed(self) -> float:
         """How much faster than real time this host's simulator runs: its ``speed`` on a sim
@@ -69,9 +108,11 @@ class HostSpec(Strict):
         return self.speed if self.sim or "speed" in self.model_fields_set else 50.0
 
     @property
-    def kind(self) -> Literal["ssh", "local", "sim"]:
+    def kind(self) -> Literal["ssh", "local", "sim", "slurm"]:
         if self.sim:
             return "sim"
+        if self.slurm is not None:
+            return "slurm"
         return "local" if self.local else "ssh"
 
 
@@ -213,6 +254,8 @@ def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel
         return simple[head]
     if head == "hosts" and len(rest) == 1:
         return HostSpec
+    if head == "hosts" and len(rest) == 2 and rest[1] == "slurm":
+        return SlurmSpec
     if head == "configs" and len(rest) == 1:
         return ConfigSpec
     if head == "matrix":

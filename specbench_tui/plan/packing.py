@@ -92,12 +92,22 @@ def simulate(
     host_gpus: Mapping[str, list[int]],
     *,
     pack: bool,
+    jobs: Mapping[str, int] | None = None,
 ) -> Schedule:
     """Predict when each group runs, with ``durations`` per group id: every host at once,
-    each by the rule in the module's docstring."""
+    each by the rule in the module's docstring. ``jobs``: hosts whose groups run as batch
+    jobs (a Slurm cluster), up to that many at once, each on a node of its own."""
     slots: list[Slot] = []
     for host in dict.fromkeys(g.host for g in groups):
         mine = [g for g in groups if g.host == host]
+        if jobs and host in jobs:
+            free = [(0.0, i) for i in range(max(1, jobs[host]))]
+            for g in mine:  # plan order, each job in the first slot that frees up
+                t, i = heapq.heappop(free)
+                d = durations.get(g.id, 0.0)
+                slots.append(Slot(g.id, host, t, t + d, g.gpu_ids, g.port))
+                heapq.heappush(free, (t + d, i))
+            continue
         if not pack:
             t = 0.0
             for g in mine:

@@ -18,8 +18,16 @@ from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
+from specbench_tui.plan.model import SlurmSpec
 from specbench_tui.plan.packing import Schedule
-from specbench_tui.results.cells import Cell
+from specbench_tui.plan.slurm_jobs import (
+    campaign_dir,
+    campaign_key,
+    job_paths,
+    job_script,
+    sbatch_argv,
+)
+from specbench_tui.results.cells import Cell, ServiceGroup
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,13 @@ def render_text(r: Review) -> str:
             where = f"simulated, {host.gpus} GPUs" + (
                 f", speed x{host.speed:g}" if host.sim else ""
             )
+        elif host.slurm is not None:
+            sl = host.slurm
+            where = (
+                f"Slurm via {sl.login}, partition {sl.partition or '(the default)'}, "
+                f"{sl.gpus_per_node} GPUs per node, up to {sl.max_jobs} jobs at once; "
+                f"jobs in {campaign_dir(sl, c.name)}"
+            )
         elif host.ssh:
             where = f"ssh {host.ssh}, {host.services or 'systemd'}, {host.gpus} GPUs"
         else:
@@ -115,7 +130,7 @@ def render_text(r: Review) -> str:
             bar = "   " if last_g else "│  "
             out.append(
                 f"{'└─' if last_g else '├─'} {g.id}  {g.label}  TP{g.tp}  GPUs "
-                f"{','.join(map(str, g.gpu_ids))}  port {g.port}  "
+                f"{','.join(map(str, g.gpu_ids)) or 'from the job'}  port {g.port}  "
                 f"~{format_duration(est.per_group_s[g.id])}"
             )
             served = f", served as {g.served_model_name!r}" if g.served_model_name else ""
@@ -129,7 +144,13 @@ def render_text(r: Review) -> str:
             out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
+            if g.host_kind == "slurm":
+                env = f"{env} CUDA_VISIBLE_DEVICES=(the job's GPUs)".strip()
             out.append(f"{bar}   env {env}")
+            if g.host_kind == "slurm" and host.slurm is not None:
+                job = _job(r, host.slurm, g)
+                out.append(f"{bar}   batch job (submission 1): $ {shlex.join(job['sbatch'])}")
+                out.extend(f"{bar}     | {line}" for line in job["script"].splitlines())
             gcells = cells_by_group.get(g.id, [])
             for wname, wcells in groupby(gcells, key=lambda x: x.workload):
                 wcells = list(wcells)
@@ -157,6 +178,8 @@ def render_text(r: Review) -> str:
         f"estimated wall time {format_duration(est.total_s)} "
         f"(server start-ups {format_duration(est.startup_s)})"
     )
+    if any(g.host_kind == "slurm" for g in exp.groups) and not spec.campaign.pack:
+        out.extend(_schedule_text(est.schedule))
     if spec.campaign.pack:
         ratio = est.total_s / est.unpacked_s if est.unpacked_s else 1.0
         out.append(
@@ -178,6 +201,17 @@ def render_text(r: Review) -> str:
     return "\n".join(out)
 
 
+def _job(r: Review, slurm: SlurmSpec, g: ServiceGroup) -> dict[str, Any]:
+    """The first submission of a group's batch job: its directory, sbatch line and script."""
+    name = r.plan.spec.campaign.name
+    paths = job_paths(slurm, name, g.id, 1)
+    return {
+        "dir": paths.dir,
+        "sbatch": sbatch_argv(slurm, paths.script),
+        "script": job_script(slurm, name, g, 1, campaign_key(slurm, name)),
+    }
+
+
 def _schedule_text(schedule: Schedule) -> list[str]:
     """Which groups run together, on which GPUs and ports, when."""
     out = ["", "schedule (predicted; groups whose times overlap run side by side):"]
@@ -185,7 +219,7 @@ def _schedule_text(schedule: Schedule) -> list[str]:
     for s in sorted(schedule.slots, key=lambda s: (s.host, s.start_s, s.group)):
         span = f"{format_duration(s.start_s)} - {format_duration(s.end_s)}"
         out.append(
-            f"  {span:>15}  {s.group:<{width}}  GPUs {','.join(map(str, s.gpu_ids)):<15} "
+            f"  {span:>15}  {s.group:<{width}}  GPUs {','.join(map(str, s.gpu_ids)) or 'job':<15} "
             f"port {s.port}"
         )
     return out
@@ -205,6 +239,9 @@ def render_json(r: Review) -> dict[str, Any]:
         d = g.to_json()
         d["estimate_s"] = round(est.per_group_s[g.id], 3)
         d["cells"] = sum(1 for x in exp.cells if x.group == g.id)
+        sl = spec.hosts[g.host].slurm
+        if g.host_kind == "slurm" and sl is not None:
+            d["slurm"] = _job(r, sl, g)
         groups.append(d)
     return {
         "campaign": {

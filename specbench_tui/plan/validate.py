@@ -15,10 +15,12 @@ from specbench_tui.errors import InputError
 from specbench_tui.plan.configs import names_matching, resolve_configs
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.log_patterns import compile_pattern
-from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, PlanSpec
+from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, SSH_DESTINATION, PlanSpec
 from specbench_tui.plan.prompt_sets import find_prompt_set, load_prompt_set, shipped_sets
+from specbench_tui.plan.slurm_jobs import check_slurm_host
 
 _SAFE = re.compile(SAFE_NAME)
+_SSH = re.compile(SSH_DESTINATION)
 
 
 def check_plan(plan: Plan) -> list[PlanError]:
@@ -43,16 +45,26 @@ def check_plan(plan: Plan) -> list[PlanError]:
 
     for name, host in spec.hosts.items():
         chosen = [
-            k for k, on in (("ssh", host.ssh), ("local", host.local), ("sim", host.sim)) if on
+            k
+            for k, on in (
+                ("ssh", host.ssh),
+                ("local", host.local),
+                ("sim", host.sim),
+                ("slurm", host.slurm),
+            )
+            if on
         ]
         if len(chosen) != 1:
             errs.append(
                 PlanError(
                     ("hosts", name),
                     'set exactly one of ssh = "user@host", '
-                    f"local = true, sim = true (found {len(chosen) or 'none'})",
+                    "local = true, sim = true, slurm = { login = ... } "
+                    f"(found {len(chosen) or 'none'})",
                 )
             )
+        if host.slurm is not None:
+            errs += check_slurm_host(name, host)
         if host.gpu_ids is not None:
             if len(host.gpu_ids) != host.gpus:
                 errs.append(
@@ -64,7 +76,7 @@ def check_plan(plan: Plan) -> list[PlanError]:
                 )
             elif len(set(host.gpu_ids)) != len(host.gpu_ids):
                 errs.append(PlanError(("hosts", name, "gpu_ids"), "has a GPU id twice"))
-        if host.ssh is not None and not re.match(r"^[A-Za-z0-9_.@:\[\]-]+$", host.ssh):
+        if host.ssh is not None and not _SSH.match(host.ssh):
             errs.append(
                 PlanError(
                     ("hosts", name, "ssh"),

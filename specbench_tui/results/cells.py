@@ -19,7 +19,7 @@ class ServiceGroup:
 
     id: str  # "<host>.<config>.tp<tp>", safe in a file name and a systemd unit name
     host: str
-    host_kind: Literal["ssh", "local", "sim"]
+    host_kind: Literal["ssh", "local", "sim", "slurm"]
     config: str
     label: str
     tp: int

@@ -242,6 +242,24 @@ class GpusUnverified(Event):
     reason: str = ""
 
 
+@dataclass(kw_only=True)
+class SlurmJobChanged(Event):
+    """A service group's batch job on a Slurm host changed state, as squeue (or, once it
+    left the queue, scontrol or sacct) said: submitted, PENDING with its reason, RUNNING on
+    a node, requeued, or ended (COMPLETED, FAILED, TIMEOUT, NODE_FAIL, ...). ``submission``
+    numbers the group's jobs (each has its directory ``dir`` on the shared filesystem)."""
+
+    name: ClassVar[str] = "slurm_job"
+    group: str
+    host: str = ""
+    job_id: str = ""
+    submission: int = 1
+    state: str = ""
+    node: str = ""
+    reason: str = ""
+    dir: str = ""
+
+
 # --- cells --------------------------------------------------------------------------------
 
 

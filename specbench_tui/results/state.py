@@ -51,6 +51,7 @@ from specbench_tui.results.events import (
     Resumed,
     ServiceFailed,
     ServiceReady,
+    SlurmJobChanged,
     TelemetryChosen,
 )
 
@@ -201,6 +202,8 @@ class CampaignState:
         # The link to each SSH host as last reported: the console shows a host that is
         # "reconnecting" or "unreachable" (a host never reported is connected).
         self.host_states: dict[str, HostState] = {}
+        # The latest state of each group's batch job on a Slurm host, by group id.
+        self.jobs: dict[str, SlurmJobChanged] = {}
         self._by_name: dict[str, str] = {}
 
     # --- folding --------------------------------------------------------------------------
@@ -447,6 +450,9 @@ class CampaignState:
         ev = self.host_states.get(host)
         return "" if ev is None or ev.state == "connected" else f"{ev.state}: {ev.reason}"
 
+    def _slurm_job(self, ev: SlurmJobChanged) -> None:
+        self.jobs[ev.group] = ev
+
     def _paused(self, ev: Paused) -> None:
         self.paused, self.paused_by = True, ev.by
 
@@ -540,6 +546,7 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     TelemetryChosen: CampaignState._telemetry_chosen,
     GpusUnverified: CampaignState._gpus_unverified,
     HostState: CampaignState._host_state,
+    SlurmJobChanged: CampaignState._slurm_job,
     Paused: CampaignState._paused,
     Resumed: CampaignState._resumed,
     Aborted: CampaignState._aborted,

@@ -155,6 +155,11 @@ def group_text(p: CampaignProgress, g: GroupState, pal: Palette, now: float) -> 
     if up is not None:
         facts.append(f"up {format_clock(up)}")
     t.append(" · ".join(facts) + "\n", style=pal.muted)
+    job = p.jobs.get(g.id)
+    if job is not None:  # a group on a Slurm host: its batch job as squeue last said
+        where = f" on {job.node}" if job.node else ""
+        why = f" ({job.reason})" if job.reason else ""
+        t.append(f"job {job.job_id} {job.state}{where}{why} · {job.dir}\n", style=pal.muted)
     checks = {p.cells[cid].check_failed for cid in g.cells if p.cells[cid].failed_check}
     for why in sorted(checks):
         t.append(f"{MARKS['failed_check']} failed check: ", style=pal.warning + pal.bold)

@@ -1,0 +1,634 @@
+"""A Slurm host's share of a campaign: its service groups as batch jobs, many at once.
+
+The cluster's scheduler decides where and when; this decides what to ask of it and follows
+the answers. Each group with cells to run gets one job at a time, up to the plan's
+``max_jobs`` at once, in plan order (``plan/slurm_jobs.py`` says what a job is). Every second
+the jobs' event logs and server logs are read over the login node's SSH and folded into the
+campaign (``job_fold.py``); squeue is asked every ``poll``.
+
+Operator commands map onto the jobs:
+- pause: running jobs get ``pause`` in their mailbox (the cell in flight stops and runs again
+  whole on resume; the server keeps its GPUs, as on any host), pending ones ``scontrol hold``,
+  and nothing new is submitted; resume undoes each;
+- skip and retry_group: the mailbox of the job that runs the cell or group;
+- abort: pending jobs ``scancel``, running ones ``scancel --batch --signal=TERM`` (the tool
+  stops its server and keeps what it measured, as SIGTERM does anywhere); a job still there
+  after the grace is cancelled outright.
+A job that ends with cells of its share left (node failure, preemption, time limit, a crash)
+is requeued (``scontrol requeue``: the same job and directory, so the tool resumes there and
+runs only the rest); after ``max_requeues`` ends in a row with no cell finished, the rest
+fail with the reason. A job cancelled outside the campaign fails the rest of its cells (the
+operator meant it). A coordinator that starts finds the jobs of earlier runs again, by the
+directories on the shared filesystem and the comments squeue shows, folds what they wrote
+and follows the ones still queued or running: no group is submitted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from pathlib import Path
+from typing import IO
+
+from specbench_tui import __version__
+from specbench_tui.engine.checks import evaluate_greedy
+from specbench_tui.engine.context import RunContext
+from specbench_tui.engine.job_fold import JobFolder, JobRun
+from specbench_tui.engine.run_control import StorageFailed
+from specbench_tui.hosts.slurm import (
+    NODE_ENDS,
+    SlurmCluster,
+    SlurmError,
+    check_slurm,
+    preflight_slurm,
+)
+from specbench_tui.hosts.ssh import SshError
+from specbench_tui.plan.document import Plan
+from specbench_tui.plan.model import SlurmSpec
+from specbench_tui.plan.prompt_sets import find_prompt_set
+from specbench_tui.plan.slurm_jobs import (
+    JobPaths,
+    JobSpec,
+    campaign_key,
+    groups_dir,
+    job_comment,
+    job_paths,
+    job_script,
+    parse_comment,
+    sbatch_argv,
+)
+from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.results.events import (
+    CellFailed,
+    Event,
+    GroupFinished,
+    ServiceFailed,
+    SlurmJobChanged,
+)
+
+log = logging.getLogger(__name__)
+
+#: Seconds between reads of the jobs' files (their events and server logs).
+FILE_POLL_S = 1.0
+#: Seconds before a submission the cluster refused for a passing reason is tried again.
+RETRY_SUBMIT_S = 30.0
+#: How long an abort waits, past the stop grace, for jobs to end before cancelling them.
+ABORT_WAIT_S = 30.0
+
+
+def plan_files(plan: Plan) -> dict[str, str]:
+    """The plan and the prompt files beside it that it uses, by path relative to the plan:
+    what a job needs on the cluster (shipped prompt sets come with the tool)."""
+    out = {"plan.toml": plan.text}
+    for w in plan.spec.workloads.values():
+        for name in w.prompts:
+            path = find_prompt_set(name, plan.dir)
+            if path is None:
+                continue
+            with contextlib.suppress(ValueError):
+                rel = path.resolve().relative_to(plan.dir.resolve())
+                out[rel.as_posix()] = path.read_text(encoding="utf-8")
+    return out
+
+
+class SlurmScheduler:
+    def __init__(
+        self,
+        ctx: RunContext,
+        groups: list[ServiceGroup],
+        host: str,
+        *,
+        ssh_config: str | None = None,
+        cluster: SlurmCluster | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.groups = groups
+        self.host = host
+        slurm = ctx.spec.hosts[host].slurm
+        assert slurm is not None
+        self.slurm: SlurmSpec = slurm
+        self.campaign = ctx.spec.campaign.name
+        self.key = campaign_key(slurm, self.campaign)
+        self.cluster = cluster or SlurmCluster(
+            host, slurm.login, env=slurm.env, ssh_config=ssh_config
+        )
+        self.folder = JobFolder(ctx, self.cluster.read_bytes)
+        self.jobs: dict[str, JobRun] = {}  # the one live job of each group that has one
+        self.submitted: list[JobRun] = []  # submissions of this run, in order (for tests)
+        self._next: dict[str, int] = {}
+        self._requeues: dict[str, int] = {}  # ends in a row without a finished cell
+        self._given_up: set[str] = set()
+        self._retry_at: dict[str, float] = {}
+        self._abort_at: float | None = None
+        self._queue_at = 0.0
+        self._said: set[str] = set()
+        self._logs: dict[str, IO[str]] = {}
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not await self._adopted():
+                if self.ctx.control.aborted:
+                    return
+                await asyncio.sleep(RETRY_SUBMIT_S / 6)
+            while True:
+                if self.ctx.control.storage_failed is not None:
+                    raise StorageFailed(self.ctx.control.storage_failed)
+                live = list(self.jobs.values())
+                await self._read(live)
+                ending = any(j.tool_exit is not None and j.state == "RUNNING" for j in live)
+                if live and (loop.time() >= self._queue_at or ending):
+                    await self._refresh_queue(live)
+                    self._queue_at = loop.time() + self.slurm.poll
+                await self._relay()
+                for job in [j for j in self.jobs.values() if j.ended]:
+                    await self._settle(job)
+                if self.ctx.control.aborted:
+                    if not self.jobs or await self._abort_waited():
+                        break
+                else:
+                    await self._submit_more()
+                    if not self.jobs and not any(self._wants(g) for g in self.groups):
+                        break
+                await asyncio.sleep(FILE_POLL_S)
+        finally:
+            for job in self.jobs.values():
+                if job.handle is not None:
+                    self.ctx.control.leave(job.group)
+            for f in self._logs.values():
+                with contextlib.suppress(OSError):
+                    f.close()
+            with contextlib.suppress(Exception):
+                await self.cluster.close()
+
+    def _wants(self, group: ServiceGroup) -> bool:
+        return group.id not in self._given_up and bool(self.ctx.pending(group))
+
+    def _say(self, key: str, text: str, level: str = "warning") -> None:
+        """A notice once per key (a login node that stays unreachable is said once)."""
+        if key not in self._said:
+            self._said.add(key)
+            self.ctx.hub.notice(f"{self.host}: {text}", level)
+
+    # --- finding earlier jobs -------------------------------------------------------------
+
+    async def _adopted(self) -> bool:
+        """Find the jobs of earlier runs; False (said once) when the cluster did not answer,
+        to be tried again from scratch (folding is idempotent, following is not doubled)."""
+        try:
+            await self._adopt()
+        except (SshError, SlurmError) as e:
+            for job in list(self.jobs.values()):
+                self._deactivate(job)
+            self._say("adopt", f"cannot look for the jobs of earlier runs yet ({e}); trying again")
+            return False
+        return True
+
+    async def _adopt(self) -> None:
+        """Jobs of earlier runs: fold what each wrote, follow those still queued or running,
+        so nothing is submitted twice."""
+        subs = await self.cluster.submissions(groups_dir(self.slurm, self.campaign))
+        queue = await self.cluster.queue()
+        live: dict[tuple[str, int], str] = {}
+        for info in queue.values():
+            parsed = parse_comment(info.comment)
+            if parsed is not None and parsed[0] == self.key and info.active:
+                live[(parsed[1], parsed[2])] = info.job_id
+        for group in self.groups:
+            ns = subs.get(group.id, [])
+            self._next[group.id] = max(ns, default=0) + 1
+            for n in ns:
+                paths = job_paths(self.slurm, self.campaign, group.id, n)
+                job = JobRun(group, n, paths, adopted=True)
+                job.cells = await self._job_cells(paths)
+                job.job_id = live.get((group.id, n), "")
+                if not job.job_id:  # ended: its id, for the names its notices carry
+                    with contextlib.suppress(SlurmError):
+                        known = await self.cluster.read_bytes(paths.job_id)
+                        job.job_id = (known or b"").decode(errors="replace").strip()
+                    live_id = ""
+                else:
+                    live_id = job.job_id
+                if live_id and group.id in self.jobs:  # two live jobs for one group
+                    await self.cluster.cancel(live_id)
+                    self.ctx.hub.notice(
+                        f"{group.id}: cancelled job {live_id}, a second one for the group",
+                        "warning",
+                    )
+                    live_id = ""
+                if live_id:
+                    info = queue[job.job_id]
+                    job.state, job.node, job.reason = info.state, info.node, info.reason
+                    job.held = info.reason == "JobHeldUser"
+                    self._activate(job)
+                    self._changed(job)
+                    self.ctx.hub.notice(
+                        f"{group.id}: job {job.job_id} of an earlier run is {info.state}; "
+                        "following it"
+                    )
+                await self._drain(job)
+                job.paused = job.log_paused  # an earlier run may have left it paused
+
+    async def _drain(self, job: JobRun) -> None:
+        """Fold everything a job wrote so far (its server log is followed from here on)."""
+        while True:
+            before = job.events_offset
+            if not await self._read([job], follow_log=False):
+                raise SlurmError(f"cannot read {job.paths.events} on {self.cluster.ssh}")
+            if job.events_offset == before:
+                return
+
+    async def _job_cells(self, paths: JobPaths) -> tuple[str, ...]:
+        try:
+            data = await self.cluster.read_bytes(paths.spec)
+            return JobSpec.from_json(json.loads(data or b"{}")).cells
+        except (ValueError, SlurmError):
+            return ()
+
+    # --- reading the jobs' files ----------------------------------------------------------
+
+    async def _read(self, jobs: list[JobRun], *, follow_log: bool = True) -> bool:
+        """Fold what the jobs' logs gained since the last read (a fold that fails is tried
+        again at the next) and pass their server log lines on. False when the files could
+        not be read."""
+        if not jobs:
+            return True
+        files: list[tuple[str, int]] = []
+        for j in jobs:
+            files.append((j.paths.events, j.events_offset))
+            files.append((j.paths.server_log, j.log_offset))
+        try:
+            chunks = await self.cluster.read_new(files)
+        except (SshError, SlurmError) as e:
+            self._say("read", f"cannot read the jobs' files: {e}")
+            return False
+        self._said.discard("read")
+        for i, job in enumerate(jobs):
+            events, lines = chunks[2 * i], chunks[2 * i + 1]
+            if events:
+                job.events_offset += len(events)
+                job.events_buf += events
+            await self._fold_lines(job)
+            if lines:
+                job.log_offset += len(lines)
+                if follow_log:
+                    self._log_lines(job, job.log_buf + lines)
+                else:
+                    job.log_buf = b""
+        return True
+
+    async def _fold_lines(self, job: JobRun) -> None:
+        while b"\n" in job.events_buf:
+            raw, rest = job.events_buf.split(b"\n", 1)
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                job.events_buf = rest
+                continue
+            if isinstance(obj, dict):
+                try:
+                    await self.folder.fold(job, Event.from_json(obj))
+                except (SshError, SlurmError) as e:  # tried again at the next read
+                    self._say("fold", f"cannot copy the rows of {job.group.id}: {e}")
+                    return
+            job.events_buf = rest
+
+    def _log_lines(self, job: JobRun, data: bytes) -> None:
+        *lines, job.log_buf = data.split(b"\n")
+        if not lines:
+            return
+        on_line = self.ctx.log_lines.on_line(job.group.id)
+        f = self._log_file(job.group)
+        for raw in lines:
+            text = raw.decode("utf-8", errors="replace").rstrip("\r")
+            on_line(text)
+            if f is not None:
+                f.write(text + "\n")
+        if f is not None:
+            f.flush()
+
+    def _log_file(self, group: ServiceGroup) -> IO[str] | None:
+        f = self._logs.get(group.id)
+        if f is None:
+            try:
+                f = open(self.ctx.layout.log_of(group.id), "a", encoding="utf-8")  # noqa: SIM115
+            except OSError:
+                return None
+            self._logs[group.id] = f
+        return f
+
+    # --- the queue ------------------------------------------------------------------------
+
+    async def _refresh_queue(self, live: list[JobRun]) -> None:
+        try:
+            queue = await self.cluster.queue()
+        except (SshError, SlurmError) as e:
+            self._say("squeue", f"cannot ask squeue: {e}")
+            return
+        self._said.discard("squeue")
+        for job in live:
+            info = queue.get(job.job_id)
+            if info is not None:
+                changed = (info.state, info.node, info.reason) != (job.state, job.node, job.reason)
+                job.state, job.node, job.reason = info.state, info.node or job.node, info.reason
+                if changed:
+                    self._changed(job)
+                if info.active:
+                    continue
+            else:  # left the queue: scontrol or accounting may still say how it ended
+                try:
+                    end = await self.cluster.ended(job.job_id)
+                except (SshError, SlurmError):
+                    continue
+                job.state, job.node = end.state, end.node or job.node
+                self._changed(job)
+            await self._read([job])  # what it wrote last
+            job.ended = True
+
+    def _changed(self, job: JobRun) -> None:
+        self.ctx.hub.emit(
+            SlurmJobChanged(
+                group=job.group.id,
+                host=self.host,
+                job_id=job.job_id,
+                submission=job.submission,
+                state=job.state,
+                node=job.node,
+                reason=job.reason,
+                dir=job.paths.dir,
+            )
+        )
+
+    def _activate(self, job: JobRun) -> None:
+        self.jobs[job.group.id] = job
+        job.handle = self.ctx.control.enter(job.group)
+
+    def _deactivate(self, job: JobRun) -> None:
+        if self.jobs.get(job.group.id) is job:
+            del self.jobs[job.group.id]
+        if job.handle is not None:
+            self.ctx.control.leave(job.group)
+            job.handle = None
+
+    # --- submitting -----------------------------------------------------------------------
+
+    async def _submit_more(self) -> None:
+        control = self.ctx.control
+        if control.paused or control.storage_error is not None:
+            return
+        now = asyncio.get_running_loop().time()
+        for group in self.groups:
+            if len(self.jobs) >= self.slurm.max_jobs:
+                return
+            if group.id in self.jobs or not self._wants(group):
+                continue
+            if self._retry_at.get(group.id, 0.0) > now:
+                continue
+            try:
+                await self._submit(group)
+            except SlurmError as e:
+                if e.transient:
+                    self._retry_at[group.id] = now + RETRY_SUBMIT_S
+                    self._say(f"submit-{group.id}", f"sbatch failed, trying again: {e.reason}")
+                else:
+                    self._fail_group(group, f"sbatch refused the job: {e.reason}", [])
+            except SshError as e:
+                self._retry_at[group.id] = now + RETRY_SUBMIT_S
+                self._say(f"submit-{group.id}", f"cannot submit {group.id}: {e.reason}")
+
+    async def _submit(self, group: ServiceGroup) -> None:
+        n = self._next.get(group.id, 1)
+        paths = job_paths(self.slurm, self.campaign, group.id, n)
+        cells = tuple(c.id for c in self.ctx.pending(group))
+        spec = JobSpec(
+            campaign=self.campaign,
+            group=group.id,
+            submission=n,
+            cells=cells,
+            plan_hash=self.ctx.plan.hash,
+            tool_version=__version__,
+        )
+        files = {f"{paths.dir}/{rel}": text for rel, text in plan_files(self.ctx.plan).items()}
+        files[paths.spec] = spec.dumps()
+        files[paths.script] = job_script(self.slurm, self.campaign, group, n, self.key)
+        files[paths.mailbox] = ""
+        await self.cluster.write_files(files)
+        self._next[group.id] = n + 1  # the directory is taken, whatever sbatch says
+        job_id = await self.cluster.submit(
+            sbatch_argv(self.slurm, paths.script),
+            comment=job_comment(self.key, group.id, n),
+            id_file=paths.job_id,
+        )
+        job = JobRun(group, n, paths, cells=cells, job_id=job_id, state="PENDING")
+        job.reason = "submitted"
+        self.submitted.append(job)
+        self._activate(job)
+        self._changed(job)
+
+    # --- commands -------------------------------------------------------------------------
+
+    async def _mail(self, job: JobRun, action: str, target: str | None = None) -> None:
+        line = json.dumps({"action": action, "target": target, "by": "coordinator"})
+        try:
+            await self.cluster.append_line(job.paths.mailbox, line)
+        except (SshError, SlurmError) as e:
+            self._say(f"mail-{job.group.id}", f"cannot reach job {job.job_id}'s mailbox: {e}")
+
+    def _started(self, job: JobRun) -> bool:
+        """The tool runs in it (or did): the mailbox is read."""
+        return job.starts > 0 or job.state in ("RUNNING", "COMPLETING")
+
+    async def _relay(self) -> None:
+        control = self.ctx.control
+        jobs = list(self.jobs.values())
+        if control.aborted:
+            if self._abort_at is None:
+                self._abort_at = asyncio.get_running_loop().time()
+                for job in jobs:
+                    with contextlib.suppress(SshError, SlurmError):
+                        if self._started(job):
+                            await self.cluster.cancel(job.job_id, signal="TERM", batch=True)
+                        else:
+                            await self.cluster.cancel(job.job_id)
+            return
+        paused = control.paused
+        for job in jobs:
+            # Each job as the campaign is: a running one paused or not through its mailbox
+            # (one found paused or held by an earlier run is set right too), a waiting one
+            # held or released.
+            if self._started(job):
+                if job.paused != paused:
+                    await self._mail(job, "pause" if paused else "resume")
+                    job.paused = paused
+            elif job.held != paused:
+                with contextlib.suppress(SshError, SlurmError):
+                    if paused:
+                        await self.cluster.hold([job.job_id])
+                    else:
+                        await self.cluster.release([job.job_id])
+                job.held = paused
+        for job in jobs:
+            h = job.handle
+            if h is None:
+                continue
+            if h.restart:
+                h.restart = False
+                h.stop = None
+                await self._mail(job, "retry_group", job.group.id)
+            elif h.stop == "skip" and h.cell is not None:
+                h.stop = None
+                job.skip_sent.add(h.cell.id)
+                await self._mail(job, "skip", h.cell.id)
+            for cid in job.cells:  # pending cells the operator skipped here
+                c = self.ctx.state.cells.get(cid)
+                if (
+                    c is not None
+                    and c.status == "skipped"
+                    and cid not in job.ended_cells
+                    and cid not in job.skip_sent
+                ):
+                    job.skip_sent.add(cid)
+                    await self._mail(job, "skip", cid)
+
+    async def _abort_waited(self) -> bool:
+        """After an abort: True once waiting for the jobs to end is over (they were
+        cancelled outright past the grace)."""
+        assert self._abort_at is not None
+        waited = asyncio.get_running_loop().time() - self._abort_at
+        grace = self.ctx.options.stop_grace_s + ABORT_WAIT_S
+        if waited < grace:
+            return False
+        for job in list(self.jobs.values()):
+            with contextlib.suppress(SshError, SlurmError):
+                await self.cluster.cancel(job.job_id)
+        if waited < 2 * grace:
+            return False
+        names = ", ".join(j.job_id for j in self.jobs.values())
+        self.ctx.hub.notice(
+            f"{self.host}: jobs {names} did not end after the abort; check them with squeue",
+            "error",
+        )
+        return True
+
+    # --- a job that ended -----------------------------------------------------------------
+
+    async def _settle(self, job: JobRun) -> None:
+        """A job left the queue: done, requeued for the rest, or its rest failed."""
+        self.folder.interrupted(job)
+        self._deactivate(job)
+        group = job.group
+        await self._write_group_log(group)
+        if self.ctx.control.aborted:
+            return
+        pending = [c.id for c in self.ctx.pending(group)]
+        if not pending:
+            await evaluate_greedy(self.ctx, group.host, [group.tp])
+            return
+        what = f"job {job.job_id} ended {job.state}"
+        tail = await self._output_tail(job)
+        if job.tool_exit == 2 or (job.starts == 0 and job.state not in NODE_ENDS):
+            why = "before the tool started" if job.starts == 0 else "with bad input"
+            self._fail_group(group, f"{what} {why}", tail)
+            return
+        if job.state == "CANCELLED":  # not by this campaign: its abort ended above
+            self._fail_group(
+                group,
+                f"{what}: cancelled outside the campaign (scancel or preemption); run the "
+                "plan again with --rerun-failed to retry",
+                tail,
+            )
+            return
+        # Its share it has not ended itself (a cell ended there and queued again here is a
+        # rerun the operator asked for: a new submission runs it).
+        left = set(job.cells) - job.ended_cells
+        if job.tool_exit in (0, 1):
+            if set(pending) & left:
+                self._fail_group(group, f"{what} without running these cells", tail)
+            return  # cells queued after it was submitted: a new submission runs them
+        self._requeues[group.id] = (
+            0 if job.finished_since_start else self._requeues.get(group.id, 0)
+        ) + 1
+        if self._requeues[group.id] > self.slurm.max_requeues:
+            self._fail_group(
+                group,
+                f"{what}; {self._requeues[group.id]} ends in a row without a finished cell, "
+                "giving up",
+                tail,
+            )
+            return
+        if not set(pending) <= left:
+            return  # a new submission takes the rest, with what was queued since
+        try:
+            await self.cluster.requeue(job.job_id)
+        except (SshError, SlurmError) as e:
+            self.ctx.hub.notice(
+                f"{group.id}: {what}; cannot requeue it ({e}), submitting the rest anew",
+                "warning",
+            )
+            return
+        job.ended = False
+        job.state, job.reason = "PENDING", "requeued"
+        self._activate(job)
+        self._changed(job)
+        self.ctx.hub.notice(
+            f"{group.id}: {what}; requeued for the {len(pending)} cells left", "warning"
+        )
+
+    async def _output_tail(self, job: JobRun, n: int = 20) -> list[str]:
+        if not job.job_id:
+            return []
+        try:
+            data = await self.cluster.read_bytes(job.paths.output_of(job.job_id))
+        except (SshError, SlurmError):
+            return []
+        return (data or b"").decode("utf-8", errors="replace").splitlines()[-n:]
+
+    async def _write_group_log(self, group: ServiceGroup) -> None:
+        """At a job's end the campaign's ``logs/<group>.log`` becomes the whole server log
+        of every job of the group (lines missed while the coordinator was away included)."""
+        parts: list[bytes] = []
+        try:
+            for n in range(1, self._next.get(group.id, 1)):
+                data = await self.cluster.read_bytes(
+                    job_paths(self.slurm, self.campaign, group.id, n).server_log
+                )
+                if data:
+                    parts.append(data if data.endswith(b"\n") else data + b"\n")
+        except (SshError, SlurmError):
+            return
+        f = self._logs.pop(group.id, None)
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()
+        path: Path = self.ctx.layout.log_of(group.id)
+        with contextlib.suppress(OSError):
+            from specbench_tui.results.files import write_bytes_atomic
+
+            write_bytes_atomic(path, b"".join(parts))
+
+    def _fail_group(self, group: ServiceGroup, reason: str, tail: list[str]) -> None:
+        """The group's remaining cells fail with ``reason``; no job is submitted for it again
+        in this run."""
+        self._given_up.add(group.id)
+        hub = self.ctx.hub
+        hub.emit(ServiceFailed(group=group.id, reason=reason, log_tail=list(tail)))
+        for cell in self.ctx.pending(group):
+            attempt = self.ctx.state.cells[cell.id].attempt + 1
+            hub.emit(
+                CellFailed(
+                    cell_id=cell.id,
+                    group=group.id,
+                    cell=cell.name,
+                    attempt=attempt,
+                    reason=reason,
+                    log_tail=list(tail),
+                )
+            )
+        hub.emit(GroupFinished(group=group.id, status="failed"))
+
+
+__all__ = ["SlurmScheduler", "check_slurm", "preflight_slurm"]

@@ -1,0 +1,333 @@
+"""What a service group's Slurm batch job is: where it lives on the cluster's shared
+filesystem, how it is named and found again, and the script ``sbatch`` gets.
+
+One group, one job. Each submission of a group gets a directory of its own,
+``<shared_dir>/<campaign>/jobs/<group>/<n>/``, holding the plan as run, ``job.json`` (which
+cells this submission runs), the script, Slurm's output, the command mailbox and the results
+the tool writes on the node (``results/<campaign>/``, the usual layout). A job Slurm requeues
+keeps its directory, so the tool on the node resumes there; a new submission starts a new one.
+The dry run shows these scripts; the coordinator submits exactly them. Pure: no I/O here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from specbench_tui.plan.document import PlanError
+from specbench_tui.plan.model import SSH_DESTINATION, HostSpec, SlurmSpec
+from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.results.layout import ResultsLayout
+
+_SSH = re.compile(SSH_DESTINATION)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: sbatch options the tool sets itself: a plan that sets them would break finding the job,
+#: its output, its requeue or its one-group-one-allocation shape.
+MANAGED_SBATCH_OPTIONS = {
+    "-J": "--job-name",
+    "--job-name": "--job-name",
+    "-o": "--output",
+    "--output": "--output",
+    "-e": "--error",
+    "--error": "--error",
+    "--comment": "--comment",
+    "-a": "--array",
+    "--array": "--array",
+    "--wrap": "--wrap",
+    "--parsable": "--parsable",
+    "--open-mode": "--open-mode",
+    "--gres": "--gres",
+    "-G": "--gpus",
+    "--gpus": "--gpus",
+    "--gpus-per-node": "--gpus",
+    "--gpus-per-task": "--gpus",
+    "--requeue": "--requeue",
+    "--no-requeue": "--requeue",
+    "-D": "--chdir",
+    "--chdir": "--chdir",
+    "--test-only": "--test-only",
+    "-N": "--nodes",
+    "--nodes": "--nodes",
+}
+#: Seconds before the time limit at which the tool is asked (SIGTERM) to stop cleanly, so the
+#: cell in flight is queued again and the job ends before Slurm kills it.
+STOP_BEFORE_LIMIT_S = 120
+COMMENT_PREFIX = "specbench"
+
+
+def campaign_dir(slurm: SlurmSpec, campaign: str) -> str:
+    return f"{slurm.shared_dir.rstrip('/')}/{campaign}"
+
+
+def campaign_key(slurm: SlurmSpec, campaign: str) -> str:
+    """A short key of the campaign's directory on the cluster, carried in each job's comment:
+    two campaigns of one name in two shared directories never take each other's jobs."""
+    return hashlib.sha256(campaign_dir(slurm, campaign).encode()).hexdigest()[:10]
+
+
+def job_name(campaign: str, group: str) -> str:
+    return f"sb.{campaign}.{group}"
+
+
+def job_comment(key: str, group: str, submission: int) -> str:
+    return f"{COMMENT_PREFIX}:{key}:{group}:{submission}"
+
+
+def parse_comment(text: str) -> tuple[str, str, int] | None:
+    """``(key, group, submission)`` of a job comment this tool wrote; None for any other."""
+    parts = text.strip().split(":")
+    if len(parts) != 4 or parts[0] != COMMENT_PREFIX or not parts[3].isdigit():
+        return None
+    return parts[1], parts[2], int(parts[3])
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """The files of one submission of a group, as paths on the cluster."""
+
+    dir: str
+    campaign: str
+    group: str
+
+    def _p(self, *names: str) -> str:
+        return str(PurePosixPath(self.dir, *names))
+
+    @property
+    def plan(self) -> str:
+        return self._p("plan.toml")
+
+    @property
+    def spec(self) -> str:
+        return self._p("job.json")
+
+    @property
+    def script(self) -> str:
+        return self._p("job.sh")
+
+    @property
+    def job_id(self) -> str:
+        """Written once sbatch answered (the comment finds a job whose id was never written)."""
+        return self._p("job_id")
+
+    @property
+    def output(self) -> str:
+        return self._p("slurm-%j.out")
+
+    def output_of(self, job_id: str) -> str:
+        return self._p(f"slurm-{job_id}.out")
+
+    @property
+    def mailbox(self) -> str:
+        """Commands for the tool on the node, one JSON line each (pause, skip, ...)."""
+        return self._p("commands.jsonl")
+
+    @property
+    def results_root(self) -> str:
+        return self._p("results")
+
+    @property
+    def layout(self) -> ResultsLayout:
+        """The results the tool on the node writes, in the usual layout."""
+        return ResultsLayout(PurePosixPath(self.results_root, self.campaign))  # type: ignore[arg-type]
+
+    @property
+    def events(self) -> str:
+        return str(self.layout.events)
+
+    @property
+    def server_log(self) -> str:
+        return str(self.layout.log_of(self.group))
+
+    def part(self, cell_id: str, attempt: int) -> str:
+        return str(self.layout.part_path(cell_id, attempt))
+
+    def texts(self, cell_id: str, attempt: int) -> str:
+        return str(self.layout.texts_path(cell_id, attempt))
+
+
+def job_paths(slurm: SlurmSpec, campaign: str, group: str, submission: int) -> JobPaths:
+    return JobPaths(
+        dir=f"{campaign_dir(slurm, campaign)}/jobs/{group}/{submission}",
+        campaign=campaign,
+        group=group,
+    )
+
+
+def groups_dir(slurm: SlurmSpec, campaign: str) -> str:
+    return f"{campaign_dir(slurm, campaign)}/jobs"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """``job.json``: what one submission runs. The node's tool checks it against the plan it
+    was given (same group, cells the plan has) before it runs anything."""
+
+    campaign: str
+    group: str
+    submission: int
+    cells: tuple[str, ...]
+    plan_hash: str
+    tool_version: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "campaign": self.campaign,
+            "group": self.group,
+            "submission": self.submission,
+            "cells": list(self.cells),
+            "plan_hash": self.plan_hash,
+            "tool_version": self.tool_version,
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1) + "\n"
+
+    @staticmethod
+    def from_json(obj: Any) -> JobSpec:
+        """Raises ValueError saying what is wrong."""
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        try:
+            cells = obj["cells"]
+            if not isinstance(cells, list) or not all(isinstance(c, str) for c in cells):
+                raise ValueError("cells must be a list of cell ids")
+            return JobSpec(
+                campaign=str(obj["campaign"]),
+                group=str(obj["group"]),
+                submission=int(obj["submission"]),
+                cells=tuple(cells),
+                plan_hash=str(obj.get("plan_hash", "")),
+                tool_version=str(obj.get("tool_version", "")),
+            )
+        except KeyError as exc:
+            raise ValueError(f"missing key {exc.args[0]!r}") from None
+
+
+def slurm_time(seconds: float) -> str:
+    """A duration as sbatch's ``--time`` takes it: ``D-HH:MM:SS``, rounded up to the second."""
+    s = math.ceil(seconds)
+    d, rem = divmod(s, 86400)
+    h, rem = divmod(rem, 3600)
+    m, sec = divmod(rem, 60)
+    return (f"{d}-" if d else "") + f"{h:02d}:{m:02d}:{sec:02d}"
+
+
+def stop_signal_s(slurm: SlurmSpec) -> int:
+    """When, before the time limit, the tool gets SIGTERM: two minutes, or a quarter of a
+    short limit (Slurm sends it up to a minute early)."""
+    if slurm.time_limit is not None and slurm.time_limit < 4 * STOP_BEFORE_LIMIT_S:
+        return max(10, int(slurm.time_limit // 4))
+    return STOP_BEFORE_LIMIT_S
+
+
+def job_script(
+    slurm: SlurmSpec, campaign: str, group: ServiceGroup, submission: int, key: str
+) -> str:
+    """The batch script of one submission of a group. Every value from the plan is quoted
+    for the shell; the ``#SBATCH`` values are validated names and paths (sbatch reads those
+    lines itself, with no shell)."""
+    paths = job_paths(slurm, campaign, group.id, submission)
+    directives = [
+        f"--job-name={job_name(campaign, group.id)}",
+        f"--comment={job_comment(key, group.id, submission)}",
+    ]
+    if slurm.partition:
+        directives.append(f"--partition={slurm.partition}")
+    if slurm.account:
+        directives.append(f"--account={slurm.account}")
+    if slurm.qos:
+        directives.append(f"--qos={slurm.qos}")
+    if slurm.time_limit is not None:
+        directives.append(f"--time={slurm_time(slurm.time_limit)}")
+    directives += [
+        "--nodes=1",
+        "--ntasks=1",
+        f"--gres=gpu:{group.tp}",
+        "--requeue",
+        "--open-mode=append",
+        f"--output={paths.output}",
+        f"--signal=B:TERM@{stop_signal_s(slurm)}",
+    ]
+    q = shlex.quote
+    tool = f"{slurm.venv.rstrip('/')}/bin/specbench-tui"
+    lines = [
+        "#!/bin/sh",
+        f"# specbench-tui: service group {group.id} of campaign {campaign}, "
+        f"submission {submission}",
+        *(f"#SBATCH {d}" for d in directives),
+        "set -e",
+        "export PYTHONUNBUFFERED=1",
+        f"cd {q(paths.dir)}",
+        *slurm.setup,
+        f"exec {q(tool)} {q(paths.plan)} --headless --results {q(paths.results_root)} "
+        f"--job {q(paths.spec)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def sbatch_argv(slurm: SlurmSpec, script_path: str) -> list[str]:
+    """The submission: the plan's extra options on the command line (they win over the
+    script's), then the script."""
+    return ["sbatch", "--parsable", *slurm.sbatch_args, script_path]
+
+
+def check_slurm_host(name: str, host: HostSpec) -> list[Any]:
+    """What a ``slurm = {...}`` host table must satisfy beyond its types."""
+    assert host.slurm is not None
+    s = host.slurm
+    where = ("hosts", name, "slurm")
+    errs: list[PlanError] = []
+    if not _SSH.match(s.login):
+        errs.append(
+            PlanError(
+                (*where, "login"),
+                f"{s.login!r} is not an SSH destination; write an alias, user@host or "
+                "user@host:port",
+            )
+        )
+    if host.gpus != s.gpus_per_node:
+        errs.append(
+            PlanError(
+                ("hosts", name, "gpus"),
+                f"gpus = {host.gpus} but slurm.gpus_per_node = {s.gpus_per_node}; on a Slurm "
+                "host gpus is what one node has: leave gpus out",
+            )
+        )
+    for key in ("services", "stop_before", "prepare", "gpu_ids", "workdir"):
+        if key in host.model_fields_set:
+            errs.append(
+                PlanError(
+                    ("hosts", name, key),
+                    f"{key} does not apply to a Slurm host (Slurm allocates the node and its "
+                    "GPUs; slurm.setup runs commands in the job before the tool)",
+                )
+            )
+    for i, arg in enumerate(s.sbatch_args):
+        opt = arg.split("=", 1)[0]
+        if not arg.startswith("-"):
+            errs.append(
+                PlanError(
+                    (*where, "sbatch_args", i),
+                    f"{arg!r} is not an sbatch option; write options such as "
+                    '"--constraint=h200" or "--exclusive"',
+                )
+            )
+        elif opt in MANAGED_SBATCH_OPTIONS or (opt[:2] in MANAGED_SBATCH_OPTIONS and opt[2:]):
+            managed = MANAGED_SBATCH_OPTIONS.get(opt) or MANAGED_SBATCH_OPTIONS[opt[:2]]
+            errs.append(
+                PlanError(
+                    (*where, "sbatch_args", i),
+                    f"{managed} is set by the tool (one job per service group on one node, "
+                    "gpu:TP, its name, comment, output and requeue); leave it out",
+                )
+            )
+    for k in s.env:
+        if not _ENV_NAME.match(k):
+            errs.append(PlanError((*where, "env"), f"{k!r} is not an environment variable name"))
+    return errs
