@@ -224,7 +224,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     share = None
     if args.job is not None:
-        from specbench_tui.engine.slurm_job import JobShare
+        from specbench_tui.engine.job_share import JobShare
 
         share = JobShare.load(args.job)
     campaign = Campaign.prepare(

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
+from specbench_tui.hosts.factory import make_host
 from specbench_tui.hosts.gpu_agent import parse_smi
 from specbench_tui.hosts.host import (
     FAKE_NVML_PATH,
     SimHost,
-    make_host,
     server_pythons,
     with_port,
 )

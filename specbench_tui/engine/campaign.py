@@ -30,7 +30,8 @@ from specbench_tui.engine.run_control import RunControl, StorageFailed
 from specbench_tui.engine.selection import select_cells
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORAGE
-from specbench_tui.hosts.host import Host, SshSettings, make_host
+from specbench_tui.hosts.factory import make_host
+from specbench_tui.hosts.host import Host, SshSettings
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.expand import expand
 from specbench_tui.results.cells import Cell, ServiceGroup

@@ -17,7 +17,7 @@ from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.state import CampaignState
 
 if TYPE_CHECKING:
-    from specbench_tui.engine.slurm_job import JobShare
+    from specbench_tui.engine.job_share import JobShare
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Nothing here imports textual; the engine drives these objects and turns their ca
 into events.
 """
 
-from specbench_tui.hosts.host import Host, SimHost, make_host
+from specbench_tui.hosts.factory import make_host
+from specbench_tui.hosts.host import Host, SimHost
 from specbench_tui.hosts.process import ProcessService, port_in_use
 from specbench_tui.hosts.service import READY_LINE, Service, ServiceError
 from specbench_tui.hosts.telemetry import (

@@ -7,7 +7,8 @@ left as it was: nothing is prepared, stopped or started.
 
 from __future__ import annotations
 
-from specbench_tui.hosts.host import HostReport, SshSettings, make_host
+from specbench_tui.hosts.factory import make_host
+from specbench_tui.hosts.host import HostReport, SshSettings
 from specbench_tui.plan.expand import expand
 from specbench_tui.plan.loader import Plan
 from specbench_tui.plan.model import HostSpec
