@@ -19,6 +19,17 @@ PLANS = ROOT / "plans"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The outage scenarios' tallies (cells done and failed, servers left on the host),
+    shown whether their tests passed or not."""
+    scenarios = sys.modules.get("support.ssh_scenarios")
+    lines: list[str] = getattr(scenarios, "SCENARIO_LINES", [])
+    if lines:
+        terminalreporter.section("outage scenarios")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def need_program(name: str) -> str:
     """A system program a test needs: skipped on a developer's machine, a failure under CI."""
     path = shutil.which(name)

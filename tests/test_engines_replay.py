@@ -128,6 +128,8 @@ async def test_sglang_asked_for_speculation_but_runs_without(
     assert facts.speculative is False and facts.stream_mode == "cumulative"
     assert len(facts.problems) == 1
     assert "asks for DDTREE but SGLang runs without speculative decoding" in facts.problems[0]
+    # Cumulative streaming costs the client CPU with the square of the output: said once.
+    assert sum("--incremental-streaming-output" in n for n in facts.notes) == 1
 
 
 async def test_sglang_wrong_tp_wrong_algorithm_and_unknown_served_name(
@@ -220,6 +222,10 @@ async def test_sglang_counters_give_the_cell_accept_length(replay: tuple[Replay,
     assert acc["accept_length_weighted"] == pytest.approx(2.0)
     assert acc["acceptance_check"] == "agree"
     assert acc["acceptance_rate"] == pytest.approx(4 / 15)
+    # Per draft position, from the request's spec_accept_histogram: the share of the 5
+    # verify steps that accepted position p (3 took the first draft token, 1 the second).
+    assert acc["accept_per_position"] == pytest.approx([0.6, 0.2, 0.0])
+    assert sum(acc["accept_per_position"]) * 5 == pytest.approx(acc["spec_accepted_tokens"])
 
 
 async def test_window_that_never_settles_says_so(replay: tuple[Replay, str]) -> None:

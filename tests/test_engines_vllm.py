@@ -176,6 +176,9 @@ def test_served_model_name_is_found(run: Run) -> None:
     assert ready["cpu.ar.tp1"]["speculative"] is False
     assert ready["cpu.ngram.tp1"]["speculative"] is True
     assert ready["cpu.ngram.tp1"]["algorithm"] == "ngram"
+    # The report's environment names the engine and the version the server reported.
+    report = (run.root / "report.md").read_text()
+    assert any("Engine version" in ln and "0.32.0" in ln for ln in report.splitlines())
 
 
 def test_per_request_accept_length_equals_the_counters_of_the_cell(run: Run) -> None:

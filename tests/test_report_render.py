@@ -574,3 +574,24 @@ def test_a_directory_copied_without_its_parts_reads_requests_parquet(results: Pa
     assert after.select("config", "tp", "decode_tok_s").equals(
         before.select("config", "tp", "decode_tok_s")
     )
+
+
+def test_a_speculative_config_without_accept_length_says_why(tmp_path: Path, no_tex: None) -> None:
+    """A config whose server gave no per-request accept length (SGLang's OpenAI route) is
+    named with the reason, not dropped from the section as if it had not run."""
+    from dataclasses import replace
+
+    b = ResultsBuilder(tmp_path / "acc")
+    b.cell("a1", "eagle", 1, "single", "single")
+    b.cell("o1", "eagle-openai", 1, "single", "single")
+    g = b.groups["sim.eagle-openai.tp1"]
+    b.groups[g.id] = replace(g, api="openai")
+    b.finished("a1", [dict(prompt_id="p", repeat=0, accept_length=2.5, spec_verify_ct=20)])
+    b.finished("o1", [dict(prompt_id="p", repeat=0)])
+    root = b.write(plan=PLAN)
+    render_report(root)
+    md = (root / "report.md").read_text()
+    section = md.split("## Accept length", 1)[1].split("\n## ", 1)[0]
+    assert "eagle-openai (TP 1 on sim): no per-request accept length" in section
+    assert "OpenAI-compatible stream carries no meta\\_info" in section  # Markdown-escaped
+    assert "eagle (TP 1 on sim): no per-request" not in section

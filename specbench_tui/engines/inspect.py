@@ -195,6 +195,14 @@ def _compare(facts: ServerFacts, group: ServiceGroup) -> None:
 
 
 def _notes(facts: ServerFacts, group: ServiceGroup) -> None:
+    if group.engine == "sglang" and group.api != "openai" and facts.stream_mode == "cumulative":
+        # Each chunk resends the whole text so far: the bytes a request reads, and the
+        # client's CPU for it, grow with the square of its output (bench/client_cpu_bench.py).
+        facts.notes.append(
+            "SGLang streams cumulatively (every chunk resends the whole text): long outputs "
+            "cost the client CPU that grows with their square; start SGLang with "
+            "--incremental-streaming-output to stream deltas"
+        )
     if not group.speculative:
         return
     cmd = group.command

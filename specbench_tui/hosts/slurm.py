@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from specbench_tui import __version__
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.host import HostReport
 from specbench_tui.hosts.service import ServiceError
+from specbench_tui.hosts.shell import quote, remote_path
 from specbench_tui.hosts.ssh import (
     CommandResult,
     SshConnectError,
@@ -163,7 +163,7 @@ def read_script(files: Sequence[tuple[str, int]], limit: int = READ_LIMIT) -> st
         'if [ "$n" -gt 0 ]; then tail -c +$(($2+1)) -- "$1" | head -c "$n" | base64 -w0; fi; '
         "echo; else echo -; echo; fi; }"
     )
-    calls = "; ".join(f"r {shlex.quote(p)} {int(off)}" for p, off in files)
+    calls = "; ".join(f"r {remote_path(p)} {int(off)}" for p, off in files)
     return f"{fn}; {calls}"
 
 
@@ -197,7 +197,7 @@ class SlurmCluster:
     ) -> CommandResult:
         line = command if isinstance(command, str) else quote_command(command)
         if self.env:  # for the whole script, not only its first command (as ``env K=V`` is)
-            line = "export " + " ".join(shlex.quote(f"{k}={v}") for k, v in self.env.items())
+            line = "export " + " ".join(quote(f"{k}={v}") for k, v in self.env.items())
             line += "\n" + (command if isinstance(command, str) else quote_command(command))
         return await self.ssh.run(line, input=input, timeout_s=timeout_s)
 
@@ -216,7 +216,7 @@ class SlurmCluster:
         """Submit once: the id of the job carrying ``comment`` if one exists, else sbatch's
         new one; written to ``id_file``. Raises SlurmError (``transient`` when the
         controller did not answer)."""
-        q = shlex.quote
+        q = quote
         script = (
             f"jobs=$(squeue -h -t all {self.user_filter} -o '%i|%k') || exit 1\n"
             f"old=$(printf '%s\\n' \"$jobs\" | awk -F'|' -v c={q(comment)} "
@@ -236,7 +236,7 @@ class SlurmCluster:
     async def queue(self) -> dict[str, JobInfo]:
         """This user's jobs the controller knows (finished ones for a few minutes too)."""
         res = await self._checked(
-            f"squeue -h -t all {self.user_filter} -o {shlex.quote(_SQUEUE_FORMAT)}"
+            f"squeue -h -t all {self.user_filter} -o {quote(_SQUEUE_FORMAT)}"
         )
         return parse_squeue(res.stdout)
 
@@ -281,8 +281,8 @@ class SlurmCluster:
     async def write_files(self, files: Mapping[str, str]) -> None:
         """Write text files whole (temp file, then rename), creating their directories."""
         for path, text in files.items():
-            q = shlex.quote(path)
-            d = shlex.quote(path.rsplit("/", 1)[0] or "/")
+            q = remote_path(path)
+            d = remote_path(path.rsplit("/", 1)[0] or "/")
             # An empty input sends no EOF (asyncssh writes EOF only after some data).
             fill = f"cat > {q}.tmp" if text else f": > {q}.tmp"
             await self._checked(
@@ -290,7 +290,7 @@ class SlurmCluster:
             )
 
     async def append_line(self, path: str, line: str) -> None:
-        await self._checked(f"printf '%s\\n' {shlex.quote(line)} >> {shlex.quote(path)}")
+        await self._checked(f"printf '%s\\n' {quote(line)} >> {remote_path(path)}")
 
     async def read_new(
         self, files: Sequence[tuple[str, int]], limit: int = READ_LIMIT
@@ -305,7 +305,7 @@ class SlurmCluster:
     async def read_bytes(self, path: str) -> bytes | None:
         """A whole file; None when it is not there. Raises SlurmError when it is there but
         cannot be read (the caller tries again)."""
-        q = shlex.quote(path)
+        q = remote_path(path)
         res = await self.run(
             f"if [ -e {q} ]; then base64 -w0 -- {q} && echo; else echo -; fi", timeout_s=300
         )
@@ -322,7 +322,7 @@ class SlurmCluster:
     async def submissions(self, groups_dir: str) -> dict[str, list[int]]:
         """The submission directories already there, by group (``<dir>/<group>/<n>/job.json``)."""
         res = await self.run(
-            f"cd {shlex.quote(groups_dir)} 2>/dev/null && ls -1d -- */*/job.json 2>/dev/null"
+            f"cd {remote_path(groups_dir)} 2>/dev/null && ls -1d -- */*/job.json 2>/dev/null"
         )
         out: dict[str, list[int]] = {}
         for line in res.stdout.splitlines():
@@ -367,7 +367,7 @@ class SlurmCluster:
             err = (res.stderr.strip().splitlines() or [f"exit {res.exit_status}"])[-1]
             report.problems.append(f"squeue cannot reach the Slurm controller: {err}")
             return report
-        q = shlex.quote
+        q = quote
         res = await self.run(f"mkdir -p {q(shared_dir)} && test -w {q(shared_dir)}")
         if not res.ok:
             report.problems.append(f"shared directory {shared_dir} cannot be created or written")

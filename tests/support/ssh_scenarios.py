@@ -227,18 +227,24 @@ def wait_servers_gone(marker: str, timeout_s: float = 15.0) -> list[int]:
     return left
 
 
+# Every scenario's tally, printed again at the end of the run (tests/conftest.py), so that
+# `pytest -q` shows them for passing tests too.
+SCENARIO_LINES: list[str] = []
+
+
 def tally(root: Path, scenario: str, marker: str, *, settle: bool = True) -> tuple[int, int, int]:
     """Print and return (cells done, cells failed, servers left on the host) for a results
     directory: the figures every scenario must end with (all done, none failed, none left)."""
     state = CampaignState.from_events(read_events(root / "events.jsonl"))
     left = wait_servers_gone(marker) if settle else servers_left(marker)
     n = state.counts
-    print(
-        f"\n[scenario] {scenario}: cells done {n.done}/{n.total}, failed {n.failed}; "
+    line = (
+        f"{scenario}: cells done {n.done}/{n.total}, failed {n.failed}; "
         f"servers left running on the host: {len(left)}"
-        + (f" (pids {', '.join(map(str, left))})" if left else ""),
-        flush=True,
+        + (f" (pids {', '.join(map(str, left))})" if left else "")
     )
+    print(f"\n[scenario] {line}", flush=True)
+    SCENARIO_LINES.append(line)
     return n.done, n.failed, len(left)
 
 

@@ -27,10 +27,46 @@ def accept_by_kind(inp: Inputs) -> pl.DataFrame:
     return accept_frame(df, ["host", "tp", "kind", "config"])
 
 
+def without_accept_length(inp: Inputs, acc: pl.DataFrame) -> list[str]:
+    """A line for each speculative config that ran but reported no per-request accept
+    length, saying why: a missing config must not read as one that was never run."""
+    have = {
+        (r["host"], r["tp"], r["config"]) for r in acc.select("host", "tp", "config").to_dicts()
+    }
+    ran = {
+        (r["host"], r["tp"], r["config"])
+        for r in subset(inp, ["host", "tp", "config"]).unique().to_dicts()
+    }
+    out = []
+    for g in sorted(
+        (s.group for s in inp.state.groups.values() if s.group is not None),
+        key=lambda g: (g.host, g.tp, g.config),
+    ):
+        key = (g.host, g.tp, g.config)
+        if not g.speculative or key in have or key not in ran:
+            continue
+        if g.engine == "sglang" and g.api == "openai":
+            why = 'SGLang\'s OpenAI-compatible stream carries no meta_info (api = "sglang" has it)'
+        elif g.engine == "vllm":
+            why = "vLLM reports it per request only with --per-request-spec-decode-metrics summary"
+        else:
+            why = "the server reported no verify steps"
+        out.append(
+            f"{label(inp, g.config)} (TP {g.tp} on {g.host}): no per-request accept length; {why}."
+        )
+    return list(dict.fromkeys(out))
+
+
 def build(inp: Inputs) -> Section | None:
     acc = accept_by_kind(inp)
+    missing = without_accept_length(inp, acc)
     if acc.height == 0:
-        return None
+        if not missing:
+            return None
+        sec = Section("Accept length")
+        for line in missing:
+            sec.add(Para(text(line)))
+        return sec
     order = config_rank(inp)
     kinds = [k for k in KINDS if k in set(acc["kind"].to_list())]
     has_rate = acc["acceptance_rate"].drop_nulls().len() > 0
@@ -71,4 +107,6 @@ def build(inp: Inputs) -> Section | None:
                     cells.append(Cell(f.share(r.get("acceptance_rate"))))
             rows.append(cells)
         sec.add(Table(f"Accept length, TP {tp} on {host}", cols, rows, small=True))
+    for line in missing:
+        sec.add(Para(text(line)))
     return sec
