@@ -235,9 +235,7 @@ class SlurmCluster:
 
     async def queue(self) -> dict[str, JobInfo]:
         """This user's jobs the controller knows (finished ones for a few minutes too)."""
-        res = await self._checked(
-            f"squeue -h -t all {self.user_filter} -o {quote(_SQUEUE_FORMAT)}"
-        )
+        res = await self._checked(f"squeue -h -t all {self.user_filter} -o {quote(_SQUEUE_FORMAT)}")
         return parse_squeue(res.stdout)
 
     async def ended(self, job_id: str) -> JobEnd:
