@@ -169,6 +169,23 @@ def _keep_traceback(text: str, argv: list[str], campaign_dir: Path | None) -> Pa
     return None
 
 
+def _rebuild_views(root: Path) -> None:
+    """After a report: the views brought up to date from the log and the parts, where no
+    campaign runs in the directory (a run writes the whole views only now and then)."""
+    import polars as pl
+
+    from specbench_tui.engine.store import ResultsStore
+    from specbench_tui.results.layout import ResultsLayout
+
+    try:
+        notices = ResultsStore.rebuild_views(ResultsLayout(root))
+    except (OSError, pl.exceptions.PolarsError) as exc:  # the report stands; the views stay
+        print(f"specbench-tui: views not rebuilt: {exc}", file=sys.stderr)
+        return
+    for text in notices or ():
+        print(f"specbench-tui: {text}", file=sys.stderr)
+
+
 def _send(control: object, words: list[str]) -> int:
     """One command to a running campaign; a refusal is bad input (exit 2) with its reason."""
     from specbench_tui.engine.commands import Command
@@ -199,6 +216,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         written = render_report(reports[0]) if len(reports) == 1 else render_comparison(reports)
         for path in written:
             print(path)
+        if len(reports) == 1:
+            _rebuild_views(reports[0])
         return EXIT_OK
     if args.send and args.attach is None:
         raise InputError("--send goes with --attach RESULTS_DIR")

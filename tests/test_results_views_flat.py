@@ -5,6 +5,9 @@ those are rebuilt at the end of a run, and every ``WHOLE_VIEWS_EVERY_S`` in betw
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -108,3 +111,50 @@ async def test_the_whole_views_are_rebuilt_now_and_then_during_a_run(
         assert pl.read_parquet(store.layout.requests).height == 2  # not due yet
     finally:
         store.close()
+
+
+def test_report_brings_the_views_up_to_date_where_no_campaign_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed mid-way leaves the whole views behind the parts; --report rebuilds them,
+    but never under a running campaign, and never from a directory copied without parts."""
+    from specbench_tui.cli import main
+    from specbench_tui.report import render
+
+    monkeypatch.setattr(render, "tex_engine", lambda: None)  # the PDF is not the point here
+
+    b = ResultsBuilder(tmp_path / "syn")
+    for n in range(3):
+        b.cell(f"c{n}", "ar", 1, "single", "single", max_tokens=32 * (n + 1))
+    b.finished("c0", [dict(prompt_id="p", repeat=r) for r in range(2)])
+    b.finished("c1", [dict(prompt_id="p", repeat=r) for r in range(3)])
+    b.telemetry({k: [v] for k, v in SAMPLE.items()})
+    root = b.write(finished=False)
+    layout = b.layout
+    stale = pl.DataFrame({"cell_id": ["c0"], "attempt": [1]})
+    stale.write_parquet(layout.requests)  # as the last rebuild before the kill left it
+    layout.cells.write_bytes(b"torn")
+
+    fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a campaign runs here: its views are its own
+    try:
+        assert main(["--report", str(root)]) == 0
+    finally:
+        os.close(fd)
+    assert pl.read_parquet(layout.requests).height == 1 and layout.cells.read_bytes() == b"torn"
+
+    assert main(["--report", str(root)]) == 0
+    assert "cells.parquet could not be read" in capsys.readouterr().err
+    assert pl.read_parquet(layout.requests).height == 5
+    assert pl.read_parquet(layout.telemetry).height == 1
+    cells = pl.read_parquet(layout.cells)
+    assert dict(zip(cells["cell_id"], cells["status"], strict=True)) == {
+        "c0": "done",
+        "c1": "done",
+        "c2": "pending",
+    }
+
+    shutil.rmtree(layout.parts)  # a copy of the views alone: they are all there is
+    views = layout.requests.read_bytes()
+    assert main(["--report", str(root)]) == 0
+    assert layout.requests.read_bytes() == views

@@ -323,6 +323,33 @@ class ResultsStore:
                 crash_point("views:telemetry")
                 self._whole_views_at = time.monotonic()
 
+    @classmethod
+    def rebuild_views(cls, layout: ResultsLayout) -> list[str] | None:
+        """``--report`` on a campaign no process runs: every view written again from the log
+        and the parts, since a run killed mid-way left the request and telemetry views up to
+        ``WHOLE_VIEWS_EVERY_S`` behind; returns the notices (a view moved aside). None,
+        writing nothing, while a campaign holds the directory (its run writes them) or when
+        it has no parts (a copy of the views alone: those are all there is). Raises OSError
+        (StorageError when a view cannot be written) and PolarsError (a foreign part)."""
+        if not layout.events.exists() or not layout.parts.is_dir():
+            return None
+        try:
+            fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(layout.lock, exc) from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            store = cls(layout)
+            store.opening_events = read_events(layout.events)
+            store._check_views()
+            store.write_views(store.state())
+            return store.notices
+        finally:
+            os.close(fd)  # and with it the lock
+
     def refresh_views(self, state: CampaignState) -> None:
         """Rewrite the views in a worker thread, at most one at a time; a refresh asked for
         while one runs is done once after it, from the state as it is then. The cells view
