@@ -191,6 +191,22 @@ def test_the_methodology_says_what_was_sent_and_how_it_was_counted(tmp_path: Pat
     assert "Student-t 95% interval" in sec and "Fieller" in sec
     assert "| **Decode tok/s** | per request, (output tokens - 1) / (e2e - TTFT)" in sec
     assert "never pooled" in sec
+    assert (
+        "**Order.** Service groups run in plan order, one server start each, one after another "
+        "on each host. Within a group its cells run in plan order, one at a time." in sec
+    )
+
+
+def test_the_methodology_says_when_groups_were_packed_side_by_side(tmp_path: Path) -> None:
+    b = ResultsBuilder(tmp_path / "syn")
+    b.cell("s1", "ar", 1, "single", "single")
+    b.cell("s2", "ar", 1, "single", "single", host="other")
+    b.finished("s1", [dict(prompt_id="p", repeat=0)])
+    plan = '[campaign]\nname = "syn"\npack = true\npack_control = true\n'
+    sec = _section(render_texts(build_report(b.write(plan=plan)))[0], "Methodology")
+    assert "packed: groups that fit on disjoint GPUs of a host run side by side" in sec
+    assert "first group ran once more alone" in sec and "the 2 hosts work at the same time" in sec
+    assert "one after another" not in sec
 
 
 def test_the_methodology_of_a_campaign_with_no_baseline_says_so(tmp_path: Path) -> None:
