@@ -309,7 +309,7 @@ class ResultsStore:
         rows measured); the request and telemetry views, which concatenate every part
         written so far, only when ``whole``: at the end of a run and every
         ``WHOLE_VIEWS_EVERY_S`` in between, so a long campaign's cost per cell stays flat.
-        Readers take rows from the parts (results/views.py), never from a view that may lag."""
+        Readers take rows from the parts (report/inputs.py), never from a view that may lag."""
         with self._views_lock:
             if whole:
                 frames = [pl.read_parquet(p) for p in part_files(self.layout)]
