@@ -117,17 +117,73 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specbench-tui: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception:
-        # A bug in this tool, never "some cells failed" (exit 1): say so, with the traceback.
+    except Exception as exc:
+        # A bug in this tool, never "some cells failed" (exit 1): say so, ask for a report,
+        # and keep the traceback where the report can take it from (a console's stderr is
+        # gone once the screen is restored).
         import traceback
 
-        traceback.print_exc()
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        given = sys.argv[1:] if argv is None else argv
+        saved = _keep_traceback(text, given, getattr(args, "campaign_dir", None))
+        where = f"; the traceback is in {saved}" if saved else " with the traceback above"
         print(
-            "specbench-tui: internal error (the traceback above); what was measured is kept, "
-            "and running the plan again resumes it",
+            f"specbench-tui: internal error ({_innermost(exc)}): a bug in specbench-tui, "
+            f"please report it{where}. What was measured is kept, and running the plan "
+            "again resumes it",
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def _innermost(exc: BaseException) -> str:
+    """The exception that went wrong, not the task group that carried it."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _keep_traceback(text: str, argv: list[str], campaign_dir: Path | None) -> Path | None:
+    """Write the traceback to ``internal-error-<UTC time>.txt`` in the campaign's results
+    directory (beside what the run was doing), else in the system temp directory."""
+    import platform
+    import tempfile
+    import time
+
+    from specbench_tui import __version__
+
+    name = time.strftime("internal-error-%Y%m%dT%H%M%SZ.txt", time.gmtime())
+    head = (
+        f"specbench-tui {__version__}, Python {platform.python_version()}, "
+        f"{platform.platform()}\narguments: {argv!r}\n\n"
+    )
+    for where in (campaign_dir, Path(tempfile.gettempdir())):
+        if where is None or not where.is_dir():
+            continue
+        try:
+            (where / name).write_text(head + text, encoding="utf-8")
+        except OSError:
+            continue
+        return where / name
+    return None
+
+
+def _rebuild_views(root: Path) -> None:
+    """After a report: the views brought up to date from the log and the parts, where no
+    campaign runs in the directory (a run writes the whole views only now and then)."""
+    import polars as pl
+
+    from specbench_tui.engine.store import ResultsStore
+    from specbench_tui.results.layout import ResultsLayout
+
+    try:
+        notices = ResultsStore.rebuild_views(ResultsLayout(root))
+    except (OSError, pl.exceptions.PolarsError) as exc:  # the report stands; the views stay
+        print(f"specbench-tui: views not rebuilt: {exc}", file=sys.stderr)
+        return
+    for text in notices or ():
+        print(f"specbench-tui: {text}", file=sys.stderr)
 
 
 def _send(control: object, words: list[str]) -> int:
@@ -160,6 +216,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         written = render_report(reports[0]) if len(reports) == 1 else render_comparison(reports)
         for path in written:
             print(path)
+        if len(reports) == 1:
+            _rebuild_views(reports[0])
         return EXIT_OK
     if args.send and args.attach is None:
         raise InputError("--send goes with --attach RESULTS_DIR")
@@ -179,6 +237,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan or _default_plan())
     results_root = args.results or Path(plan.spec.campaign.results)
     layout = ResultsLayout.for_campaign(results_root, plan.spec.campaign.name, sim=args.sim)
+    args.campaign_dir = layout.root  # where an internal error keeps its traceback
 
     if args.dry_run:
         from specbench_tui.engine.selection import matches

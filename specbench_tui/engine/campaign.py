@@ -219,6 +219,7 @@ class Campaign:
                 "time": s.t,
                 "host": s.host,
                 "gpu": s.gpu,
+                "name": s.name,
                 "util_pct": s.util_pct,
                 "mem_used_mib": s.mem_used_mib,
                 "mem_total_mib": s.mem_total_mib,

@@ -11,6 +11,10 @@ What is true, and what is derived:
 - ``cells.parquet``, ``requests.parquet`` and ``telemetry.parquet`` are views computed from the
   above (results/views.py), written in a worker thread so the event loop the console shares
   never waits on them. They are never read back: a damaged view is set aside and rebuilt.
+  ``cells.parquet`` (one row per planned cell) is rewritten when a cell ends; the two that
+  concatenate every part only at the end of a run and every ``WHOLE_VIEWS_EVERY_S``, so
+  what a cell costs does not grow with what the campaign measured before it. Readers that
+  need the rows now read the parts, as the report does.
 
 Writes that fail raise ``StorageError``: the engine decides whether to wait for space.
 """
@@ -60,6 +64,9 @@ from specbench_tui.results.views import (
 TELEMETRY_FLUSH_S = 60.0
 #: Samples that force a flush before the interval is up (a big host, a fast interval).
 TELEMETRY_FLUSH_ROWS = 20_000
+#: Seconds between rebuilds of ``requests.parquet`` and ``telemetry.parquet`` during a run
+#: (each reads every part written so far); they are rebuilt at the end of a run in any case.
+WHOLE_VIEWS_EVERY_S = 600.0
 
 
 class ResultsStore:
@@ -72,8 +79,7 @@ class ResultsStore:
         self._telemetry: list[dict[str, Any]] = []
         self._telemetry_flushed = time.monotonic()
         self._telemetry_seq = 0
-        # Part frames by path: each file is read once, then kept for the requests view.
-        self._part_frames: dict[Path, pl.DataFrame] = {}
+        self._whole_views_at = time.monotonic()  # the request and telemetry views' last rebuild
         self._views_lock = threading.Lock()
         self._views_task: asyncio.Task[None] | None = None
         self._views_again = False
@@ -102,7 +108,14 @@ class ResultsStore:
         while target.exists():
             target = layout.root.with_name(f"{layout.root.name}.{stamp}.{n}")
             n += 1
-        layout.root.rename(target)
+        try:
+            layout.root.rename(target)
+        except OSError as exc:
+            raise InputError(
+                f"{layout.root}: --fresh cannot move the old results aside to {target.name} "
+                f"({exc.strerror or exc}); fix the directory's permissions or pick another "
+                "with --results"
+            ) from None
         return target
 
     def open(self, plan_text: str, plan_hash: str) -> list[Event]:
@@ -166,7 +179,10 @@ class ResultsStore:
             if not view.exists():
                 continue
             try:
-                pl.read_parquet_schema(view)
+                if view == self.layout.cells:  # one row per planned cell: read it whole
+                    pl.read_parquet(view)
+                else:  # can be gigabytes: its footer (a torn or foreign file has none)
+                    pl.read_parquet_schema(view)
             except Exception as exc:
                 self.layout.set_aside.mkdir(exist_ok=True)
                 stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -264,7 +280,6 @@ class ResultsStore:
         )
         path = self.layout.part_path(cell_id, attempt)
         write_parquet_atomic(df, path)
-        self._part_frames[path] = df
         crash_point("part")
         return df
 
@@ -287,21 +302,53 @@ class ResultsStore:
     def write_views(self, state: CampaignState) -> None:
         """Compute and write every view now (at the end of a run, off the event loop: the
         caller must not change ``state`` meanwhile)."""
-        self._write_views(cells_frame(state), dict(self._part_frames))
+        self._write_views(cells_frame(state), whole=True)
 
-    def _write_views(self, cells: pl.DataFrame, parts: dict[Path, pl.DataFrame]) -> None:
+    def _write_views(self, cells: pl.DataFrame, *, whole: bool) -> None:
+        """The cells view always (one row per planned cell: its cost does not grow with the
+        rows measured); the request and telemetry views, which concatenate every part
+        written so far, only when ``whole``: at the end of a run and every
+        ``WHOLE_VIEWS_EVERY_S`` in between, so a long campaign's cost per cell stays flat.
+        Readers take rows from the parts (report/inputs.py), never from a view that may lag."""
         with self._views_lock:
-            for p in part_files(self.layout):
-                if p not in parts:  # from an earlier run of the campaign: read once, kept
-                    parts[p] = self._part_frames.setdefault(p, pl.read_parquet(p))
-            frames = [parts[p] for p in sorted(parts) if p.exists()]
-            write_parquet_atomic(concat_requests(frames), self.layout.requests)
-            crash_point("views:requests")
+            if whole:
+                frames = [pl.read_parquet(p) for p in part_files(self.layout)]
+                write_parquet_atomic(concat_requests(frames), self.layout.requests)
+                crash_point("views:requests")
             write_parquet_atomic(cells, self.layout.cells)
             crash_point("views:cells")
-            tel = [pl.read_parquet(p) for p in telemetry_files(self.layout)]
-            write_parquet_atomic(concat_telemetry(tel), self.layout.telemetry)
-            crash_point("views:telemetry")
+            if whole:
+                tel = [pl.read_parquet(p) for p in telemetry_files(self.layout)]
+                write_parquet_atomic(concat_telemetry(tel), self.layout.telemetry)
+                crash_point("views:telemetry")
+                self._whole_views_at = time.monotonic()
+
+    @classmethod
+    def rebuild_views(cls, layout: ResultsLayout) -> list[str] | None:
+        """``--report`` on a campaign no process runs: every view written again from the log
+        and the parts, since a run killed mid-way left the request and telemetry views up to
+        ``WHOLE_VIEWS_EVERY_S`` behind; returns the notices (a view moved aside). None,
+        writing nothing, while a campaign holds the directory (its run writes them) or when
+        it has no parts (a copy of the views alone: those are all there is). Raises OSError
+        (StorageError when a view cannot be written) and PolarsError (a foreign part)."""
+        if not layout.events.exists() or not layout.parts.is_dir():
+            return None
+        try:
+            fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(layout.lock, exc) from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            store = cls(layout)
+            store.opening_events = read_events(layout.events)
+            store._check_views()
+            store.write_views(store.state())
+            return store.notices
+        finally:
+            os.close(fd)  # and with it the lock
 
     def refresh_views(self, state: CampaignState) -> None:
         """Rewrite the views in a worker thread, at most one at a time; a refresh asked for
@@ -316,9 +363,10 @@ class ResultsStore:
     async def _refresh_loop(self, state: CampaignState) -> None:
         while self._views_again:
             self._views_again = False
-            cells, parts = cells_frame(state), dict(self._part_frames)
+            whole = time.monotonic() - self._whole_views_at >= WHOLE_VIEWS_EVERY_S
+            cells = cells_frame(state)
             try:
-                await asyncio.to_thread(self._write_views, cells, parts)
+                await asyncio.to_thread(self._write_views, cells, whole=whole)
             except (OSError, pl.exceptions.PolarsError):
                 return
 

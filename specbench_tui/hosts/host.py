@@ -256,6 +256,8 @@ class Host:
                         python=mode.python or "",
                         detail=mode.detail,
                         text=mode.describe(),
+                        driver=mode.driver or "",
+                        gpus=mode.gpus,
                     )
                 )
                 if not mode.available:

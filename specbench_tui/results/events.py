@@ -214,6 +214,8 @@ class TelemetryChosen(Event):
     python: str = ""
     detail: str = ""
     text: str = ""  # the one line to show: "nvidia-smi (through python3, 8 GPUs, driver ...)"
+    driver: str = ""  # the GPU driver's version, where the source reports one (the report's)
+    gpus: int | None = None  # GPUs the source sees on the host
 
 
 @dataclass(kw_only=True)

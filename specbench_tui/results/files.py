@@ -22,20 +22,38 @@ TMP_SUFFIX = ".tmp"
 
 #: Test hook: ``SPECBENCH_CRASH_AT=NAME[@K]`` kills this process with SIGKILL right after the
 #: K-th (default: first) write named NAME became durable, so tests can enumerate every
-#: boundary a crash can fall on (``crash_point``). Unset, it costs one comparison.
+#: boundary a crash can fall on (``crash_point``). ``SPECBENCH_CRASH_AT=record:FILE`` kills
+#: nothing and appends the name of every boundary passed to FILE, one a line, in order: the
+#: list a crash test parametrizes over, so a new boundary is tested the day it is written.
+#: Unset, it costs one comparison.
 CRASH_ENV = "SPECBENCH_CRASH_AT"
-_want, _, _nth = (os.environ.get(CRASH_ENV) or "").partition("@")
+RECORD_PREFIX = "record:"
+_setting = os.environ.get(CRASH_ENV) or ""
+_record = _setting.removeprefix(RECORD_PREFIX) if _setting.startswith(RECORD_PREFIX) else ""
+_want, _, _nth = ("" if _record else _setting).partition("@")
 _crash_seen: Counter[str] = Counter()
 
 
 def crash_point(name: str) -> None:
     """A write boundary: ``name`` says what has just become durable (``part``, ``texts``,
     ``event:cell_finished``, ``views:cells``, ...)."""
+    if _record:
+        _record_boundary(name)
+        return
     if name != _want:
         return
     _crash_seen[name] += 1
     if _crash_seen[name] == int(_nth or 1):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _record_boundary(name: str) -> None:
+    # One O_APPEND write per line: whole lines in order, even from a worker thread.
+    fd = os.open(_record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{name}\n".encode())
+    finally:
+        os.close(fd)
 
 
 class StorageError(OSError):

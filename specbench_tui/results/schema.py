@@ -37,6 +37,7 @@ TELEMETRY_SCHEMA: dict[str, Any] = {
     "time": pl.Float64,
     "host": pl.String,
     "gpu": pl.Int64,
+    "name": pl.String,  # the GPU's model, as the driver names it (added later: older files lack it)
     "util_pct": pl.Float64,
     "mem_used_mib": pl.Float64,
     "mem_total_mib": pl.Float64,

@@ -58,6 +58,7 @@ from specbench_tui.results.events import (
     ServiceReady,
     TelemetryChosen,
 )
+from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.progress import CampaignProgress
 from specbench_tui.tui import keymap
 from specbench_tui.tui.campaign_keys import CampaignKeys
@@ -655,13 +656,13 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     def _results_tick(self) -> None:
         """Once a second: recompute the table when a cell finished a moment ago, or when the
-        request view on disk changed (the engine writes it after each cell, off its loop),
-        and only while the pane is shown."""
+        cells view on disk changed (the engine writes it when a cell ends, off its loop;
+        the request view only now and then), and only while the pane is shown."""
         root = self.results_root()
         if self.results_source is None or root is None:
             return
         with contextlib.suppress(OSError):
-            mtime = (root / "requests.parquet").stat().st_mtime
+            mtime = ResultsLayout(root).cells.stat().st_mtime
             if mtime != self._results_mtime:
                 self._results_mtime = mtime
                 self._results_due = self._results_due or time.monotonic()

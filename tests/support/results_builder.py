@@ -266,7 +266,8 @@ class ResultsBuilder:
 
     def telemetry(self, rows: dict[str, list[Any]]) -> None:
         self.layout.telemetry_parts.mkdir(parents=True, exist_ok=True)
-        pl.DataFrame(rows, schema=TELEMETRY_SCHEMA).write_parquet(
+        schema = {k: TELEMETRY_SCHEMA[k] for k in rows}  # the columns given (older files lack some)
+        pl.DataFrame(rows, schema=schema).write_parquet(
             self.layout.telemetry_parts / "000001.parquet"
         )
 

@@ -35,17 +35,22 @@ def build(inp: Inputs) -> Section:
     for h in hosts:
         kinds = {g.group.host_kind for g in st.groups.values() if g.host == h and g.group}
         info = gpus.get(h, {})
+        chosen = st.telemetry.get(h)  # what the telemetry probe found: driver, GPU count
         planned = plan_hosts.get(h) or {}
         model = info.get("name") or info.get("gpu_name") or info.get("model") or "not recorded"
+        driver = (
+            (chosen.driver if chosen else "") or info.get("driver") or info.get("driver_version")
+        )
+        count = info.get("count") or (chosen.gpus if chosen else None) or planned.get("gpus")
         mem = info.get("mem_total_mib")
         rows.append(
             [
                 Cell(h, code=True),
                 Cell(", ".join(sorted(kinds)) or "—"),
-                Cell(str(info.get("count") or planned.get("gpus") or "—")),
+                Cell(str(count or "—")),
                 Cell(model),
                 Cell(f"{mem / 1024:.0f} GiB" if mem else "—"),
-                Cell(str(info.get("driver") or info.get("driver_version") or "not recorded")),
+                Cell(str(driver or "not recorded")),
                 Cell(_telemetry_mode(inp, h) or ("telemetry samples" if info else "none recorded")),
             ]
         )

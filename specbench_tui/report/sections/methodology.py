@@ -106,6 +106,26 @@ def _cache_policy(inp: Inputs) -> str:
     )
 
 
+def _order(inp: Inputs) -> str:
+    """How the groups were scheduled: one after another, or packed side by side on disjoint
+    GPUs (the plan's ``pack``), and each host on its own at the same time."""
+    hosts = inp.state.hosts or sorted({g.host for g in inp.state.groups.values() if g.host})
+    campaign = inp.plan.get("campaign") or {}
+    out = "Service groups run in plan order, one server start each"
+    if campaign.get("pack"):
+        out += (
+            "; packed: groups that fit on disjoint GPUs of a host run side by side, so "
+            "neighbours may disturb each other's timings"
+        )
+        if campaign.get("pack_control"):
+            out += " (each host's first group ran once more alone, for comparison)"
+    else:
+        out += ", one after another on each host"
+    if len(hosts) > 1:
+        out += f"; the {len(hosts)} hosts work at the same time"
+    return out + ". Within a group its cells run in plan order, one at a time."
+
+
 def build(inp: Inputs) -> Section:
     sec = Section("Methodology")
     base = baseline(inp)
@@ -155,11 +175,7 @@ def build(inp: Inputs) -> Section:
     sec.add(
         Bullets(
             [
-                text(
-                    bold("Order. "),
-                    "Service groups run one after another in plan order (one server start "
-                    "each); within a group its cells run in plan order, one at a time.",
-                ),
+                text(bold("Order. "), _order(inp)),
                 text(
                     bold("Warm-up. "),
                     "Warm-up requests are sent and discarded before each cell's measured "
