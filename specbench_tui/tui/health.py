@@ -1,9 +1,12 @@
-"""Service and GPU health: per host the server's state, the running group's progress with
-its elapsed time and ETA, the server's latest log figures; per GPU a sparkline of recent
-utilization, a memory bar with its numbers, power, temperature and the process holding it.
+"""Service and GPU health: per host whether its link is up (a host that is reconnecting or
+unreachable says so, with why, first), then each running group's server (several at once
+when groups are packed) with its GPUs and port, its progress, elapsed time and ETA, and the
+server's latest log figures; per GPU a sparkline of recent utilization, a memory bar with
+its numbers, power, temperature and the process holding it.
 
 Idle GPUs fold into one line when the pane is short (80x24), so the ones that matter, those
-of the running group and any held by a foreign process, always stay visible.
+of the running groups and any held by a foreign process, always stay visible; packed groups
+then keep one line each.
 """
 
 from __future__ import annotations
@@ -53,14 +56,22 @@ def group_eta_s(p: CampaignProgress, gid: str, now: float) -> float | None:
     return left
 
 
-def _server_lines(
-    host: str, g: GroupState | None, p: CampaignProgress, pal: Palette, now: float
-) -> list[Text]:
+def _away_line(host: str, why: str, pal: Palette) -> Text:
+    """``sim ⚠ reconnecting: <reason>``: the host's work waits (or, unreachable, fails)."""
+    style = pal.error if why.startswith("unreachable") else pal.warning
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f"{host} ", style=pal.bold)
-    if g is None:
-        t.append("○ no server", style=pal.muted)
-        return [t]
+    t.append(f"⚠ {why}", style=style)
+    return t
+
+
+def _server_line(
+    lead: str, g: GroupState, p: CampaignProgress, pal: Palette, now: float, width: int
+) -> Text:
+    """``sim ● ready dflash TP4  3/8  0:32 ETA 0:06  [4,5,6,7] :31000``: where it listens
+    comes last, and only where it fits whole (the tree and the GPU lines say it too)."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(lead, style=pal.bold)
     t.append(f"{SERVER_MARKS[g.server]} {g.server}", style=pal.status(g.server))
     t.append(f" {g.config} TP{g.tp}", style=pal.primary)
     counts = p.group_counts(g.id)
@@ -70,7 +81,18 @@ def _server_lines(
         eta = group_eta_s(p, g.id, now)
         t.append(" ETA ", style=pal.muted)
         t.append(format_clock(eta) if eta is not None else "—")
-    lines = [t]
+    where = f"[{','.join(str(i) for i in g.gpu_ids)}]" if g.gpu_ids else ""
+    if g.port:
+        where += f" :{g.port}"
+    where = where.strip()
+    if where and len(t.plain) + 2 + len(where) <= width:
+        t.append(f"  {where}", style=pal.muted)
+    return t
+
+
+def _state_line(g: GroupState, pal: Palette, now: float) -> Text:
+    """How the server is doing: healthy for how long with its latest log figures, waiting
+    for health, or why it is unhealthy."""
     s = Text(no_wrap=True, overflow="ellipsis")
     up = g.uptime_s(now)
     if up is not None:
@@ -84,22 +106,39 @@ def _server_lines(
             s.append(f": {g.reason}", style=pal.error)
     stats = g.last_stats
     if stats and g.server == "ready":
-        figures = [
-            (key, label, fmt)
-            for key, label, fmt in (
-                ("gen_throughput", "gen", "{:.0f} tok/s"),
-                ("accept_len", "accept", "{:.2f}"),
-                ("running_req", "run", "{:.0f}"),
-                ("queue_req", "queue", "{:.0f}"),
-            )
-            if key in stats
-        ]
-        for key, label, fmt in figures:
-            s.append(f"  {label} ", style=pal.muted)
-            s.append(fmt.format(stats[key]), style=pal.bold)
-    if s.plain:
-        lines.append(s)
-    return lines
+        for key, label, fmt in (
+            ("gen_throughput", "gen", "{:.0f} tok/s"),
+            ("accept_len", "accept", "{:.2f}"),
+            ("running_req", "run", "{:.0f}"),
+            ("queue_req", "queue", "{:.0f}"),
+        ):
+            if key in stats:
+                s.append(f"  {label} ", style=pal.muted)
+                s.append(fmt.format(stats[key]), style=pal.bold)
+    return s
+
+
+def _server_lines(
+    host: str, groups: list[GroupState], p: CampaignProgress, pal: Palette, now: float, width: int
+) -> tuple[list[Text], list[Text]]:
+    """Each running group's line and its state line (what a short pane drops first when
+    several groups share the host), or ``no server``. The host is named once; the lines of
+    other groups beside it are indented under the first."""
+    if not groups:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(f"{host} ", style=pal.bold)
+        t.append("○ no server", style=pal.muted)
+        return [t], []
+    lines: list[Text] = []
+    states: list[Text] = []
+    for i, g in enumerate(groups):
+        lead = f"{host} " if i == 0 else " " * (len(host) + 1)
+        lines.append(_server_line(lead, g, p, pal, now, width))
+        state = _state_line(g, pal, now)
+        if state.plain:
+            lines.append(state)
+            states.append(state)
+    return lines, states
 
 
 def _gpu_line(
@@ -144,19 +183,30 @@ class HealthPane(VerticalScroll):
         pal = palette_for(self.app)
         width = max(self.size.width - 2, 40)
         room = max(self.size.height - 2, 3) if not self.is_maximized else 10_000
-        t = Text(no_wrap=True, overflow="ellipsis")
         hosts = p.hosts or sorted({h for h, _ in p.gpus} | set(p.telemetry))
-        lines: list[Text] = []
+        blocks: list[tuple[str, list[GroupState], list[Text], list[Text]]] = []
         for host in hosts:
-            current = p.groups.get(p.current_group) if p.current_group else None
-            if current is not None and current.host != host:
-                current = None
-            lines.extend(_server_lines(host, current, p, pal, now))
+            running = p.running_on(host)
+            lines, states = _server_lines(host, running, p, pal, now, width)
+            why = p.host_away(host)
+            if why:
+                lines.insert(0, _away_line(host, why, pal))
+            blocks.append((host, running, lines, states))
+        if sum(len(b[2]) for b in blocks) + len(p.gpus) > room:
+            # short of room: packed groups keep their own line, not their state line
+            for i, (host, running, server, states) in enumerate(blocks):
+                if len(running) > 1:
+                    drop = {id(s) for s in states if "unhealthy" not in s.plain}
+                    kept = [line for line in server if id(line) not in drop]
+                    blocks[i] = (host, running, kept, states)
+        lines: list[Text] = []
+        for host, running, server_lines, _ in blocks:
+            lines.extend(server_lines)
             chosen = p.telemetry.get(host)
             if chosen is not None and (chosen.source == "none" or room > 4):
                 lines.append(_telemetry_line(chosen, pal))
             gpus = sorted((g for (h, _), g in p.gpus.items() if h == host), key=lambda g: g.gpu)
-            in_use = set(current.gpu_ids) if current else set()
+            in_use = {i for g in running for i in g.gpu_ids}
             busy = [g for g in gpus if g.gpu in in_use or g.processes or g.util_pct > 1]
             idle = [g for g in gpus if g not in busy]
             fold = len(lines) + len(gpus) > room and len(idle) > 1
