@@ -11,6 +11,8 @@ then keep one line each.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
@@ -68,8 +70,9 @@ def _away_line(host: str, why: str, pal: Palette) -> Text:
 def _server_line(
     lead: str, g: GroupState, p: CampaignProgress, pal: Palette, now: float, width: int
 ) -> Text:
-    """``sim ● ready dflash TP4  3/8  0:32 ETA 0:06  [4,5,6,7] :31000``: where it listens
-    comes last, and only where it fits whole (the tree and the GPU lines say it too)."""
+    """``sim ● ready dflash TP4  3/8  0:32 ETA 0:06  [4,5,6,7] :31000``. Where it listens
+    comes last, and only where it fits whole (the tree and the GPU lines say it too); a
+    line too long for the pane leaves out the server's elapsed time before the ETA is cut."""
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(lead, style=pal.bold)
     t.append(f"{SERVER_MARKS[g.server]} {g.server}", style=pal.status(g.server))
@@ -77,10 +80,15 @@ def _server_line(
     counts = p.group_counts(g.id)
     t.append(f"  {counts.settled}/{counts.total}", style=pal.muted)
     if g.started_at is not None:
-        t.append(f"  {format_clock(now - g.started_at)}")
+        elapsed = f"  {format_clock(now - g.started_at)}"
         eta = group_eta_s(p, g.id, now)
-        t.append(" ETA ", style=pal.muted)
-        t.append(format_clock(eta) if eta is not None else "—")
+        left = format_clock(eta) if eta is not None else "—"
+        if len(t.plain) + len(elapsed) + 5 + len(left) <= width:
+            t.append(elapsed)
+            t.append(" ETA ", style=pal.muted)
+        else:
+            t.append("  ETA ", style=pal.muted)
+        t.append(left)
     where = f"[{','.join(str(i) for i in g.gpu_ids)}]" if g.gpu_ids else ""
     if g.port:
         where += f" :{g.port}"
@@ -120,7 +128,7 @@ def _state_line(g: GroupState, pal: Palette, now: float) -> Text:
 
 def _server_lines(
     host: str, groups: list[GroupState], p: CampaignProgress, pal: Palette, now: float, width: int
-) -> tuple[list[Text], list[Text]]:
+) -> tuple[list[Text], dict[int, Text]]:
     """Each running group's line and its state line (what a short pane drops first when
     several groups share the host), or ``no server``. The host is named once; the lines of
     other groups beside it are indented under the first."""
@@ -128,16 +136,16 @@ def _server_lines(
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"{host} ", style=pal.bold)
         t.append("○ no server", style=pal.muted)
-        return [t], []
+        return [t], {}
     lines: list[Text] = []
-    states: list[Text] = []
+    states: dict[int, Text] = {}
     for i, g in enumerate(groups):
         lead = f"{host} " if i == 0 else " " * (len(host) + 1)
-        lines.append(_server_line(lead, g, p, pal, now, width))
+        line = _server_line(lead, g, p, pal, now, width)
+        lines.append(line)
         state = _state_line(g, pal, now)
         if state.plain:
-            lines.append(state)
-            states.append(state)
+            states[id(line)] = state
     return lines, states
 
 
@@ -168,6 +176,52 @@ def _gpu_line(
     return t
 
 
+def _gpus_summary(busy: list[GpuState], idle: list[GpuState], pal: Palette) -> Text:
+    """A host's GPUs in one line, for a pane too short for a line each: ``●GPU 0,1,2,3:
+    83% busy, 81.2/96G · 4,5,6,7 idle`` (mean utilization, the fullest memory)."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    if busy:
+        util = sum(g.util_pct for g in busy) / len(busy)
+        top = max(busy, key=lambda g: g.mem_used_mib)
+        ids = ",".join(str(g.gpu) for g in busy)
+        t.append(f"●GPU {ids}: ", style=pal.accent)
+        t.append(f"{util:.0f}% busy, {top.mem_used_mib / 1024:.1f}/{top.mem_total_mib / 1024:.0f}G")
+    if idle:
+        t.append(" · " if busy else " GPU ", style=pal.muted)
+        t.append(",".join(str(g.gpu) for g in idle) + " idle", style=pal.muted)
+    return t
+
+
+@dataclass
+class _HostBlock:
+    """What the pane says of one host, before it knows how much room there is."""
+
+    host: str
+    running: list[GroupState]
+    head: list[Text]  # the away line, then a line per running group (or "no server")
+    states: dict[int, Text]  # a group line's state line, by id() of the group line
+    gpus: list[GpuState]
+    in_use: set[int]
+    states_shown: bool = True
+    gpus_summed: bool = False
+    gpus_hidden: bool = False
+
+    @classmethod
+    def of(cls, host: str, p: CampaignProgress, pal: Palette, now: float, width: int) -> _HostBlock:
+        running = p.running_on(host)
+        head, states = _server_lines(host, running, p, pal, now, width)
+        why = p.host_away(host)
+        if why:
+            head.insert(0, _away_line(host, why, pal))
+        gpus = sorted((g for (h, _), g in p.gpus.items() if h == host), key=lambda g: g.gpu)
+        in_use = {i for g in running for i in g.gpu_ids}
+        return cls(host, running, head, states, gpus, in_use)
+
+    @property
+    def full_height(self) -> int:
+        return len(self.head) + len(self.states) + len(self.gpus)
+
+
 class HealthPane(VerticalScroll):
     ALLOW_MAXIMIZE = True
 
@@ -183,43 +237,81 @@ class HealthPane(VerticalScroll):
         pal = palette_for(self.app)
         width = max(self.size.width - 2, 40)
         room = max(self.size.height - 2, 3) if not self.is_maximized else 10_000
+        most = self._capacity()
         hosts = p.hosts or sorted({h for h, _ in p.gpus} | set(p.telemetry))
-        blocks: list[tuple[str, list[GroupState], list[Text], list[Text]]] = []
-        for host in hosts:
-            running = p.running_on(host)
-            lines, states = _server_lines(host, running, p, pal, now, width)
-            why = p.host_away(host)
-            if why:
-                lines.insert(0, _away_line(host, why, pal))
-            blocks.append((host, running, lines, states))
-        if sum(len(b[2]) for b in blocks) + len(p.gpus) > room:
-            # short of room: packed groups keep their own line, not their state line
-            for i, (host, running, server, states) in enumerate(blocks):
-                if len(running) > 1:
-                    drop = {id(s) for s in states if "unhealthy" not in s.plain}
-                    kept = [line for line in server if id(line) not in drop]
-                    blocks[i] = (host, running, kept, states)
-        lines: list[Text] = []
-        for host, running, server_lines, _ in blocks:
-            lines.extend(server_lines)
-            chosen = p.telemetry.get(host)
-            if chosen is not None and (chosen.source == "none" or room > 4):
-                lines.append(_telemetry_line(chosen, pal))
-            gpus = sorted((g for (h, _), g in p.gpus.items() if h == host), key=lambda g: g.gpu)
-            in_use = {i for g in running for i in g.gpu_ids}
-            busy = [g for g in gpus if g.gpu in in_use or g.processes or g.util_pct > 1]
-            idle = [g for g in gpus if g not in busy]
-            fold = len(lines) + len(gpus) > room and len(idle) > 1
-            for g in gpus:
-                if fold and g in idle:
-                    continue
-                lines.append(_gpu_line(g, g.gpu in in_use, width, pal, history))
-            if fold:
-                free = " ".join(str(g.gpu) for g in idle)
-                lines.append(Text(f" GPU {free}: idle, free", style=pal.muted))
+        shown_width = self.scrollable_content_region.width or width
+        blocks = [_HostBlock.of(host, p, pal, now, shown_width) for host in hosts]
+        # short of room: packed groups keep their own line, not their state line
+        short = sum(b.full_height for b in blocks) > most
+        for b in blocks:
+            b.states_shown = not short or len(b.running) <= 1
+        lines = self._lines(blocks, p, pal, width, room, history)
+        # several hosts: every host's servers stay in view, its GPUs summed up in one line
+        # if need be, left to the zoomed pane (z) if even that is too much
+        for step in ("gpus_summed", "gpus_hidden"):
+            for b in blocks:
+                if all(at < most for at in self._head_rows(blocks, lines)):
+                    break
+                setattr(b, step, True)
+                lines = self._lines(blocks, p, pal, width, room, history)
         if not lines:
             lines.append(Text("waiting for telemetry…", style=pal.muted))
         t = Text("\n", no_wrap=True).join(lines)
         if t != self._shown:  # telemetry at a steady state changes nothing on screen
             self._shown = t
             self.query_one("#health-text", Static).update(t)
+
+    def _capacity(self) -> int:
+        """The most lines the pane can show: its maximum height, where the layout caps it
+        (its height follows its content, so its current size says only what it shows)."""
+        if self.is_maximized:
+            return 10_000
+        most = self.styles.max_height
+        if most is not None and most.is_cells:
+            return max(int(most.value) - 2, 3)
+        return max(self.size.height - 2, 3)
+
+    @staticmethod
+    def _head_rows(blocks: list[_HostBlock], lines: list[Text]) -> list[int]:
+        """Rows of each host's last server line."""
+        ids = {id(b.head[-1]) for b in blocks if b.head}
+        return [i for i, line in enumerate(lines) if id(line) in ids]
+
+    @staticmethod
+    def _lines(
+        blocks: list[_HostBlock],
+        p: CampaignProgress,
+        pal: Palette,
+        width: int,
+        room: int,
+        history: GpuHistory | None,
+    ) -> list[Text]:
+        lines: list[Text] = []
+        for b in blocks:
+            for line in b.head:
+                lines.append(line)
+                state = b.states.get(id(line))
+                if state is not None and (b.states_shown or "unhealthy" in state.plain):
+                    lines.append(state)
+            busy = [g for g in b.gpus if g.gpu in b.in_use or g.processes or g.util_pct > 1]
+            idle = [g for g in b.gpus if g not in busy]
+            chosen = p.telemetry.get(b.host)
+            # how the GPUs are read is a footnote, unless they are not read at all: it gives
+            # way to the GPU lines when they do not fit (several groups packed)
+            fits = len(lines) + 1 + len(busy) + min(len(idle), 1) <= room
+            if chosen is not None and (chosen.source == "none" or (room > 4 and fits)):
+                lines.append(_telemetry_line(chosen, pal))
+            if b.gpus_hidden:
+                continue
+            if b.gpus_summed and b.gpus:
+                lines.append(_gpus_summary(busy, idle, pal))
+                continue
+            fold = len(lines) + len(b.gpus) > room and len(idle) > 1
+            for g in b.gpus:
+                if fold and g in idle:
+                    continue
+                lines.append(_gpu_line(g, g.gpu in b.in_use, width, pal, history))
+            if fold:
+                free = " ".join(str(g.gpu) for g in idle)
+                lines.append(Text(f" GPU {free}: idle, free", style=pal.muted))
+        return lines
