@@ -461,6 +461,44 @@ async def test_packed_groups_stay_readable_at_80x24() -> None:
         assert lines.index(servers[-1]) < pane.content_region.height  # all in view
 
 
+async def test_a_finished_cell_names_its_figures_as_the_report_does() -> None:
+    """Names from bench/figures.py, the older end-to-end column read too; a lagging client
+    is a warning line of its own, not a figure squeezed into the column."""
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        figures = {
+            "throughput_tok_s": 120.0,
+            "decode_tok_s_p50": 140.0,
+            "e2e_tok_s_p50": 130.0,
+            "ttft_s_p50": 0.05,
+            "itl_token_s_p50": 0.0071,
+            "accept_length_mean": 5.5,
+            "client_lagged": True,
+            "client_lag_p99_s": 0.012,
+        }
+        control.publish(
+            CellFinished(
+                cell_id="ddt1agent", group="sim.ddtree-16.tp1", requests=8, figures=figures
+            )
+        )
+        await settle(pilot, app)
+        select(app, NodeRef("cell", "ddt1agent"))
+        await settle(pilot, app)
+        text = str(app.main.query_one("#detail-text").render())
+        for line in (
+            "cell throughput 120.0 tok/s",
+            "decode tok/s p50 140.0",
+            "end-to-end tok/s p50 130.0",
+            "TTFT p50 50 ms",
+            "ITL per token p50 7.1 ms",
+            "accept length mean 5.50",
+            "⚠ CLIENT LAGGED: loop lag p99 12.0 ms: timings suspect",
+        ):
+            assert line in text, (line, text)
+        assert "output p50" not in text and "accept len " not in text
+
+
 # --- honest end states -------------------------------------------------------------------
 
 

@@ -47,6 +47,10 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+#: The flag on a cell whose client lagged while measuring it (as the headless line says it).
+LAGGED = "CLIENT LAGGED"
+
+
 def _figures(c: CellState) -> list[tuple[str, str]]:
     f = c.figures
     out: list[tuple[str, str]] = []
@@ -71,7 +75,7 @@ def _figures(c: CellState) -> list[tuple[str, str]]:
     if f.get("client_lagged"):
         lag = f.get("client_lag_p99_s")
         shown = f"{float(lag) * 1e3:.1f} ms" if lag is not None else "?"
-        out.append(("CLIENT LAGGED", f"loop lag p99 {shown}: timings suspect"))
+        out.append((LAGGED, f"loop lag p99 {shown}: timings suspect"))
     return out
 
 
@@ -121,10 +125,14 @@ def cell_text(p: CampaignProgress, c: CellState, pal: Palette, now: float) -> Te
         _tail(c.log_tail, pal, t, "log tail")
     if c.status == "done" and c.figures:
         figures = _figures(c)
+        lag = dict(figures).pop(LAGGED, None)
+        figures = [(label, value) for label, value in figures if label != LAGGED]
         width = max((len(label) for label, _ in figures), default=0)
         for label, value in figures:
             t.append(f"{label:>{width}} ", style=pal.muted)
             t.append(value + "\n", style=pal.bold)
+        if lag is not None:  # a warning, not a figure: its own line, not in the column
+            t.append(f"{MARKS['failed_check']} {LAGGED}: {lag}\n", style=pal.warning)
     params = [
         f"{k}={_fmt(c.spec[k])}"
         for k in _PARAM_KEYS
