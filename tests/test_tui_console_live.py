@@ -27,6 +27,7 @@ from specbench_tui.results.events import (
     HostState,
     LogLine,
     Notice,
+    SlurmJobChanged,
 )
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.tui.app import ConsoleApp
@@ -497,6 +498,31 @@ async def test_a_finished_cell_names_its_figures_as_the_report_does() -> None:
         ):
             assert line in text, (line, text)
         assert "output p50" not in text and "accept len " not in text
+
+
+async def test_groups_as_slurm_jobs_say_their_node_and_the_jobs_still_queued() -> None:
+    """On a Slurm host a running group's line says the node its job got, and the jobs
+    still waiting in the queue are counted with squeue's reason."""
+    events = sample_campaign()
+    events += [
+        SlurmJobChanged(
+            group="sim.ddtree-16.tp1", host="sim", job_id="4711", state="RUNNING", node="node07"
+        ),
+        SlurmJobChanged(
+            group="sim.ddtree-16.tp4",
+            host="sim",
+            job_id="4712",
+            state="PENDING",
+            reason="Resources",
+        ),
+    ]
+    app, _ = make_app(control=ScriptedControl(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        app._paint()
+        lines = health(app).splitlines()
+        assert "[0] node07:30000" in lines[0], lines
+        assert "· 1 job queued (Resources)" in health(app), lines
 
 
 # --- honest end states -------------------------------------------------------------------

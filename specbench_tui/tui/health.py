@@ -90,8 +90,10 @@ def _server_line(
             t.append("  ETA ", style=pal.muted)
         t.append(left)
     where = f"[{','.join(str(i) for i in g.gpu_ids)}]" if g.gpu_ids else ""
-    if g.port:
-        where += f" :{g.port}"
+    job = p.jobs.get(g.id)  # a Slurm host's group: on the node its batch job got
+    node = job.node if job is not None else ""
+    if g.port or node:
+        where += f" {node}:{g.port}" if g.port else f" {node}"
     where = where.strip()
     if where and len(t.plain) + 2 + len(where) <= width:
         t.append(f"  {where}", style=pal.muted)
@@ -124,6 +126,25 @@ def _state_line(g: GroupState, pal: Palette, now: float) -> Text:
                 s.append(f"  {label} ", style=pal.muted)
                 s.append(fmt.format(stats[key]), style=pal.bold)
     return s
+
+
+def _queued_line(host: str, p: CampaignProgress, pal: Palette) -> Text | None:
+    """``  · 3 jobs queued (Resources)``: a Slurm host's groups whose batch jobs wait, as
+    squeue last said, and why."""
+    waiting = [
+        j
+        for j in p.jobs.values()
+        if j.host == host and j.state == "PENDING" and j.group not in p.running_groups
+    ]
+    if not waiting:
+        return None
+    reasons = sorted({j.reason for j in waiting if j.reason})
+    n = len(waiting)
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(" " * (len(host) + 1) + f"· {n} job{'s' * (n != 1)} queued", style=pal.muted)
+    if reasons:
+        t.append(f" ({', '.join(reasons)})", style=pal.muted)
+    return t
 
 
 def _server_lines(
@@ -213,6 +234,9 @@ class _HostBlock:
         why = p.host_away(host)
         if why:
             head.insert(0, _away_line(host, why, pal))
+        queued = _queued_line(host, p, pal)
+        if queued is not None:
+            head.append(queued)
         gpus = sorted((g for (h, _), g in p.gpus.items() if h == host), key=lambda g: g.gpu)
         in_use = {i for g in running for i in g.gpu_ids}
         return cls(host, running, head, states, gpus, in_use)
