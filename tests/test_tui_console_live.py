@@ -27,6 +27,7 @@ from specbench_tui.results.events import (
     HostState,
     LogLine,
     Notice,
+    ServiceFailed,
     SlurmJobChanged,
 )
 from specbench_tui.results.layout import ResultsLayout
@@ -446,6 +447,10 @@ async def test_every_running_group_shows_its_server_gpus_and_port() -> None:
         text = health(app)
         assert "ddtree-16 TP1" not in text and "dflash TP1" in text and "ddtree-16 TP4" in text
         assert not tree_label(app, NodeRef("group", "sim.ddtree-16.tp1")).startswith("▶")
+        control.publish(ServiceFailed(group="sim.ddtree-16.tp4", reason="no health in 900 s"))
+        await settle(pilot, app)
+        text = health(app)
+        assert "✗ failed ddtree-16 TP4" in text and "unhealthy: no health in 900 s" in text
 
 
 async def test_packed_groups_stay_readable_at_80x24() -> None:

@@ -149,7 +149,7 @@ def _queued_line(host: str, p: CampaignProgress, pal: Palette) -> Text | None:
 
 def _server_lines(
     host: str, groups: list[GroupState], p: CampaignProgress, pal: Palette, now: float, width: int
-) -> tuple[list[Text], dict[int, Text]]:
+) -> tuple[list[Text], dict[int, tuple[Text, bool]]]:
     """Each running group's line and its state line (what a short pane drops first when
     several groups share the host), or ``no server``. The host is named once; the lines of
     other groups beside it are indented under the first."""
@@ -159,14 +159,14 @@ def _server_lines(
         t.append("○ no server", style=pal.muted)
         return [t], {}
     lines: list[Text] = []
-    states: dict[int, Text] = {}
+    states: dict[int, tuple[Text, bool]] = {}
     for i, g in enumerate(groups):
         lead = f"{host} " if i == 0 else " " * (len(host) + 1)
         line = _server_line(lead, g, p, pal, now, width)
         lines.append(line)
         state = _state_line(g, pal, now)
         if state.plain:
-            states[id(line)] = state
+            states[id(line)] = (state, g.server == "failed")
     return lines, states
 
 
@@ -220,7 +220,8 @@ class _HostBlock:
     host: str
     running: list[GroupState]
     head: list[Text]  # the away line, then a line per running group (or "no server")
-    states: dict[int, Text]  # a group line's state line, by id() of the group line
+    # a group line's state line and whether its server failed, by id() of the group line
+    states: dict[int, tuple[Text, bool]]
     gpus: list[GpuState]
     in_use: set[int]
     states_shown: bool = True
@@ -260,6 +261,10 @@ class HealthPane(VerticalScroll):
     def show(self, p: CampaignProgress, now: float, history: GpuHistory | None = None) -> None:
         pal = palette_for(self.app)
         width = max(self.size.width - 2, 40)
+        # Two measures of room: ``room``, the lines shown now, decides the idle-GPU fold and
+        # the telemetry footnote (so a quiet pane stays short and leaves room below it);
+        # ``most``, the lines it can grow to, decides what several groups or hosts give up
+        # so that every server line stays in view.
         room = max(self.size.height - 2, 3) if not self.is_maximized else 10_000
         most = self._capacity()
         hosts = p.hosts or sorted({h for h, _ in p.gpus} | set(p.telemetry))
@@ -314,8 +319,8 @@ class HealthPane(VerticalScroll):
         for b in blocks:
             for line in b.head:
                 lines.append(line)
-                state = b.states.get(id(line))
-                if state is not None and (b.states_shown or "unhealthy" in state.plain):
+                state, failed = b.states.get(id(line), (None, False))
+                if state is not None and (b.states_shown or failed):  # why it failed stays
                     lines.append(state)
             busy = [g for g in b.gpus if g.gpu in b.in_use or g.processes or g.util_pct > 1]
             idle = [g for g in b.gpus if g not in busy]
