@@ -22,9 +22,13 @@ from specbench_tui.results.events import (
     CellFinished,
     CheckVerdict,
     GpuSample,
+    GroupFinished,
     GroupStarted,
+    HostState,
     LogLine,
     Notice,
+    ServiceFailed,
+    SlurmJobChanged,
 )
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.tui.app import ConsoleApp
@@ -35,7 +39,8 @@ from specbench_tui.tui.plots import LivePlot
 from specbench_tui.tui.results_pane import ResultsPane
 from specbench_tui.tui.results_source import COLUMNS
 from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
-from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
+from specbench_tui.tui.scripted import ScriptedControl, packed_campaign, sample_campaign
+from specbench_tui.tui.toasts import ToastBatcher
 
 SIZE = (120, 40)
 SMALL = (80, 24)
@@ -354,6 +359,175 @@ async def test_health_shows_gpu_history_and_group_eta() -> None:
         text = str(app.main.query_one("#health-text").render())
         assert "▁▄▆█ 100%" in text  # the last four samples, oldest left
         assert "ddtree-16 TP1  2/4" in text and "ETA" in text
+
+
+def health(app: ConsoleApp) -> str:
+    return str(app.main.query_one("#health-text").render())
+
+
+def tree_label(app: ConsoleApp, ref: NodeRef) -> str:
+    return str(app.main.query_one(PlanTree).nodes_by_ref[ref].label)
+
+
+async def test_a_host_away_shows_in_health_and_tree_with_one_toast_each_way() -> None:
+    """The transport reports every retry; the console says the host is away once (a
+    warning line, the tree's host marked, one toast), gives up once, and is back once."""
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        app.toasts = ToastBatcher(hold_s=0.1, cooldown_s=0.3)
+        app.clear_notifications()
+        host = NodeRef("host", "sim")
+        assert "⚠" not in health(app) and "⚠" not in tree_label(app, host)
+        for retry in range(3):
+            control.publish(
+                HostState(host="sim", state="reconnecting", reason=f"connection lost (try {retry})")
+            )
+        await pilot.pause(0.6)
+        assert "sim ⚠ reconnecting: connection lost (try 2)" in health(app)
+        assert "sim ⚠ reconnecting" in tree_label(app, host)
+        shown = notes(app)
+        assert len(shown) == 1 and "host away" in shown[0], shown
+        control.publish(HostState(host="sim", state="unreachable", reason="away for 10m"))
+        await pilot.pause(0.6)
+        assert "sim ⚠ unreachable: away for 10m" in health(app)
+        assert "⚠ unreachable" in tree_label(app, host)
+        control.publish(HostState(host="sim", state="connected", reason="reconnected after 11m"))
+        await pilot.pause(0.6)
+        assert "⚠" not in health(app) and "⚠" not in tree_label(app, host)
+        assert "ddtree-16 TP1  2/4" in health(app)  # the server line is still there
+        titles = [n.title for n in app._notifications]
+        assert titles == ["host away", "host unreachable", "host back"], notes(app)
+        assert "sim: reconnected after 11m" in notes(app)[-1]
+
+
+async def test_a_replayed_host_outage_raises_no_toast() -> None:
+    """Attaching later: the host's state is shown, but an old outage is history."""
+    events = sample_campaign()
+    events.append(HostState(host="sim", state="reconnecting", reason="lost", ts=events[-1].ts))
+    app, _ = make_app(control=ScriptedControl(events))
+    app.clock = lambda: events[-1].ts + 3600.0
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, extra=1.0)
+        assert "sim ⚠ reconnecting: lost" in health(app)
+        assert not [n for n in app._notifications if n.title.startswith("host")]
+
+
+def packed_app(size: tuple[int, int] = SIZE) -> tuple[ConsoleApp, ScriptedControl]:
+    events = packed_campaign()
+    control = ScriptedControl(events)
+    frozen = events[-1].ts + 1.0
+    return ConsoleApp(control, clock=lambda: frozen, results_source=None), control
+
+
+async def test_every_running_group_shows_its_server_gpus_and_port() -> None:
+    """Three groups packed on one host and one on another: each has its line with its
+    server state, GPUs and port; their tree nodes all read running."""
+    app, control = packed_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        text = health(app)
+        assert "no server" not in text
+        lines = text.splitlines()
+        sim = next(i for i, line in enumerate(lines) if line.startswith("sim "))
+        packed = [line for line in lines[sim : sim + 4] if "TP" in line]
+        assert "● ready dflash TP1" in packed[0] and "[6] :31001" in packed[0]
+        assert "● ready ddtree-16 TP1" in packed[1] and "[5] :31002" in packed[1]
+        assert "… starting ddtree-16 TP4" in packed[2] and "[0,1,2,3] :31003" in packed[2]
+        assert any(line.startswith("h100 ● ready ar TP8") for line in lines)
+        for gid in ("sim.dflash.tp1", "sim.ddtree-16.tp1", "sim.ddtree-16.tp4", "h100.ar.tp8"):
+            assert tree_label(app, NodeRef("group", gid)).startswith("▶"), gid
+        assert tree_label(app, NodeRef("group", "sim.ar.tp1")).startswith("✓")
+        assert "[6]" in tree_label(app, NodeRef("group", "sim.dflash.tp1"))  # where it ran
+        running = [c for c in app.progress.cells.values() if c.status == "running"]
+        ddtree = next(c for c in running if c.group == "sim.ddtree-16.tp1")
+        control.publish(CellFinished(cell_id=ddtree.id, group=ddtree.group, requests=8))
+        control.publish(GroupFinished(group="sim.ddtree-16.tp1", status="done"))
+        await settle(pilot, app)
+        text = health(app)
+        assert "ddtree-16 TP1" not in text and "dflash TP1" in text and "ddtree-16 TP4" in text
+        assert not tree_label(app, NodeRef("group", "sim.ddtree-16.tp1")).startswith("▶")
+        control.publish(ServiceFailed(group="sim.ddtree-16.tp4", reason="no health in 900 s"))
+        await settle(pilot, app)
+        text = health(app)
+        assert "✗ failed ddtree-16 TP4" in text and "unhealthy: no health in 900 s" in text
+
+
+async def test_packed_groups_stay_readable_at_80x24() -> None:
+    app, _ = packed_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot, app)
+        pane = app.main.query_one("#health")
+        width = pane.content_region.width
+        lines = health(app).splitlines()
+        servers = [line for line in lines if " TP" in line]
+        assert len(servers) == 4, lines
+        for line in servers:  # every one whole: its ETA readable, nothing cut
+            assert "ETA" in line and not line.endswith("…") and len(line) <= width, line
+        assert lines.index(servers[-1]) < pane.content_region.height  # all in view
+
+
+async def test_a_finished_cell_names_its_figures_as_the_report_does() -> None:
+    """Names from bench/figures.py, the older end-to-end column read too; a lagging client
+    is a warning line of its own, not a figure squeezed into the column."""
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        figures = {
+            "throughput_tok_s": 120.0,
+            "decode_tok_s_p50": 140.0,
+            "e2e_tok_s_p50": 130.0,
+            "ttft_s_p50": 0.05,
+            "itl_token_s_p50": 0.0071,
+            "accept_length_mean": 5.5,
+            "client_lagged": True,
+            "client_lag_p99_s": 0.012,
+        }
+        control.publish(
+            CellFinished(
+                cell_id="ddt1agent", group="sim.ddtree-16.tp1", requests=8, figures=figures
+            )
+        )
+        await settle(pilot, app)
+        select(app, NodeRef("cell", "ddt1agent"))
+        await settle(pilot, app)
+        text = str(app.main.query_one("#detail-text").render())
+        for line in (
+            "cell throughput 120.0 tok/s",
+            "decode tok/s p50 140.0",
+            "end-to-end tok/s p50 130.0",
+            "TTFT p50 50 ms",
+            "ITL per token p50 7.1 ms",
+            "accept length mean 5.50",
+            "⚠ CLIENT LAGGED: loop lag p99 12.0 ms: timings suspect",
+        ):
+            assert line in text, (line, text)
+        assert "output p50" not in text and "accept len " not in text
+
+
+async def test_groups_as_slurm_jobs_say_their_node_and_the_jobs_still_queued() -> None:
+    """On a Slurm host a running group's line says the node its job got, and the jobs
+    still waiting in the queue are counted with squeue's reason."""
+    events = sample_campaign()
+    events += [
+        SlurmJobChanged(
+            group="sim.ddtree-16.tp1", host="sim", job_id="4711", state="RUNNING", node="node07"
+        ),
+        SlurmJobChanged(
+            group="sim.ddtree-16.tp4",
+            host="sim",
+            job_id="4712",
+            state="PENDING",
+            reason="Resources",
+        ),
+    ]
+    app, _ = make_app(control=ScriptedControl(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        app._paint()
+        lines = health(app).splitlines()
+        assert "[0] node07:30000" in lines[0], lines
+        assert "· 1 job queued (Resources)" in health(app), lines
 
 
 # --- honest end states -------------------------------------------------------------------

@@ -18,6 +18,7 @@ from specbench_tui.results.events import (
     GpuSample,
     GroupFinished,
     GroupStarted,
+    HostState,
     LogLine,
     Paused,
     RequestDone,
@@ -27,7 +28,8 @@ from specbench_tui.results.events import (
 )
 from specbench_tui.results.progress import CampaignProgress, format_clock
 from specbench_tui.tui.inbox import EventInbox
-from specbench_tui.tui.scripted import T0, sample_campaign
+from specbench_tui.tui.scripted import T0, packed_campaign, sample_campaign
+from specbench_tui.tui.toasts import host_news
 
 
 def _progress(events: list[Event]) -> CampaignProgress:
@@ -220,3 +222,63 @@ def test_earlier_failures_and_cells_left_out_of_this_run_show_as_such() -> None:
     assert p.cells["c1"].reason == "server did not start" and p.cells["c1"].resumed
     assert p.cells["c2"].held and p.counts.held == 2  # c2 and c3 are left out of this run
     assert p.cells["c0"].status == "pending" and not p.cells["c0"].held
+
+
+def test_every_running_group_is_tracked_and_current_falls_back() -> None:
+    """Packed groups run side by side: each stays running until its own group_finished,
+    where it listens comes from group_started, and when the current group or cell ends one
+    still running becomes current (not none while others run)."""
+    p = _progress(packed_campaign())
+    assert list(p.running_groups) == [
+        "h100.ar.tp8",
+        "sim.dflash.tp1",
+        "sim.ddtree-16.tp1",
+        "sim.ddtree-16.tp4",
+    ]
+    sim = p.running_on("sim")
+    assert [(g.config, g.tp, g.gpu_ids, g.port) for g in sim] == [
+        ("dflash", 1, [6], 31001),
+        ("ddtree-16", 1, [5], 31002),
+        ("ddtree-16", 4, [0, 1, 2, 3], 31003),
+    ]
+    assert p.groups["sim.ar.tp1"].port == 31000  # planned; never moved
+    assert p.current_group == "sim.ddtree-16.tp4"
+    p.apply(GroupFinished(group="sim.ddtree-16.tp4", status="done"))
+    assert p.current_group == "sim.ddtree-16.tp1" and "sim.ddtree-16.tp4" not in p.running_groups
+    running = [c.id for c in p.cells.values() if c.status == "running"]
+    assert len(running) == 3 and p.current_cell in running
+    p.apply(CellFinished(cell_id=p.current_cell, requests=8, ts=T0 + 10_000))
+    assert p.current_cell in running  # another cell still runs
+    p.apply(GroupStarted(group="sim.dflash.tp1", host="sim", attempt=2))  # a restart
+    assert list(p.running_groups)[-1] == "sim.dflash.tp1"
+    p.apply(CampaignFinished(campaign="packed"))
+    assert p.running_groups == {} and p.running_on("sim") == []
+
+
+def test_host_state_is_kept_and_a_new_run_forgets_it() -> None:
+    p = _progress([_start()])
+    assert p.host_away("h") == ""
+    p.apply(HostState(host="h", state="reconnecting", reason="connection lost"))
+    assert p.host_away("h") == "reconnecting: connection lost"
+    p.apply(HostState(host="h", state="connected", reason="reconnected after 12s"))
+    assert p.host_away("h") == ""
+    p.apply(HostState(host="h", state="unreachable", reason="away for 10m"))
+    p.apply(_start())
+    assert p.host_away("h") == ""
+
+
+def test_host_news_is_one_toast_per_change() -> None:
+    assert host_news("h", "", "connected", "up") is None  # never away
+    away = host_news("h", "", "reconnecting", "connection lost")
+    assert away == (
+        "warning",
+        "host away",
+        ("host away", "hosts away"),
+        "h reconnecting: connection lost",
+    )
+    assert host_news("h", "reconnecting", "reconnecting", "retry 3") is None
+    gone = host_news("h", "reconnecting", "unreachable", "away for 10m")
+    assert gone is not None and gone[0] == "error" and gone[3] == "h unreachable: away for 10m"
+    back = host_news("h", "unreachable", "connected", "reconnected after 11m")
+    assert back is not None and back[:2] == ("information", "host back")
+    assert back[3] == "h: reconnected after 11m"

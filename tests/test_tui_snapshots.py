@@ -16,10 +16,11 @@ import polars as pl
 import pytest
 from textual.pilot import Pilot
 
+from specbench_tui.results.events import HostState
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.results_source import COLUMNS
-from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
+from specbench_tui.tui.scripted import ScriptedControl, packed_campaign, sample_campaign
 
 SIZES = {"120x40": (120, 40), "80x24": (80, 24)}
 
@@ -174,3 +175,23 @@ def test_plots_at_80x24(snap_compare: Any) -> None:
         await settle(pilot)
 
     assert snap_compare(make_app(), terminal_size=SIZES["80x24"], run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_packed_groups_and_a_host_away(snap_compare: Any, size: str) -> None:
+    """Three groups packed on the simulated host, one on an SSH host that is reconnecting:
+    every server has its line, the host that is away says so in the pane and the tree."""
+    events = packed_campaign()
+    frozen = events[-1].ts + 1.0
+    events.append(
+        HostState(
+            host="h100",
+            state="reconnecting",
+            reason="connection lost (Connection reset by peer); retrying",
+            ts=events[-1].ts - 60.0,  # history: shown, but no toast (its timing would vary)
+        )
+    )
+    app = ConsoleApp(
+        ScriptedControl(events), theme="dark", clock=lambda: frozen, results_source=None
+    )
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=settle)

@@ -64,3 +64,18 @@ def token_gaps(gaps: Sequence[float], tokens: Sequence[int]) -> list[tuple[float
             out.append((waited / k, k))
             waited = 0.0
     return out
+
+
+#: Each figure's name as the report, the cells' columns and the console say it, by its
+#: column stem (``decode_tok_s`` for ``decode_tok_s_p50`` ...): a view names a figure from
+#: here rather than inventing a name of its own.
+FIGURE_NAMES: dict[str, str] = {
+    "ttft_s": "TTFT",
+    "decode_tok_s": "decode tok/s",
+    "e2e_tok_s": "end-to-end tok/s",
+    "throughput_tok_s": "cell throughput",
+    "tpot_s": "TPOT",
+    "itl_token_s": "ITL per token",
+    "chunk_gap_s": "chunk gap",
+    "accept_length": "accept length",
+}

@@ -118,6 +118,7 @@ class GroupState:
     label: str = ""
     tp: int = 0
     gpu_ids: list[int] = field(default_factory=list)
+    port: int = 0  # the plan's, until group_started says where it listens (packed groups)
     command: list[str] = field(default_factory=list)
     speculative: bool = False
     group: ServiceGroup | None = None
@@ -191,6 +192,10 @@ class CampaignState:
         self.exit_code: int | None = None
         self.current_group: str | None = None
         self.current_cell: str | None = None
+        # Every group whose server is up or coming up, in start order: several at once when
+        # groups are packed on a host, run on several hosts or as parallel Slurm jobs, so a
+        # view cannot take ``current_group`` (the latest) as the only one.
+        self.running_groups: dict[str, None] = {}
         self.last_ts: float | None = None
         self.events_seen: int = 0
         # The latest verdict of each check per (check, host, config, tp).
@@ -243,6 +248,7 @@ class CampaignState:
         self.finished_at = self.exit_code = None
         self.abort_reason = self.paused_by = ""
         self.current_group = self.current_cell = None
+        self.running_groups = {}
         self.host_states = {}
         old_cells, old_groups = self.cells, self.groups
         self.groups = {}
@@ -256,6 +262,7 @@ class CampaignState:
                 label=g.label,
                 tp=g.tp,
                 gpu_ids=list(g.gpu_ids),
+                port=g.port,
                 command=list(g.command),
                 speculative=g.speculative,
                 group=g,
@@ -327,10 +334,14 @@ class CampaignState:
             g.gpu_ids = list(ev.gpu_ids)
         if ev.command:
             g.command = list(ev.command)
+        if ev.port:
+            g.port = ev.port
         g.server, g.status, g.attempt = "starting", "running", ev.attempt
         g.started_at, g.ready_at, g.reason = ev.ts, None, ""
         g.log_tail.clear()
         self.current_group = ev.group
+        self.running_groups.pop(ev.group, None)  # a restart moves it to the end
+        self.running_groups[ev.group] = None
 
     def _service_ready(self, ev: ServiceReady) -> None:
         g = self._group(ev.group)
@@ -358,8 +369,9 @@ class CampaignState:
             g.server = "stopped"
         g.ready_at = None
         self._close_window(g, ev.ts)
-        if self.current_group == ev.group:
-            self.current_group = None
+        self.running_groups.pop(ev.group, None)
+        if self.current_group == ev.group:  # another one still running stays current
+            self.current_group = next(reversed(self.running_groups), None)
 
     def _cell_started(self, ev: CellStarted) -> None:
         c = self._cell(ev.cell_id, ev.cell, ev.group)
@@ -376,7 +388,15 @@ class CampaignState:
         if c.started_at is not None:
             c.duration_s = ts - c.started_at
         if self.current_cell == c.id:
-            self.current_cell = None
+            self.current_cell = self._latest_running_cell()
+
+    def _latest_running_cell(self) -> str | None:
+        """The running cell started last: with packed groups, what follows a cell that ends
+        while others still run."""
+        running = [c for c in self.cells.values() if c.status == "running"]
+        if not running:
+            return None
+        return max(running, key=lambda c: c.started_at or 0.0).id
 
     def _cell_finished(self, ev: CellFinished) -> None:
         c = self._cell(ev.cell_id, ev.cell, ev.group)
@@ -417,7 +437,7 @@ class CampaignState:
         c.ended_at = None
         c.reason = ev.by if ev.by in ("interrupted", "aborted", "host unreachable") else ""
         if self.current_cell == c.id:
-            self.current_cell = None
+            self.current_cell = self._latest_running_cell()
         if self.finished:  # a rerun after the end brings the campaign back to life
             self.finished = False
 
@@ -445,6 +465,11 @@ class CampaignState:
     def _host_state(self, ev: HostState) -> None:
         self.host_states[ev.host] = ev
 
+    def running_on(self, host: str) -> list[GroupState]:
+        """The groups running on ``host``, in start order."""
+        groups = (self.groups.get(gid) for gid in self.running_groups)
+        return [g for g in groups if g is not None and g.host == host]
+
     def host_away(self, host: str) -> str:
         """Why ``host`` is away ("" when its link is up): for the console's host line."""
         ev = self.host_states.get(host)
@@ -467,6 +492,7 @@ class CampaignState:
         self.wall_s += ev.wall_s or 0.0
         self.paused = False
         self.current_cell = self.current_group = None
+        self.running_groups = {}
         for c in self.cells.values():
             if c.status == "running":  # cut short without a word: it runs again on resume
                 c.status, c.reason = "pending", "interrupted"

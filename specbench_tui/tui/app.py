@@ -51,6 +51,7 @@ from specbench_tui.results.events import (
     GpuSample,
     GroupFinished,
     GroupStarted,
+    HostState,
     LogLine,
     Notice,
     RequestDone,
@@ -77,7 +78,7 @@ from specbench_tui.tui.results_source import comparison
 from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
 from specbench_tui.tui.summary import exit_summary
 from specbench_tui.tui.themes import DEFAULT_THEME, load_all_themes, resolve_theme_name
-from specbench_tui.tui.toasts import Toast, ToastBatcher
+from specbench_tui.tui.toasts import Toast, ToastBatcher, host_news
 
 #: Exit status when the console is closed before the campaign finished (as for Ctrl-C).
 EXIT_INTERRUPTED = 130
@@ -459,6 +460,16 @@ class ConsoleApp(CampaignKeys, App[int]):
         was_ended = self.ended
         now = time.monotonic()
         for ev in batch:
+            if isinstance(ev, HostState):
+                before = p.host_states.get(ev.host)
+                p.apply(ev)
+                tree.relabel_host(ev.host)
+                gpus = True  # the health pane says which host is away
+                news = host_news(ev.host, before.state if before else "", ev.state, ev.reason)
+                if news is not None and self._is_live(ev):
+                    severity, title, noun, text = news
+                    self.toasts.add(text, now, severity=severity, title=title, noun=noun)
+                continue
             p.apply(ev)
             if isinstance(ev, LogLine):
                 if logpane.group is None:

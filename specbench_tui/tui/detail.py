@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from specbench_tui.bench.figures import FIGURE_NAMES
 from specbench_tui.results.progress import CampaignProgress, CellState, GroupState, format_clock
 from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for, shown_status
 from specbench_tui.tui.plan_tree import NodeRef
@@ -46,6 +47,10 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+#: The flag on a cell whose client lagged while measuring it (as the headless line says it).
+LAGGED = "CLIENT LAGGED"
+
+
 def _figures(c: CellState) -> list[tuple[str, str]]:
     f = c.figures
     out: list[tuple[str, str]] = []
@@ -55,17 +60,22 @@ def _figures(c: CellState) -> list[tuple[str, str]]:
         if v is not None:
             out.append((label, fmt.format(float(v) * scale)))
 
-    num("throughput_tok_s", "throughput", "{:.1f} tok/s")
-    num("output_tok_s_p50", "output p50", "{:.1f} tok/s")
-    num("ttft_s_p50", "TTFT p50", "{:.0f} ms", 1000.0)
-    num("accept_length_mean", "accept len", "{:.2f}")
+    name = FIGURE_NAMES
+    num("throughput_tok_s", name["throughput_tok_s"], "{:.1f} tok/s")
+    num("decode_tok_s_p50", f"{name['decode_tok_s']} p50", "{:.1f}")
+    # end-to-end tok/s under the contract's older column name too (earlier results)
+    e2e = "e2e_tok_s_p50" if f.get("e2e_tok_s_p50") is not None else "output_tok_s_p50"
+    num(e2e, f"{name['e2e_tok_s']} p50", "{:.1f}")
+    num("ttft_s_p50", f"{name['ttft_s']} p50", "{:.0f} ms", 1000.0)
+    num("itl_token_s_p50", f"{name['itl_token_s']} p50", "{:.1f} ms", 1000.0)
+    num("accept_length_mean", f"{name['accept_length']} mean", "{:.2f}")
     if f.get("requests") is not None:
         out.append(("requests", f"{f['requests']} ({f.get('errors') or 0} errors)"))
     num("wall_s", "wall", "{:.1f} s")
     if f.get("client_lagged"):
         lag = f.get("client_lag_p99_s")
         shown = f"{float(lag) * 1e3:.1f} ms" if lag is not None else "?"
-        out.append(("CLIENT LAGGED", f"loop lag p99 {shown}: timings suspect"))
+        out.append((LAGGED, f"loop lag p99 {shown}: timings suspect"))
     return out
 
 
@@ -114,9 +124,15 @@ def cell_text(p: CampaignProgress, c: CellState, pal: Palette, now: float) -> Te
     if c.status == "failed":
         _tail(c.log_tail, pal, t, "log tail")
     if c.status == "done" and c.figures:
-        for label, value in _figures(c):
-            t.append(f"{label:>12} ", style=pal.muted)
+        figures = _figures(c)
+        lag = dict(figures).pop(LAGGED, None)
+        figures = [(label, value) for label, value in figures if label != LAGGED]
+        width = max((len(label) for label, _ in figures), default=0)
+        for label, value in figures:
+            t.append(f"{label:>{width}} ", style=pal.muted)
             t.append(value + "\n", style=pal.bold)
+        if lag is not None:  # a warning, not a figure: its own line, not in the column
+            t.append(f"{MARKS['failed_check']} {LAGGED}: {lag}\n", style=pal.warning)
     params = [
         f"{k}={_fmt(c.spec[k])}"
         for k in _PARAM_KEYS

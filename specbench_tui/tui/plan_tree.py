@@ -125,6 +125,11 @@ class PlanTree(Tree[NodeRef]):
             self._relabel(node)
             node = node.parent
 
+    def relabel_host(self, host: str) -> None:
+        node = self.nodes_by_ref.get(NodeRef("host", host))
+        if node is not None:
+            self._relabel(node)
+
     def relabel_group(self, gid: str) -> None:
         node = self.nodes_by_ref.get(NodeRef("group", gid))
         if node is not None:
@@ -182,7 +187,7 @@ class PlanTree(Tree[NodeRef]):
             g = p.groups[ref.key]
             status = status_of(
                 counts,
-                running=p.current_group == g.id and g.server != "stopped",
+                running=g.id in p.running_groups and g.server != "stopped",
                 failed_checks=checks,
             )
             t.append(MARKS[status] + " ", style=pal.status(status))
@@ -197,11 +202,16 @@ class PlanTree(Tree[NodeRef]):
             t.append(MARKS[status] + " ", style=pal.status(status))
             t.append(ref.key.rpartition("/")[2])
         else:  # host: running while one of its groups is (its server starting counts)
-            current = p.groups.get(p.current_group) if p.current_group else None
-            running = current is not None and current.host == ref.key
+            running = bool(p.running_on(ref.key))
             status = status_of(counts, running=running, failed_checks=checks)
             t.append(MARKS[status] + " ", style=pal.status(status))
             t.append(ref.key, style=pal.bold)
+            away = p.host_states.get(ref.key)
+            if away is not None and away.state != "connected":
+                t.append(
+                    f" ⚠ {away.state}",
+                    style=pal.error if away.state == "unreachable" else pal.warning,
+                )
         t.append("  ")
         t.append_text(self._counts_text(counts, pal, full=not expanded))
         return t

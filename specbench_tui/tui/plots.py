@@ -1,4 +1,5 @@
-"""Live plots: output tok/s per request, the server's gen throughput, accept length, TTFT.
+"""Live plots: end-to-end tok/s per request (the request event's ``output_tok_s``, n / e2e),
+the server's gen throughput, accept length, TTFT; named as ``bench/figures.py`` names them.
 
 Collection and drawing are separate, as in Dolphie: every batch of events lands in bounded
 deques (``LiveSeries``), and the plots are redrawn on a timer only when something changed.
@@ -14,6 +15,7 @@ from typing import ClassVar
 from textual.containers import Grid
 from textual_plotext import PlotextPlot
 
+from specbench_tui.bench.figures import FIGURE_NAMES
 from specbench_tui.results.events import Event, LogLine, RequestDone
 
 #: Points kept per series: about ten minutes at one point a second.
@@ -89,12 +91,12 @@ class LiveData:
 
 
 TITLES = {
-    "tok_s": "output tok/s per request",
-    "tok_s_short": "tok/s per request",
-    "tok_s_tiny": "tok/s/req",
+    "tok_s": f"{FIGURE_NAMES['e2e_tok_s']} per request",
+    "tok_s_short": FIGURE_NAMES["e2e_tok_s"],
+    "tok_s_tiny": "e2e tok/s",
     "gen": "server gen tok/s",
-    "accept": "accept length",
-    "ttft": "TTFT ms",
+    "accept": FIGURE_NAMES["accept_length"],
+    "ttft": f"{FIGURE_NAMES['ttft_s']} ms",
 }
 #: Plots a compact screen leaves out (the pane zoomed shows them).
 MINOR = frozenset({"gen", "ttft"})

@@ -483,6 +483,7 @@ def sample_campaign(*, finish: bool = False) -> list[Event]:
                     figures={
                         "throughput_tok_s": speed * 0.97,
                         "ttft_s_p50": 0.044,
+                        "decode_tok_s_p50": speed * 1.04,
                         "output_tok_s_p50": speed,
                         "accept_length_mean": accept,
                     },
@@ -503,4 +504,141 @@ def sample_campaign(*, finish: bool = False) -> list[Event]:
         )
     else:
         run_group(groups[2], stop=2)
+    return evs
+
+
+def _placed_group(
+    host: str, kind: str, config: str, tp: int, gpus: tuple[int, ...], spec: bool
+) -> ServiceGroup:
+    label = {"ar": "Autoregressive", "dflash": "DFlash (linear, block 16)"}.get(
+        config, "DDTree (budget 16)"
+    )
+    return ServiceGroup(
+        id=f"{host}.{config}.tp{tp}",
+        host=host,
+        host_kind=kind,
+        config=config,
+        label=label,
+        tp=tp,
+        gpu_ids=gpus,
+        port=31000,
+        command=("python", "-m", "specbench_tui.sim.server", "--tp-size", str(tp)),
+        env=(),
+        api="sglang",
+        ready_timeout_s=900.0,
+        speculative=spec,
+    )
+
+
+def packed_campaign() -> list[Event]:
+    """Groups running at the same time: on the simulated host ``sim`` (``pack = true``, 8
+    GPUs) the autoregressive TP1 group has finished, DFlash and DDTree TP1 run side by side
+    on GPUs 6 and 5 (ports 31001, 31002) and DDTree TP4 is starting on GPUs 0-3; on the SSH
+    host ``h100`` an autoregressive TP8 group runs too. Placements and ports come with
+    ``group_started``, as the engine sends them for packed groups."""
+    groups = [
+        _placed_group("sim", "sim", "ar", 1, (7,), False),
+        _placed_group("sim", "sim", "dflash", 1, (7,), True),
+        _placed_group("sim", "sim", "ddtree-16", 1, (7,), True),
+        _placed_group("sim", "sim", "ddtree-16", 4, (4, 5, 6, 7), True),
+        _placed_group("h100", "ssh", "ar", 8, tuple(range(8)), False),
+    ]
+    cells = _cells(groups)
+    by_group: dict[str, list[Cell]] = {}
+    for c in cells:
+        by_group.setdefault(c.group, []).append(c)
+    t = T0
+    evs: list[Event] = [
+        CampaignStarted(
+            campaign="packed",
+            title="Packed groups (simulated)",
+            plan_hash="5be0c2",
+            results_dir="results/packed",
+            hosts=["sim", "h100"],
+            groups=groups,
+            cells=cells,
+            selected=[c.id for c in cells],
+            simulated=True,
+            pid=4243,
+            ts=t,
+        )
+    ]
+    placed = {
+        "sim.ar.tp1": ((7,), 31000),
+        "sim.dflash.tp1": ((6,), 31001),
+        "sim.ddtree-16.tp1": ((5,), 31002),
+        "sim.ddtree-16.tp4": ((0, 1, 2, 3), 31003),
+        "h100.ar.tp8": (tuple(range(8)), 31000),
+    }
+
+    def start(g: ServiceGroup, ready: bool) -> None:
+        nonlocal t
+        gpus, port = placed[g.id]
+        evs.append(
+            GroupStarted(
+                group=g.id,
+                host=g.host,
+                config=g.config,
+                tp=g.tp,
+                gpu_ids=list(gpus),
+                command=list(g.command),
+                port=port,
+                ts=t,
+            )
+        )
+        if ready:
+            t += 6.0
+            evs.append(ServiceReady(group=g.id, startup_s=6.0, ts=t))
+
+    def finish_cells(g: ServiceGroup, n: int, speed: float, accept: float | None) -> None:
+        nonlocal t
+        for c in by_group[g.id][:n]:
+            evs.append(CellStarted(cell_id=c.id, group=g.id, cell=c.name, requests=8, ts=t))
+            t += 4.0
+            stats = _stats_line(t, g.tp, accept, speed, 1, 0)
+            stats.group = g.id
+            evs.append(stats)
+            evs.append(
+                CellFinished(
+                    cell_id=c.id,
+                    group=g.id,
+                    cell=c.name,
+                    requests=8,
+                    wall_s=4.0,
+                    figures={"throughput_tok_s": speed, "decode_tok_s_p50": speed * 1.04},
+                    ts=t,
+                )
+            )
+
+    sim_ar, dflash, ddtree1, ddtree4, h100 = groups
+    start(h100, ready=True)
+    start(sim_ar, ready=True)
+    finish_cells(sim_ar, 4, 40.0, None)
+    evs.append(GroupFinished(group=sim_ar.id, status="done", ts=t))
+    start(dflash, ready=True)
+    start(ddtree1, ready=True)
+    finish_cells(dflash, 2, 95.0, 5.8)
+    finish_cells(ddtree1, 1, 131.0, 7.9)
+    finish_cells(h100, 1, 160.0, None)
+    for g in (dflash, ddtree1, h100):  # one cell running in each
+        c = by_group[g.id][len([e for e in evs if isinstance(e, CellFinished) and e.group == g.id])]
+        evs.append(CellStarted(cell_id=c.id, group=g.id, cell=c.name, requests=8, ts=t))
+    start(ddtree4, ready=False)
+    t += 2.0
+    for host, busy in (("sim", (0, 1, 2, 3, 5, 6)), ("h100", tuple(range(8)))):
+        for gpu in range(8):
+            on = gpu in busy
+            evs.append(
+                GpuSample(
+                    host=host,
+                    gpu=gpu,
+                    util_pct=80.0 if on and gpu > 3 else 0.0,
+                    mem_used_mib=83_200.0 if on else 512.0,
+                    mem_total_mib=_GPU_TOTAL,
+                    power_w=380.0 if on else 61.0,
+                    temp_c=60.0 if on else 34.0,
+                    processes=["sglang::scheduler_TP0"] if on else [],
+                    ts=t,
+                )
+            )
     return evs

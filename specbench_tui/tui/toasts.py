@@ -124,3 +124,28 @@ def _summarise(p: _Pending) -> Toast:
     named = "\n".join(f"• {_cut(text)}" for _, _, _, text in worst[:NAMED])
     more = f"\n… and {n - NAMED} more" if n > NAMED else ""
     return Toast(p.severity, title, named + more, count=n)
+
+
+#: A host's link as the console tells it: (severity, title, noun) per state it changes to.
+_HOST_NEWS = {
+    "reconnecting": ("warning", "host away", ("host away", "hosts away")),
+    "unreachable": ("error", "host unreachable", ("host unreachable", "hosts unreachable")),
+    "connected": ("information", "host back", ("host back", "hosts back")),
+}
+
+
+def host_news(
+    host: str, before: str, state: str, reason: str
+) -> tuple[str, str, tuple[str, str], str] | None:
+    """The toast for a host's link changing from ``before`` to ``state`` (severity, title,
+    noun, text), or None when nothing changed: the transport reports every retry, and a host
+    first heard of as connected was never away. So a drop gives one toast, giving up a
+    second (its cells now fail) and the way back one more."""
+    if state == before or (state == "connected" and before in ("", "connected")):
+        return None
+    news = _HOST_NEWS.get(state)
+    if news is None:
+        return None
+    severity, title, noun = news
+    said = f"{host}: {reason}" if state == "connected" else f"{host} {state}: {reason}"
+    return severity, title, noun, said.rstrip(": ")
