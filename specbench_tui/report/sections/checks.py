@@ -1,6 +1,8 @@
 """Correctness checks: the verdicts the campaign recorded (``check_verdict`` events, through the
 reducer), each config's first divergences from the baseline as the check located them (token
-by token where the engine returned ids), and what the state-leak probe saw."""
+by token where the engine returned ids, one row per prompt), the noise floor each verdict was
+judged against and what it cost, each config against itself across TP sizes, and what the
+state-leak probe saw."""
 
 from __future__ import annotations
 
@@ -23,6 +25,45 @@ def _where(d: dict[str, Any]) -> Cell:
             " vs ",
             code(str(d.get("theirs") or "")),
         ),
+    )
+
+
+def _floor(detail: dict[str, Any]) -> str:
+    """The noise floor a verdict was judged against, and how many self-comparisons made it."""
+    n = detail.get("floor_compared") or 0
+    if not n:
+        return "not measured"
+    first = detail.get("noise_floor")
+    return f"{'never' if first is None else first} ({n} compared)"
+
+
+def _across(detail: dict[str, Any]) -> str:
+    """Its outputs against its own at other TP sizes: where they first differ, and the call."""
+    parts = []
+    for otp, a in sorted((detail.get("across_tp") or {}).items(), key=lambda kv: int(kv[0])):
+        if a.get("first") is None:
+            parts.append(f"TP {otp}: equal ({a.get('compared')})")
+        else:
+            verdict = {"fail": "beyond noise", "noise": "within noise"}.get(a.get("status"), "")
+            blame = "" if a.get("counted") or a.get("status") != "fail" else ", explained there"
+            parts.append(f"TP {otp}: from {a['first']} ({verdict}{blame})")
+    return "; ".join(parts) or "—"
+
+
+def _probe_para(inp: Inputs, v: Any) -> Para:
+    d = v.detail
+    first = d.get("first")
+    saw = (
+        "it never differed from itself"
+        if first is None
+        else f"{d.get('diverged')} of {d.get('compared')} outputs differed from position {first}"
+    )
+    return Para(
+        text(
+            f"Noise-floor probe on {label(inp, v.config)} at TP {v.tp} ({v.host}): "
+            f"{d.get('requests')} requests (its probe prompts alone, again, and batched "
+            f"{d.get('batch')} at a time, up to {d.get('max_tokens')} tokens): {saw}."
+        )
     )
 
 
@@ -80,6 +121,7 @@ def build(inp: Inputs) -> Section:
                     Column("Compared"),
                     Column("Diverged"),
                     Column("Baseline's own noise from", "r"),
+                    Column("Against its other TP sizes", "p", 0.3),
                 ],
                 [
                     [
@@ -88,11 +130,8 @@ def build(inp: Inputs) -> Section:
                         Cell(str(v.tp)),
                         Cell(str(v.detail.get("compared", "—"))),
                         Cell(str(v.detail.get("diverged", "—")), bold=v.status == "fail"),
-                        Cell(
-                            "never"
-                            if v.detail.get("noise_floor") is None
-                            else str(v.detail["noise_floor"])
-                        ),
+                        Cell(_floor(v.detail)),
+                        Cell(_across(v.detail)),
                     ]
                     for v in greedy
                 ],
@@ -135,6 +174,9 @@ def build(inp: Inputs) -> Section:
             )
         else:
             sec.add(Para(text("All compared outputs match the baseline.")))
+    for v in verdicts:
+        if v.check == "noise_floor":
+            sec.add(_probe_para(inp, v))
     leaks = [v for v in verdicts if v.check == "state_leak" and v.status == "fail"]
     for v in leaks:
         sec.add(
