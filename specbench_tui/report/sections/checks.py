@@ -30,11 +30,12 @@ def _where(d: dict[str, Any]) -> Cell:
 
 def _floor(detail: dict[str, Any]) -> str:
     """The noise floor a verdict was judged against, and how many self-comparisons made it."""
-    n = detail.get("floor_compared") or 0
-    if not n:
-        return "not measured"
     first = detail.get("noise_floor")
-    return f"{'never' if first is None else first} ({n} compared)"
+    said = "never" if first is None else str(first)
+    if "floor_compared" not in detail:  # a verdict recorded before the counts were
+        return said
+    n = detail["floor_compared"] or 0
+    return f"{said} ({n} compared)" if n else "not measured"
 
 
 def _across(detail: dict[str, Any]) -> str:
