@@ -530,6 +530,8 @@ def config_verdicts(
         if ctp != tp or config == baseline:
             continue
         mine = own(config, tp)
+        if mine is None and settled is not None and tp not in settled:
+            continue  # its baseline is still to come: no verdict yet
         anchored = mine is not None and mine.status != "fail"
         across: dict[int, list[Finding]] = {}
         blamed: set[int] = set()
