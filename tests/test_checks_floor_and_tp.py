@@ -127,6 +127,10 @@ def test_a_config_that_diverges_across_tp_sizes_fails_where_it_differs() -> None
     assert v2.status == "fail" and v2.detail["compared"] == 0
     assert v2.detail["first"]["token"] == 5
     assert "differ from its own at TP 1" in v2.text and "from the first tokens" in v2.text
+    # No baseline at TP 2: its floor is the baseline's at the TP sizes it ran at.
+    probe = {"compared": 6, "diverged": 0, "first": None}
+    ((_, v2),) = config_verdicts("ar", samples, 2, {1: probe})
+    assert v2.status == "fail" and v2.detail["floor_sources"] == {"probe": 6}
     # While the baseline's TP 2 cells are still to run, there is no verdict at TP 2 yet.
     assert config_verdicts("ar", samples, 2, settled={1}) == []
 
@@ -235,8 +239,12 @@ async def test_a_config_that_diverges_at_one_tp_size_fails_there(write_plan, tmp
     failed = {(cell.config, cell.tp) for cell in c.state.cells.values() if cell.failed_check}
     assert failed == {("dflash", 2)}
     md, _ = render_texts(build_report(c.layout.root))
-    assert "TP 1: from" in md and "beyond noise" in md  # the TP 2 row's across column
-    assert "TP 2: from" in md and "explained there" in md  # the TP 1 row's
+    first = two.detail["first"]["token"]
+    assert (
+        f"| 3 | 0 | never (6 compared) | TP 2: from {first} (beyond noise, blamed on TP 2) |" in md
+    )
+    assert f"| 0 | 0 | never (6 compared) | TP 1: from {first} (beyond noise) |" in md
+    assert "| itself at TP 1 |" in md
 
 
 AGENTIC = MINIMAL_PLAN.replace(

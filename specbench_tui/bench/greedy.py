@@ -290,11 +290,14 @@ class Floor:
 
     def __add__(self, other: Floor) -> Floor:
         firsts = [p for p in (self.first, other.first) if p is not None]
+        sources = dict(self.sources)
+        for where, n in other.sources:
+            sources[where] = sources.get(where, 0) + n
         return Floor(
             self.compared + other.compared,
             self.diverged + other.diverged,
             min(firsts) if firsts else None,
-            self.sources + other.sources,
+            tuple(sources.items()),
         )
 
     def within(self, position: int) -> bool:
@@ -482,17 +485,23 @@ def greedy_verdict(
 
 
 def baseline_floor(
-    base: Mapping[int, list[Sample]], tp: int, probe: Mapping[str, Any] | None = None
+    base: Mapping[int, list[Sample]], tp: int, probes: Mapping[int, Mapping[str, Any]] | None = None
 ) -> Floor:
     """The baseline's noise floor at ``tp``: its repeats and batched runs there, its outputs
     at every other TP size against those at ``tp`` (TP changes reduction order), and what
-    the floor probe saw."""
-    ours = base.get(tp, [])
-    floor = Floor.of(self_comparisons(ours), "repeats and batches")
-    for otp, theirs in sorted(base.items()):
-        if otp != tp:
-            floor = floor + Floor.of(compare(ours, theirs), f"TP {tp} vs TP {otp}")
-    return floor + Floor.from_probe(probe)
+    the floor probe saw. Where the baseline never ran at ``tp`` (a config's TP size judged
+    only against itself at others), the floor of every TP size it ran at."""
+    probes = probes or {}
+    tps = [tp] if tp in base or tp in probes else sorted(set(base) | set(probes))
+    floor = Floor()
+    for t in tps:
+        ours = base.get(t, [])
+        floor = floor + Floor.of(self_comparisons(ours), "repeats and batches")
+        floor = floor + Floor.from_probe(probes.get(t))
+        for otp, theirs in sorted(base.items()):
+            if otp != t and (len(tps) == 1 or otp > t):  # each pair once
+                floor = floor + Floor.of(compare(ours, theirs), f"TP {t} vs TP {otp}")
+    return floor
 
 
 def config_verdicts(
@@ -517,7 +526,7 @@ def config_verdicts(
 
     def floor_at(t: int) -> Floor:
         if t not in floors:
-            floors[t] = baseline_floor(base, t, probes.get(t))
+            floors[t] = baseline_floor(base, t, probes)
         return floors[t]
 
     def own(config: str, t: int) -> Verdict | None:

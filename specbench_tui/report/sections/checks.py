@@ -46,7 +46,7 @@ def _across(detail: dict[str, Any]) -> str:
             parts.append(f"TP {otp}: equal ({a.get('compared')})")
         else:
             verdict = {"fail": "beyond noise", "noise": "within noise"}.get(a.get("status"), "")
-            blame = "" if a.get("counted") or a.get("status") != "fail" else ", explained there"
+            blame = "" if a.get("counted") or a.get("status") != "fail" else f", blamed on TP {otp}"
             parts.append(f"TP {otp}: from {a['first']} ({verdict}{blame})")
     return "; ".join(parts) or "—"
 
@@ -130,7 +130,10 @@ def build(inp: Inputs) -> Section:
                         Cell(label(inp, v.config)),
                         Cell(str(v.tp)),
                         Cell(str(v.detail.get("compared", "—"))),
-                        Cell(str(v.detail.get("diverged", "—")), bold=v.status == "fail"),
+                        Cell(
+                            str(v.detail.get("diverged", "—")),
+                            bold=v.status == "fail" and bool(v.detail.get("diverged")),
+                        ),
                         Cell(_floor(v.detail)),
                         Cell(_across(v.detail)),
                     ]
@@ -142,7 +145,11 @@ def build(inp: Inputs) -> Section:
         rows = []
         more = 0
         for v in greedy:
-            for d in v.detail.get("divergent") or []:
+            against = [("baseline", d) for d in v.detail.get("divergent") or []]
+            for otp, a in sorted((v.detail.get("across_tp") or {}).items()):
+                if a.get("counted") and a.get("finding") and a.get("status") != "pass":
+                    against.append((f"itself at TP {otp}", a["finding"]))
+            for what, d in against:
                 if len(rows) >= DIVERGENT_LIMIT:
                     more += 1
                     continue
@@ -154,19 +161,22 @@ def build(inp: Inputs) -> Section:
                         Cell(str(d.get("prompt") or "—"), code=True),
                         Cell(str(d.get("context") or "—")),
                         _where(d),
+                        Cell(what),
                     ]
                 )
         if rows:
             sec.add(
                 Table(
-                    "Outputs that differ from the baseline",
+                    "Outputs that differ from the baseline, or from their own at another TP size "
+                    "(one row per prompt, its earliest)",
                     [
                         Column("Config", "l"),
                         Column("TP"),
                         Column("Kind", "l"),
                         Column("Prompt", "l"),
                         Column("Turn", "l"),
-                        Column("First difference", "p", 0.45),
+                        Column("First difference", "p", 0.4),
+                        Column("Against", "l"),
                     ],
                     rows,
                     [f"... and {more} more."] if more else [],
