@@ -97,7 +97,13 @@ async def evaluate_greedy(ctx: RunContext, host: str, tps: list[int] | None = No
         if c.status == "done" and c.cell is not None and c.cell.temperature == 0
     ]
     wanted = sorted({cell.tp for cell, _ in done} | set(tps or []))
-    waiting = {c.tp for c in on_host if c.config == baseline and c.status in ("pending", "running")}
+    # The baseline's cells this run will still run (a held one, left out by --only, never will).
+    waiting = {
+        c.tp
+        for c in on_host
+        if c.config == baseline
+        and (c.status == "running" or (c.status == "pending" and c.selected))
+    }
     settled = {c.tp for c in on_host} - waiting
     probes = {
         tp: v.detail
