@@ -24,8 +24,11 @@ from specbench_tui.bench.greedy import (
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
+from specbench_tui.report.build import build_report
+from specbench_tui.report.render import render_texts
 from specbench_tui.results.cells import Cell
 from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.sim.textgen import prompt_seed
 
 # --- pure ---------------------------------------------------------------------------------
 
@@ -141,7 +144,12 @@ async def test_no_fault_every_config_passes(write_plan, tmp_path) -> None:
     assert code == 0
     verdict = c.state.checks[("greedy", "sim", "dflash", 1)]
     assert verdict.status == "pass" and verdict.detail["compared"] == 6
-    assert verdict.detail["floor_compared"] == 3  # the baseline's repeats against its first run
+    # The baseline's repeats against its first run, and the floor probe: 2 prompts again alone
+    # and batched 4 at a time.
+    assert verdict.detail["floor_compared"] == 9
+    assert verdict.detail["floor_sources"] == {"repeats and batches": 3, "probe": 6}
+    probe = c.state.checks[("noise_floor", "sim", "ar", 1)]
+    assert probe.status == "pass" and probe.detail["requests"] == 8
 
 
 @pytest.mark.slow
@@ -149,11 +157,20 @@ async def test_state_that_leaks_after_a_long_request_is_found(write_plan, tmp_pa
     text = PLAN.replace('"8"]', '"8", "--sim-fault", "leak:1000"]').replace(
         "greedy_equivalence = true", "greedy_equivalence = true\nstate_leak = true"
     )
-    c, code = await _run(write_plan(text), tmp_path)
+    path = write_plan(text)
+    c, code = await _run(path, tmp_path)
     assert code == 1
     leak = c.state.checks[("state_leak", "sim", "dflash", 1)]
     assert leak.status == "fail" and "after a long unrelated request" in leak.text
     assert leak.detail["alone"] != leak.detail["after_long"]
+    # The simulator's leak poisons the request after the long one from token 4 + seed % 12 of
+    # its prompt: the probe prompt (the first workload's first prompt), as the server sees it.
+    probe = sample_prompts(load_named_set("chat", path.parent), 1, 0)[0]
+    expected = 4 + prompt_seed(render_prompt(probe.messages())) % 12
+    assert leak.detail["divergence"]["token"] == expected
+    assert f"at token {expected}:" in leak.text
+    md, _ = render_texts(build_report(c.layout.root))
+    assert "State leak in dflash at TP 1" in md
     assert c.state.checks[("state_leak", "sim", "ar", 1)].status == "pass"
     # Short prompts never follow a long request in the cells: the greedy check passes.
     assert c.state.checks[("greedy", "sim", "dflash", 1)].status == "pass"

@@ -223,6 +223,12 @@ def test_greedy_outputs_equal_between_ar_and_ngram(run: Run) -> None:
     verdicts = [e for e in run.events if e["event"] == "check_verdict" and e["config"] == "ngram"]
     assert verdicts and verdicts[-1]["status"] == "pass", verdicts
     assert verdicts[-1]["detail"]["compared"] > len(ar)  # concurrency outputs compared too
+    # Judged against a noise floor, which here only the floor probe measures (no repeats; the
+    # concurrency cell draws other prompts than the single ones): 2 probe prompts again alone
+    # and batched 4 at a time, the plan's highest concurrency.
+    assert verdicts[-1]["detail"]["floor_sources"]["probe"] == 6, verdicts[-1]
+    probe = [e for e in run.events if e["event"] == "check_verdict" and e["check"] == "noise_floor"]
+    assert [(e["config"], e["detail"]["requests"]) for e in probe] == [("ar", 8)], probe
 
 
 def test_a_bad_flag_fails_its_group_with_the_engines_own_last_lines(run: Run) -> None:

@@ -4,9 +4,11 @@ A divergence is located (the first differing token, the two continuations, the p
 judged against a noise floor: real engines are not bit-exact at temperature 0 (verify runs
 k+1 rows where decode runs one; TP and batching change reduction order), so the baseline is
 compared with itself wherever the campaign ran it twice (repeats, batched in a concurrency
-cell, another TP size). A config that diverges only late and no earlier than the baseline
-diverges from itself is numerics; one that diverges earlier, or from the first tokens, is
-broken. Everything here is plain data in and out; the engine turns verdicts into events.
+cell, another TP size) and in the floor probe (its probe prompts again and batched, so there
+is a floor even in a plan with neither). A config that diverges only late and no earlier than
+the baseline diverges from itself is numerics; one that diverges earlier, or from the first
+tokens, is broken. A config is also compared with itself across TP sizes, judged against the
+same floor. Everything here is plain data in and out; the engine turns verdicts into events.
 
 Outputs are compared by token ids where the engine returned them (SGLang ``output_ids``,
 vLLM token ids), by text otherwise (the position is then a word, said as such). Outputs of
@@ -15,7 +17,7 @@ different ``max_tokens`` are compared on their common prefix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,59 +249,321 @@ class Verdict:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+# --- the noise floor -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The baseline against itself, from every source the campaign had: its repeats and
+    batched runs in the cells, its outputs at another TP size, the floor probe. ``first`` is
+    the earliest position at which it differed from itself (None: it never did)."""
+
+    compared: int = 0
+    diverged: int = 0
+    first: int | None = None
+    sources: tuple[tuple[str, int], ...] = ()  # (where, comparisons), for the report
+
+    @classmethod
+    def of(cls, findings: Iterable[Finding], source: str) -> Floor:
+        found = list(findings)
+        positions = [f.divergence.position for f in found if f.divergence is not None]
+        return cls(
+            len(found),
+            len(positions),
+            min(positions) if positions else None,
+            ((source, len(found)),) if found else (),
+        )
+
+    @classmethod
+    def from_probe(cls, detail: Mapping[str, Any] | None) -> Floor:
+        """What the floor probe recorded (its ``check_verdict`` detail)."""
+        if not detail or not detail.get("compared"):
+            return cls()
+        n = int(detail["compared"])
+        first = detail.get("first")
+        return cls(
+            n,
+            int(detail.get("diverged") or 0),
+            int(first) if isinstance(first, int) else None,
+            (("probe", n),),
+        )
+
+    def __add__(self, other: Floor) -> Floor:
+        firsts = [p for p in (self.first, other.first) if p is not None]
+        sources = dict(self.sources)
+        for where, n in other.sources:
+            sources[where] = sources.get(where, 0) + n
+        return Floor(
+            self.compared + other.compared,
+            self.diverged + other.diverged,
+            min(firsts) if firsts else None,
+            tuple(sources.items()),
+        )
+
+    def within(self, position: int) -> bool:
+        """A divergence this late is the baseline's own numerics, not a broken config."""
+        return self.first is not None and position >= self.first and position >= FIRST_TOKENS
+
+
 def noise_floor(findings: list[Finding]) -> int | None:
     """The earliest token at which the baseline diverged from itself; None when it never did."""
-    positions = [f.divergence.position for f in findings if f.divergence is not None]
-    return min(positions) if positions else None
+    return Floor.of(findings, "").first
+
+
+def floor_probe_verdict(
+    config: str, prompts: list[str], alone: list[Output], again: list[Output], batched: list[Output]
+) -> Verdict:
+    """The floor probe's outcome: each probe prompt run again alone, and in a batch (cycling
+    through the prompts), against its first run. Never a failure: the baseline defines the
+    floor; ``noise`` says it differs from itself, and from where."""
+    rows: list[dict[str, Any]] = []
+    for how, outs in (("again", again), ("batched", batched)):
+        for i, out in enumerate(outs):
+            k = i % len(prompts)
+            d = first_divergence(out, alone[k])
+            rows.append(
+                {
+                    "prompt": prompts[k],
+                    "how": how,
+                    "position": d.position if d else None,
+                    "token": d.token if d else None,
+                    "ours": d.ours if d else "",
+                    "theirs": d.theirs if d else "",
+                }
+            )
+    positions = [r["position"] for r in rows if r["position"] is not None]
+    detail: dict[str, Any] = {
+        "compared": len(rows),
+        "diverged": len(positions),
+        "first": min(positions) if positions else None,
+        "requests": len(alone) + len(again) + len(batched),
+        "batch": len(batched),
+        "findings": [r for r in rows if r["position"] is not None][:20],
+    }
+    if not positions:
+        return Verdict(
+            "pass",
+            f"{config}: noise floor: its outputs never differ from themselves ({len(rows)} "
+            f"comparisons: run again, and batched {len(batched)} at a time)",
+            detail,
+        )
+    return Verdict(
+        "noise",
+        f"{config}: noise floor: {len(positions)} of {len(rows)} of its own outputs differ "
+        f"when run again or batched, from position {detail['first']}",
+        detail,
+    )
+
+
+def earliest_per_output(diverged: Iterable[Finding]) -> list[Finding]:
+    """One finding per (kind, prompt, turn), its earliest: a prompt run at three max_tokens
+    and two repeats diverges once, not six times."""
+    best: dict[tuple[str, str, str], Finding] = {}
+    for f in diverged:
+        assert f.divergence is not None
+        key = (f.ours.kind, f.ours.prompt, f.ours.context)
+        old = best.get(key)
+        if old is None or f.divergence.position < old.divergence.position:  # type: ignore[union-attr]
+            best[key] = f
+    return sorted(best.values(), key=lambda f: f.divergence.position)  # type: ignore[union-attr]
+
+
+def _why(pos: int, unit: str, baseline: str, floor: Floor) -> str:
+    """Why a divergence at ``pos`` is beyond the baseline's noise (it is: see Floor.within)."""
+    if pos < FIRST_TOKENS:
+        return "diverged from the first tokens"
+    if floor.first is None:
+        if floor.compared:
+            return (
+                f"diverged at {unit} {pos}, beyond {baseline}'s own noise: it never differed "
+                f"from itself ({floor.compared} self-comparisons)"
+            )
+        return (
+            f"diverged at {unit} {pos}; no noise floor was measured (turn [checks] noise_floor "
+            "on, or add repeats or a concurrency workload, to tell numerics from a broken config)"
+        )
+    return (
+        f"diverged at {unit} {pos}, beyond {baseline}'s own noise (it differs from itself "
+        f"from {unit} {floor.first})"
+    )
+
+
+def _across_detail(
+    across: Mapping[int, list[Finding]], blamed: Collection[int], floor: Floor
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for otp, found in sorted(across.items()):
+        diverged = earliest_per_output(f for f in found if f.divergence is not None)
+        first = diverged[0] if diverged else None
+        pos = first.divergence.position if first and first.divergence else None
+        status = "pass" if pos is None else ("noise" if floor.within(pos) else "fail")
+        out[str(otp)] = {
+            "compared": len(found),
+            "diverged": len(diverged),
+            "first": pos,
+            "status": status,
+            "counted": otp in blamed,
+            "finding": first.to_json() if first else None,
+        }
+    return out
 
 
 def greedy_verdict(
-    config: str, baseline: str, findings: list[Finding], floor_findings: list[Finding]
+    config: str,
+    baseline: str,
+    findings: list[Finding],
+    floor: Floor | list[Finding],
+    across: Mapping[int, list[Finding]] | None = None,
+    blamed: Collection[int] | None = None,
 ) -> Verdict | None:
-    """Judge a config's outputs against the baseline's; None when nothing was comparable."""
-    if not findings:
+    """Judge a config's outputs against the baseline's and, in ``across``, against its own
+    outputs at other TP sizes (TP size -> findings); None when nothing was comparable.
+
+    An across-TP divergence beyond the noise floor fails the config only at the TP sizes
+    ``blamed`` (default: all): the caller leaves out a TP size whose own baseline
+    comparison already explains it.
+    """
+    if not isinstance(floor, Floor):
+        floor = Floor.of(floor, "repeats and batches")
+    across = dict(across or {})
+    blamed = set(across) if blamed is None else set(blamed)
+    if not findings and not any(across.values()):
         return None
-    diverged = [f for f in findings if f.divergence is not None]
-    floor = noise_floor(floor_findings)
+    diverged = earliest_per_output(f for f in findings if f.divergence is not None)
     detail: dict[str, Any] = {
         "compared": len(findings),
-        "diverged": len(diverged),
-        "noise_floor": floor,
-        "floor_compared": len(floor_findings),
-        "floor_diverged": sum(1 for f in floor_findings if f.divergence is not None),
+        "diverged": sum(1 for f in findings if f.divergence is not None),
+        "diverged_outputs": len(diverged),
+        "noise_floor": floor.first,
+        "floor_compared": floor.compared,
+        "floor_diverged": floor.diverged,
+        "floor_sources": dict(floor.sources),
     }
-    if not diverged:
-        return Verdict(
-            "pass", f"{config}: outputs equal to {baseline}'s ({len(findings)} compared)", detail
+    if across:
+        detail["across_tp"] = _across_detail(across, blamed, floor)
+    status = "pass"
+    text = f"{config}: outputs equal to {baseline}'s ({len(findings)} compared)"
+    if not findings:
+        text = f"{config}: no {baseline} outputs at this TP size to compare with"
+    if diverged:
+        first = diverged[0]
+        assert first.divergence is not None
+        pos = first.divergence.position
+        unit = "token" if first.divergence.token is not None else "word"
+        detail["first"] = first.to_json()
+        detail["divergent"] = [f.to_json() for f in diverged[:20]]
+        where = f"{unit} {pos} of {first.ours.prompt} ({first.ours.cell.name})"
+        share = f"{detail['diverged']} of {len(findings)} outputs ({len(diverged)} distinct)"
+        if floor.within(pos):
+            status = "noise"
+            text = (
+                f"{config}: {share} diverge late, from {where}, within {baseline}'s own noise "
+                f"(it differs from itself from {unit} {floor.first}); {DETERMINISTIC_HINT}"
+            )
+        else:
+            return Verdict(
+                "fail", f"{config}: {share} {_why(pos, unit, baseline, floor)}: {where}", detail
+            )
+    for otp, a in (detail.get("across_tp") or {}).items():
+        if a["counted"] and a["status"] == "fail":
+            f = a["finding"]
+            unit = "token" if f.get("token") is not None else "word"
+            detail["first"] = f
+            return Verdict(
+                "fail",
+                f"{config}: {a['diverged']} of {a['compared']} outputs differ from its own at "
+                f"TP {otp}: {_why(a['first'], unit, baseline, floor)}: {unit} {a['first']} of "
+                f"{f['prompt']} ({f['cell']})",
+                detail,
+            )
+    if status == "pass" and any(
+        a["counted"] and a["status"] == "noise" for a in (detail.get("across_tp") or {}).values()
+    ):
+        status = "noise"
+        text += f"; across TP sizes it differs late, within {baseline}'s own noise"
+    return Verdict(status, text, detail)
+
+
+def baseline_floor(
+    base: Mapping[int, list[Sample]], tp: int, probes: Mapping[int, Mapping[str, Any]] | None = None
+) -> Floor:
+    """The baseline's noise floor at ``tp``: its repeats and batched runs there, its outputs
+    at every other TP size against those at ``tp`` (TP changes reduction order), and what
+    the floor probe saw. Where the baseline never ran at ``tp`` (a config's TP size judged
+    only against itself at others), the floor of every TP size it ran at."""
+    probes = probes or {}
+    tps = [tp] if tp in base or tp in probes else sorted(set(base) | set(probes))
+    floor = Floor()
+    for t in tps:
+        ours = base.get(t, [])
+        floor = floor + Floor.of(self_comparisons(ours), "repeats and batches")
+        floor = floor + Floor.from_probe(probes.get(t))
+        for otp, theirs in sorted(base.items()):
+            if otp != t and (len(tps) == 1 or otp > t):  # each pair once
+                floor = floor + Floor.of(compare(ours, theirs), f"TP {t} vs TP {otp}")
+    return floor
+
+
+def config_verdicts(
+    baseline: str,
+    samples: Mapping[tuple[str, int], list[Sample]],
+    tp: int,
+    probes: Mapping[int, Mapping[str, Any]] | None = None,
+    settled: Collection[int] | None = None,
+) -> list[tuple[str, Verdict]]:
+    """(config, verdict) for every config at ``tp`` on one host: against the baseline at
+    ``tp``, and against the config's own outputs at its other TP sizes.
+
+    An across-TP divergence is blamed on ``tp`` unless ``tp`` matched the baseline there (then
+    the other size is the odd one out) or the other size failed against its own baseline (which
+    already explains it). ``settled``: TP sizes whose baseline has no cells still to run (all
+    when None); a TP size still waiting for its baseline blames nothing, so no early verdict
+    fails a config that its baseline would clear.
+    """
+    probes = probes or {}
+    base = {t: s for (c, t), s in samples.items() if c == baseline}
+    floors: dict[int, Floor] = {}
+
+    def floor_at(t: int) -> Floor:
+        if t not in floors:
+            floors[t] = baseline_floor(base, t, probes)
+        return floors[t]
+
+    def own(config: str, t: int) -> Verdict | None:
+        return greedy_verdict(
+            config, baseline, compare(samples[(config, t)], base.get(t, [])), floor_at(t)
         )
-    first = min(diverged, key=lambda f: f.divergence.position)  # type: ignore[union-attr]
-    assert first.divergence is not None
-    pos = first.divergence.position
-    unit = "token" if first.divergence.token is not None else "word"
-    detail["first"] = first.to_json()
-    detail["divergent"] = [f.to_json() for f in diverged[:20]]
-    where = f"{unit} {pos} of {first.ours.prompt} ({first.ours.cell.name})"
-    share = f"{len(diverged)} of {len(findings)} outputs"
-    if floor is not None and pos >= floor and pos >= FIRST_TOKENS:
-        return Verdict(
-            "noise",
-            f"{config}: {share} diverge late, from {where}, within {baseline}'s own noise (it "
-            f"differs from itself from {unit} {floor}); {DETERMINISTIC_HINT}",
-            detail,
+
+    out = []
+    for (config, ctp), ours in sorted(samples.items()):
+        if ctp != tp or config == baseline:
+            continue
+        mine = own(config, tp)
+        if mine is None and settled is not None and tp not in settled:
+            continue  # its baseline is still to come: no verdict yet
+        anchored = mine is not None and mine.status != "fail"
+        across: dict[int, list[Finding]] = {}
+        blamed: set[int] = set()
+        for (other, otp), theirs in sorted(samples.items()):
+            if other != config or otp == tp:
+                continue
+            across[otp] = compare(ours, theirs)
+            if anchored or (settled is not None and not {tp, otp} <= set(settled)):
+                continue
+            theirs_v = own(config, otp)
+            if theirs_v is None or theirs_v.status != "fail":
+                blamed.add(otp)
+        v = greedy_verdict(
+            config,
+            baseline,
+            compare(ours, base.get(tp, [])),
+            floor_at(tp),
+            across,
+            blamed,
         )
-    if pos < FIRST_TOKENS:
-        why = "diverged from the first tokens"
-    elif floor is None:
-        why = (
-            f"diverged at {unit} {pos}, while {baseline} never differed from itself "
-            f"({len(floor_findings)} self-comparisons)"
-            if floor_findings
-            else f"diverged at {unit} {pos}; no noise floor was measured (add repeats or a "
-            "concurrency workload to tell numerics from a broken config)"
-        )
-    else:
-        why = f"diverged at {unit} {pos}, earlier than {baseline} differs from itself ({floor})"
-    return Verdict("fail", f"{config}: {share} {why}: {where}", detail)
+        if v is not None:
+            out.append((config, v))
+    return out
 
 
 def leak_verdict(config: str, alone: Output, again: Output, after: Output) -> Verdict:

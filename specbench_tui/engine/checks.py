@@ -1,5 +1,7 @@
 """Correctness checks during a campaign: the greedy-equivalence verdict of each config once
-its group and the baseline's are done, and the state-leak probe at the end of each group.
+its group and the baseline's are done, the state-leak probe at the end of each group, and the
+noise-floor probe at the end of each baseline group (the baseline against itself, which the
+greedy verdicts are judged against).
 
 Verdicts are ``check_verdict`` events: the reducer marks a failing config's cells as
 failed-check in every view, and the exit status becomes 1. The comparison itself (pure) is
@@ -16,17 +18,17 @@ from specbench_tui.bench.greedy import (
     Output,
     Sample,
     Verdict,
-    compare,
-    greedy_verdict,
+    config_verdicts,
+    floor_probe_verdict,
     leak_verdict,
     samples_of,
-    self_comparisons,
 )
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.engines.inspect import ServerFacts
 from specbench_tui.hosts.service import Service
+from specbench_tui.plan.model import ConcurrencyWorkload, PlanSpec
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import CheckVerdict
@@ -35,6 +37,11 @@ from specbench_tui.results.events import CheckVerdict
 LEAK_PROMPT_TOKENS = 1500
 LEAK_OUTPUT_TOKENS = 512
 PROBE_TOKENS = 96
+#: The floor probe: this many prompts, batched this many at a time without a concurrency
+#: workload, answers no longer than this.
+FLOOR_PROMPTS = 2
+FLOOR_BATCH = 4
+FLOOR_MAX_TOKENS = 1024
 
 
 def _emit_if_new(ctx: RunContext, check: str, host: str, config: str, tp: int, v: Verdict) -> None:
@@ -57,61 +64,148 @@ def _emit_if_new(ctx: RunContext, check: str, host: str, config: str, tp: int, v
 
 
 def _greedy_verdicts(
-    store: ResultsStore, baseline: str, cells: list[tuple[Cell, int]], tp: int
-) -> list[tuple[str, Verdict]]:
-    """(config, verdict) for every config at ``tp`` (runs in a worker thread)."""
+    store: ResultsStore,
+    baseline: str,
+    cells: list[tuple[Cell, int]],
+    tps: list[int],
+    probes: dict[int, dict[str, Any]],
+    settled: set[int],
+) -> list[tuple[int, str, Verdict]]:
+    """(tp, config, verdict) for every config at each of ``tps`` (runs in a worker thread)."""
     samples: dict[tuple[str, int], list[Sample]] = {}
     for cell, attempt in cells:
         got = samples_of(cell, store.read_cell_texts(cell.id, attempt))
         samples.setdefault((cell.config, cell.tp), []).extend(got)
-    base = samples.get((baseline, tp), [])
-    floor = self_comparisons(base)
-    out = []
-    for (config, ctp), ours in sorted(samples.items()):
-        if ctp != tp or config == baseline:
-            continue
-        v = greedy_verdict(config, baseline, compare(ours, base), floor)
-        if v is None:
-            continue
-        across: dict[str, Any] = {}
-        for (other, otp), theirs in samples.items():
-            if other == config and otp != tp:
-                found = compare(ours, theirs)
-                div = [f.divergence.position for f in found if f.divergence is not None]
-                across[str(otp)] = {
-                    "compared": len(found),
-                    "diverged": len(div),
-                    "first": min(div) if div else None,
-                }
-        if across:
-            v.detail["across_tp"] = across
-        out.append((config, v))
-    return out
+    return [
+        (tp, config, v)
+        for tp in tps
+        for config, v in config_verdicts(baseline, samples, tp, probes, settled)
+    ]
 
 
 async def evaluate_greedy(ctx: RunContext, host: str, tps: list[int] | None = None) -> None:
-    """Judge every config against the baseline at the given TP sizes of ``host`` (all of
-    them when None), from the outputs of the cells done so far."""
+    """Judge every config against the baseline on ``host``, from the outputs of the cells
+    done so far. ``tps``: the TP size a group just finished at; the other TP sizes of the
+    host are judged again too, as their comparisons across TP sizes may have changed."""
     baseline = ctx.spec.campaign.baseline
     if not (ctx.spec.checks.greedy_equivalence and baseline):
         return
+    on_host = [c for c in ctx.state.cells.values() if c.host == host and c.cell is not None]
     done = [
         (c.cell, c.attempt)
-        for c in ctx.state.cells.values()
-        if c.status == "done" and c.cell is not None and c.host == host and c.cell.temperature == 0
+        for c in on_host
+        if c.status == "done" and c.cell is not None and c.cell.temperature == 0
     ]
-    wanted = sorted({cell.tp for cell, _ in done}) if tps is None else tps
-    for tp in wanted:
-        verdicts = await asyncio.to_thread(_greedy_verdicts, ctx.store, baseline, done, tp)
-        for config, v in verdicts:
-            _emit_if_new(ctx, "greedy", host, config, tp, v)
+    wanted = sorted({cell.tp for cell, _ in done} | set(tps or []))
+    # The baseline's cells this run will still run (a held one, left out by --only, never will).
+    waiting = {
+        c.tp
+        for c in on_host
+        if c.config == baseline
+        and (c.status == "running" or (c.status == "pending" and c.selected))
+    }
+    settled = {c.tp for c in on_host} - waiting
+    probes = {
+        tp: v.detail
+        for (check, h, config, tp), v in ctx.state.checks.items()
+        if check == "noise_floor" and h == host and config == baseline
+    }
+    verdicts = await asyncio.to_thread(
+        _greedy_verdicts, ctx.store, baseline, done, wanted, probes, settled
+    )
+    for tp, config, v in verdicts:
+        _emit_if_new(ctx, "greedy", host, config, tp, v)
+
+
+def _probe_prompts(ctx: RunContext, n: int = 1) -> list[tuple[str, list[dict[str, str]]]]:
+    """The first ``n`` prompts of the plan's first workload, as its cells draw them
+    ("<set>/<id>", messages): prompts the campaign really uses."""
+    w = next(iter(ctx.spec.workloads.values()))
+    prompts = load_named_set(w.prompts[0], ctx.plan.dir)
+    drawn = sample_prompts(prompts, n, ctx.spec.campaign.seed)
+    return [(f"{w.prompts[0]}/{p.id}", p.messages()) for p in drawn]
 
 
 def _probe_prompt(ctx: RunContext) -> list[dict[str, str]]:
-    """The first prompt of the plan's first workload: a prompt the campaign really uses."""
-    w = next(iter(ctx.spec.workloads.values()))
-    prompts = load_named_set(w.prompts[0], ctx.plan.dir)
-    return sample_prompts(prompts, 1, ctx.spec.campaign.seed)[0].messages()
+    return _probe_prompts(ctx, 1)[0][1]
+
+
+def floor_probe_size(spec: PlanSpec) -> tuple[int, int, int]:
+    """(prompts, batch, max_tokens) of the floor probe: its prompts run twice alone, then
+    batched at the plan's highest concurrency level (a small batch without one), as long as
+    the plan's longest temperature-0 answer (capped). It costs 2 x prompts + batch requests."""
+    levels = [
+        lvl
+        for w in spec.workloads.values()
+        if isinstance(w, ConcurrencyWorkload) and w.temperature == 0
+        for lvl in w.levels
+    ]
+    lengths: list[int] = []
+    for w in spec.workloads.values():
+        if getattr(w, "temperature", 0) == 0:
+            m = w.max_tokens
+            lengths.extend(m if isinstance(m, list) else [m])
+    batch = max(levels) if levels else FLOOR_BATCH
+    return FLOOR_PROMPTS, max(batch, 2), min(max(lengths, default=PROBE_TOKENS), FLOOR_MAX_TOKENS)
+
+
+async def probe_noise_floor(
+    ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
+) -> None:
+    """The baseline against itself at the end of its group: its probe prompts run again and
+    batched with others, the conditions that change numerics, so every verdict has a noise
+    floor to be judged against even when the plan has no repeats and no concurrency."""
+    spec = ctx.spec
+    if not (
+        spec.checks.greedy_equivalence
+        and spec.checks.noise_floor
+        and group.config == spec.campaign.baseline
+    ):
+        return
+    if ("noise_floor", group.host, group.config, group.tp) in ctx.state.checks:
+        return
+    n_prompts, batch, max_tokens = floor_probe_size(spec)
+    probe = _probe_prompts(ctx, n_prompts)
+    client = BenchClient(
+        svc.base_url,
+        group.api,
+        concurrency=batch,
+        model=facts.served_model,
+        token_ids=facts.engine == "vllm",
+    )
+
+    async def one(messages: list[dict[str, str]]) -> Output | None:
+        done = await client.generate(messages, max_tokens=max_tokens, temperature=0.0)
+        if done.error is not None:
+            ctx.hub.notice(
+                f"{group.id}: noise-floor probe not run: a probe request failed ({done.error})",
+                "warning",
+            )
+            return None
+        ids = done.output_ids
+        return Output(done.text, tuple(ids) if ids else None)
+
+    try:
+        runs: list[list[Output | None]] = []
+        for _ in range(2):
+            runs.append([await one(m) for _, m in probe])
+        runs.append(
+            list(await asyncio.gather(*(one(probe[i % len(probe)][1]) for i in range(batch))))
+        )
+    finally:
+        await client.aclose()
+    alone, again, batched = runs
+    if any(o is None for run in runs for o in run):
+        return
+    v = floor_probe_verdict(
+        group.config,
+        [name for name, _ in probe],
+        alone,  # type: ignore[arg-type]
+        again,  # type: ignore[arg-type]
+        batched,  # type: ignore[arg-type]
+    )
+    v.detail["max_tokens"] = max_tokens
+    _emit_if_new(ctx, "noise_floor", group.host, group.config, group.tp, v)
 
 
 async def probe_state_leak(

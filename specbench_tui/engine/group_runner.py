@@ -17,7 +17,7 @@ import contextlib
 from typing import Literal
 
 from specbench_tui.engine.cell_runner import run_one
-from specbench_tui.engine.checks import evaluate_greedy, probe_state_leak
+from specbench_tui.engine.checks import evaluate_greedy, probe_noise_floor, probe_state_leak
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import AbortRequested
 from specbench_tui.engine.verdict import restart_allowed
@@ -92,6 +92,8 @@ class GroupRunner:
                             continue
                     pending = ctx.pending(group)
                     if not pending:
+                        if svc.alive() and not ctx.control.aborted:
+                            await probe_noise_floor(ctx, group, svc, self.facts)
                         if svc.alive() and not ctx.control.aborted:
                             await probe_state_leak(ctx, group, svc, self.facts)
                         return

@@ -168,7 +168,7 @@ class JobFolder:
             if old is not None and (old.source, old.text) == (ev.source, ev.text):
                 return
         if isinstance(ev, _PASS_THROUGH) or (
-            isinstance(ev, CheckVerdict) and ev.check == "state_leak"
+            isinstance(ev, CheckVerdict) and ev.check in ("state_leak", "noise_floor")
         ):
             self._emit(ev)
 

@@ -211,6 +211,9 @@ class ChecksSpec(Strict):
     greedy_equivalence: bool = False
     # The same prompt alone and right after a long unrelated request must give the same tokens.
     state_leak: bool = False
+    # The baseline against itself (its probe prompts again and batched) at the end of its
+    # groups, so greedy verdicts always have a noise floor; costs 2 x 2 + batch requests.
+    noise_floor: bool = True
     # A cell whose share of failed requests (timeouts, HTTP errors) exceeds this fails.
     max_error_share: float = Field(default=0.5, ge=0, le=1)
 

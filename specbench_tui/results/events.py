@@ -338,7 +338,7 @@ class CheckVerdict(Event):
     """
 
     name: ClassVar[str] = "check_verdict"
-    check: str  # greedy | state_leak
+    check: str  # greedy | state_leak | noise_floor (the baseline against itself; never fails)
     config: str
     host: str = ""
     tp: int = 0

@@ -35,7 +35,8 @@ multiplies step times by X):
   the same greedy text; about a third of prompts stop early (EOS), the rest run to
   ``max_new_tokens``; token ids travel as ``output_ids``, as SGLang sends them.
   ``--sim-fault diverge`` switches the words after a prompt-dependent position, to exercise
-  the greedy-equivalence check; ``--sim-fault leak:N`` makes the request that follows one of
+  the greedy-equivalence check (``diverge-tp:N``: on a TP-N server only, so a config's outputs
+  differ across TP sizes); ``--sim-fault leak:N`` makes the request that follows one of
   N tokens or more (prompt and output) diverge a few tokens in, as recurrent state leaking
   between requests does, for the state-leak probe.
 

@@ -123,7 +123,11 @@ class Scheduler:
         self._wakeup = asyncio.Event()
         self._stopped = False
         self._time_scale = 1.0 / (1000.0 * cfg.speed)  # simulated ms -> wall seconds
-        self._diverge = cfg.fault("diverge") is not None
+        # diverge-tp:N: as diverge, on a server of TP size N only (outputs differ across TP).
+        on_tp = cfg.fault("diverge-tp")
+        self._diverge = cfg.fault("diverge") is not None or (
+            on_tp is not None and on_tp.value == cfg.tp_size
+        )
         leak = cfg.fault("leak")
         self._leak_after = int(leak.value) if leak is not None and leak.value else None
         self._leak_armed = False  # a long request left state behind for the next one

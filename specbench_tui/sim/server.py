@@ -698,7 +698,8 @@ async def serve(cfg: SimConfig, log: ServerLog) -> int:
 
 USAGE = """\
 usage: python -m specbench_tui.sim [SGLang launch_server arguments] [--speed F] [--seed N]
-       [--sim-fault diverge|crash-at-start|never-ready|crash-after:N|slow:X|slow-stop:S]
+       [--sim-fault diverge|diverge-tp:N|crash-at-start|never-ready|crash-after:N|slow:X|
+                    slow-stop:S]
        [--sim-gpu-state DIR]
        [--sim-require-model]
 

@@ -1,6 +1,8 @@
 """Correctness checks: the verdicts the campaign recorded (``check_verdict`` events, through the
 reducer), each config's first divergences from the baseline as the check located them (token
-by token where the engine returned ids), and what the state-leak probe saw."""
+by token where the engine returned ids, one row per prompt), the noise floor each verdict was
+judged against and what it cost, each config against itself across TP sizes, and what the
+state-leak probe saw."""
 
 from __future__ import annotations
 
@@ -23,6 +25,46 @@ def _where(d: dict[str, Any]) -> Cell:
             " vs ",
             code(str(d.get("theirs") or "")),
         ),
+    )
+
+
+def _floor(detail: dict[str, Any]) -> str:
+    """The noise floor a verdict was judged against, and how many self-comparisons made it."""
+    first = detail.get("noise_floor")
+    said = "never" if first is None else str(first)
+    if "floor_compared" not in detail:  # a verdict recorded before the counts were
+        return said
+    n = detail["floor_compared"] or 0
+    return f"{said} ({n} compared)" if n else "not measured"
+
+
+def _across(detail: dict[str, Any]) -> str:
+    """Its outputs against its own at other TP sizes: where they first differ, and the call."""
+    parts = []
+    for otp, a in sorted((detail.get("across_tp") or {}).items(), key=lambda kv: int(kv[0])):
+        if a.get("first") is None:
+            parts.append(f"TP {otp}: equal ({a.get('compared')})")
+        else:
+            verdict = {"fail": "beyond noise", "noise": "within noise"}.get(a.get("status"), "")
+            blame = "" if a.get("counted") or a.get("status") != "fail" else f", blamed on TP {otp}"
+            parts.append(f"TP {otp}: from {a['first']} ({verdict}{blame})")
+    return "; ".join(parts) or "—"
+
+
+def _probe_para(inp: Inputs, v: Any) -> Para:
+    d = v.detail
+    first = d.get("first")
+    saw = (
+        "it never differed from itself"
+        if first is None
+        else f"{d.get('diverged')} of {d.get('compared')} outputs differed from position {first}"
+    )
+    return Para(
+        text(
+            f"Noise-floor probe on {label(inp, v.config)} at TP {v.tp} ({v.host}): "
+            f"{d.get('requests')} requests (its probe prompts alone, again, and batched "
+            f"{d.get('batch')} at a time, up to {d.get('max_tokens')} tokens): {saw}."
+        )
     )
 
 
@@ -80,6 +122,7 @@ def build(inp: Inputs) -> Section:
                     Column("Compared"),
                     Column("Diverged"),
                     Column("Baseline's own noise from", "r"),
+                    Column("Against its other TP sizes", "p", 0.3),
                 ],
                 [
                     [
@@ -87,12 +130,12 @@ def build(inp: Inputs) -> Section:
                         Cell(label(inp, v.config)),
                         Cell(str(v.tp)),
                         Cell(str(v.detail.get("compared", "—"))),
-                        Cell(str(v.detail.get("diverged", "—")), bold=v.status == "fail"),
                         Cell(
-                            "never"
-                            if v.detail.get("noise_floor") is None
-                            else str(v.detail["noise_floor"])
+                            str(v.detail.get("diverged", "—")),
+                            bold=v.status == "fail" and bool(v.detail.get("diverged")),
                         ),
+                        Cell(_floor(v.detail)),
+                        Cell(_across(v.detail)),
                     ]
                     for v in greedy
                 ],
@@ -102,7 +145,11 @@ def build(inp: Inputs) -> Section:
         rows = []
         more = 0
         for v in greedy:
-            for d in v.detail.get("divergent") or []:
+            against = [("baseline", d) for d in v.detail.get("divergent") or []]
+            for otp, a in sorted((v.detail.get("across_tp") or {}).items()):
+                if a.get("counted") and a.get("finding") and a.get("status") != "pass":
+                    against.append((f"itself at TP {otp}", a["finding"]))
+            for what, d in against:
                 if len(rows) >= DIVERGENT_LIMIT:
                     more += 1
                     continue
@@ -114,19 +161,22 @@ def build(inp: Inputs) -> Section:
                         Cell(str(d.get("prompt") or "—"), code=True),
                         Cell(str(d.get("context") or "—")),
                         _where(d),
+                        Cell(what),
                     ]
                 )
         if rows:
             sec.add(
                 Table(
-                    "Outputs that differ from the baseline",
+                    "Outputs that differ from the baseline, or from their own at another TP size "
+                    "(one row per prompt, its earliest)",
                     [
                         Column("Config", "l"),
                         Column("TP"),
                         Column("Kind", "l"),
                         Column("Prompt", "l"),
                         Column("Turn", "l"),
-                        Column("First difference", "p", 0.45),
+                        Column("First difference", "p", 0.4),
+                        Column("Against", "l"),
                     ],
                     rows,
                     [f"... and {more} more."] if more else [],
@@ -135,6 +185,9 @@ def build(inp: Inputs) -> Section:
             )
         else:
             sec.add(Para(text("All compared outputs match the baseline.")))
+    for v in verdicts:
+        if v.check == "noise_floor":
+            sec.add(_probe_para(inp, v))
     leaks = [v for v in verdicts if v.check == "state_leak" and v.status == "fail"]
     for v in leaks:
         sec.add(
