@@ -94,7 +94,28 @@ def _over_time(df: pl.DataFrame, t0: float, col: str) -> list[Point]:
 def build(inp: Inputs) -> Section | None:
     per_group = group_samples(inp)
     if not per_group:
-        return None
+        on_slurm = sorted(
+            {
+                s.group.host
+                for s in inp.state.groups.values()
+                if s.group and s.group.host_kind == "slurm"
+            }
+        )
+        if not on_slurm:
+            return None
+        # Said rather than left out, so that a cluster's report has a local run's shape and
+        # a reader does not look for samples that were never taken.
+        sec = Section("GPU telemetry per service group")
+        sec.add(
+            Para(
+                text(
+                    f"No GPU samples for the groups on {', '.join(on_slurm)}: each ran as a "
+                    "Slurm batch job, whose samples stay in the job's own results directory "
+                    "on the cluster (they are not folded into the campaign)."
+                )
+            )
+        )
+        return sec
     sec = Section("GPU telemetry per service group")
     sec.add(
         Para(
