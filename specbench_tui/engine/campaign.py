@@ -32,6 +32,7 @@ from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORAGE
 from specbench_tui.hosts.factory import make_host
 from specbench_tui.hosts.host import Host, SshSettings
+from specbench_tui.hosts.local_leftovers import results_owner
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.expand import expand
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -170,6 +171,7 @@ class Campaign:
             telemetry_interval_s=self.options.telemetry_interval_s,
             ssh=ssh,
             groups=self.groups,
+            owner=results_owner(self.layout.root),
         )
 
     def _host(self, group: ServiceGroup) -> Host:

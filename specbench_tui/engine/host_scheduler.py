@@ -13,6 +13,7 @@ from collections.abc import Callable
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.group_runner import GroupRunner
 from specbench_tui.hosts.host import Host
+from specbench_tui.hosts.local_leftovers import marked_processes, results_owner
 from specbench_tui.plan.packing import Placer, placed
 from specbench_tui.results.cells import ServiceGroup
 
@@ -36,9 +37,11 @@ class HostScheduler:
     async def run(self) -> None:
         ctx = self.ctx
         running: dict[asyncio.Task[None], tuple[ServiceGroup, int]] = {}
-        if self.groups and self.groups[0].host_kind == "ssh":
-            # Servers a crashed run left there: kept for the groups about to run, else stopped.
-            await self.host().settle_leftovers({g.id for g in self.groups if ctx.pending(g)})
+        keep = {g.id for g in self.groups if ctx.pending(g)}
+        if self.groups and (keep or self.groups[0].host_kind == "ssh" or self._left_here()):
+            # Servers a crashed run left there: kept for the groups about to run (an SSH
+            # host takes one over), else stopped.
+            await self.host().settle_leftovers(keep)
         try:
             while not ctx.control.aborted:
                 await ctx.control.gate()
@@ -61,6 +64,12 @@ class HostScheduler:
         finally:
             if running:  # an abort or a failure elsewhere: let each group stop its server
                 await asyncio.gather(*running, return_exceptions=True)
+
+    def _left_here(self) -> bool:
+        """Whether a crashed run left a server of this local or simulated host running (a
+        host with nothing to run is made only to stop it)."""
+        owner = results_owner(self.ctx.layout.root)
+        return bool(marked_processes(owner, self.groups[0].host))
 
     def _start(
         self, group: ServiceGroup, running: dict[asyncio.Task[None], tuple[ServiceGroup, int]]

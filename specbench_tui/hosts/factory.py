@@ -24,9 +24,12 @@ def make_host(
     telemetry_interval_s: float = 1.0,
     ssh: SshSettings | None = None,
     groups: Iterable[ServiceGroup] = (),
+    owner: str = "",
 ) -> Host:
-    """The Host for a plan host of the given kind (``ssh`` settings for an SSH host)."""
+    """The Host for a plan host of the given kind (``ssh`` settings for an SSH host);
+    ``owner`` names the run's results (see ``Host``)."""
     common: dict[str, Any] = {
+        "owner": owner,
         "gpu_ids": gpu_ids,
         "on_notice": on_notice,
         "on_event": on_event,

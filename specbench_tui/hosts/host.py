@@ -28,6 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from specbench_tui.hosts import port_claims
+from specbench_tui.hosts.local_leftovers import (
+    SERVER_MARK_ENV,
+    find_local_leftovers,
+    server_mark,
+    stop_local_leftover,
+)
 from specbench_tui.hosts.process import ProcessService, describe_port_holder, port_in_use
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError
 from specbench_tui.hosts.telemetry import (
@@ -84,10 +91,15 @@ def with_port(group: ServiceGroup, port: int) -> ServiceGroup:
     return dataclasses.replace(group, port=port, command=command)
 
 
-def pick_free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def pick_free_port(machine: str | None = None) -> int:
+    """A port the kernel says is free here; with ``machine``, also one no server of this
+    process claimed there."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if machine is None or port_claims.holder(machine, port) is None:
+            return port
 
 
 @dataclass
@@ -149,7 +161,9 @@ class Host:
 
     ``groups`` are the plan's service groups on this host (their interpreters are where
     telemetry looks for pynvml first); ``on_event`` receives the events a host publishes
-    itself (the telemetry mode, GPUs started on unverified).
+    itself (the telemetry mode, GPUs started on unverified). ``owner`` names the run's
+    results (its directory): every server started here carries it in its environment, so a
+    later run of the same results finds the servers a crashed run left.
     """
 
     kind: Literal["local", "sim", "ssh"] = "local"
@@ -165,8 +179,10 @@ class Host:
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
         groups: Iterable[ServiceGroup] = (),
+        owner: str = "",
     ) -> None:
         self.name = name
+        self.owner = owner
         self.gpus = gpus
         self.gpu_ids = list(gpu_ids) if gpu_ids is not None else list(range(gpus))
         self.on_notice = on_notice or _ignore_notice
@@ -179,6 +195,7 @@ class Host:
         self._mode: TelemetryMode | None = None
         self._mode_lock = asyncio.Lock()
         self._ports: dict[int, int] = {}  # plan port -> the free port taken instead
+        self._claims: dict[str, tuple[str, int]] = {}  # group id -> (machine, port) claimed
         self._cannot_stop_said: set[str] = set()
 
     # --- servers ------------------------------------------------------------------------
@@ -194,27 +211,65 @@ class Host:
         on_line: LineCallback | None = None,
     ) -> Service:
         """The group's server, not started yet (on a free port if the plan's is taken)."""
-        svc = ProcessService(
-            self.on_free_port(group), log_path, on_line, extra_env=self.service_env()
-        )
+        where = self.on_free_port(group)
+        mark = {SERVER_MARK_ENV: server_mark(self.owner, self.name, where.id)}
+        svc = ProcessService(where, log_path, on_line, extra_env=self.service_env() | mark)
         self._services.append(svc)
         return svc
 
+    # --- ports --------------------------------------------------------------------------
+
+    async def machine_key(self) -> str:
+        """The network namespace this host's ports live in (see ``port_claims``)."""
+        return port_claims.local_machine()
+
+    async def claim_port(self, group: ServiceGroup) -> ServiceGroup:
+        """The group on the port its server will take here, claimed for it until
+        ``release_port``: no other server of this campaign on the same machine (another
+        host's included) is handed that port meanwhile."""
+        self.release_port(group)
+        machine = await self.machine_key()
+        where = self.on_free_port(group)  # no await from the check to the claim
+        port_claims.claim(machine, where.port, group.id)
+        self._claims[group.id] = (machine, where.port)
+        return where
+
+    def release_port(self, group: ServiceGroup) -> None:
+        """The group's server stopped: its port may go to another."""
+        claimed = self._claims.pop(group.id, None)
+        if claimed is not None:
+            port_claims.release(*claimed, group.id)
+
     def on_free_port(self, group: ServiceGroup) -> ServiceGroup:
         """The group as it will run here: when something outside the campaign holds the
-        plan's port, on a free one instead, said once per port in a notice."""
+        plan's port, or another server of the campaign on this machine claimed it, on a free
+        one instead, said once per port in a notice."""
+        machine = port_claims.local_machine()
+
+        def ours(port: int) -> str | None:
+            other = port_claims.holder(machine, port)
+            return other if other not in (None, group.id) else None
+
         taken = self._ports.get(group.port)
-        if taken is not None and not port_in_use(taken):
+        if taken is not None and not ours(taken) and not port_in_use(taken):
             return with_port(group, taken)
-        if not port_in_use(group.port):
+        other = ours(group.port)
+        if other is None and not port_in_use(group.port):
             return group
-        new = pick_free_port()
-        holder = describe_port_holder(group.port)
-        self.on_notice(
-            "warning",
-            f"{self.name}: port {group.port} is in use by {holder}; servers on this host use "
-            f"port {new} instead",
-        )
+        new = pick_free_port(machine)
+        if other is not None:
+            self.on_notice(
+                "info",
+                f"{self.name}: port {group.port} is taken by {other}, a server of this "
+                f"campaign on the same machine; servers on this host use port {new} instead",
+            )
+        else:
+            holder = describe_port_holder(group.port)
+            self.on_notice(
+                "warning",
+                f"{self.name}: port {group.port} is in use by {holder}; servers on this host "
+                f"use port {new} instead",
+            )
         self._ports[group.port] = new
         return with_port(group, new)
 
@@ -372,10 +427,26 @@ class Host:
 
     async def settle_leftovers(self, keep: Collection[str]) -> None:
         """Before this host's first group of a run: deal with servers an earlier run left
-        running (this tool was killed). Those of groups in ``keep`` (the groups this run will
-        start) wait for their group's ``clear_gpus``, which takes one over or stops it; the
-        rest are stopped. A local server dies with the tool: nothing is left here."""
-        return None
+        running (this tool was killed). On an SSH host those of groups in ``keep`` (the
+        groups this run will start) wait for their group's ``clear_gpus``, which takes one
+        over or stops it; the rest are stopped. Here a server dies with the tool, but its
+        workers, or a server started in the instant the tool died, may not: every one is
+        stopped, since its output went to the tool that died and cannot be followed."""
+        for lo in find_local_leftovers(self.owner, self.name):
+            code = await stop_local_leftover(lo, LOCAL_LEFTOVER_GRACE_S)
+            if code is None:
+                self.on_notice(
+                    "info",
+                    f"{self.name}: stopped {lo.group}'s server left running by an earlier "
+                    f"run ({lo.describe()}): its output went to the run that ended, so it "
+                    "cannot be taken over",
+                )
+            else:
+                self.on_notice(
+                    "error",
+                    f"{self.name}: cannot stop {lo.group}'s server left running by an earlier "
+                    f"run ({lo.describe()}): {code}",
+                )
 
     def abandon_waits(self) -> None:
         """The run is aborted: stop waiting for anything that only the host's return could
@@ -463,11 +534,15 @@ class Host:
                 with contextlib.suppress(Exception):
                     await svc.stop(grace_s)
         self._services.clear()
+        for group_id, claimed in list(self._claims.items()):
+            port_claims.release(*claimed, group_id)
+        self._claims.clear()
         if self._reader is not None:
             await self._reader.stop()
             self._reader = None
 
 
+LOCAL_LEFTOVER_GRACE_S = 10.0
 SIM_STATE_PREFIX = "specbench-sim-"
 
 
@@ -507,6 +582,7 @@ class SimHost(Host):
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
         groups: Iterable[ServiceGroup] = (),
+        owner: str = "",
     ) -> None:
         super().__init__(
             name,
@@ -517,6 +593,7 @@ class SimHost(Host):
             telemetry_interval_s=telemetry_interval_s,
             python=python,
             groups=groups,
+            owner=owner,
         )
         self._owns_state = state_dir is None
         if state_dir is None:

@@ -13,7 +13,15 @@ import os
 from collections.abc import Collection, Iterable
 
 from specbench_tui.errors import InputError
-from specbench_tui.hosts.host import EventCallback, Host, HostReport, NoticeCallback, SshSettings
+from specbench_tui.hosts import port_claims
+from specbench_tui.hosts.host import (
+    EventCallback,
+    Host,
+    HostReport,
+    NoticeCallback,
+    SshSettings,
+    with_port,
+)
 from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftover
 from specbench_tui.hosts.remote_process import RemoteProcessService
 from specbench_tui.hosts.remote_service import (
@@ -36,6 +44,8 @@ from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import HostState
 
 LEFTOVER_STOP_GRACE_S = 30.0
+# Run on the host: a port its kernel hands out as free now.
+FREE_PORT = "import socket;s=socket.socket();s.bind(('0.0.0.0',0));print(s.getsockname()[1])"
 
 
 def _model_path(group: ServiceGroup) -> str | None:
@@ -63,6 +73,7 @@ class SshHost(Host):
         on_event: EventCallback | None = None,
         telemetry_interval_s: float = 1.0,
         groups: Iterable[ServiceGroup] = (),
+        owner: str = "",
     ) -> None:
         super().__init__(
             name,
@@ -73,6 +84,7 @@ class SshHost(Host):
             telemetry_interval_s=telemetry_interval_s,
             python="python3",
             groups=groups,
+            owner=owner,
         )
         self.settings = settings
         self.ssh = SshConnection(
@@ -84,6 +96,7 @@ class SshHost(Host):
         self._foreign = ForeignUnits(self.ssh)
         self._unknown_gpus_said: set[str] = set()
         self._leftovers: dict[str, Leftover] = {}  # kept for their group's clear_gpus
+        self._machine: str | None = None
 
     def abandon_waits(self) -> None:
         """An abort while the host is away: what still needs it (a server's stop) fails at
@@ -230,6 +243,55 @@ class SshHost(Host):
             if not res.ok:
                 out.append(f"{what} {path} not found")
         return out
+
+    # --- ports -------------------------------------------------------------------------------
+
+    async def machine_key(self) -> str:
+        """The network namespace the host's ports live in, asked once: two aliases of one
+        machine (or an alias of this one) share their port claims. Where the host does not
+        say, its destination stands for it (not remembered: asked again next time)."""
+        if self._machine is None:
+            try:
+                res = await self.ssh.run(port_claims.NAMESPACE_PROBE, idempotent=True)
+            except SshError:
+                return f"ssh:{self.settings.destination}"
+            key = port_claims.namespace_key(res.stdout) if res.ok else None
+            if key is None:
+                return f"ssh:{self.settings.destination}"
+            self._machine = key
+        return self._machine
+
+    async def claim_port(self, group: ServiceGroup) -> ServiceGroup:
+        """The plan's port, unless another server of this campaign on the same machine (a
+        host that is another alias of it) claimed it: then a port the host's kernel says is
+        free, said in a notice. Something outside the campaign on the plan's port is left to
+        the start, which names it (as the preflight did)."""
+        self.release_port(group)
+        machine = await self.machine_key()
+        where = group
+        other = port_claims.holder(machine, group.port)
+        if other not in (None, group.id):
+            port = await self._free_remote_port(machine)
+            self.on_notice(
+                "info",
+                f"{self.name}: port {group.port} is taken by {other}, a server of this campaign "
+                f"on the same machine; {group.id} uses port {port} there instead",
+            )
+            where = with_port(group, port)
+        if not port_claims.claim(machine, where.port, group.id):
+            return await self.claim_port(group)  # taken while the host was asked: again
+        self._claims[group.id] = (machine, where.port)
+        return where
+
+    async def _free_remote_port(self, machine: str) -> int:
+        for _ in range(20):
+            res = await self.ssh.run(["python3", "-c", FREE_PORT], idempotent=True)
+            if not res.ok or not res.stdout.strip().isdigit():
+                raise ServiceError(f"{self.name}: cannot find a free port: {res.stderr.strip()}")
+            port = int(res.stdout.strip())
+            if port_claims.holder(machine, port) is None:
+                return port
+        raise ServiceError(f"{self.name}: no free port found that no server of this run claimed")
 
     # --- servers -------------------------------------------------------------------------------
 
