@@ -47,6 +47,7 @@ from specbench_tui.hosts.telemetry import (
     SampleCallback,
     TelemetryMode,
     TelemetryReader,
+    gpu_state,
     probe_telemetry,
     wait_gpus_free,
 )
@@ -402,6 +403,23 @@ class Host:
             await self.wait_released(timeout_s)
             self._unverified(group, f"telemetry down: {why}")
         return verified
+
+    async def held_gpus(self, ours: Collection[int]) -> dict[int, str]:
+        """GPUs of this host, other than ``ours``, that something outside the campaign holds
+        now (the latest telemetry reading) and no ``stop_before`` can free: GPU -> what holds
+        it. Empty without telemetry: nothing is known to be held. Here nothing can be
+        stopped, so whatever holds a GPU keeps it."""
+        mode = await self.telemetry_mode()
+        if not mode.available:
+            return {}
+        latest = self.telemetry().latest()
+        held = {}
+        for gpu in self.gpu_ids:
+            sample = latest.get(gpu)
+            why = gpu_state(sample, 1024) if sample is not None else None
+            if gpu not in ours and why is not None:
+                held[gpu] = why
+        return held
 
     def _unverified(self, group: ServiceGroup, reason: str) -> None:
         self.on_event(

@@ -379,6 +379,22 @@ class SshHost(Host):
             await self._stop_leftover(lo, mark_mismatch(lo.mark))
         return await super().clear_gpus(group, timeout_s)
 
+    async def held_gpus(self, ours: Collection[int]) -> dict[int, str]:
+        """As for any host, less the GPUs a ``stop_before`` unit is set up for (its
+        CUDA_VISIBLE_DEVICES): a group that needs them stops it. When such a unit does not
+        say which GPUs it takes, none is known to be beyond reach."""
+        held = await super().held_gpus(ours)
+        names = {u for g in self.groups for u in g.stop_before}
+        if not held or not names or self.settings.services != "systemd":
+            return held
+        for name in sorted(names):
+            gpus = await self._foreign.configured_gpus(name)
+            if gpus is None:
+                return {}
+            for gpu in gpus:
+                held.pop(gpu, None)
+        return held
+
     def runner_for(self, python: str) -> AgentRunner:
         return SshAgentRunner(self.ssh, python, self.agent_env())
 
