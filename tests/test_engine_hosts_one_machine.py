@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import MINIMAL_PLAN, ROOT, free_port
 from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
+from support.host_events import Recorded
 
 from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.host import SimHost
@@ -181,9 +182,8 @@ def _group(port: int, gid: str) -> ServiceGroup:
 async def test_claims_are_per_machine_and_given_back(tmp_path: Path) -> None:
     """The unit of the rule: two hosts claim at the same moment; the second is moved; a
     release frees the port for the next group; the notice says why."""
-    notices: list[str] = []
-    a = SimHost("a", 1, on_notice=lambda _lvl, t: notices.append(t))
-    b = SimHost("b", 1, on_notice=lambda _lvl, t: notices.append(t))
+    said = Recorded()
+    a, b = SimHost("a", 1, events=said), SimHost("b", 1, events=said)
     port = free_port()
     try:
         ga, gb = _group(port, "a.ar.tp1"), _group(port, "b.ar.tp1")
@@ -192,7 +192,8 @@ async def test_claims_are_per_machine_and_given_back(tmp_path: Path) -> None:
         machine = port_claims.local_machine()
         assert port_claims.holder(machine, port) == "a.ar.tp1"
         assert port_claims.holder(machine, wb.port) == "b.ar.tp1"
-        assert "port " + str(port) + " is taken by a.ar.tp1" in notices[0]
+        ((level, text),) = said.notices
+        assert level == "info" and f"port {port} is taken by a.ar.tp1" in text
         a.release_port(ga)
         assert port_claims.holder(machine, port) is None
         again = await a.claim_port(dataclasses.replace(ga, id="a.dflash.tp1"))

@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from support.host_events import Recorded
+
 from specbench_tui.hosts.host import SimHost
 from specbench_tui.hosts.local_leftovers import (
     SERVER_MARK_ENV,
@@ -37,7 +39,7 @@ async def test_a_resume_stops_what_a_dead_run_left_and_nothing_else(tmp_path: Pa
     other_results = _marked(results_owner(tmp_path / "elsewhere"), "sim", "sim.ar.tp1", dead)
     ours = _marked(owner, "sim", "sim.dflash.tp1", os.getpid())  # this process's own server
     notices: list[tuple[str, str]] = []
-    host = SimHost("sim", 1, owner=owner, on_notice=lambda lvl, t: notices.append((lvl, t)))
+    host = SimHost("sim", 1, owner=owner, events=Recorded(notices))
     try:
         (found,) = find_local_leftovers(owner, "sim")
         assert found.group == "sim.ar.tp1" and found.pids == (left.pid,)

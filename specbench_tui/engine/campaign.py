@@ -22,6 +22,7 @@ from specbench_tui.bench.logparse import LogParser
 from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.commands import Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
+from specbench_tui.engine.host_events import HubEvents
 from specbench_tui.engine.host_scheduler import HostScheduler
 from specbench_tui.engine.hub import EventHub
 from specbench_tui.engine.log_lines import LogLineWorker
@@ -166,8 +167,7 @@ class Campaign:
             kind,
             hs.gpus,
             gpu_ids=hs.gpu_ids,
-            on_notice=lambda level, text: self.hub.notice(text, level),
-            on_event=self.hub.emit,
+            events=HubEvents(self.hub),
             telemetry_interval_s=self.options.telemetry_interval_s,
             ssh=ssh,
             groups=self.groups,

@@ -23,10 +23,10 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.local_leftovers import (
@@ -55,20 +55,30 @@ from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import Event, GpusUnverified, TelemetryChosen
 
-NoticeCallback = Callable[[str, str], None]  # (level "info"|"warning"|"error", text)
-EventCallback = Callable[[Event], None]
-
 FAKE_NVML_PATH = Path(__file__).resolve().parent.parent / "sim" / "fake_nvml.py"
 FALLBACK_PYTHON = "python3"
 _PYTHON_NAME = re.compile(r"^python[0-9.]*$")
 
 
-def _ignore_notice(level: str, text: str) -> None:
-    return None
+class HostEvents(Protocol):
+    """What a host tells the campaign: notices the operator must read (level "info",
+    "warning" or "error") and events it observed itself (the telemetry mode, GPUs started on
+    unverified, the link's state). The engine's hub implements it (``engine.host_events``);
+    a host made for a check alone tells nobody."""
+
+    def notice(self, text: str, level: str = "info") -> None: ...
+
+    def event(self, ev: Event) -> None: ...
 
 
-def _ignore_event(ev: Event) -> None:
-    return None
+class NoEvents:
+    """Tells nobody: a host made for a preflight or a test that does not listen."""
+
+    def notice(self, text: str, level: str = "info") -> None:
+        return None
+
+    def event(self, ev: Event) -> None:
+        return None
 
 
 def server_pythons(groups: Iterable[ServiceGroup]) -> list[str]:
@@ -161,10 +171,10 @@ class Host:
     """A host whose servers run as local child processes (``local = true``).
 
     ``groups`` are the plan's service groups on this host (their interpreters are where
-    telemetry looks for pynvml first); ``on_event`` receives the events a host publishes
-    itself (the telemetry mode, GPUs started on unverified). ``owner`` names the run's
-    results (its directory): every server started here carries it in its environment, so a
-    later run of the same results finds the servers a crashed run left.
+    telemetry looks for pynvml first); ``events`` hears the host's notices and the events it
+    publishes itself (the telemetry mode, GPUs started on unverified). ``owner`` names the
+    run's results (its directory): every server started here carries it in its environment,
+    so a later run of the same results finds the servers a crashed run left.
     """
 
     kind: Literal["local", "sim", "ssh"] = "local"
@@ -175,8 +185,7 @@ class Host:
         gpus: int,
         *,
         gpu_ids: Iterable[int] | None = None,
-        on_notice: NoticeCallback | None = None,
-        on_event: EventCallback | None = None,
+        events: HostEvents | None = None,
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
         groups: Iterable[ServiceGroup] = (),
@@ -186,8 +195,7 @@ class Host:
         self.owner = owner
         self.gpus = gpus
         self.gpu_ids = list(gpu_ids) if gpu_ids is not None else list(range(gpus))
-        self.on_notice = on_notice or _ignore_notice
-        self.on_event = on_event or _ignore_event
+        self.events: HostEvents = events or NoEvents()
         self.telemetry_interval_s = telemetry_interval_s
         self.python = python
         self.groups = list(groups)
@@ -217,6 +225,10 @@ class Host:
         svc = ProcessService(where, log_path, on_line, extra_env=self.service_env() | mark)
         self._services.append(svc)
         return svc
+
+    def service_notice(self, level: str, text: str) -> None:
+        """A notice from one of this host's services, which take a (level, text) callback."""
+        self.events.notice(text, level)
 
     # --- ports --------------------------------------------------------------------------
 
@@ -259,17 +271,17 @@ class Host:
             return group
         new = pick_free_port(machine)
         if other is not None:
-            self.on_notice(
-                "info",
+            self.events.notice(
                 f"{self.name}: port {group.port} is taken by {other}, a server of this "
                 f"campaign on the same machine; servers on this host use port {new} instead",
+                "info",
             )
         else:
             holder = describe_port_holder(group.port)
-            self.on_notice(
-                "warning",
+            self.events.notice(
                 f"{self.name}: port {group.port} is in use by {holder}; servers on this host "
                 f"use port {new} instead",
+                "warning",
             )
         self._ports[group.port] = new
         return with_port(group, new)
@@ -305,7 +317,7 @@ class Host:
                 except Exception as e:  # a probe must never stop a campaign
                     mode = TelemetryMode("none", None, f"probe failed: {type(e).__name__}: {e}")
                 self._mode = mode
-                self.on_event(
+                self.events.event(
                     TelemetryChosen(
                         host=self.name,
                         source=mode.source,
@@ -315,12 +327,12 @@ class Host:
                     )
                 )
                 if not mode.available:
-                    self.on_notice(
-                        "warning",
+                    self.events.notice(
                         f"{self.name}: no GPU telemetry ({mode.detail or 'nothing found'}); "
                         "GPU memory cannot be checked before a server starts: the campaign "
                         "waits only until the previous server's processes and port are gone "
                         "(install nvidia-ml-py into a server's python for NVML)",
+                        "warning",
                     )
             return self._mode
 
@@ -351,7 +363,7 @@ class Host:
         return self._reader
 
     def _telemetry_problem(self, text: str) -> None:
-        self.on_notice("warning", f"{self.name}: telemetry: {text}")
+        self.events.notice(f"{self.name}: telemetry: {text}", "warning")
 
     async def wait_gpus_free(
         self, gpu_ids: Iterable[int], timeout_s: float, idle_mem_mib: float = 1024
@@ -422,7 +434,7 @@ class Host:
         return held
 
     def _unverified(self, group: ServiceGroup, reason: str) -> None:
-        self.on_event(
+        self.events.event(
             GpusUnverified(
                 host=self.name, group=group.id, gpu_ids=list(group.gpu_ids), reason=reason
             )
@@ -453,17 +465,17 @@ class Host:
         for lo in find_local_leftovers(self.owner, self.name):
             code = await stop_local_leftover(lo, LOCAL_LEFTOVER_GRACE_S)
             if code is None:
-                self.on_notice(
-                    "info",
+                self.events.notice(
                     f"{self.name}: stopped {lo.group}'s server left running by an earlier "
                     f"run ({lo.describe()}): its output went to the run that ended, so it "
                     "cannot be taken over",
+                    "info",
                 )
             else:
-                self.on_notice(
-                    "error",
+                self.events.notice(
                     f"{self.name}: cannot stop {lo.group}'s server left running by an earlier "
                     f"run ({lo.describe()}): {code}",
+                    "error",
                 )
 
     def abandon_waits(self) -> None:
@@ -525,10 +537,10 @@ class Host:
         names = [n for n in names if n not in self._cannot_stop_said]
         if names:
             self._cannot_stop_said.update(names)  # once per service, not once per group
-            self.on_notice(
-                "warning",
+            self.events.notice(
                 f"{self.name}: cannot stop {', '.join(names)} on a {self.kind} host "
                 "(stop_before needs a systemd host); skipped",
+                "warning",
             )
 
     async def stop_foreign_unverified(self, group: ServiceGroup) -> None:
@@ -595,8 +607,7 @@ class SimHost(Host):
         *,
         state_dir: str | os.PathLike[str] | None = None,
         gpu_ids: Iterable[int] | None = None,
-        on_notice: NoticeCallback | None = None,
-        on_event: EventCallback | None = None,
+        events: HostEvents | None = None,
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
         groups: Iterable[ServiceGroup] = (),
@@ -606,8 +617,7 @@ class SimHost(Host):
             name,
             gpus,
             gpu_ids=gpu_ids,
-            on_notice=on_notice,
-            on_event=on_event,
+            events=events,
             telemetry_interval_s=telemetry_interval_s,
             python=python,
             groups=groups,

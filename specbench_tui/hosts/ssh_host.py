@@ -15,10 +15,9 @@ from collections.abc import Collection, Iterable
 from specbench_tui.errors import InputError
 from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.host import (
-    EventCallback,
     Host,
+    HostEvents,
     HostReport,
-    NoticeCallback,
     SshSettings,
     with_port,
 )
@@ -69,8 +68,7 @@ class SshHost(Host):
         settings: SshSettings,
         *,
         gpu_ids: Iterable[int] | None = None,
-        on_notice: NoticeCallback | None = None,
-        on_event: EventCallback | None = None,
+        events: HostEvents | None = None,
         telemetry_interval_s: float = 1.0,
         groups: Iterable[ServiceGroup] = (),
         owner: str = "",
@@ -79,8 +77,7 @@ class SshHost(Host):
             name,
             gpus,
             gpu_ids=gpu_ids,
-            on_notice=on_notice,
-            on_event=on_event,
+            events=events,
             telemetry_interval_s=telemetry_interval_s,
             python="python3",
             groups=groups,
@@ -103,15 +100,15 @@ class SshHost(Host):
         once instead of waiting up to ``reconnect_timeout``; the servers stay there for the
         next run, which takes them over or stops them."""
         if self.ssh.stop_waiting():
-            self.on_notice(
-                "warning",
+            self.events.notice(
                 f"{self.name}: the host is away; its servers are left as they are (the next "
                 "run of the plan takes them over or stops them)",
+                "warning",
             )
 
     def _link_state(self, state: str, reason: str) -> None:
         """The link changed: an event for the console (the host shown as reconnecting)."""
-        self.on_event(HostState(host=self.name, state=state, reason=reason))
+        self.events.event(HostState(host=self.name, state=state, reason=reason))
 
     # --- before the campaign ------------------------------------------------------------------
 
@@ -205,7 +202,7 @@ class SshHost(Host):
             raise InputError(f"host {self.name}: {report.problems[0]}")
         for warning in report.warnings:
             if warning.startswith("port "):  # the telemetry warning comes once, from the run
-                self.on_notice("warning", f"{self.name}: {warning}")
+                self.events.notice(f"{self.name}: {warning}", "warning")
         return report
 
     async def recover(self, groups: Iterable[ServiceGroup]) -> bool:
@@ -215,7 +212,7 @@ class SshHost(Host):
         missing = await self._missing(groups)
         if not missing or not self.settings.prepare:
             return False
-        self.on_notice("info", f"{self.name}: {missing[0]}; running the plan's prepare")
+        self.events.notice(f"{self.name}: {missing[0]}; running the plan's prepare", "info")
         for command in self.settings.prepare:
             try:
                 res = await self.ssh.run(command, timeout_s=3600)
@@ -272,10 +269,10 @@ class SshHost(Host):
         other = port_claims.holder(machine, group.port)
         if other not in (None, group.id):
             port = await self._free_remote_port(machine)
-            self.on_notice(
-                "info",
+            self.events.notice(
                 f"{self.name}: port {group.port} is taken by {other}, a server of this campaign "
                 f"on the same machine; {group.id} uses port {port} there instead",
+                "info",
             )
             where = with_port(group, port)
         if not port_claims.claim(machine, where.port, group.id):
@@ -310,7 +307,7 @@ class SshHost(Host):
                 on_line,
                 campaign=self.settings.campaign,
                 workdir=self.settings.workdir,
-                on_notice=self.on_notice,
+                on_notice=self.service_notice,
             )
         else:
             svc = SystemdService(
@@ -320,7 +317,7 @@ class SshHost(Host):
                 on_line,
                 campaign=self.settings.campaign,
                 workdir=self.settings.workdir,
-                on_notice=self.on_notice,
+                on_notice=self.service_notice,
             )
         self._services.append(svc)
         return svc
@@ -343,7 +340,7 @@ class SshHost(Host):
         try:
             left = await self._find_leftovers(self.groups)
         except ServiceError as e:
-            self.on_notice("warning", f"{self.name}: cannot look for servers left running: {e}")
+            self.events.notice(f"{self.name}: cannot look for servers left running: {e}", "warning")
             return
         for lo in left:
             if lo.group in keep:
@@ -355,16 +352,16 @@ class SshHost(Host):
         try:
             await stop_leftover(self.ssh, lo, LEFTOVER_STOP_GRACE_S)
         except ServiceError as e:
-            self.on_notice(
-                "error",
+            self.events.notice(
                 f"{self.name}: cannot stop {lo.group}'s server left running by an earlier run "
                 f"({lo.describe()}): {e}",
+                "error",
             )
             return
-        self.on_notice(
-            "info",
+        self.events.notice(
             f"{self.name}: stopped {lo.group}'s server left running by an earlier run "
             f"({lo.describe()}): {why}",
+            "info",
         )
 
     async def clear_gpus(self, group: ServiceGroup, timeout_s: float) -> bool:
@@ -406,7 +403,7 @@ class SshHost(Host):
             return
         stopped = await self._foreign.stop(names)
         if stopped:
-            self.on_notice("info", f"{self.name}: stopped {', '.join(stopped)} to free GPUs")
+            self.events.notice(f"{self.name}: stopped {', '.join(stopped)} to free GPUs", "info")
 
     async def stop_foreign_unverified(self, group: ServiceGroup) -> None:
         """With no telemetry nothing shows whether the group's GPUs are held, so a
@@ -425,11 +422,11 @@ class SshHost(Host):
             if gpus is None:
                 if name not in self._unknown_gpus_said:
                     self._unknown_gpus_said.add(name)
-                    self.on_notice(
-                        "warning",
+                    self.events.notice(
                         f"{self.name}: no GPU telemetry to show whether {name} holds GPUs, "
                         "and its unit sets no CUDA_VISIBLE_DEVICES (or is not running): left "
                         "running",
+                        "warning",
                     )
             elif gpus & wanted:
                 to_stop.append(name)
@@ -438,10 +435,10 @@ class SshHost(Host):
         stopped = await self._foreign.stop(to_stop)
         if stopped:
             gpus_text = ",".join(map(str, group.gpu_ids))
-            self.on_notice(
-                "info",
+            self.events.notice(
                 f"{self.name}: stopped {', '.join(stopped)}: set up for GPUs of {group.id} "
                 f"({gpus_text}); no telemetry to check them",
+                "info",
             )
 
     async def restore_foreign(self) -> None:
@@ -450,9 +447,9 @@ class SshHost(Host):
         names = ", ".join(self._foreign.stopped)
         problems = await self._foreign.restore()
         for p in problems:
-            self.on_notice("error", f"{self.name}: {p}")
+            self.events.notice(f"{self.name}: {p}", "error")
         if not problems:
-            self.on_notice("info", f"{self.name}: started {names} again")
+            self.events.notice(f"{self.name}: started {names} again", "info")
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Stop what runs, the servers an earlier run left that no group came to (an abort
