@@ -240,8 +240,8 @@ class Host:
         """The group on the port its server will take here, claimed for it until
         ``release_port``: no other server of this campaign on the same machine (another
         host's included) is handed that port meanwhile."""
-        self.release_port(group)
         machine = await self.machine_key()
+        self.release_port(group)  # after the await: no other group can slip in between
         where = self.on_free_port(group)  # no await from the check to the claim
         port_claims.claim(machine, where.port, group.id)
         self._claims[group.id] = (machine, where.port)

@@ -263,8 +263,8 @@ class SshHost(Host):
         host that is another alias of it) claimed it: then a port the host's kernel says is
         free, said in a notice. Something outside the campaign on the plan's port is left to
         the start, which names it (as the preflight did)."""
-        self.release_port(group)
         machine = await self.machine_key()
+        self.release_port(group)  # after the await: no other group can slip in between
         where = group
         other = port_claims.holder(machine, group.port)
         if other not in (None, group.id):
@@ -345,8 +345,20 @@ class SshHost(Host):
         for lo in left:
             if lo.group in keep:
                 self._leftovers[lo.group] = lo
+                await self._claim_for_leftover(lo)
                 continue
             await self._stop_leftover(lo, "no cell of this run needs it")
+
+    async def _claim_for_leftover(self, lo: Leftover) -> None:
+        """A kept server holds its group's plan port: claimed for that group at once, so a
+        group of another alias of this machine is not handed the port (and refused by the
+        kept server) before this group's turn takes the server over or stops it."""
+        group = next((g for g in self.groups if g.id == lo.group and not g.packed), None)
+        if group is None:
+            return
+        machine = await self.machine_key()
+        if port_claims.claim(machine, group.port, group.id):
+            self._claims[group.id] = (machine, group.port)
 
     async def _stop_leftover(self, lo: Leftover, why: str) -> None:
         try:
