@@ -4,6 +4,7 @@ then a kill -9 in the middle of a packed run and a resume."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import MINIMAL_PLAN, ROOT
 
+from specbench_tui.hosts.local_leftovers import SERVER_MARK_ENV, marked_processes, results_owner
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.plan.packing import Placer
 from specbench_tui.plan.review import review
@@ -120,9 +122,27 @@ def test_kill_9_during_a_packed_run_loses_and_repeats_nothing(write_plan, tmp_pa
         assert proc.poll() is None and time.monotonic() < deadline, "never got going"
     proc.kill()
     proc.communicate(timeout=30)
-    again = _headless(path, tmp_path)
-    out, _ = again.communicate(timeout=600)
+    owner = results_owner(root)
+    deadline = time.monotonic() + 10
+    while marked_processes(owner) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marked_processes(owner), "a server outlived the tool"
+    # What PR_SET_PDEATHSIG cannot reach: a TP worker the killed server started, marked as
+    # the crashed run's servers are. The resume must find and stop it.
+    mark = json.dumps([owner, "sim", "sim.ar.tp1", proc.pid])
+    worker = subprocess.Popen(
+        ["sleep", "600"], env={**os.environ, SERVER_MARK_ENV: mark}, start_new_session=True
+    )
+    try:
+        again = _headless(path, tmp_path)
+        out, _ = again.communicate(timeout=600)
+        assert again.poll() is not None
+        assert worker.wait(timeout=5) is not None  # stopped by the resume
+    finally:
+        worker.kill()
     assert again.returncode == 0, out[-3000:]
+    assert "stopped sim.ar.tp1's server left running by an earlier run" in out
+    assert not marked_processes(owner), "a server outlived the campaign"
     layout = ResultsLayout(root)
     events = read_events(layout.events)
     state = CampaignState.from_events(events, layout.rows_exist)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port
+from support.host_events import Recorded
 
 from specbench_tui.hosts.factory import make_host
 from specbench_tui.hosts.gpu_agent import parse_smi
@@ -262,7 +263,7 @@ async def test_sim_host_facade(tmp_path: Path) -> None:
         "sim",
         "sim",
         2,
-        on_notice=lambda lvl, txt: notices.append((lvl, txt)),
+        events=Recorded(notices),
         telemetry_interval_s=0.1,
     )
     assert isinstance(host, SimHost)
@@ -286,7 +287,11 @@ async def test_agent_outage_reads_as_unverified_not_busy(tmp_path: Path) -> None
     the wait gives up verifying instead of failing the group."""
     events: list[object] = []
     host = SimHost(
-        "sim", 1, state_dir=tmp_path / "state", telemetry_interval_s=0.1, on_event=events.append
+        "sim",
+        1,
+        state_dir=tmp_path / "state",
+        telemetry_interval_s=0.1,
+        events=Recorded(events=events),
     )
     os.rmdir(host.state_dir)  # the agent's NVML init now fails
     try:
@@ -380,7 +385,12 @@ async def test_nvidia_smi_mode_gpu_wait_returns_once_the_load_is_gone(
     events: list[object] = []
     group = local_group(free_port(), python=no_pynvml_python(tmp_path))
     host = make_host(
-        "local", "local", 1, telemetry_interval_s=0.1, on_event=events.append, groups=[group]
+        "local",
+        "local",
+        1,
+        telemetry_interval_s=0.1,
+        events=Recorded(events=events),
+        groups=[group],
     )
     try:
         mode = await host.telemetry_mode()
@@ -492,8 +502,7 @@ async def test_local_host_without_gpu_telemetry_does_not_wait(
         "local",
         "local",
         1,
-        on_notice=lambda lvl, txt: notices.append((lvl, txt)),
-        on_event=events.append,
+        events=Recorded(notices, events),
         groups=[group],
     )
     t0 = time.monotonic()
@@ -525,7 +534,7 @@ async def test_busy_port_on_a_sim_host_takes_a_free_one(tmp_path: Path) -> None:
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", port))
     blocker.listen()
-    host = SimHost("sim", 1, on_notice=lambda lvl, txt: notices.append((lvl, txt)))
+    host = SimHost("sim", 1, events=Recorded(notices))
     group = dataclasses.replace(local_group(port), host="sim", host_kind="sim")
     try:
         svc = host.service(group, tmp_path / "g.log")

@@ -22,6 +22,7 @@ from specbench_tui.bench.logparse import LogParser
 from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.commands import Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
+from specbench_tui.engine.host_events import HubEvents
 from specbench_tui.engine.host_scheduler import HostScheduler
 from specbench_tui.engine.hub import EventHub
 from specbench_tui.engine.log_lines import LogLineWorker
@@ -32,6 +33,7 @@ from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORAGE
 from specbench_tui.hosts.factory import make_host
 from specbench_tui.hosts.host import Host, SshSettings
+from specbench_tui.hosts.local_leftovers import results_owner
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.expand import expand
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -165,11 +167,11 @@ class Campaign:
             kind,
             hs.gpus,
             gpu_ids=hs.gpu_ids,
-            on_notice=lambda level, text: self.hub.notice(text, level),
-            on_event=self.hub.emit,
+            events=HubEvents(self.hub),
             telemetry_interval_s=self.options.telemetry_interval_s,
             ssh=ssh,
             groups=self.groups,
+            owner=results_owner(self.layout.root),
         )
 
     def _host(self, group: ServiceGroup) -> Host:

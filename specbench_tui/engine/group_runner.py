@@ -123,6 +123,7 @@ class GroupRunner:
                 if failure is not None and not ctx.control.aborted:
                     self._fail_cells(f"server did not start: {failure.reason}", failure.log_tail)
         finally:
+            self.host.release_port(group)  # the slot stopped the server: its port is free
             ctx.control.leave(group)
             ctx.hub.emit(GroupFinished(group=group.id, status=self._status()))
         if not ctx.control.aborted:
@@ -140,8 +141,9 @@ class GroupRunner:
     async def _start(self, slot: ServerSlot) -> ServiceFailed | None:
         """Clear the GPUs, start the server, wait until healthy; a failure is returned (and
         published) as its ServiceFailed event."""
-        ctx, group, host = self.ctx, self.group, self.host
+        ctx, host = self.ctx, self.host
         self.attempt += 1
+        group, claim_failed = await self._claim_port()
         ctx.hub.emit(
             GroupStarted(
                 group=group.id,
@@ -156,6 +158,8 @@ class GroupRunner:
         )
         svc: Service | None = None
         try:
+            if claim_failed is not None:
+                raise claim_failed
             # The host's rule: stop_before services, and no wait it cannot verify.
             await ctx.control.unless_aborted(host.clear_gpus(group, ctx.options.gpu_free_timeout_s))
             svc = host.service(group, ctx.layout.log_of(group.id), ctx.log_lines.on_line(group.id))
@@ -199,6 +203,14 @@ class GroupRunner:
             )
         )
         return None
+
+    async def _claim_port(self) -> tuple[ServiceGroup, Exception | None]:
+        """The group on the port its server takes (another of this campaign's servers on the
+        same machine may hold the plan's): claimed until the group ends."""
+        try:
+            return await self.ctx.control.unless_aborted(self.host.claim_port(self.group)), None
+        except Exception as exc:
+            return self.group, exc
 
     async def _start_or_recover(self, slot: ServerSlot) -> ServiceFailed | None:
         """Start the server; if that fails, let the host repair what it can and try once

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.group_runner import GroupRunner
 from specbench_tui.hosts.host import Host
+from specbench_tui.hosts.local_leftovers import marked_processes, results_owner
 from specbench_tui.plan.packing import Placer, placed
 from specbench_tui.results.cells import ServiceGroup
 
@@ -32,20 +33,25 @@ class HostScheduler:
         self.host = host
         self.placer = Placer(gpu_ids) if pack else None
         self.placements: list[tuple[ServiceGroup, float, float | None]] = []  # for tests
+        self.used: set[int] = set()  # GPUs this run's groups took (their memory is ours)
+        self._held_said: dict[int, str] = {}
 
     async def run(self) -> None:
         ctx = self.ctx
         running: dict[asyncio.Task[None], tuple[ServiceGroup, int]] = {}
-        if self.groups and self.groups[0].host_kind == "ssh":
-            # Servers a crashed run left there: kept for the groups about to run, else stopped.
-            await self.host().settle_leftovers({g.id for g in self.groups if ctx.pending(g)})
+        keep = {g.id for g in self.groups if ctx.pending(g)}
+        if self.groups and (keep or self.groups[0].host_kind == "ssh" or self._left_here()):
+            # Servers a crashed run left there: kept for the groups about to run (an SSH
+            # host takes one over), else stopped.
+            await self.host().settle_leftovers(keep)
         try:
             while not ctx.control.aborted:
                 await ctx.control.gate()
                 busy = {g.id for g, _ in running.values()}
                 queue = [g for g in self.groups if g.id not in busy and ctx.pending(g)]
+                avoid = await self._held_elsewhere() if queue and self.placer else set()
                 for group in queue:
-                    started = self._start(group, running)
+                    started = self._start(group, running, avoid)
                     if not started or self.placer is None:
                         break  # one at a time, or the head of the line waits for GPUs
                 if not running:
@@ -62,17 +68,50 @@ class HostScheduler:
             if running:  # an abort or a failure elsewhere: let each group stop its server
                 await asyncio.gather(*running, return_exceptions=True)
 
+    def _left_here(self) -> bool:
+        """Whether a crashed run left a server of this local or simulated host running (a
+        host with nothing to run is made only to stop it)."""
+        owner = results_owner(self.ctx.layout.root)
+        return bool(marked_processes(owner, self.groups[0].host))
+
+    async def _held_elsewhere(self) -> set[int]:
+        """GPUs a packed group is not placed on: held by something outside the campaign that
+        no ``stop_before`` frees (the host's latest telemetry reading), said once per
+        change. GPUs this run used are left out: what shows there is its servers'
+        memory going."""
+        try:
+            held = await self.host().held_gpus(self.used)
+        except Exception:
+            return set()  # the placement must never stop a campaign; clear_gpus says more
+        if held and held.keys() != self._held_said.keys():
+            what = "; ".join(f"GPU {g}: {why}" for g, why in sorted(held.items()))
+            self.ctx.hub.notice(
+                f"{self.groups[0].host}: packed groups are placed off GPUs held outside the "
+                f"campaign ({what})",
+                "warning",
+            )
+        self._held_said = held
+        return set(held)
+
     def _start(
-        self, group: ServiceGroup, running: dict[asyncio.Task[None], tuple[ServiceGroup, int]]
+        self,
+        group: ServiceGroup,
+        running: dict[asyncio.Task[None], tuple[ServiceGroup, int]],
+        avoid: set[int] | None = None,
     ) -> bool:
         if self.placer is None:
             if running:
                 return False
             where = group
         else:
-            block = self.placer.place(group.tp, exclusive=group.exclusive)
+            block = self.placer.place(group.tp, exclusive=group.exclusive, avoid=avoid or ())
+            if block is None and avoid and not running:
+                # Only the held GPUs would do and nothing of ours will free others: place it
+                # there; its clear_gpus waits for them (or names what holds them).
+                block = self.placer.place(group.tp, exclusive=group.exclusive)
             if block is None:
                 return False
+            self.used |= set(block)
             where = placed(group, block, group.port + self.placer.offset(block))
         self.placements.append((where, asyncio.get_running_loop().time(), None))
         task = asyncio.create_task(

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from specbench_tui.hosts.host import EventCallback, Host, NoticeCallback, SimHost, SshSettings
+from specbench_tui.hosts.host import Host, HostEvents, SimHost, SshSettings
 from specbench_tui.hosts.ssh_host import SshHost
 from specbench_tui.results.cells import ServiceGroup
 
@@ -19,17 +19,18 @@ def make_host(
     *,
     gpu_ids: Iterable[int] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
-    on_notice: NoticeCallback | None = None,
-    on_event: EventCallback | None = None,
+    events: HostEvents | None = None,
     telemetry_interval_s: float = 1.0,
     ssh: SshSettings | None = None,
     groups: Iterable[ServiceGroup] = (),
+    owner: str = "",
 ) -> Host:
-    """The Host for a plan host of the given kind (``ssh`` settings for an SSH host)."""
+    """The Host for a plan host of the given kind (``ssh`` settings for an SSH host);
+    ``owner`` names the run's results (see ``Host``)."""
     common: dict[str, Any] = {
+        "owner": owner,
         "gpu_ids": gpu_ids,
-        "on_notice": on_notice,
-        "on_event": on_event,
+        "events": events,
         "telemetry_interval_s": telemetry_interval_s,
         "groups": [g for g in groups if g.host == name],
     }

@@ -23,11 +23,18 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from specbench_tui.hosts import port_claims
+from specbench_tui.hosts.local_leftovers import (
+    SERVER_MARK_ENV,
+    find_local_leftovers,
+    server_mark,
+    stop_local_leftover,
+)
 from specbench_tui.hosts.process import ProcessService, describe_port_holder, port_in_use
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError
 from specbench_tui.hosts.telemetry import (
@@ -40,6 +47,7 @@ from specbench_tui.hosts.telemetry import (
     SampleCallback,
     TelemetryMode,
     TelemetryReader,
+    gpu_state,
     probe_telemetry,
     wait_gpus_free,
 )
@@ -47,20 +55,30 @@ from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import Event, GpusUnverified, TelemetryChosen
 
-NoticeCallback = Callable[[str, str], None]  # (level "info"|"warning"|"error", text)
-EventCallback = Callable[[Event], None]
-
 FAKE_NVML_PATH = Path(__file__).resolve().parent.parent / "sim" / "fake_nvml.py"
 FALLBACK_PYTHON = "python3"
 _PYTHON_NAME = re.compile(r"^python[0-9.]*$")
 
 
-def _ignore_notice(level: str, text: str) -> None:
-    return None
+class HostEvents(Protocol):
+    """What a host tells the campaign: notices the operator must read (level "info",
+    "warning" or "error") and events it observed itself (the telemetry mode, GPUs started on
+    unverified, the link's state). The engine's hub implements it (``engine.host_events``);
+    a host made for a check alone tells nobody."""
+
+    def notice(self, text: str, level: str = "info") -> None: ...
+
+    def event(self, ev: Event) -> None: ...
 
 
-def _ignore_event(ev: Event) -> None:
-    return None
+class NoEvents:
+    """Tells nobody: a host made for a preflight or a test that does not listen."""
+
+    def notice(self, text: str, level: str = "info") -> None:
+        return None
+
+    def event(self, ev: Event) -> None:
+        return None
 
 
 def server_pythons(groups: Iterable[ServiceGroup]) -> list[str]:
@@ -84,10 +102,15 @@ def with_port(group: ServiceGroup, port: int) -> ServiceGroup:
     return dataclasses.replace(group, port=port, command=command)
 
 
-def pick_free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def pick_free_port(machine: str | None = None) -> int:
+    """A port the kernel says is free here; with ``machine``, also one no server of this
+    process claimed there."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if machine is None or port_claims.holder(machine, port) is None:
+            return port
 
 
 @dataclass
@@ -148,8 +171,10 @@ class Host:
     """A host whose servers run as local child processes (``local = true``).
 
     ``groups`` are the plan's service groups on this host (their interpreters are where
-    telemetry looks for pynvml first); ``on_event`` receives the events a host publishes
-    itself (the telemetry mode, GPUs started on unverified).
+    telemetry looks for pynvml first); ``events`` hears the host's notices and the events it
+    publishes itself (the telemetry mode, GPUs started on unverified). ``owner`` names the
+    run's results (its directory): every server started here carries it in its environment,
+    so a later run of the same results finds the servers a crashed run left.
     """
 
     kind: Literal["local", "sim", "ssh"] = "local"
@@ -160,17 +185,17 @@ class Host:
         gpus: int,
         *,
         gpu_ids: Iterable[int] | None = None,
-        on_notice: NoticeCallback | None = None,
-        on_event: EventCallback | None = None,
+        events: HostEvents | None = None,
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
         groups: Iterable[ServiceGroup] = (),
+        owner: str = "",
     ) -> None:
         self.name = name
+        self.owner = owner
         self.gpus = gpus
         self.gpu_ids = list(gpu_ids) if gpu_ids is not None else list(range(gpus))
-        self.on_notice = on_notice or _ignore_notice
-        self.on_event = on_event or _ignore_event
+        self.events: HostEvents = events or NoEvents()
         self.telemetry_interval_s = telemetry_interval_s
         self.python = python
         self.groups = list(groups)
@@ -179,6 +204,7 @@ class Host:
         self._mode: TelemetryMode | None = None
         self._mode_lock = asyncio.Lock()
         self._ports: dict[int, int] = {}  # plan port -> the free port taken instead
+        self._claims: dict[str, tuple[str, int]] = {}  # group id -> (machine, port) claimed
         self._cannot_stop_said: set[str] = set()
 
     # --- servers ------------------------------------------------------------------------
@@ -194,27 +220,69 @@ class Host:
         on_line: LineCallback | None = None,
     ) -> Service:
         """The group's server, not started yet (on a free port if the plan's is taken)."""
-        svc = ProcessService(
-            self.on_free_port(group), log_path, on_line, extra_env=self.service_env()
-        )
+        where = self.on_free_port(group)
+        mark = {SERVER_MARK_ENV: server_mark(self.owner, self.name, where.id)}
+        svc = ProcessService(where, log_path, on_line, extra_env=self.service_env() | mark)
         self._services.append(svc)
         return svc
 
+    def service_notice(self, level: str, text: str) -> None:
+        """A notice from one of this host's services, which take a (level, text) callback."""
+        self.events.notice(text, level)
+
+    # --- ports --------------------------------------------------------------------------
+
+    async def machine_key(self) -> str:
+        """The network namespace this host's ports live in (see ``port_claims``)."""
+        return port_claims.local_machine()
+
+    async def claim_port(self, group: ServiceGroup) -> ServiceGroup:
+        """The group on the port its server will take here, claimed for it until
+        ``release_port``: no other server of this campaign on the same machine (another
+        host's included) is handed that port meanwhile."""
+        machine = await self.machine_key()
+        self.release_port(group)  # after the await: no other group can slip in between
+        where = self.on_free_port(group)  # no await from the check to the claim
+        port_claims.claim(machine, where.port, group.id)
+        self._claims[group.id] = (machine, where.port)
+        return where
+
+    def release_port(self, group: ServiceGroup) -> None:
+        """The group's server stopped: its port may go to another."""
+        claimed = self._claims.pop(group.id, None)
+        if claimed is not None:
+            port_claims.release(*claimed, group.id)
+
     def on_free_port(self, group: ServiceGroup) -> ServiceGroup:
         """The group as it will run here: when something outside the campaign holds the
-        plan's port, on a free one instead, said once per port in a notice."""
+        plan's port, or another server of the campaign on this machine claimed it, on a free
+        one instead, said once per port in a notice."""
+        machine = port_claims.local_machine()
+
+        def ours(port: int) -> str | None:
+            other = port_claims.holder(machine, port)
+            return other if other not in (None, group.id) else None
+
         taken = self._ports.get(group.port)
-        if taken is not None and not port_in_use(taken):
+        if taken is not None and not ours(taken) and not port_in_use(taken):
             return with_port(group, taken)
-        if not port_in_use(group.port):
+        other = ours(group.port)
+        if other is None and not port_in_use(group.port):
             return group
-        new = pick_free_port()
-        holder = describe_port_holder(group.port)
-        self.on_notice(
-            "warning",
-            f"{self.name}: port {group.port} is in use by {holder}; servers on this host use "
-            f"port {new} instead",
-        )
+        new = pick_free_port(machine)
+        if other is not None:
+            self.events.notice(
+                f"{self.name}: port {group.port} is taken by {other}, a server of this "
+                f"campaign on the same machine; servers on this host use port {new} instead",
+                "info",
+            )
+        else:
+            holder = describe_port_holder(group.port)
+            self.events.notice(
+                f"{self.name}: port {group.port} is in use by {holder}; servers on this host "
+                f"use port {new} instead",
+                "warning",
+            )
         self._ports[group.port] = new
         return with_port(group, new)
 
@@ -249,7 +317,7 @@ class Host:
                 except Exception as e:  # a probe must never stop a campaign
                     mode = TelemetryMode("none", None, f"probe failed: {type(e).__name__}: {e}")
                 self._mode = mode
-                self.on_event(
+                self.events.event(
                     TelemetryChosen(
                         host=self.name,
                         source=mode.source,
@@ -261,12 +329,12 @@ class Host:
                     )
                 )
                 if not mode.available:
-                    self.on_notice(
-                        "warning",
+                    self.events.notice(
                         f"{self.name}: no GPU telemetry ({mode.detail or 'nothing found'}); "
                         "GPU memory cannot be checked before a server starts: the campaign "
                         "waits only until the previous server's processes and port are gone "
                         "(install nvidia-ml-py into a server's python for NVML)",
+                        "warning",
                     )
             return self._mode
 
@@ -297,7 +365,7 @@ class Host:
         return self._reader
 
     def _telemetry_problem(self, text: str) -> None:
-        self.on_notice("warning", f"{self.name}: telemetry: {text}")
+        self.events.notice(f"{self.name}: telemetry: {text}", "warning")
 
     async def wait_gpus_free(
         self, gpu_ids: Iterable[int], timeout_s: float, idle_mem_mib: float = 1024
@@ -350,8 +418,25 @@ class Host:
             self._unverified(group, f"telemetry down: {why}")
         return verified
 
+    async def held_gpus(self, ours: Collection[int]) -> dict[int, str]:
+        """GPUs of this host, other than ``ours``, that something outside the campaign holds
+        now (the latest telemetry reading) and no ``stop_before`` can free: GPU -> what holds
+        it. Empty without telemetry: nothing is known to be held. Here nothing can be
+        stopped, so whatever holds a GPU keeps it."""
+        mode = await self.telemetry_mode()
+        if not mode.available:
+            return {}
+        latest = self.telemetry().latest()
+        held = {}
+        for gpu in self.gpu_ids:
+            sample = latest.get(gpu)
+            why = gpu_state(sample, 1024) if sample is not None else None
+            if gpu not in ours and why is not None:
+                held[gpu] = why
+        return held
+
     def _unverified(self, group: ServiceGroup, reason: str) -> None:
-        self.on_event(
+        self.events.event(
             GpusUnverified(
                 host=self.name, group=group.id, gpu_ids=list(group.gpu_ids), reason=reason
             )
@@ -374,10 +459,26 @@ class Host:
 
     async def settle_leftovers(self, keep: Collection[str]) -> None:
         """Before this host's first group of a run: deal with servers an earlier run left
-        running (this tool was killed). Those of groups in ``keep`` (the groups this run will
-        start) wait for their group's ``clear_gpus``, which takes one over or stops it; the
-        rest are stopped. A local server dies with the tool: nothing is left here."""
-        return None
+        running (this tool was killed). On an SSH host those of groups in ``keep`` (the
+        groups this run will start) wait for their group's ``clear_gpus``, which takes one
+        over or stops it; the rest are stopped. Here a server dies with the tool, but its
+        workers, or a server started in the instant the tool died, may not: every one is
+        stopped, since its output went to the tool that died and cannot be followed."""
+        for lo in find_local_leftovers(self.owner, self.name):
+            code = await stop_local_leftover(lo, LOCAL_LEFTOVER_GRACE_S)
+            if code is None:
+                self.events.notice(
+                    f"{self.name}: stopped {lo.group}'s server left running by an earlier "
+                    f"run ({lo.describe()}): its output went to the run that ended, so it "
+                    "cannot be taken over",
+                    "info",
+                )
+            else:
+                self.events.notice(
+                    f"{self.name}: cannot stop {lo.group}'s server left running by an earlier "
+                    f"run ({lo.describe()}): {code}",
+                    "error",
+                )
 
     def abandon_waits(self) -> None:
         """The run is aborted: stop waiting for anything that only the host's return could
@@ -438,10 +539,10 @@ class Host:
         names = [n for n in names if n not in self._cannot_stop_said]
         if names:
             self._cannot_stop_said.update(names)  # once per service, not once per group
-            self.on_notice(
-                "warning",
+            self.events.notice(
                 f"{self.name}: cannot stop {', '.join(names)} on a {self.kind} host "
                 "(stop_before needs a systemd host); skipped",
+                "warning",
             )
 
     async def stop_foreign_unverified(self, group: ServiceGroup) -> None:
@@ -465,11 +566,15 @@ class Host:
                 with contextlib.suppress(Exception):
                     await svc.stop(grace_s)
         self._services.clear()
+        for group_id, claimed in list(self._claims.items()):
+            port_claims.release(*claimed, group_id)
+        self._claims.clear()
         if self._reader is not None:
             await self._reader.stop()
             self._reader = None
 
 
+LOCAL_LEFTOVER_GRACE_S = 10.0
 SIM_STATE_PREFIX = "specbench-sim-"
 
 
@@ -504,21 +609,21 @@ class SimHost(Host):
         *,
         state_dir: str | os.PathLike[str] | None = None,
         gpu_ids: Iterable[int] | None = None,
-        on_notice: NoticeCallback | None = None,
-        on_event: EventCallback | None = None,
+        events: HostEvents | None = None,
         telemetry_interval_s: float = 1.0,
         python: str = sys.executable,
         groups: Iterable[ServiceGroup] = (),
+        owner: str = "",
     ) -> None:
         super().__init__(
             name,
             gpus,
             gpu_ids=gpu_ids,
-            on_notice=on_notice,
-            on_event=on_event,
+            events=events,
             telemetry_interval_s=telemetry_interval_s,
             python=python,
             groups=groups,
+            owner=owner,
         )
         self._owns_state = state_dir is None
         if state_dir is None:

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import signal
 import socket
@@ -182,7 +183,7 @@ class ProcessService(Service):
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
             )
         except OSError as e:
             self._close_log()
@@ -304,11 +305,14 @@ except OSError:
     _LIBC = None
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """In the child: be killed if the campaign process dies (even by SIGKILL), so a crashed
-    campaign never leaves a server holding the port and GPUs its resume needs."""
+    campaign never leaves a server holding the port and GPUs its resume needs. A parent that
+    died between the fork and the prctl sends nothing: then the child ends itself."""
     if _LIBC is not None:
         _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 def _others_in_group(pgid: int) -> bool:

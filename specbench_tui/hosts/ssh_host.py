@@ -13,7 +13,14 @@ import os
 from collections.abc import Collection, Iterable
 
 from specbench_tui.errors import InputError
-from specbench_tui.hosts.host import EventCallback, Host, HostReport, NoticeCallback, SshSettings
+from specbench_tui.hosts import port_claims
+from specbench_tui.hosts.host import (
+    Host,
+    HostEvents,
+    HostReport,
+    SshSettings,
+    with_port,
+)
 from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftover
 from specbench_tui.hosts.remote_process import RemoteProcessService
 from specbench_tui.hosts.remote_service import (
@@ -36,6 +43,8 @@ from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import HostState
 
 LEFTOVER_STOP_GRACE_S = 30.0
+# Run on the host: a port its kernel hands out as free now.
+FREE_PORT = "import socket;s=socket.socket();s.bind(('0.0.0.0',0));print(s.getsockname()[1])"
 
 
 def _model_path(group: ServiceGroup) -> str | None:
@@ -59,20 +68,20 @@ class SshHost(Host):
         settings: SshSettings,
         *,
         gpu_ids: Iterable[int] | None = None,
-        on_notice: NoticeCallback | None = None,
-        on_event: EventCallback | None = None,
+        events: HostEvents | None = None,
         telemetry_interval_s: float = 1.0,
         groups: Iterable[ServiceGroup] = (),
+        owner: str = "",
     ) -> None:
         super().__init__(
             name,
             gpus,
             gpu_ids=gpu_ids,
-            on_notice=on_notice,
-            on_event=on_event,
+            events=events,
             telemetry_interval_s=telemetry_interval_s,
             python="python3",
             groups=groups,
+            owner=owner,
         )
         self.settings = settings
         self.ssh = SshConnection(
@@ -84,21 +93,22 @@ class SshHost(Host):
         self._foreign = ForeignUnits(self.ssh)
         self._unknown_gpus_said: set[str] = set()
         self._leftovers: dict[str, Leftover] = {}  # kept for their group's clear_gpus
+        self._machine: str | None = None
 
     def abandon_waits(self) -> None:
         """An abort while the host is away: what still needs it (a server's stop) fails at
         once instead of waiting up to ``reconnect_timeout``; the servers stay there for the
         next run, which takes them over or stops them."""
         if self.ssh.stop_waiting():
-            self.on_notice(
-                "warning",
+            self.events.notice(
                 f"{self.name}: the host is away; its servers are left as they are (the next "
                 "run of the plan takes them over or stops them)",
+                "warning",
             )
 
     def _link_state(self, state: str, reason: str) -> None:
         """The link changed: an event for the console (the host shown as reconnecting)."""
-        self.on_event(HostState(host=self.name, state=state, reason=reason))
+        self.events.event(HostState(host=self.name, state=state, reason=reason))
 
     # --- before the campaign ------------------------------------------------------------------
 
@@ -192,7 +202,7 @@ class SshHost(Host):
             raise InputError(f"host {self.name}: {report.problems[0]}")
         for warning in report.warnings:
             if warning.startswith("port "):  # the telemetry warning comes once, from the run
-                self.on_notice("warning", f"{self.name}: {warning}")
+                self.events.notice(f"{self.name}: {warning}", "warning")
         return report
 
     async def recover(self, groups: Iterable[ServiceGroup]) -> bool:
@@ -202,7 +212,7 @@ class SshHost(Host):
         missing = await self._missing(groups)
         if not missing or not self.settings.prepare:
             return False
-        self.on_notice("info", f"{self.name}: {missing[0]}; running the plan's prepare")
+        self.events.notice(f"{self.name}: {missing[0]}; running the plan's prepare", "info")
         for command in self.settings.prepare:
             try:
                 res = await self.ssh.run(command, timeout_s=3600)
@@ -231,6 +241,55 @@ class SshHost(Host):
                 out.append(f"{what} {path} not found")
         return out
 
+    # --- ports -------------------------------------------------------------------------------
+
+    async def machine_key(self) -> str:
+        """The network namespace the host's ports live in, asked once: two aliases of one
+        machine (or an alias of this one) share their port claims. Where the host does not
+        say, its destination stands for it (not remembered: asked again next time)."""
+        if self._machine is None:
+            try:
+                res = await self.ssh.run(port_claims.NAMESPACE_PROBE, idempotent=True)
+            except SshError:
+                return f"ssh:{self.settings.destination}"
+            key = port_claims.namespace_key(res.stdout) if res.ok else None
+            if key is None:
+                return f"ssh:{self.settings.destination}"
+            self._machine = key
+        return self._machine
+
+    async def claim_port(self, group: ServiceGroup) -> ServiceGroup:
+        """The plan's port, unless another server of this campaign on the same machine (a
+        host that is another alias of it) claimed it: then a port the host's kernel says is
+        free, said in a notice. Something outside the campaign on the plan's port is left to
+        the start, which names it (as the preflight did)."""
+        machine = await self.machine_key()
+        self.release_port(group)  # after the await: no other group can slip in between
+        where = group
+        other = port_claims.holder(machine, group.port)
+        if other not in (None, group.id):
+            port = await self._free_remote_port(machine)
+            self.events.notice(
+                f"{self.name}: port {group.port} is taken by {other}, a server of this campaign "
+                f"on the same machine; {group.id} uses port {port} there instead",
+                "info",
+            )
+            where = with_port(group, port)
+        if not port_claims.claim(machine, where.port, group.id):
+            return await self.claim_port(group)  # taken while the host was asked: again
+        self._claims[group.id] = (machine, where.port)
+        return where
+
+    async def _free_remote_port(self, machine: str) -> int:
+        for _ in range(20):
+            res = await self.ssh.run(["python3", "-c", FREE_PORT], idempotent=True)
+            if not res.ok or not res.stdout.strip().isdigit():
+                raise ServiceError(f"{self.name}: cannot find a free port: {res.stderr.strip()}")
+            port = int(res.stdout.strip())
+            if port_claims.holder(machine, port) is None:
+                return port
+        raise ServiceError(f"{self.name}: no free port found that no server of this run claimed")
+
     # --- servers -------------------------------------------------------------------------------
 
     def service(
@@ -248,7 +307,7 @@ class SshHost(Host):
                 on_line,
                 campaign=self.settings.campaign,
                 workdir=self.settings.workdir,
-                on_notice=self.on_notice,
+                on_notice=self.service_notice,
             )
         else:
             svc = SystemdService(
@@ -258,7 +317,7 @@ class SshHost(Host):
                 on_line,
                 campaign=self.settings.campaign,
                 workdir=self.settings.workdir,
-                on_notice=self.on_notice,
+                on_notice=self.service_notice,
             )
         self._services.append(svc)
         return svc
@@ -281,28 +340,40 @@ class SshHost(Host):
         try:
             left = await self._find_leftovers(self.groups)
         except ServiceError as e:
-            self.on_notice("warning", f"{self.name}: cannot look for servers left running: {e}")
+            self.events.notice(f"{self.name}: cannot look for servers left running: {e}", "warning")
             return
         for lo in left:
             if lo.group in keep:
                 self._leftovers[lo.group] = lo
+                await self._claim_for_leftover(lo)
                 continue
             await self._stop_leftover(lo, "no cell of this run needs it")
+
+    async def _claim_for_leftover(self, lo: Leftover) -> None:
+        """A kept server holds its group's plan port: claimed for that group at once, so a
+        group of another alias of this machine is not handed the port (and refused by the
+        kept server) before this group's turn takes the server over or stops it."""
+        group = next((g for g in self.groups if g.id == lo.group and not g.packed), None)
+        if group is None:
+            return
+        machine = await self.machine_key()
+        if port_claims.claim(machine, group.port, group.id):
+            self._claims[group.id] = (machine, group.port)
 
     async def _stop_leftover(self, lo: Leftover, why: str) -> None:
         try:
             await stop_leftover(self.ssh, lo, LEFTOVER_STOP_GRACE_S)
         except ServiceError as e:
-            self.on_notice(
-                "error",
+            self.events.notice(
                 f"{self.name}: cannot stop {lo.group}'s server left running by an earlier run "
                 f"({lo.describe()}): {e}",
+                "error",
             )
             return
-        self.on_notice(
-            "info",
+        self.events.notice(
             f"{self.name}: stopped {lo.group}'s server left running by an earlier run "
             f"({lo.describe()}): {why}",
+            "info",
         )
 
     async def clear_gpus(self, group: ServiceGroup, timeout_s: float) -> bool:
@@ -317,6 +388,22 @@ class SshHost(Host):
             await self._stop_leftover(lo, mark_mismatch(lo.mark))
         return await super().clear_gpus(group, timeout_s)
 
+    async def held_gpus(self, ours: Collection[int]) -> dict[int, str]:
+        """As for any host, less the GPUs a ``stop_before`` unit is set up for (its
+        CUDA_VISIBLE_DEVICES): a group that needs them stops it. When such a unit does not
+        say which GPUs it takes, none is known to be beyond reach."""
+        held = await super().held_gpus(ours)
+        names = {u for g in self.groups for u in g.stop_before}
+        if not held or not names or self.settings.services != "systemd":
+            return held
+        for name in sorted(names):
+            gpus = await self._foreign.configured_gpus(name)
+            if gpus is None:
+                return {}
+            for gpu in gpus:
+                held.pop(gpu, None)
+        return held
+
     def runner_for(self, python: str) -> AgentRunner:
         return SshAgentRunner(self.ssh, python, self.agent_env())
 
@@ -328,7 +415,7 @@ class SshHost(Host):
             return
         stopped = await self._foreign.stop(names)
         if stopped:
-            self.on_notice("info", f"{self.name}: stopped {', '.join(stopped)} to free GPUs")
+            self.events.notice(f"{self.name}: stopped {', '.join(stopped)} to free GPUs", "info")
 
     async def stop_foreign_unverified(self, group: ServiceGroup) -> None:
         """With no telemetry nothing shows whether the group's GPUs are held, so a
@@ -347,11 +434,11 @@ class SshHost(Host):
             if gpus is None:
                 if name not in self._unknown_gpus_said:
                     self._unknown_gpus_said.add(name)
-                    self.on_notice(
-                        "warning",
+                    self.events.notice(
                         f"{self.name}: no GPU telemetry to show whether {name} holds GPUs, "
                         "and its unit sets no CUDA_VISIBLE_DEVICES (or is not running): left "
                         "running",
+                        "warning",
                     )
             elif gpus & wanted:
                 to_stop.append(name)
@@ -360,10 +447,10 @@ class SshHost(Host):
         stopped = await self._foreign.stop(to_stop)
         if stopped:
             gpus_text = ",".join(map(str, group.gpu_ids))
-            self.on_notice(
-                "info",
+            self.events.notice(
                 f"{self.name}: stopped {', '.join(stopped)}: set up for GPUs of {group.id} "
                 f"({gpus_text}); no telemetry to check them",
+                "info",
             )
 
     async def restore_foreign(self) -> None:
@@ -372,9 +459,9 @@ class SshHost(Host):
         names = ", ".join(self._foreign.stopped)
         problems = await self._foreign.restore()
         for p in problems:
-            self.on_notice("error", f"{self.name}: {p}")
+            self.events.notice(f"{self.name}: {p}", "error")
         if not problems:
-            self.on_notice("info", f"{self.name}: started {names} again")
+            self.events.notice(f"{self.name}: started {names} again", "info")
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Stop what runs, the servers an earlier run left that no group came to (an abort

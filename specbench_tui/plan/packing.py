@@ -14,7 +14,7 @@ waits for the others to drain instead of being overtaken forever).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from specbench_tui.results.cells import ServiceGroup
@@ -27,19 +27,24 @@ class Placer:
         self.gpu_ids = sorted(gpu_ids)
         self.free = set(self.gpu_ids) - set(excluded)
 
-    def place(self, tp: int, *, exclusive: bool = False) -> tuple[int, ...] | None:
+    def place(
+        self, tp: int, *, exclusive: bool = False, avoid: Collection[int] = ()
+    ) -> tuple[int, ...] | None:
         """A block of ``tp`` free GPUs, or None when none is free now. ``exclusive``: only
-        when every GPU of the host is free (a group measured with no neighbours)."""
-        if exclusive and len(self.free) < len(self.gpu_ids):
+        when every GPU of the host is free (a group measured with no neighbours). ``avoid``:
+        GPUs something outside the campaign holds now, not to be handed out (and not
+        counted against ``exclusive``)."""
+        usable = self.free - set(avoid)
+        if exclusive and len(usable) < len(set(self.gpu_ids) - set(avoid)):
             return None
         ids = self.gpu_ids
         if tp > len(ids):
             return None
         aligned = [tuple(ids[i : i + tp]) for i in range(0, len(ids) - tp + 1, tp)]
         for block in reversed(aligned):
-            if len(block) == tp and set(block) <= self.free:
+            if len(block) == tp and set(block) <= usable:
                 return self._take(block)
-        loose = sorted(self.free)
+        loose = sorted(usable)
         return self._take(tuple(loose[-tp:])) if len(loose) >= tp else None
 
     def _take(self, block: tuple[int, ...]) -> tuple[int, ...]:

@@ -178,7 +178,8 @@ def render_text(r: Review) -> str:
         f"estimated wall time {format_duration(est.total_s)} "
         f"(server start-ups {format_duration(est.startup_s)})"
     )
-    if any(g.host_kind == "slurm" for g in exp.groups) and not spec.campaign.pack:
+    side_by_side = len({g.host for g in exp.groups}) > 1  # every host runs at the same time
+    if (side_by_side or any(g.host_kind == "slurm" for g in exp.groups)) and not spec.campaign.pack:
         out.extend(_schedule_text(est.schedule))
     if spec.campaign.pack:
         ratio = est.total_s / est.unpacked_s if est.unpacked_s else 1.0

@@ -17,6 +17,7 @@ from specbench_tui.report.sections import (
     concurrency,
     environment,
     methodology,
+    packing,
     server_view,
     single,
     summary,
@@ -54,6 +55,7 @@ def build_from(inp: Inputs) -> Report:
     body: list[Section | None] = [
         methodology.build(inp),
         single.build(inp),
+        packing.build(inp),
         accept.build(inp),
         agentic.build(inp),
         concurrency.build(inp),

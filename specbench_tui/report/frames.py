@@ -80,12 +80,38 @@ def config_rank(inp: Inputs) -> dict[str, int]:
     return {n: i for i, n in enumerate(names)}
 
 
+def group_kinds(inp: Inputs) -> tuple[set[str], set[str]]:
+    """The ids of the groups that ran packed (beside other servers on the host's free GPUs)
+    and of the controls (``pack_control``'s ``.solo`` groups: a packed group once more, alone
+    on the host)."""
+    packed, controls = set(), set()
+    for gid, g in inp.state.groups.items():
+        if g.group is not None and g.group.packed:
+            packed.add(gid)
+        if g.group is not None and g.group.exclusive:
+            controls.add(gid)
+    return packed, controls
+
+
 def requests(inp: Inputs) -> pl.DataFrame:
     """Successful requests of counted attempts, with the figures derived once: ``decode_tok_s``,
     ``e2e_tok_s`` (the client's own columns where present, else computed) and ``unit`` (the
-    independent unit the statistics run over)."""
+    independent unit the statistics run over). A packed campaign's controls are left out: they
+    measure the packing, not the configs, and are never pooled with the packed cells
+    (``packing_effect`` compares the two)."""
     if "requests" in inp.cache:
         return inp.cache["requests"]
+    out = all_requests(inp).filter(~pl.col("control"))
+    inp.cache["requests"] = out
+    return out
+
+
+def all_requests(inp: Inputs) -> pl.DataFrame:
+    """``requests`` with the controls, and two columns more: ``packed`` (the request's group
+    ran packed) and ``control`` (it is a control group's)."""
+    if "all_requests" in inp.cache:
+        return inp.cache["all_requests"]
+    packed, controls = group_kinds(inp)
     df = inp.requests
     ok = df.filter(pl.col("error").is_null() | (pl.col("error") == ""))
     n, e2e, ttft = pl.col("output_tokens"), pl.col("e2e_s"), pl.col("ttft_s")
@@ -106,8 +132,10 @@ def requests(inp: Inputs) -> pl.DataFrame:
         unit.fill_null(0).alias("unit"),
         (ttft * 1000).alias("ttft_ms"),
         pl.col("concurrency").fill_null(0),
+        pl.col("group").cast(pl.String).is_in(list(packed)).alias("packed"),
+        pl.col("group").cast(pl.String).is_in(list(controls)).alias("control"),
     )
-    inp.cache["requests"] = out
+    inp.cache["all_requests"] = out
     return out
 
 
@@ -304,6 +332,7 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "check_reason",
     "best",
     "top_tie",
+    "packed",
 )
 
 
@@ -352,6 +381,8 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     - ``best`` (bool): the highest decode tok/s in its scope, told apart from the runner-up
       (Welch, 5%); ``top_tie`` (bool): the highest, or not told apart from it at this sample
       size (no row of the scope is best then).
+    - ``packed`` (bool): the row's cells ran packed, beside other servers on the host. A
+      packed campaign's controls (``.solo``) are not rows here: see ``packing_effect``.
 
     Rows come in scope order (host, TP, kind, workload, level), configs in plan order with the
     baseline first. It reads only what ``load_inputs`` already holds, so a console can call it
@@ -366,6 +397,10 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
     acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
     thr = _cell_throughput(inp)
+    ran_packed = {
+        tuple(r[k] for k in keys): bool(r["packed"])
+        for r in df.group_by(keys).agg(pl.col("packed").any()).to_dicts()
+    }
     base = baseline(inp)
     rows = []
     for it in ranked:
@@ -395,6 +430,7 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "check_reason": it.failed_check or None,
                 "best": it.best,
                 "top_tie": it.top_tie,
+                "packed": ran_packed.get(k, False),
             }
         )
     return pl.DataFrame(rows, schema=_comparison_schema(), orient="row")
@@ -417,6 +453,7 @@ def _comparison_schema() -> dict[str, Any]:
         check_reason=pl.String,
         best=pl.Boolean,
         top_tie=pl.Boolean,
+        packed=pl.Boolean,
     )
     return types
 
@@ -427,7 +464,10 @@ def _cell_throughput(inp: Inputs) -> dict[tuple[Any, ...], float]:
     if cells.height == 0 or "throughput_tok_s" not in cells.columns:
         return {}
     out = {}
+    _, controls = group_kinds(inp)
     for r in cells.filter(pl.col("kind") == "concurrency").to_dicts():
+        if r["group"] in controls:
+            continue  # a control's: see packing_effect
         k = (r["host"], r["tp"], r["kind"], r["workload"], r["concurrency"], r["config"])
         if r.get("throughput_tok_s") is not None:
             out[k] = float(r["throughput_tok_s"])
@@ -442,3 +482,44 @@ def scopes(
     for r in rows:
         out.setdefault(tuple(r.key[k] for k in keys), []).append(r)
     return list(out.items())
+
+
+# -- packing -------------------------------------------------------------------------------------
+
+
+def packing_effect(inp: Inputs) -> pl.DataFrame:
+    """Packed against alone: for each config, TP, host, workload and level that a control
+    (``pack_control``) ran alone on the host, its decode tok/s packed (``packed_*``) and alone
+    (``solo_*``), each a mean over units with its 95% interval, ``ratio`` packed over alone
+    with Fieller's interval, and ``differs``: Welch's test (5%) tells the two apart."""
+    df = all_requests(inp)
+    keys = [*SCOPE, "config"]
+    if df.height == 0 or not df["control"].any():
+        return pl.DataFrame()
+    solo = unit_moments(df.filter(pl.col("control")), keys)
+    packed = unit_moments(df.filter(~pl.col("control") & pl.col("packed")), keys)
+    both = packed.join(solo, on=keys, suffix="_solo")
+    rows = []
+    for r in both.sort([k for k in keys]).to_dicts():
+        a = from_moments(float(r["mean"]), r["sd"], int(r["n"]))
+        b = from_moments(float(r["mean_solo"]), r["sd_solo"], int(r["n_solo"]))
+        q = ratio_ci(a, b)
+        rows.append(
+            {
+                **{k: r[k] for k in keys},
+                "label": label(inp, str(r["config"])),
+                "n_packed": a.n,
+                "packed_tok_s": a.mean,
+                "packed_lo": a.lo,
+                "packed_hi": a.hi,
+                "n_solo": b.n,
+                "solo_tok_s": b.mean,
+                "solo_lo": b.lo,
+                "solo_hi": b.hi,
+                "ratio": q.value if q else None,
+                "ratio_lo": q.lo if q else None,
+                "ratio_hi": q.hi if q else None,
+                "differs": distinguishable(a, b),
+            }
+        )
+    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()

@@ -27,6 +27,7 @@ def cell_rows(state: CampaignState, *, simulated: bool | None = None) -> list[di
     rows = []
     for c in state.cells.values():
         planned = c.cell
+        g = state.groups.get(c.group)
         row: dict[str, Any] = {
             "cell_id": c.id,
             "name": c.name,
@@ -44,6 +45,9 @@ def cell_rows(state: CampaignState, *, simulated: bool | None = None) -> list[di
             "reason": c.reason or None,
             "check": c.check_failed or None,  # why its config failed a correctness check
             "simulated": sim,
+            # Placed beside other servers on the host's free GPUs (``[campaign] pack``): its
+            # figures carry the neighbours' load; a ``.solo`` control ran alone.
+            "packed": bool(g is not None and g.group is not None and g.group.packed),
         }
         if c.status == "done":
             row.update(c.figures)
