@@ -512,12 +512,17 @@ class Host:
                 )
             else:
                 report.ports.append(f"{port} free")
+        await self.add_telemetry(report)
+        return report
+
+    async def add_telemetry(self, report: HostReport) -> None:
+        """The telemetry mode into a check's report, warned about when there is none (every
+        kind of host says it the same way)."""
         report.telemetry = await self.choose_telemetry()
         if not report.telemetry.available:
             report.warnings.append(
                 "no GPU telemetry: GPU freedom is not verified before servers start"
             )
-        return report
 
     async def preflight(self, groups: Iterable[ServiceGroup]) -> HostReport:
         """``check`` before a campaign runs; raises InputError on the first problem."""

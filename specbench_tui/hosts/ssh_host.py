@@ -181,11 +181,7 @@ class SshHost(Host):
                 )
             else:
                 report.problems.append(f"port {what}; stop it or change the plan's port")
-        report.telemetry = await self.choose_telemetry()
-        if not report.telemetry.available:
-            report.warnings.append(
-                "no GPU telemetry: GPU freedom is not verified before servers start"
-            )
+        await self.add_telemetry(report)
         return report
 
     async def preflight(self, groups: Iterable[ServiceGroup]) -> HostReport:
@@ -298,27 +294,16 @@ class SshHost(Host):
         log_path: str | os.PathLike[str],
         on_line: LineCallback | None = None,
     ) -> Service:
-        svc: Service
-        if self.settings.services == "process":
-            svc = RemoteProcessService(
-                group,
-                self.ssh,
-                log_path,
-                on_line,
-                campaign=self.settings.campaign,
-                workdir=self.settings.workdir,
-                on_notice=self.service_notice,
-            )
-        else:
-            svc = SystemdService(
-                group,
-                self.ssh,
-                log_path,
-                on_line,
-                campaign=self.settings.campaign,
-                workdir=self.settings.workdir,
-                on_notice=self.service_notice,
-            )
+        kind = RemoteProcessService if self.settings.services == "process" else SystemdService
+        svc: Service = kind(
+            group,
+            self.ssh,
+            log_path,
+            on_line,
+            campaign=self.settings.campaign,
+            workdir=self.settings.workdir,
+            on_notice=self.service_notice,
+        )
         self._services.append(svc)
         return svc
 
