@@ -115,6 +115,28 @@ def _sse(resp: httpx.Response) -> Iterator[tuple[float, str]]:
             yield time.perf_counter(), line[len("data: ") :]
 
 
+def test_cumulative_chunks_are_the_bytes_a_full_encode_writes() -> None:
+    """The native stream's chunks are built by appending what is new; they must stay the
+    bytes of encoding the whole chunk, through escapes, non-ASCII and a stop string trimmed
+    off the end."""
+    import random
+
+    from specbench_tui.sim.server import _CumulativeChunk, _dumps
+
+    rng = random.Random(7)
+    chunk, text, ids = _CumulativeChunk(), "", []
+    for step in range(300):
+        text += "".join(
+            rng.choice(["a", "é", '"', "\\", "\n", "\u2028", "😀", " w"]) for _ in range(3)
+        )
+        ids += [rng.randrange(10**6) for _ in range(rng.randrange(4))]
+        if step % 97 == 96:
+            text = text[:-4]
+        meta = {"id": "r", "completion_tokens": len(ids)}
+        want = _dumps({"text": text, "output_ids": ids, "meta_info": meta}).encode()
+        assert chunk.encode(text, ids, meta) == want, step
+
+
 def test_health_info_and_models(start) -> None:
     sim = start("--tp-size", "4", "--speed", "25", *DFLASH, *NOISE, ready=False)
     codes = []
