@@ -473,6 +473,31 @@ async def test_should_stop_finishes_in_flight_and_marks_stopped(
     assert all(r.error is None for r in result.records)
 
 
+async def test_overlapping_cells_collect_only_when_none_measures() -> None:
+    """Packed groups' cells overlap in one process: a full collection at one cell's edge
+    would stall its neighbour's streams, so only the last cell to end collects."""
+    from specbench_tui.bench.client_health import ClientWatch
+
+    generations: list[int] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            generations.append(info["generation"])
+
+    gc.callbacks.append(on_gc)
+    first, second = ClientWatch(), ClientWatch()
+    try:
+        await first.__aenter__()
+        generations.clear()
+        await second.__aenter__()
+        await first.__aexit__(None, None, None)
+        assert generations == [] and not gc.isenabled()  # the second cell still measures
+        await second.__aexit__(None, None, None)
+        assert 2 in generations and gc.isenabled()
+    finally:
+        gc.callbacks.remove(on_gc)
+
+
 def gil_hog(stop: threading.Event) -> None:
     """Pure-Python spinning: holds the GIL until the interpreter forces a switch."""
     n = 0
