@@ -58,13 +58,16 @@ def request_done_event(record: RequestRecord, done: int, total: int) -> RequestD
 
 async def durably(ctx: RunContext, write: Callable[[], T]) -> T:
     """Do one results write, waiting for the disk when it is full: the run holds (its gate
-    is closed) until the write succeeds, and gives up after the plan's storage wait."""
+    is closed) until the write succeeds, and gives up after the plan's storage wait.
+
+    The write runs in a worker thread: building and syncing a cell's rows takes tens of
+    milliseconds, and in a packed run the neighbours' streams are being timed on this loop."""
     hub = ctx.hub
     loop = asyncio.get_running_loop()
     since = loop.time()
     while True:
         try:
-            out = write()
+            out = await _off_loop(write)
         except StorageError as exc:
             if not exc.recoverable or loop.time() - since > hub.storage_wait_s:
                 hub.give_up(exc)
@@ -82,6 +85,20 @@ async def durably(ctx: RunContext, write: Callable[[], T]) -> T:
             ctx.control.storage_up()
             hub.notice("results are written again; the campaign goes on")
         return out
+
+
+async def _off_loop(write: Callable[[], T]) -> T:
+    """``write()`` in a worker thread. A cancellation waits for the write to end before it
+    goes on, so nothing writes the same file behind the caller's back; the rows are then
+    durable with no event that ends their attempt, the boundary a resume already handles
+    (they are kept as an interrupted attempt)."""
+    task = asyncio.ensure_future(asyncio.to_thread(write))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
 
 
 async def run_one(
