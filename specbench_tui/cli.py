@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         text = traceback.format_exc()
         sys.stderr.write(text)
         given = sys.argv[1:] if argv is None else argv
-        saved = _keep_traceback(text, given, getattr(args, "campaign_dir", None))
+        campaign_dir = getattr(args, "campaign_dir", None)
+        saved = _keep_traceback(text, given, campaign_dir)
+        _remove_control_socket(campaign_dir)
         where = f"; the traceback is in {saved}" if saved else " with the traceback above"
         print(
             f"specbench-tui: internal error ({_innermost(exc)}): a bug in specbench-tui, "
@@ -167,6 +169,21 @@ def _keep_traceback(text: str, argv: list[str], campaign_dir: Path | None) -> Pa
             continue
         return where / name
     return None
+
+
+def _remove_control_socket(campaign_dir: Path | None) -> None:
+    """After an internal error: the run's control socket, which nothing will answer now (the
+    close path was not reached); kept if another process listens there."""
+    if campaign_dir is None:
+        return
+    import contextlib
+
+    from specbench_tui.engine.control_socket import remove_stale
+    from specbench_tui.results.layout import ResultsLayout
+
+    # The traceback is what matters here; a socket left anyway is cleared by the next run.
+    with contextlib.suppress(OSError):
+        remove_stale(ResultsLayout(campaign_dir).control_socket, ours=True)
 
 
 def _rebuild_views(root: Path) -> None:

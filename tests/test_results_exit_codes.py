@@ -97,6 +97,7 @@ def test_an_internal_bug_is_exit_70_with_its_traceback_kept(write_plan, tmp_path
     assert "ZeroDivisionError: an injected bug" in text and "cell_runner.py" in text
     assert "'--headless'" in text.splitlines()[1]  # the arguments it ran with
     assert "some cells failed" not in proc.stderr
+    assert not (results / "t" / "control.sock").exists()  # no socket left that none answers
 
 
 def test_an_internal_bug_before_any_campaign_keeps_its_traceback_in_the_temp_dir(

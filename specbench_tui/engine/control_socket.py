@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import socket
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -50,15 +51,6 @@ class ShortPath:
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:
             os.close(self._fd)
-
-
-def _alive(path: Path) -> bool:
-    with ShortPath(path) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        try:
-            s.connect(p)
-        except OSError:
-            return False
-        return True
 
 
 class _TooLong:
@@ -151,11 +143,34 @@ async def _serve_one(
     return True
 
 
+def _listener_pid(path: Path) -> int | None:
+    """The pid of the process listening on ``path`` (SO_PEERCRED), or None when none does."""
+    with ShortPath(path) as p, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(p)
+            cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError:
+            return None
+        return struct.unpack("3i", cred)[0]
+
+
+def remove_stale(path: Path, *, ours: bool = False) -> bool:
+    """Take away a control socket no process answers on (one that died); with ``ours``, also
+    this process's own, still listening though its loop is gone (a run ending in an internal
+    error, whose close path was never reached). False when another process answers."""
+    if not (path.exists() or path.is_symlink()):
+        return True
+    pid = _listener_pid(path)
+    if pid is not None and not (ours and pid == os.getpid()):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return True
+
+
 async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.AbstractServer:
-    if path.exists() or path.is_symlink():
-        if _alive(path):
-            raise InputError(f"{path}: another campaign answers on this control socket")
-        path.unlink()  # stale, from a process that died
+    if not remove_stale(path):
+        raise InputError(f"{path}: another campaign answers on this control socket")
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
