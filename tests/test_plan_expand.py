@@ -185,3 +185,30 @@ def test_dry_run_names_engine_api_and_speculation(capsys: pytest.CaptureFixture[
         ("vllm", False, None),
         ("vllm", True, "ngram"),
     ]
+
+
+def _groups_estimate(tmp_path: Path, checks: str) -> tuple[dict[str, float], list[str]]:
+    from specbench_tui.plan.review import review
+
+    text = SEED.read_text().replace("[checks]\n", f"[checks]\n{checks}\n", 1)
+    plan = tmp_path / f"seed-{len(checks)}.toml"
+    plan.write_text(text)
+    est = review(load_plan(plan), tmp_path).estimate
+    return est.per_group_s, est.assumptions
+
+
+def test_the_estimate_counts_the_checks_probes(tmp_path: Path) -> None:
+    """The probes sent at the end of groups take time the dry run must count: the noise
+    floor on each baseline group (on by default), the state leak on every group."""
+    off, _ = _groups_estimate(tmp_path, "noise_floor = false")
+    floor, said = _groups_estimate(tmp_path, "")
+    leak, leak_said = _groups_estimate(tmp_path, "state_leak = true")
+    for gid, t in off.items():
+        if ".ar." in gid:
+            # 4 requests alone and 32 batched, up to 1024 tokens, at the group's decode rate
+            assert floor[gid] - t > 20, gid
+        else:
+            assert floor[gid] == pytest.approx(t), gid
+        assert leak[gid] > floor[gid], gid
+    assert any("noise-floor probe on 3 baseline groups" in a for a in said)
+    assert any("state-leak probe on every group" in a for a in leak_said)

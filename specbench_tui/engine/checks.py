@@ -28,20 +28,16 @@ from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.engines.inspect import ServerFacts
 from specbench_tui.hosts.service import Service
-from specbench_tui.plan.model import ConcurrencyWorkload, PlanSpec
+from specbench_tui.plan.probes import (
+    LEAK_OUTPUT_TOKENS,
+    LEAK_PROMPT_TOKENS,
+    PROBE_TOKENS,
+    floor_probe_size,
+    runs_floor_probe,
+)
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import CheckVerdict
-
-#: The probe's long unrelated request: about this many prompt tokens, and this many out.
-LEAK_PROMPT_TOKENS = 1500
-LEAK_OUTPUT_TOKENS = 512
-PROBE_TOKENS = 96
-#: The floor probe: this many prompts, batched this many at a time without a concurrency
-#: workload, answers no longer than this.
-FLOOR_PROMPTS = 2
-FLOOR_BATCH = 4
-FLOOR_MAX_TOKENS = 1024
 
 
 def _emit_if_new(ctx: RunContext, check: str, host: str, config: str, tp: int, v: Verdict) -> None:
@@ -130,25 +126,6 @@ def _probe_prompt(ctx: RunContext) -> list[dict[str, str]]:
     return _probe_prompts(ctx, 1)[0][1]
 
 
-def floor_probe_size(spec: PlanSpec) -> tuple[int, int, int]:
-    """(prompts, batch, max_tokens) of the floor probe: its prompts run twice alone, then
-    batched at the plan's highest concurrency level (a small batch without one), as long as
-    the plan's longest temperature-0 answer (capped). It costs 2 x prompts + batch requests."""
-    levels = [
-        lvl
-        for w in spec.workloads.values()
-        if isinstance(w, ConcurrencyWorkload) and w.temperature == 0
-        for lvl in w.levels
-    ]
-    lengths: list[int] = []
-    for w in spec.workloads.values():
-        if getattr(w, "temperature", 0) == 0:
-            m = w.max_tokens
-            lengths.extend(m if isinstance(m, list) else [m])
-    batch = max(levels) if levels else FLOOR_BATCH
-    return FLOOR_PROMPTS, max(batch, 2), min(max(lengths, default=PROBE_TOKENS), FLOOR_MAX_TOKENS)
-
-
 async def probe_noise_floor(
     ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
 ) -> None:
@@ -156,11 +133,7 @@ async def probe_noise_floor(
     batched with others, the conditions that change numerics, so every verdict has a noise
     floor to be judged against even when the plan has no repeats and no concurrency."""
     spec = ctx.spec
-    if not (
-        spec.checks.greedy_equivalence
-        and spec.checks.noise_floor
-        and group.config == spec.campaign.baseline
-    ):
+    if not runs_floor_probe(spec, group):
         return
     if ("noise_floor", group.host, group.config, group.tp) in ctx.state.checks:
         return

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate
+from specbench_tui.plan.probes import floor_probe_size, group_probes, runs_floor_probe
 from specbench_tui.plan.prompt_sets import count_prompts, find_prompt_set
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 
@@ -42,6 +43,55 @@ def _rate(est: EstimateSpec, tp: int) -> float:
     # Between known sizes: the nearest smaller one (conservative).
     smaller = [k for k in table if k <= tp]
     return table[max(smaller)] if smaller else table[min(table)]
+
+
+def _batch_s(
+    est: EstimateSpec,
+    rate: float,
+    tp: int,
+    requests: int,
+    level: int,
+    max_tokens: int,
+    prompt_tokens: int = PROMPT_TOKENS,
+) -> float:
+    """``requests`` requests sent ``level`` at a time: each decodes its share of
+    ``max_tokens`` and prefills its prompt; throughput grows as level^batch_scaling."""
+    decode = max_tokens * est.output_fraction / rate
+    prefill = prompt_tokens / (est.prefill_tok_s * tp**0.5)
+    return requests * (decode + prefill + est.request_overhead) / (level**est.batch_scaling)
+
+
+def _probes_s(spec: PlanSpec, g: ServiceGroup) -> float:
+    """The checks' probes at the end of group ``g``, in real seconds."""
+    est = spec.estimate
+    rate = _rate(est, g.tp) * (est.spec_speedup if g.speculative else 1.0)
+    return sum(
+        _batch_s(
+            est,
+            rate,
+            g.tp,
+            run.requests,
+            run.concurrency,
+            run.max_tokens,
+            run.prompt_tokens or PROMPT_TOKENS,
+        )
+        for run in group_probes(spec, g)
+    )
+
+
+def _probes_said(spec: PlanSpec, groups: list[ServiceGroup]) -> str | None:
+    """The estimate's line about the probes, or None when no group runs one."""
+    parts = []
+    floor = [g for g in groups if runs_floor_probe(spec, g)]
+    if floor:
+        prompts, batch, max_tokens = floor_probe_size(spec)
+        parts.append(
+            f"the noise-floor probe on {len(floor)} baseline group{'s' * (len(floor) != 1)} "
+            f"({2 * prompts} requests alone and {batch} batched, up to {max_tokens} tokens)"
+        )
+    if spec.checks.state_leak and groups:
+        parts.append("the state-leak probe on every group (4 requests)")
+    return "checks' probes at the end of groups: " + "; ".join(parts) if parts else None
 
 
 @lru_cache(maxsize=256)
@@ -81,19 +131,19 @@ def estimate(
         requests += measured
         per_cell_requests[c.id] = measured
         n = measured + warm
-        decode = c.max_tokens * frac / rate
-        prefill = PROMPT_TOKENS / (est.prefill_tok_s * c.tp**0.5)
         if c.kind == "agentic":
+            decode = c.max_tokens * frac / rate
+            prefill = PROMPT_TOKENS / (est.prefill_tok_s * c.tp**0.5)
             ctx = sum(t * (c.tool_output_tokens + c.max_tokens * frac) for t in range(c.turns))
             prefill_total = c.sessions * (c.turns * prefill + ctx / est.prefill_tok_s)
             t = n * (decode + est.request_overhead) + prefill_total
-        elif c.kind == "concurrency":
-            level = c.concurrency or 1
-            t = n * (decode + prefill + est.request_overhead) / (level**est.batch_scaling)
         else:
-            t = n * (decode + prefill + est.request_overhead)
+            level = (c.concurrency or 1) if c.kind == "concurrency" else 1
+            t = _batch_s(est, rate, c.tp, n, level, c.max_tokens)
         per_cell[c.id] = t / (speed or {}).get(c.host, 1.0)
-    per_group = {g.id: est.startup / (speed or {}).get(g.host, 1.0) for g in groups}
+    per_group = {
+        g.id: (est.startup + _probes_s(spec, g)) / (speed or {}).get(g.host, 1.0) for g in groups
+    }
     for c in cells:
         per_group[c.group] += per_cell[c.id]
     startup = sum(est.startup / (speed or {}).get(g.host, 1.0) for g in groups)
@@ -113,6 +163,9 @@ def estimate(
             "simulated hosts run faster than real time: "
             + ", ".join(f"{h} x{v:g}" for h, v in speed.items())
         )
+    probes = _probes_said(spec, groups)
+    if probes:
+        assumptions.append(probes)
     assumptions.append("override any of these in the plan's [estimate] table")
     host_gpus = {
         name: h.gpu_ids if h.gpu_ids is not None else list(range(h.gpus))
