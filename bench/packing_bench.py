@@ -29,6 +29,15 @@ def _variant(text: str, pack: bool, speed: float) -> str:
     return re.sub(r"(?m)^(\[hosts\.[^\]]+\])$", rf"\1\nspeed = {speed:g}", text)
 
 
+def _lagged(results: Path) -> str:
+    """How many finished cells the client flagged as lagged (its own delay in their timings)."""
+    import polars as pl
+
+    cells = pl.read_parquet(next(results.glob("*/cells.parquet")))
+    done = cells.filter(pl.col("status") == "done")
+    return f"{done['client_lagged'].sum()} of {done.height} cells flagged client-lagged"
+
+
 def _run(plan: Path, results: Path) -> tuple[float, int, float]:
     dry = subprocess.run(
         [sys.executable, "-m", "specbench_tui", str(plan), "--sim", "--dry-run", "--json"],
@@ -71,7 +80,11 @@ def main() -> int:
             out[pack] = _run(plan, Path(tmp) / ("rp" if pack else "ru"))
             name = "packed" if pack else "unpacked"
             pred, code, wall = out[pack]
-            print(f"{name:>9}: predicted {pred:7.1f} s, measured {wall:7.1f} s (exit {code})")
+            lagged = _lagged(Path(tmp) / ("rp" if pack else "ru"))
+            print(
+                f"{name:>9}: predicted {pred:7.1f} s, measured {wall:7.1f} s (exit {code}); "
+                + lagged
+            )
     (pu, _, wu), (pp, _, wp) = out[False], out[True]
     print(f"predicted packed/unpacked {pp / pu:.2f} (target <= 0.50)")
     print(f"measured  packed/unpacked {wp / wu:.2f} (target <= 0.60)")
