@@ -315,7 +315,7 @@ def test_a_closed_coordinator_finds_its_running_jobs_again(
         tmp_path,
         clean_slurm,
         name="reopened",
-        speed=2,
+        speed=1,  # jobs long enough to outlive the first console by a margin on a loaded machine
         max_tokens="[48, 96, 144, 192]",
         configs='["ar", "dflash", "eagle"]',
         tps="[1]",
@@ -337,7 +337,9 @@ def test_a_closed_coordinator_finds_its_running_jobs_again(
     first.communicate(timeout=30)
     done_then = cells_done(root)
     running = [j for j in clean_slurm.jobs().values() if j["state"] == "RUNNING"]
-    assert len(running) == 3, "the jobs ended with the console"
+    assert len(running) == 3, (
+        f"the jobs ended with the console: {clean_slurm.jobs()}\n{clean_slurm.log_tail()}"
+    )
     time.sleep(2)  # cells finish on the cluster while no console follows them
     still = len([j for j in clean_slurm.jobs().values() if j["state"] == "RUNNING"])
     second = coordinator(plan, tmp_path / "results", sshd)
