@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate
-from specbench_tui.plan.probes import floor_probe_size, group_probes, runs_floor_probe
+from specbench_tui.plan.probes import LEAK_RUNS, floor_probe_size, group_probes, runs_floor_probe
 from specbench_tui.plan.prompt_sets import count_prompts, find_prompt_set
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 
@@ -90,7 +90,8 @@ def _probes_said(spec: PlanSpec, groups: list[ServiceGroup]) -> str | None:
             f"({2 * prompts} requests alone and {batch} batched, up to {max_tokens} tokens)"
         )
     if spec.checks.state_leak and groups:
-        parts.append("the state-leak probe on every group (4 requests)")
+        n = sum(run.requests for run in LEAK_RUNS)
+        parts.append(f"the state-leak probe on every group ({n} requests)")
     return "checks' probes at the end of groups: " + "; ".join(parts) if parts else None
 
 

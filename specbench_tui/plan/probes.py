@@ -35,6 +35,10 @@ class ProbeRun:
     prompt_tokens: int | None = None  # None: a prompt of the plan's own
 
 
+#: The state-leak probe: the short prompt alone, again and once more, and the long request.
+LEAK_RUNS = (ProbeRun(3, 1, PROBE_TOKENS), ProbeRun(1, 1, LEAK_OUTPUT_TOKENS, LEAK_PROMPT_TOKENS))
+
+
 def floor_probe_size(spec: PlanSpec) -> tuple[int, int, int]:
     """(prompts, batch, max_tokens) of the floor probe: its prompts run twice alone, then
     batched at the plan's highest concurrency level (a small batch without one), as long as
@@ -70,8 +74,5 @@ def group_probes(spec: PlanSpec, group: ServiceGroup) -> list[ProbeRun]:
         prompts, batch, max_tokens = floor_probe_size(spec)
         runs += [ProbeRun(2 * prompts, 1, max_tokens), ProbeRun(batch, batch, max_tokens)]
     if spec.checks.state_leak:
-        runs += [
-            ProbeRun(3, 1, PROBE_TOKENS),
-            ProbeRun(1, 1, LEAK_OUTPUT_TOKENS, LEAK_PROMPT_TOKENS),
-        ]
+        runs += LEAK_RUNS
     return runs
