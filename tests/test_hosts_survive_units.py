@@ -51,7 +51,7 @@ def test_launch_mark_tells_same_from_different() -> None:
 
 
 def test_a_cell_cut_by_the_link_is_set_aside_not_failed() -> None:
-    common = {"requests": 2, "complete": False, "exit_code": None, "max_error_share": 0.0}
+    common = {"requests": 2, "complete": False, "max_error_share": 0.0}
     cut = judge(
         errors=["connection reset"], stop=None, server_alive=True, link_dropped=True, **common
     )

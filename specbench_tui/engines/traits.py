@@ -42,6 +42,10 @@ class EngineTraits:
     # SGLang) or "salt" (a cache_salt of its own in the request, vLLM: its cache reset is a
     # development-mode endpoint).
     cold_cache: Literal["flush", "salt"] = "flush"
+    # Whether a request's error text is the engine's own answer that it can no longer serve
+    # (vLLM's API server answers for a while after its engine core died): the server is
+    # dead, however its process looks.
+    engine_dead: Callable[[str], bool] = lambda _error: False
 
 
 def flag_value(command: Sequence[str], *names: str) -> str | None:

@@ -68,8 +68,20 @@ def same_algorithm(asked: str, running: str) -> bool:
     return (a.endswith("_mtp") and r == "mtp") or (a.replace("-", "") == r.replace("-", ""))
 
 
+# vLLM's EngineDeadError text (``v1/engine/exceptions.py``), seen on 0.32 on CPU with the engine
+# core killed: a stream in flight gets it as an error event before ``[DONE]`` (HTTP 200), a new
+# request as HTTP 500, /health turns 503, and about a second later the API server exits with 0.
+ENGINE_DEAD = "EngineCore encountered an issue"
+
+
+def engine_dead(error: str) -> bool:
+    """Whether a request's error is vLLM saying its engine core is gone."""
+    return ENGINE_DEAD in error
+
+
 TRAITS = EngineTraits(
     name="vllm",
+    engine_dead=engine_dead,
     cold_cache="salt",
     label="vLLM",
     # The module, not the ``vllm`` console script: the script fails on builds whose

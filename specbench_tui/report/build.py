@@ -16,6 +16,7 @@ from specbench_tui.report.sections import (
     checks,
     concurrency,
     environment,
+    faults,
     methodology,
     packing,
     server_view,
@@ -63,6 +64,7 @@ def build_from(inp: Inputs) -> Report:
         checks.build(inp),
         telemetry.build(inp),
         accounting.build(inp),
+        faults.build(inp),
         environment.build(inp),
     ]
     # The summary last, so that it lists every note the other sections left; it prints first.
