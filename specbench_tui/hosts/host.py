@@ -14,7 +14,6 @@ the group start. "No telemetry" never reads as "busy".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import re
@@ -32,6 +31,7 @@ from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.local_leftovers import (
     SERVER_MARK_ENV,
     find_local_leftovers,
+    records_dir,
     server_mark,
     stop_local_leftover,
 )
@@ -222,7 +222,13 @@ class Host:
         """The group's server, not started yet (on a free port if the plan's is taken)."""
         where = self.on_free_port(group)
         mark = {SERVER_MARK_ENV: server_mark(self.owner, self.name, where.id)}
-        svc = ProcessService(where, log_path, on_line, extra_env=self.service_env() | mark)
+        svc = ProcessService(
+            where,
+            log_path,
+            on_line,
+            extra_env=self.service_env() | mark,
+            records=records_dir(self.owner) if self.owner else None,
+        )
         self._services.append(svc)
         return svc
 
@@ -568,8 +574,14 @@ class Host:
         leave a server holding GPUs behind)."""
         for svc in self._services:
             if svc.alive():
-                with contextlib.suppress(Exception):
+                try:
                     await svc.stop(grace_s)
+                except Exception as exc:  # said; its record stays for the leftover check
+                    self.events.notice(
+                        f"{self.name}: could not stop {svc.group.id}'s server: {exc}; what is "
+                        "left of it is stopped by the next run of these results or by --cleanup",
+                        "error",
+                    )
         self._services.clear()
         for group_id, claimed in list(self._claims.items()):
             port_claims.release(*claimed, group_id)
