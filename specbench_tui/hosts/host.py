@@ -109,7 +109,10 @@ def pick_free_port(machine: str | None = None) -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if machine is None or port_claims.holder(machine, port) is None:
+        if machine is None or (
+            port_claims.holder(machine, port) is None
+            and port_claims.other_claim(machine, port) is None
+        ):
             return port
 
 
@@ -248,10 +251,13 @@ class Host:
         host's included) is handed that port meanwhile."""
         machine = await self.machine_key()
         self.release_port(group)  # after the await: no other group can slip in between
-        where = self.on_free_port(group)  # no await from the check to the claim
-        port_claims.claim(machine, where.port, group.id)
-        self._claims[group.id] = (machine, where.port)
-        return where
+        for _ in range(20):
+            where = self.on_free_port(group)  # no await from the check to the claim
+            if port_claims.claim(machine, where.port, group.id):
+                self._claims[group.id] = (machine, where.port)
+                return where
+            # another campaign claimed it since the check: the next check sees its claim
+        raise ServiceError(f"{self.name}: no port found that no other server has claimed")
 
     def release_port(self, group: ServiceGroup) -> None:
         """The group's server stopped: its port may go to another."""
@@ -269,17 +275,26 @@ class Host:
             other = port_claims.holder(machine, port)
             return other if other not in (None, group.id) else None
 
+        def taken_by(port: int) -> str | None:
+            """Whose claim holds the port: another server of this campaign, or another
+            campaign's (another process on this machine)."""
+            other = ours(port)
+            if other is not None:
+                return f"{other}, a server of this campaign on the same machine"
+            theirs = port_claims.other_claim(machine, port)
+            return f"another campaign on this machine ({theirs})" if theirs else None
+
         taken = self._ports.get(group.port)
-        if taken is not None and not ours(taken) and not port_in_use(taken):
+        if taken is not None and not taken_by(taken) and not port_in_use(taken):
             return with_port(group, taken)
-        other = ours(group.port)
+        other = taken_by(group.port)
         if other is None and not port_in_use(group.port):
             return group
         new = pick_free_port(machine)
         if other is not None:
             self.events.notice(
-                f"{self.name}: port {group.port} is taken by {other}, a server of this "
-                f"campaign on the same machine; servers on this host use port {new} instead",
+                f"{self.name}: port {group.port} is taken by {other}; servers on this host "
+                f"use port {new} instead",
                 "info",
             )
         else:

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -67,13 +68,25 @@ def port_in_use(port: int, host: str = "") -> bool:
     return False
 
 
-def port_holder(port: int) -> tuple[int, str] | None:
-    """Best effort (Linux, own or permitted processes): the pid and name listening on ``port``.
+@dataclass(frozen=True)
+class Listener:
+    """A socket listening on a port of this machine's network namespace: its owner's uid
+    and the processes holding it (none visible: another user's, to a user who is not root)."""
 
-    Reads /proc/net/tcp{,6} for the listening socket's inode, then finds the process owning
-    that inode among /proc/*/fd. Returns None when it cannot tell (another user's process).
-    """
-    inodes: set[str] = set()
+    inode: str
+    uid: int
+    pids: tuple[int, ...]
+
+    def describe(self) -> str:
+        if not self.pids:
+            return f"a process of uid {self.uid}"
+        return ", ".join(f"pid {p}: {process_name(p)}" for p in self.pids)
+
+
+def listeners(port: int) -> list[Listener]:
+    """Every socket listening on ``port`` (Linux), from /proc/net/tcp{,6}, with the
+    processes whose file descriptors hold it."""
+    found: dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -82,27 +95,37 @@ def port_holder(port: int) -> tuple[int, str] | None:
                     parts = row.split()
                     if len(parts) < 10:
                         continue
-                    local, state, inode = parts[1], parts[3], parts[9]
+                    local, state, uid, inode = parts[1], parts[3], parts[7], parts[9]
                     if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
-                        inodes.add(inode)
+                        found[inode] = int(uid)
         except OSError:
             continue
-    if not inodes:
-        return None
-    targets = {f"socket:[{i}]" for i in inodes}
+    if not found:
+        return []
+    targets = {f"socket:[{i}]": i for i in found}
+    holders: dict[str, set[int]] = {i: set() for i in found}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             for fd in os.scandir(f"/proc/{entry.name}/fd"):
                 try:
-                    if os.readlink(fd.path) in targets:
-                        pid = int(entry.name)
-                        return pid, process_name(pid)
+                    inode = targets.get(os.readlink(fd.path))
                 except OSError:
                     continue
+                if inode is not None:
+                    holders[inode].add(int(entry.name))
         except OSError:
             continue
+    return [Listener(i, uid, tuple(sorted(holders[i]))) for i, uid in found.items()]
+
+
+def port_holder(port: int) -> tuple[int, str] | None:
+    """Best effort (Linux, own or permitted processes): the pid and name listening on ``port``;
+    None when it cannot tell (another user's process)."""
+    for sock in listeners(port):
+        if sock.pids:
+            return sock.pids[0], process_name(sock.pids[0])
     return None
 
 
@@ -235,14 +258,31 @@ class ProcessService(Service):
         return code
 
     async def wait_ready(self, timeout_s: float | None = None) -> float:
-        """As the base, but a failed start-up also kills what the server left behind
-        (TP workers of a dead parent would keep their GPU memory)."""
+        """As the base, then the proof that what answers on the port is this server (a
+        server that died on EADDRINUSE would otherwise pass its check against whoever holds
+        the port). A failed start-up also kills what the server left behind (TP workers of a
+        dead parent would keep their GPU memory)."""
         try:
-            return await super().wait_ready(timeout_s)
+            ready = await super().wait_ready(timeout_s)
+            self.prove_own_port()
+            return ready
         except ServiceError:
             if not self.alive():
                 await self._kill_group(signal.SIGKILL)
             raise
+
+    def prove_own_port(self) -> None:
+        """Raise ServiceError, naming the holder, unless every socket listening on the
+        group's port belongs to a process of this server's session."""
+        port = self.group.port
+        mine = {p.pid for p in self._members()}
+        for sock in listeners(port):
+            if not set(sock.pids) & mine:
+                raise ServiceError(
+                    f"{self.group.id}: port {port} answers for another process, not this "
+                    f"server: {sock.describe()}; not measured",
+                    self.log_tail(),
+                )
 
     async def stop(self, grace_s: float = 30.0) -> None:
         proc = self._proc

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
     NoticeCallback,
+    RemoteHolder,
     RemoteService,
     mark_mismatch,
 )
@@ -207,6 +208,11 @@ class RemoteProcessService(RemoteService):
     def alive(self) -> bool:
         """From the last poll (every ``poll_s``): no round trip here."""
         return self.pid is not None and not self._exited.is_set()
+
+    def _owns(self, holder: RemoteHolder) -> bool:
+        """The wrapper is its session's leader (``setsid``): every process of the server
+        has its pid as session id, whatever it renamed itself to."""
+        return self.pid is not None and self.pid in (holder.sid, holder.pgid)
 
     async def start(self) -> None:
         if self.alive():

@@ -90,6 +90,57 @@ async def remote_port_holder(ssh: SshConnection, port: int) -> PortHolder:
     return PortHolder("")
 
 
+def listeners_script(port: int) -> str:
+    """Shell: each socket listening on ``port`` (``L<TAB>ss line``), then each process holding
+    it (``P<TAB>pid<TAB>pgid<TAB>sid<TAB>cgroup lines``)."""
+    return (
+        f"ss -ltnpH 'sport = :{int(port)}' 2>/dev/null | while IFS= read -r l; do "
+        r"""printf 'L\t%s\n' "$l"; """
+        r"""for p in $(printf '%s\n' "$l" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do """
+        r"""s=$(cat /proc/$p/stat 2>/dev/null) || continue; set -- ${s##*)}; """
+        r"""printf 'P\t%s\t%s\t%s\t%s\n' "$p" "$3" "$4" """
+        r""""$(tr '\n' ' ' < /proc/$p/cgroup 2>/dev/null)"; done; done"""
+    )
+
+
+@dataclass(frozen=True)
+class RemoteHolder:
+    """One process holding a listening socket on a host: its process group, session and
+    cgroup (which names the systemd unit it runs in)."""
+
+    pid: int
+    pgid: int
+    sid: int
+    cgroup: str
+
+
+@dataclass(frozen=True)
+class RemoteListener:
+    text: str  # ss's line, squeezed
+    holders: tuple[RemoteHolder, ...]
+
+    def describe(self) -> str:
+        users = re.search(r"users:\(\(.*\)\)", self.text)
+        who = users.group(0) if users else "a process this login cannot see"
+        units = {u for h in self.holders for u in re.findall(r"/([^/\s]+\.service)", h.cgroup)}
+        return f"{', '.join(sorted(units))}, {who}" if units else who
+
+
+def parse_listeners(stdout: str) -> list[RemoteListener]:
+    out: list[tuple[str, list[RemoteHolder]]] = []
+    for line in stdout.splitlines():
+        kind, _, rest = line.partition("\t")
+        if kind == "L":
+            out.append((" ".join(rest.split())[:300], []))
+        elif kind == "P" and out:
+            f = rest.split("\t", 3)
+            if len(f) >= 3 and all(x.isdigit() for x in f[:3]):
+                out[-1][1].append(
+                    RemoteHolder(int(f[0]), int(f[1]), int(f[2]), f[3] if len(f) > 3 else "")
+                )
+    return [RemoteListener(text, tuple(h)) for text, h in out]
+
+
 class RemoteService(Service):
     """Base of the SSH-host services. ``python`` runs the port check on the host;
     ``campaign`` goes into the launch mark; ``on_notice`` hears what the operator must know
@@ -182,10 +233,30 @@ class RemoteService(Service):
                 return False
             await asyncio.sleep(0.5)
 
+    def _owns(self, holder: RemoteHolder) -> bool:
+        """Whether a process listening on the group's port is one of this server's."""
+        return False
+
+    async def prove_own_port(self) -> None:
+        """Raise ServiceError, naming the holder, unless every socket listening on the
+        group's port on the host belongs to this server (its session, or its unit's cgroup):
+        a health check through the forward answers for whatever holds the port."""
+        res = await self.ssh.run(listeners_script(self.group.port), timeout_s=30.0, idempotent=True)
+        for sock in parse_listeners(res.stdout):
+            if not any(self._owns(h) for h in sock.holders):
+                raise ServiceError(
+                    f"{self.group.id}: port {self.group.port} on {self.ssh} answers for another "
+                    f"process, not this server: {sock.describe()}; not measured",
+                    self.log_tail(),
+                )
+
     async def wait_ready(self, timeout_s: float | None = None) -> float:
-        """As for any server; a start-up that timed out while the host was away says so."""
+        """As for any server, then the proof that what answers on the port is this server;
+        a start-up that timed out while the host was away says so."""
         try:
-            return await super().wait_ready(timeout_s)
+            ready = await super().wait_ready(timeout_s)
+            await self.prove_own_port()
+            return ready
         except ServiceError as e:
             if self.ssh.down_since is None:
                 raise

@@ -263,11 +263,17 @@ class SshHost(Host):
         self.release_port(group)  # after the await: no other group can slip in between
         where = group
         other = port_claims.holder(machine, group.port)
-        if other not in (None, group.id):
+        theirs = port_claims.other_claim(machine, group.port)
+        if other not in (None, group.id) or theirs:
             port = await self._free_remote_port(machine)
+            whose = (
+                f"{other}, a server of this campaign on the same machine"
+                if other not in (None, group.id)
+                else f"another campaign run from here ({theirs})"
+            )
             self.events.notice(
-                f"{self.name}: port {group.port} is taken by {other}, a server of this campaign "
-                f"on the same machine; {group.id} uses port {port} there instead",
+                f"{self.name}: port {group.port} is taken by {whose}; {group.id} uses port "
+                f"{port} there instead",
                 "info",
             )
             where = with_port(group, port)
@@ -282,7 +288,9 @@ class SshHost(Host):
             if not res.ok or not res.stdout.strip().isdigit():
                 raise ServiceError(f"{self.name}: cannot find a free port: {res.stderr.strip()}")
             port = int(res.stdout.strip())
-            if port_claims.holder(machine, port) is None:
+            if port_claims.holder(machine, port) is None and not port_claims.other_claim(
+                machine, port
+            ):
                 return port
         raise ServiceError(f"{self.name}: no free port found that no server of this run claimed")
 

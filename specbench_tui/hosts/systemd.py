@@ -46,6 +46,7 @@ from typing import Any
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
     NoticeCallback,
+    RemoteHolder,
     RemoteService,
     mark_mismatch,
 )
@@ -290,6 +291,10 @@ class SystemdService(RemoteService):
     def alive(self) -> bool:
         """From the last poll (every ``poll_s``): no round trip here."""
         return self._started and not self._exited.is_set()
+
+    def _owns(self, holder: RemoteHolder) -> bool:
+        """Every process of the unit lives in its cgroup, named after the unit."""
+        return re.search(rf"/{re.escape(self.unit)}(/|\s|$)", holder.cgroup) is not None
 
     async def show(self) -> dict[str, str]:
         """The unit's state (an unknown unit reads as inactive, LoadState=not-found)."""
