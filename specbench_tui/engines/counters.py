@@ -118,6 +118,11 @@ def parse_counters(engine: str, text: str) -> Counters:
     )
 
 
+def verify_counter(engine: str) -> str:
+    """The counter of verify steps an engine's acceptance length is read from."""
+    return vllm.DRAFTS if engine == "vllm" else sglang.VERIFY_CALLS
+
+
 async def scrape(engine: str, base_url: str, client: httpx.AsyncClient) -> Counters:
     resp = await client.get(base_url.rstrip("/") + METRICS_PATH)
     resp.raise_for_status()

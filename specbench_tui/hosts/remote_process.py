@@ -37,6 +37,7 @@ from specbench_tui.hosts.remote_service import (
     RemoteHolder,
     RemoteService,
     mark_mismatch,
+    mark_what,
 )
 from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
 from specbench_tui.hosts.shell import (
@@ -167,6 +168,7 @@ class RemoteProcessService(RemoteService):
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
         on_notice: NoticeCallback | None = None,
+        results: str = "",
     ) -> None:
         super().__init__(
             group,
@@ -180,6 +182,7 @@ class RemoteProcessService(RemoteService):
             port_free_timeout_s=port_free_timeout_s,
             poll_s=poll_s,
             on_notice=on_notice,
+            results=results,
         )
         self.workdir = workdir.rstrip("/") or "/"
         self.pid: int | None = None
@@ -224,9 +227,11 @@ class RemoteProcessService(RemoteService):
         self.adopted = False
         running = await self._running()
         if running is not None:
-            if running.mark == self.mark and await self._adopt(running.pid):
+            self._refuse_foreign(f"the server of pid {running.pid}", running.mark)
+            same = mark_what(running.mark) == mark_what(self.mark)
+            if same and await self._adopt(running.pid):
                 return
-            if running.mark != self.mark:
+            if not same:
                 self.on_notice(
                     "warning",
                     f"{self.group.id}: stopped the server left running on {self.ssh} by an "
@@ -285,6 +290,7 @@ class RemoteProcessService(RemoteService):
                 )
                 return False
             if running.mark != self.mark:  # not ours after all: make way, then start again
+                self._refuse_foreign(f"the server of pid {running.pid}", running.mark)
                 await self._stop_running(running)
                 return False
             self._write_log(

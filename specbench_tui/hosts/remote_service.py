@@ -11,11 +11,13 @@ import hashlib
 import json
 import os
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbench_tui.hosts.server_records import boot_id, proc_stat, same_process
 from specbench_tui.hosts.service import HostUnreachable, LineCallback, Service, ServiceError
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError
 from specbench_tui.plan.durations import format_duration
@@ -33,15 +35,105 @@ ADOPT_HEALTH_S = 15.0  # a server found running must answer its health check wit
 AFTER_OUTAGE_HEALTH_S = 60.0  # after the link came back, the server must answer within this
 
 
-def launch_mark(campaign: str, group: ServiceGroup, extra_env: dict[str, str]) -> str:
-    """``specbench:<campaign>:<group>:<hash>``: names a server we start, on the host (a
-    process's ``$0``, a unit's description). The hash covers the command line and the
+def launch_mark(
+    campaign: str, group: ServiceGroup, extra_env: dict[str, str], owner: str = ""
+) -> str:
+    """``specbench:<campaign>:<group>:<hash>[:<owner>]``: names a server we start, on the host
+    (a process's ``$0``, a unit's description). The hash covers the command line and the
     environment, so a server found running later (after a lost reply or a crash of this tool)
-    is taken over only when it is exactly what this group would start now."""
+    is taken over only when it is exactly what this group would start now. The owner
+    (``launch_owner``) says which run started it, so no other campaign takes it over or
+    stops it while that run goes on."""
     env = sorted({**dict(group.env), **extra_env}.items())
     blob = json.dumps([list(group.command), env], separators=(",", ":"))
     digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
-    return f"specbench:{campaign}:{group.id}:{digest}"
+    base = f"specbench:{campaign}:{group.id}:{digest}"
+    return f"{base}:{owner}" if owner else base
+
+
+def mark_what(mark: str) -> str:
+    """The mark without its owner: what runs, whoever started it."""
+    return ":".join(mark.split(":", 4)[:4])
+
+
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _machine_id() -> str:
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        with contextlib.suppress(OSError):
+            found = Path(path).read_text().strip()
+            if found:
+                return found
+    return socket.gethostname()
+
+
+def launch_owner(results: str) -> str:
+    """This run's part of a launch mark: the machine the tool runs on (its machine id and
+    boot), the tool process (pid and start time), and the results directory it writes."""
+    me = proc_stat(os.getpid())
+    ticks = me.start_ticks if me else 0
+    where = " ".join(results.split())  # one line, whatever the path holds
+    return f"{_short(_machine_id())}.{_short(boot_id())}.{os.getpid()}.{ticks}@{where}"
+
+
+@dataclass(frozen=True)
+class LaunchOwner:
+    """The run a launch mark names."""
+
+    machine: str
+    boot: str
+    pid: int
+    ticks: int
+    results: str
+
+    @property
+    def here(self) -> bool:
+        """Started by a tool on this machine (since its last boot or before)."""
+        return self.machine == _short(_machine_id())
+
+    def runs(self) -> bool:
+        """Whether that run may still go on: its tool process lives here, or it ran on
+        another machine, where nothing here can tell that it ended."""
+        if not self.here:
+            return True
+        return self.boot == _short(boot_id()) and same_process(self.pid, self.ticks)
+
+    def describe(self) -> str:
+        where = "" if self.here else " on another machine"
+        return f"results {self.results}, pid {self.pid}{where}"
+
+
+def mark_owner(mark: str) -> LaunchOwner | None:
+    parts = mark.split(":", 4)
+    if len(parts) < 5:
+        return None
+    ident, _, results = parts[4].partition("@")
+    f = ident.split(".")
+    if len(f) != 4 or not (f[2].isdigit() and f[3].isdigit()):
+        return None
+    return LaunchOwner(f[0], f[1], int(f[2]), int(f[3]), results)
+
+
+def live_owner(mark: str, results: str) -> LaunchOwner | None:
+    """The other run, still going, that a server marked so belongs to; None when it is this
+    run's to take over or stop: started by a run of the same results (a resume: the results'
+    lock says no other engine has them), by a run that ended, or by a tool that set no owner."""
+    owner = mark_owner(mark)
+    if owner is None or owner.results == " ".join(results.split()):
+        return None
+    return owner if owner.runs() else None
+
+
+def foreign_refusal(group: str, what: str, where: object, owner: LaunchOwner) -> ServiceError:
+    """The start of a group whose server another campaign still runs: refused, that server
+    neither taken over nor stopped."""
+    return ServiceError(
+        f"{group}: {what} on {where} belongs to another campaign still running "
+        f"({owner.describe()}): not taken over or stopped; run this plan under another "
+        "[campaign] name, or once that campaign has ended"
+    )
 
 
 def mark_mismatch(mark: str) -> str:
@@ -143,8 +235,9 @@ def parse_listeners(stdout: str) -> list[RemoteListener]:
 
 class RemoteService(Service):
     """Base of the SSH-host services. ``python`` runs the port check on the host;
-    ``campaign`` goes into the launch mark; ``on_notice`` hears what the operator must know
-    about a start (a server taken over or stopped, a lost reply)."""
+    ``campaign`` and ``results`` (with this process) go into the launch mark; ``on_notice``
+    hears what the operator must know about a start (a server taken over or stopped, a lost
+    reply)."""
 
     def __init__(
         self,
@@ -160,9 +253,11 @@ class RemoteService(Service):
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
         on_notice: NoticeCallback | None = None,
+        results: str = "",
     ) -> None:
         super().__init__(group, on_line)
         self.on_notice = on_notice or (lambda _level, _text: None)
+        self.results = results  # the run's results directory: its launches carry it
         self.ssh = ssh
         self.log_path = Path(log_path)
         self.campaign = campaign
@@ -171,7 +266,9 @@ class RemoteService(Service):
         self.python = python
         self.port_free_timeout_s = port_free_timeout_s
         self.poll_s = poll_s
-        self.mark = launch_mark(campaign, group, self.extra_env)
+        self.mark = launch_mark(
+            campaign, group, self.extra_env, launch_owner(results) if results else ""
+        )
         self.adopted = False  # the last start took over a server already running
         self._exit_code: int | None = None
         self._exited = asyncio.Event()
@@ -193,6 +290,12 @@ class RemoteService(Service):
     async def _describe_port_holder(self) -> str:
         holder = await remote_port_holder(self.ssh, self.group.port)
         return f" ({holder.describe()})" if holder.text or holder.unit else ""
+
+    def _refuse_foreign(self, what: str, mark: str) -> None:
+        """A server found under this group's name that another campaign still runs."""
+        owner = live_owner(mark, self.results)
+        if owner is not None:
+            raise foreign_refusal(self.group.id, what, self.ssh, owner)
 
     async def _refuse_taken_port(self) -> None:
         if await self._port_in_use():

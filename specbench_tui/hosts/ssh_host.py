@@ -25,7 +25,9 @@ from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftove
 from specbench_tui.hosts.remote_process import RemoteProcessService
 from specbench_tui.hosts.remote_service import (
     launch_mark,
+    live_owner,
     mark_mismatch,
+    mark_what,
     remote_port_holder,
     remote_port_in_use,
 )
@@ -154,6 +156,14 @@ class SshHost(Host):
             report.facts.append("server interpreters and models found")
         left = await self._find_leftovers(groups)
         for lo in left:
+            owner = live_owner(lo.mark, self.owner)
+            if owner is not None:
+                report.problems.append(
+                    f"{lo.group}'s server ({lo.describe()}) belongs to another campaign still "
+                    f"running ({owner.describe()}): it is not taken over or stopped; run this "
+                    "plan under another [campaign] name, or once that campaign has ended"
+                )
+                continue
             report.facts.append(
                 f"{lo.group}: a server left running by an earlier run ({lo.describe()}); the "
                 "run takes it over when it is what the plan starts and healthy, else stops it"
@@ -311,6 +321,7 @@ class SshHost(Host):
             campaign=self.settings.campaign,
             workdir=self.settings.workdir,
             on_notice=self.service_notice,
+            results=self.owner,
         )
         self._services.append(svc)
         return svc
@@ -336,6 +347,14 @@ class SshHost(Host):
             self.events.notice(f"{self.name}: cannot look for servers left running: {e}", "warning")
             return
         for lo in left:
+            owner = live_owner(lo.mark, self.owner)
+            if owner is not None:  # its group's start refuses, naming the owner again
+                self.events.notice(
+                    f"{self.name}: {lo.group}'s server ({lo.describe()}) belongs to another "
+                    f"campaign still running ({owner.describe()}): left alone",
+                    "warning",
+                )
+                continue
             if lo.group in keep:
                 self._leftovers[lo.group] = lo
                 await self._claim_for_leftover(lo)
@@ -376,7 +395,7 @@ class SshHost(Host):
         stopped first."""
         lo = self._leftovers.pop(group.id, None)
         if lo is not None:
-            if lo.mark == launch_mark(self.settings.campaign, group, {}):
+            if mark_what(lo.mark) == mark_what(launch_mark(self.settings.campaign, group, {})):
                 return True
             await self._stop_leftover(lo, mark_mismatch(lo.mark))
         return await super().clear_gpus(group, timeout_s)

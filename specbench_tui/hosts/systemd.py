@@ -49,6 +49,7 @@ from specbench_tui.hosts.remote_service import (
     RemoteHolder,
     RemoteService,
     mark_mismatch,
+    mark_what,
 )
 from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
 from specbench_tui.hosts.shell import quote_command, remote_path
@@ -264,6 +265,7 @@ class SystemdService(RemoteService):
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
         on_notice: NoticeCallback | None = None,
+        results: str = "",
     ) -> None:
         super().__init__(
             group,
@@ -277,6 +279,7 @@ class SystemdService(RemoteService):
             port_free_timeout_s=port_free_timeout_s,
             poll_s=poll_s,
             on_notice=on_notice,
+            results=results,
         )
         self.unit = unit_name(campaign, group.id)
         self.workdir = workdir
@@ -311,9 +314,11 @@ class SystemdService(RemoteService):
         state = await self.show()
         if state.get("ActiveState") in ACTIVE_STATES:
             mark = state.get("Description", "")
-            if mark == self.mark and await self._adopt():
+            self._refuse_foreign(self.unit, mark)
+            same = mark_what(mark) == mark_what(self.mark)
+            if same and await self._adopt():
                 return
-            if mark != self.mark:
+            if not same:
                 self.on_notice(
                     "warning",
                     f"{self.group.id}: stopped {self.unit}, left running on {self.ssh} by an "
@@ -391,6 +396,7 @@ class SystemdService(RemoteService):
             )
             return False
         if state.get("Description") != self.mark:  # not ours after all: make way, try again
+            self._refuse_foreign(self.unit, state.get("Description", ""))
             await stop_unit(self.ssh, self.unit, 30.0, self._write_log)
             return False
         self._write_log(f"----- the reply to the start was lost; {self.unit} runs: following it")
