@@ -66,7 +66,7 @@ python = "{python}"
 model = "{model}"
 port = {port}
 launch = ["{{python}}", "-m", "specbench_tui.sim", "--model-path", "{{model}}", "--tp-size",
-          "{{tp}}", "--host", "127.0.0.1", "--port", "{{port}}", "--speed", "10"]
+          "{{tp}}", "--host", "127.0.0.1", "--port", "{{port}}", "--speed", "3"]
 ready_timeout = "60s"
 
 [configs.ar]
@@ -81,7 +81,7 @@ tp = [1]
 kind = "single"
 prompts = ["chat"]
 samples = 2
-max_tokens = [32]
+max_tokens = [64]
 """
 
 
