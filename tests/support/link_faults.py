@@ -7,10 +7,11 @@ process-mode start, which prints the pid file) and ``systemd-run`` (the start of
 unit) first do their work, or are about to, and then SIGKILL the session's own sshd
 processes, all but the listener: the server is started, the link drops before the exit
 status can travel back, and the listener takes the reconnect as on a real host.
-``arm_nothing``: the next process-mode start loses its reply before anything started
-(``nohup`` drops the link instead of starting the server). ``arm_foreign``: the next
-process-mode start runs the server under another launch mark (``nohup`` rewrites it), as if
-something else had taken the group's pid file; with ``arm_drop`` its reply is lost too.
+``arm_nothing``: the next start loses its reply before anything started (``nohup`` or
+``systemd-run`` drops the link instead of starting the server). ``arm_foreign``: the next
+start runs the server under another launch mark (``nohup`` rewrites the wrapper's ``$0``,
+``systemd-run`` the unit's description), as if something else had taken the group's pid file
+or unit; with ``arm_drop`` its reply is lost too.
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ _SYSTEMD_RUN = (
     + _DROP_LINK
     + r"""
 for real in /usr/bin/systemd-run /bin/systemd-run; do [ -x "$real" ] && break; done
+if mv "@NOTHING@" "@NOTHING@.fired" 2>/dev/null; then drop_link; exit 1; fi
+if mv "@FOREIGN@" "@FOREIGN@.fired" 2>/dev/null; then
+    for a in "$@"; do
+        shift
+        case "$a" in --description=*)
+            a="--description=$(printf '%s' "${a#--description=}" | cut -d: -f1-3):@HASH@";;
+        esac
+        set -- "$@" "$a"
+    done
+fi
 if mv "@TRIGGER@" "@TRIGGER@.fired" 2>/dev/null; then
     "$real" "$@"; rc=$?
     drop_link
@@ -108,14 +119,14 @@ def drop_fired(root: Path) -> bool:
 
 
 def arm_nothing(root: Path) -> None:
-    """The next process-mode start loses its reply, and nothing of it started."""
+    """The next start loses its reply, and nothing of it started."""
     (root / f"{NOTHING}.fired").unlink(missing_ok=True)
     (root / NOTHING).write_text("armed\n")
 
 
 def arm_foreign(root: Path) -> None:
-    """The next process-mode start runs its server under another launch mark (the same
-    campaign and group, another command line's hash)."""
+    """The next start runs its server under another launch mark (the same campaign and
+    group, another command line's hash)."""
     (root / f"{FOREIGN}.fired").unlink(missing_ok=True)
     (root / FOREIGN).write_text("armed\n")
 
