@@ -2,7 +2,8 @@
 two terminals, would run them: on one local machine and on one host over a real sshd. Neither
 takes over, stops or measures the other's server. Locally the second moves to other ports
 (the port claims are machine-wide, and the port's listener must be the group's own server);
-over SSH the second refuses before anything runs, naming the campaign whose server it met."""
+over SSH the second refuses before anything runs, naming the run that holds the campaign on
+the host (whichever of its servers runs then, or none, between two groups)."""
 
 from __future__ import annotations
 
@@ -179,9 +180,9 @@ def test_a_second_campaign_on_one_ssh_host_refuses_the_firsts_server(
             cwd=ROOT,
         )  # fmt: skip
         assert b.returncode == 2, b.stdout + b.stderr
-        assert "box.ar.tp1's server (pid " in b.stderr
         assert (
-            f"belongs to another campaign still running (results {root_a.resolve()}, pid {a.pid})"
+            "host box: the campaign twice-remote on this host is being run by another process "
+            f"still going (results {root_a.resolve()}, pid {a.pid})"
         ) in b.stderr, b.stderr
         assert "Traceback" not in b.stderr
     finally:

@@ -109,7 +109,12 @@ def mark_owner(mark: str) -> LaunchOwner | None:
     parts = mark.split(":", 4)
     if len(parts) < 5:
         return None
-    ident, _, results = parts[4].partition("@")
+    return parse_owner(parts[4])
+
+
+def parse_owner(token: str) -> LaunchOwner | None:
+    """A ``launch_owner`` token read back; None when it is not one."""
+    ident, _, results = token.strip().partition("@")
     f = ident.split(".")
     if len(f) != 4 or not (f[2].isdigit() and f[3].isdigit()):
         return None
@@ -120,7 +125,11 @@ def live_owner(mark: str, results: str) -> LaunchOwner | None:
     """The other run, still going, that a server marked so belongs to; None when it is this
     run's to take over or stop: started by a run of the same results (a resume: the results'
     lock says no other engine has them), by a run that ended, or by a tool that set no owner."""
-    owner = mark_owner(mark)
+    return other_run(mark_owner(mark), results)
+
+
+def other_run(owner: LaunchOwner | None, results: str) -> LaunchOwner | None:
+    """``owner`` when it is another run than one of ``results`` and may still go on."""
     if owner is None or owner.results == " ".join(results.split()):
         return None
     return owner if owner.runs() else None

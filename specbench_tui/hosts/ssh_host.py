@@ -24,10 +24,14 @@ from specbench_tui.hosts.host import (
 from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftover
 from specbench_tui.hosts.remote_process import RemoteProcessService
 from specbench_tui.hosts.remote_service import (
+    LaunchOwner,
     launch_mark,
+    launch_owner,
     live_owner,
     mark_mismatch,
     mark_what,
+    other_run,
+    parse_owner,
     remote_port_holder,
     remote_port_in_use,
 )
@@ -96,6 +100,7 @@ class SshHost(Host):
         self._unknown_gpus_said: set[str] = set()
         self._leftovers: dict[str, Leftover] = {}  # kept for their group's clear_gpus
         self._machine: str | None = None
+        self._holds_lease = False  # this run claimed the campaign on the host (see _take_lease)
 
     def abandon_waits(self) -> None:
         """An abort while the host is away: what still needs it (a server's stop) fails at
@@ -154,6 +159,14 @@ class SshHost(Host):
             report.problems += [m + hint for m in missing]
         elif groups:
             report.facts.append("server interpreters and models found")
+        other = await (self._take_lease() if repair else self._lease_holder())
+        if other is not None:
+            report.problems.append(
+                f"the campaign {self.settings.campaign} on this host is being run by another "
+                f"process still going ({other.describe()}): its servers are not taken over "
+                "or stopped; run this plan under another [campaign] name, or once that "
+                "campaign has ended"
+            )
         left = await self._find_leftovers(groups)
         for lo in left:
             owner = live_owner(lo.mark, self.owner)
@@ -337,15 +350,73 @@ class SshHost(Host):
             group_ids={g.id for g in groups},
         )
 
+    # --- which run the campaign on this host belongs to ------------------------------------
+
+    def _lease_file(self) -> str:
+        base = self.settings.workdir.rstrip("/") or "/"
+        return remote_path(f"{base}/.specbench-{self.settings.campaign}.owner")
+
+    async def _lease_holder(self) -> LaunchOwner | None:
+        """The other run, still going, that holds the campaign on this host (None: none)."""
+        res = await self.ssh.run(
+            f"cat {self._lease_file()} 2>/dev/null", timeout_s=30.0, idempotent=True
+        )
+        return other_run(parse_owner(res.stdout), self.owner)
+
+    async def _take_lease(self) -> LaunchOwner | None:
+        """Claim the campaign on this host for this run: a file in the workdir naming it
+        (``launch_owner``), made only where none exists (noclobber), or where the run it
+        names ended or was one of these results. Returns the other run, still going, that
+        holds it instead. So a second campaign of the plan refuses up front, whichever of
+        the first one's servers runs at that moment, or none between two groups."""
+        token = launch_owner(self.owner)
+        base = remote_path(self.settings.workdir.rstrip("/") or "/")
+        lease = self._lease_file()
+        write = f"( set -C; printf '%s\\n' {quote(token)} > {lease} ) 2>/dev/null"
+        res = await self.ssh.run(
+            f"mkdir -p {base} && if {write}; then echo taken; else cat {lease}; fi",
+            timeout_s=30.0,
+            idempotent=True,  # run again, it finds its own token: the same outcome
+        )
+        held = res.stdout.strip().splitlines()[-1:] or [""]
+        if held[0] in ("taken", token):
+            return None
+        other = other_run(parse_owner(held[0]), self.owner)
+        if other is not None:
+            return other
+        await self.ssh.run(
+            f"rm -f {lease} && {write}", timeout_s=30.0, idempotent=True
+        )  # the run it named ended: this one takes it over
+        return None
+
+    async def _drop_lease(self) -> None:
+        token = quote(launch_owner(self.owner))
+        lease = self._lease_file()
+        await self.ssh.run(
+            f'[ "$(cat {lease} 2>/dev/null)" = {token} ] && rm -f {lease}; true',
+            timeout_s=30.0,
+            idempotent=True,
+        )
+
     async def settle_leftovers(self, keep: Collection[str]) -> None:
         """Stop the servers an earlier run left that no group of this run starts; keep the
         others for their group's ``clear_gpus``. A host that cannot be reached now is left to
         its groups (they wait for it or fail with the reason)."""
         try:
+            other = await self._take_lease()
             left = await self._find_leftovers(self.groups)
-        except ServiceError as e:
+        except (ServiceError, SshError) as e:
             self.events.notice(f"{self.name}: cannot look for servers left running: {e}", "warning")
             return
+        if other is not None:  # taken since the preflight: its servers are left alone
+            self.events.notice(
+                f"{self.name}: the campaign {self.settings.campaign} on this host is being run "
+                f"by another process still going ({other.describe()}); none of its servers "
+                "is taken over or stopped",
+                "error",
+            )
+        else:
+            self._holds_lease = True
         for lo in left:
             owner = live_owner(lo.mark, self.owner)
             if owner is not None:  # its group's start refuses, naming the owner again
@@ -477,11 +548,18 @@ class SshHost(Host):
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Stop what runs, the servers an earlier run left that no group came to (an abort
-        before their turn) included, then the connection."""
+        before their turn) included, give the campaign on the host back, then the
+        connection."""
         await super().close(grace_s)
         for lo in list(self._leftovers.values()):
             with contextlib.suppress(Exception):
                 await self._stop_leftover(lo, "the run ended before its group's turn")
         self._leftovers.clear()
+        if self._holds_lease:
+            try:
+                await self._drop_lease()
+            except SshError as e:  # the next run finds this run ended and takes it over
+                self.events.notice(f"{self.name}: could not give the campaign back: {e}", "info")
+            self._holds_lease = False
         with contextlib.suppress(Exception):
             await self.ssh.close()
