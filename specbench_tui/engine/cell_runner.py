@@ -26,7 +26,7 @@ from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.workloads import CellResult, run_cell
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle, StorageFailed
-from specbench_tui.engine.verdict import SERVER_DIED, Verdict, judge
+from specbench_tui.engine.verdict import Verdict, judge
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.inspect import ServerFacts
@@ -168,8 +168,8 @@ async def run_one(
 ) -> str | None:
     """Run one attempt of ``cell`` and record how it ended. The engine's acceptance
     counters are read around its measured requests where the server exposes them.
-    Returns why the server is dead when the attempt ended on its death (the attempt is
-    then set aside), else None."""
+    Returns why the server is dead when it died under the attempt (which is then set aside,
+    unless the operator skipped it), else None."""
     attempt = ctx.state.cells[cell.id].attempt + 1
     planned = cell_requests(cell, ctx.plan.dir)[0]
     ctx.hub.emit(
@@ -246,10 +246,10 @@ async def run_one(
     result.acceptance["engine"] = facts.engine
     result.acceptance["engine_version"] = facts.version
     death = await confirm_death(svc, watch, link_dropped)
-    verdict = await conclude(
+    await conclude(
         ctx, cell, group, svc, attempt, result, handle, link_dropped(), death is not None
     )
-    return death if verdict.reason == SERVER_DIED else None
+    return death  # dead whatever became of the cell (a skip still skips): restarted
 
 
 def _cancelling() -> bool:
