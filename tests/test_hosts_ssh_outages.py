@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from sshd_fixture import Sshd, killable_sshd  # noqa: F401 (the fixture)
 from support.link_faults import (
     FOREIGN,
@@ -220,6 +222,41 @@ def test_a_leftover_that_fails_its_health_check_is_replaced(
     finally:
         if sick.poll() is None:
             sick.kill()
+        kill_pids(servers_left(values.model))
+
+
+def test_cleanup_stops_what_a_killed_run_left_on_the_host(
+    killable_sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """kill -9 of this tool mid-cell leaves its server running on the host; ``--cleanup DIR``
+    (no plan, no resume) finds it on record in the results and stops it, naming each
+    process; the record goes with it, and a second cleanup finds nothing."""
+    values = plan_values(tmp_path, "cleanup")
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", killable_sshd.config, values.name
+    )
+    try:
+        run.wait_event("cell_started", group=GROUPS[0])
+        run.kill9()
+        left = servers_left(values.model)
+        assert left, "the server died with the tool: nothing to clean up"
+        (record,) = (run.root / "servers").glob(f"{GROUPS[0]}.ssh.json")
+        cmd = [sys.executable, "-m", "specbench_tui", "--cleanup", str(run.root)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        said = [ln for ln in proc.stderr.splitlines() if "left running on sbtest" in ln]
+        assert len(said) == 1 and f"stopped {GROUPS[0]}'s server" in said[0], proc.stderr
+        for pid in left:
+            assert f"(pid {pid})" in said[0], (said, left)
+        deadline = time.monotonic() + 10
+        while servers_left(values.model) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert servers_left(values.model) == []
+        assert not record.exists()
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert again.returncode == 0 and "0 processes stopped" in again.stderr
+    finally:
         kill_pids(servers_left(values.model))
 
 

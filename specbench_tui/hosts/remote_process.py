@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
@@ -169,6 +170,8 @@ class RemoteProcessService(RemoteService):
         poll_s: float = 0.5,
         on_notice: NoticeCallback | None = None,
         results: str = "",
+        records: Path | None = None,
+        reached_as: tuple[str, str | None] | None = None,
     ) -> None:
         super().__init__(
             group,
@@ -183,6 +186,8 @@ class RemoteProcessService(RemoteService):
             poll_s=poll_s,
             on_notice=on_notice,
             results=results,
+            records=records,
+            reached_as=reached_as,
         )
         self.workdir = workdir.rstrip("/") or "/"
         self.pid: int | None = None
@@ -212,12 +217,15 @@ class RemoteProcessService(RemoteService):
         """From the last poll (every ``poll_s``): no round trip here."""
         return self.pid is not None and not self._exited.is_set()
 
+    def _on_record(self) -> dict[str, object]:
+        return {"pid": self.pid}
+
     def _owns(self, holder: RemoteHolder) -> bool:
         """The wrapper is its session's leader (``setsid``): every process of the server
         has its pid as session id, whatever it renamed itself to."""
         return self.pid is not None and self.pid in (holder.sid, holder.pgid)
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         if self.alive():
             raise ServiceError(f"{self.group.id}: already running on {self.ssh} (pid {self.pid})")
         if not self.group.command:
@@ -380,7 +388,7 @@ class RemoteProcessService(RemoteService):
         await self._drain_log(2.0)
         return self._exit_code
 
-    async def stop(self, grace_s: float = 30.0) -> None:
+    async def _stop(self, grace_s: float) -> None:
         pid = self.pid
         if pid is not None:
             await stop_process_group(self.ssh, pid, grace_s, self._write_log, self.group.id)

@@ -13,11 +13,19 @@ import os
 import re
 import socket
 import time
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbench_tui.hosts.server_records import boot_id, proc_stat, same_process
+from specbench_tui.hosts.server_records import (
+    RemoteRecord,
+    boot_id,
+    drop_record,
+    proc_stat,
+    same_process,
+    write_record,
+)
 from specbench_tui.hosts.service import HostUnreachable, LineCallback, Service, ServiceError
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError
 from specbench_tui.plan.durations import format_duration
@@ -263,10 +271,17 @@ class RemoteService(Service):
         poll_s: float = 0.5,
         on_notice: NoticeCallback | None = None,
         results: str = "",
+        records: Path | None = None,
+        reached_as: tuple[str, str | None] | None = None,
     ) -> None:
         super().__init__(group, on_line)
         self.on_notice = on_notice or (lambda _level, _text: None)
         self.results = results  # the run's results directory: its launches carry it
+        # Where the server goes on record (the results' servers/) and how its host is reached
+        # (the plan's destination, the SSH config): what --cleanup needs to stop it later.
+        self.records = records
+        self.reached_as = reached_as
+        self._record_path: Path | None = None
         self.ssh = ssh
         self.log_path = Path(log_path)
         self.campaign = campaign
@@ -348,6 +363,41 @@ class RemoteService(Service):
     def _owns(self, holder: RemoteHolder) -> bool:
         """Whether a process listening on the group's port is one of this server's."""
         return False
+
+    def _on_record(self) -> dict[str, object]:
+        """How the server is found again: its process group or its unit."""
+        return {}
+
+    @abstractmethod
+    async def _start(self) -> None:
+        """Launch the server, or take over or follow the one of this group that runs."""
+
+    @abstractmethod
+    async def _stop(self, grace_s: float) -> None:
+        """Stop it; raise ServiceError when something of it stays."""
+
+    async def start(self) -> None:
+        """Start (or take over) the server, then put it on record in the results."""
+        await self._start()
+        if self.records is not None and self.reached_as is not None:
+            rec = RemoteRecord(
+                host=self.group.host,
+                group=self.group.id,
+                destination=self.reached_as[0],
+                ssh_config=self.reached_as[1],
+                mark=self.mark,
+                started_at=time.time(),
+                **self._on_record(),  # type: ignore[arg-type]
+            )
+            try:
+                self._record_path = write_record(self.records, rec)
+            except OSError as e:  # the next run still finds it by its mark on the host
+                self.on_notice("warning", f"{self.group.id}: cannot put the server on record: {e}")
+
+    async def stop(self, grace_s: float = 30.0) -> None:
+        await self._stop(grace_s)
+        drop_record(self._record_path)
+        self._record_path = None
 
     async def prove_own_port(self) -> None:
         """Raise ServiceError, naming the holder, unless every socket listening on the

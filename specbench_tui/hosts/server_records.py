@@ -131,11 +131,12 @@ def new_record(
     )
 
 
-def write_record(directory: Path, rec: ServerRecord) -> Path:
+def write_record(directory: Path, rec: ServerRecord | RemoteRecord) -> Path:
     """Durably, before anything else is done with the server: a crash right after the start
     must still find it."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{rec.group}.{rec.pid}.json"
+    where = "ssh" if isinstance(rec, RemoteRecord) else rec.pid
+    path = directory / f"{rec.group}.{where}.json"
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(asdict(rec), f)
@@ -151,20 +152,49 @@ def write_record(directory: Path, rec: ServerRecord) -> Path:
     return path
 
 
-def read_records(directory: Path) -> list[tuple[Path, ServerRecord]]:
-    """Every readable record; one that cannot be read is left where it is (a later version
-    may know it)."""
-    out = []
+@dataclass(frozen=True)
+class RemoteRecord:
+    """One server started on an SSH host: how the host is reached (the plan's destination
+    and the SSH config the run used), the server's process group (``pid``, process mode) or
+    unit (systemd), and its launch mark, which tells it from whatever may reuse the pid or
+    the unit name later."""
+
+    host: str
+    group: str
+    destination: str
+    mark: str
+    ssh_config: str | None = None
+    pid: int | None = None
+    unit: str | None = None
+    started_at: float = 0.0
+
+
+def _read(directory: Path, kind: type, remote: bool) -> list[tuple[Path, Any]]:
+    """Every readable record of one kind; one that cannot be read is left where it is (a
+    later version may know it)."""
+    out: list[tuple[Path, Any]] = []
     if not directory.is_dir():
         return out
-    known = set(ServerRecord.__dataclass_fields__)
+    known = set(kind.__dataclass_fields__)
     for path in sorted(directory.glob("*.json")):
         try:
             doc: Any = json.loads(path.read_text())
-            out.append((path, ServerRecord(**{k: v for k, v in doc.items() if k in known})))
-        except (OSError, ValueError, TypeError):
+            if ("destination" in doc) != remote:
+                continue
+            out.append((path, kind(**{k: v for k, v in doc.items() if k in known})))
+        except (OSError, ValueError, TypeError, AttributeError):
             continue
     return out
+
+
+def read_records(directory: Path) -> list[tuple[Path, ServerRecord]]:
+    """The local servers on record."""
+    return _read(directory, ServerRecord, remote=False)
+
+
+def read_remote_records(directory: Path) -> list[tuple[Path, RemoteRecord]]:
+    """The servers on record that run on SSH hosts."""
+    return _read(directory, RemoteRecord, remote=True)
 
 
 def drop_record(path: Path | None) -> None:

@@ -22,6 +22,7 @@ from specbench_tui.hosts.host import (
     with_port,
 )
 from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftover
+from specbench_tui.hosts.local_leftovers import records_dir
 from specbench_tui.hosts.remote_process import RemoteProcessService
 from specbench_tui.hosts.remote_service import (
     LaunchOwner,
@@ -335,6 +336,8 @@ class SshHost(Host):
             workdir=self.settings.workdir,
             on_notice=self.service_notice,
             results=self.owner,
+            records=records_dir(self.owner) if self.owner else None,
+            reached_as=(self.settings.destination, self.settings.ssh_config),
         )
         self._services.append(svc)
         return svc

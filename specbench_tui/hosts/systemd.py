@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from specbench_tui.hosts.remote_service import (
@@ -266,6 +267,8 @@ class SystemdService(RemoteService):
         poll_s: float = 0.5,
         on_notice: NoticeCallback | None = None,
         results: str = "",
+        records: Path | None = None,
+        reached_as: tuple[str, str | None] | None = None,
     ) -> None:
         super().__init__(
             group,
@@ -280,6 +283,8 @@ class SystemdService(RemoteService):
             poll_s=poll_s,
             on_notice=on_notice,
             results=results,
+            records=records,
+            reached_as=reached_as,
         )
         self.unit = unit_name(campaign, group.id)
         self.workdir = workdir
@@ -295,6 +300,9 @@ class SystemdService(RemoteService):
         """From the last poll (every ``poll_s``): no round trip here."""
         return self._started and not self._exited.is_set()
 
+    def _on_record(self) -> dict[str, object]:
+        return {"unit": self.unit}
+
     def _owns(self, holder: RemoteHolder) -> bool:
         """Every process of the unit lives in its cgroup, named after the unit."""
         return re.search(rf"/{re.escape(self.unit)}(/|\s|$)", holder.cgroup) is not None
@@ -303,7 +311,7 @@ class SystemdService(RemoteService):
         """The unit's state (an unknown unit reads as inactive, LoadState=not-found)."""
         return await show_unit(self.ssh, self.unit)
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         if self.alive():
             raise ServiceError(f"{self.group.id}: {self.unit} already running on {self.ssh}")
         if not self.group.command:
@@ -484,7 +492,7 @@ class SystemdService(RemoteService):
         await self._exited.wait()
         return self._exit_code
 
-    async def stop(self, grace_s: float = 30.0) -> None:
+    async def _stop(self, grace_s: float) -> None:
         if self._started:
             await stop_unit(self.ssh, self.unit, grace_s, self._write_log)
             await self._settle_exit()
