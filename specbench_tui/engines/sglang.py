@@ -102,6 +102,23 @@ TRAITS = EngineTraits(
 )
 
 
+# --- acceptance -------------------------------------------------------------------------------
+
+ACCEPT_LENGTH_DEFINITION = "completion tokens / verify steps"
+
+
+def accept_length(
+    tokens: float | None, steps: float | None, accepted: float | None = None
+) -> float | None:
+    """SGLang's accept length: completion tokens per verify step (``meta_info``
+    ``completion_tokens / spec_verify_ct``; its counters ``generation_tokens_total /
+    spec_verify_calls_total``), the bonus token of each step included. Over several requests
+    (or a counter window) the counts are summed first. Accepted drafts are not needed."""
+    if not steps or tokens is None:
+        return None
+    return tokens / steps
+
+
 # --- log lines --------------------------------------------------------------------------------
 
 
