@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from specbench_tui.results.records import Measurement
 
@@ -129,6 +130,13 @@ class DecodeTotal:
         if self.one_token:
             parts.append(f"{self.one_token} of one token")
         return ", ".join(parts)
+
+
+def decode_left_out(columns: Mapping[str, Any]) -> str:
+    """What a cell's decode tok/s left out, in words, from its row's columns ("" for
+    nothing, or for cells recorded before these columns existed)."""
+    one, zero = columns.get("decode_one_token") or 0, columns.get("decode_zero_window") or 0
+    return DecodeTotal(0, 0.0, 0, int(one), int(zero)).left_out()
 
 
 def decode_total(records: Iterable[Measurement]) -> DecodeTotal:

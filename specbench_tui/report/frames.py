@@ -164,7 +164,7 @@ def group_engines(inp: Inputs) -> dict[str, str]:
 DECODE_PARTS: tuple[str, str] = ("decode_tokens", "decode_seconds")
 
 
-def decode_left_out(inp: Inputs) -> dict[str, str]:
+def decode_left_out_by_kind(inp: Inputs) -> dict[str, str]:
     """Per workload kind, the successful requests that decode tok/s leaves out and why, in
     words (bench/figures.py: one token, or a zero decode window); kinds with none are not
     listed."""

@@ -20,7 +20,13 @@ from specbench_tui.report.blocks import (
     code,
     text,
 )
-from specbench_tui.report.frames import baseline, decode_left_out, group_engines, label, requests
+from specbench_tui.report.frames import (
+    baseline,
+    decode_left_out_by_kind,
+    group_engines,
+    label,
+    requests,
+)
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.stats import METHOD
 
@@ -220,7 +226,7 @@ def build(inp: Inputs) -> Section:
             small=True,
         )
     )
-    left = decode_left_out(inp)
+    left = decode_left_out_by_kind(inp)
     if left:
         sec.add(
             Bullets(
