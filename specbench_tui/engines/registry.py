@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specbench_tui.engines import sglang, vllm
+from specbench_tui.engines.log_values import LogCounts
 from specbench_tui.engines.traits import ENGINE_NAMES, EngineTraits
 
 _TRAITS: dict[str, EngineTraits] = {"sglang": sglang.TRAITS, "vllm": vllm.TRAITS}
@@ -16,6 +17,10 @@ _ACCEPT: dict[str, AcceptLength] = {"sglang": sglang.accept_length, "vllm": vllm
 _DEFINITIONS: dict[str, str] = {
     "sglang": sglang.ACCEPT_LENGTH_DEFINITION,
     "vllm": vllm.ACCEPT_LENGTH_DEFINITION,
+}
+_LOG_WINDOW: dict[str, Callable[[dict[str, float], float], LogCounts | None]] = {
+    "sglang": sglang.log_window,
+    "vllm": vllm.log_window,
 }
 #: The engine the simulator speaks, and the one results without an engine recorded assume.
 DEFAULT_ENGINE = "sglang"
@@ -40,3 +45,10 @@ def accept_length(
 def accept_length_definition(engine: str) -> str:
     """The definition in words, as the report's methodology and the README name it."""
     return _DEFINITIONS[engine or DEFAULT_ENGINE]
+
+
+def log_window(engine: str, stats: dict[str, float], seconds: float) -> LogCounts | None:
+    """What one of ``engine``'s periodic stats lines says about its stretch (tokens, steps,
+    seconds), for pooling a cell's lines by their tokens; ``seconds`` is the stretch as the
+    stamps give it."""
+    return _LOG_WINDOW[engine or DEFAULT_ENGINE](stats, seconds)

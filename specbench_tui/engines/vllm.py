@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from specbench_tui.engines.log_values import norm_key, number
+from specbench_tui.engines.log_values import LogCounts, norm_key, number
 from specbench_tui.engines.traits import EngineTraits, Speculation, flag_value, has_flag
 
 READY_LINE = "Application startup complete."
@@ -124,6 +124,20 @@ def log_window_steps(stats: dict[str, float]) -> float | None:
     if accepted is None or mean is None or accepted <= 0 or mean <= 1.0:
         return None
     return accepted / (mean - 1.0)
+
+
+def log_window(stats: dict[str, float], seconds: float) -> LogCounts | None:
+    """A periodic line's stretch (10 s of activity since the previous line of its kind):
+    a ``SpecDecoding metrics`` line gives its verify steps (:func:`log_window_steps`) and
+    steps x mean acceptance length tokens; an ``Engine`` line its generation throughput over
+    ``seconds`` (between the stamps), tokens = throughput x seconds."""
+    steps = log_window_steps(stats)
+    if steps is not None:
+        return LogCounts(steps * stats["accept_len"], steps, None)
+    rate = stats.get("gen_throughput")
+    if rate is None or seconds <= 0 or "accepted_tokens" in stats:
+        return None
+    return LogCounts(rate * seconds, None, seconds)
 
 
 # --- log lines --------------------------------------------------------------------------------
