@@ -13,7 +13,7 @@ import pytest
 
 from specbench_tui.bench.client import BenchClient, went_away
 from specbench_tui.engine.cell_runner import DeathWatch, confirm_death
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.registry import engine_dead
 from specbench_tui.hosts.service import Service
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.records import RequestRecord
@@ -67,14 +67,14 @@ async def test_a_vllm_engine_death_mid_stream_is_the_engines_own_answer(replay: 
     async with BenchClient(replay + "/dead", "openai", model="tiny") as client:
         done = await client.generate("hi", max_tokens=16, timeout_s=10)
     assert done.error is not None and DEAD[:30] in done.error
-    assert traits("vllm").engine_dead(done.error)
-    assert not traits("sglang").engine_dead(done.error)  # another engine's words mean nothing
+    assert engine_dead("vllm", done.error)
+    assert not engine_dead("sglang", done.error)  # another engine's words mean nothing
     assert not went_away(done.error)  # the server answered: not the transport's sign
     watch = DeathWatch("vllm")
     watch.see(_record(done.error))
     assert watch.sign == done.error and watch.engine_said
     # The same text as a plain HTTP 500 (a request sent after the death) says the same.
-    assert traits("vllm").engine_dead(f"HTTP 500: {DEAD}")
+    assert engine_dead("vllm", f"HTTP 500: {DEAD}")
 
 
 async def test_nothing_listening_is_a_server_gone_not_an_answer() -> None:

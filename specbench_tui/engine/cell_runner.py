@@ -30,7 +30,7 @@ from specbench_tui.engine.verdict import Verdict, judge
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.inspect import ServerFacts
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.registry import engine_dead, traits
 from specbench_tui.hosts.service import Service, describe_exit
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -55,10 +55,10 @@ DEATH_SETTLE_S = 3.0
 class DeathWatch:
     """The first sign, among one attempt's requests, that the server went away: an error
     the transport gives when nothing answers or the connection is cut, or the engine's own
-    "I am dead" answer (``engine_dead`` of its traits)."""
+    "I am dead" answer (``engines.registry.engine_dead``)."""
 
     def __init__(self, engine: str) -> None:
-        self.engine_dead = traits(engine).engine_dead
+        self.engine = engine
         self.sign: str | None = None
         self.engine_said = False  # the sign is the engine's own answer: no doubt left
 
@@ -66,7 +66,7 @@ class DeathWatch:
         err = record.error
         if self.sign is not None or not err:
             return
-        if self.engine_dead(err):
+        if engine_dead(self.engine, err):
             self.sign, self.engine_said = err, True
         elif went_away(err):
             self.sign = err

@@ -47,6 +47,12 @@ def accept_length_definition(engine: str) -> str:
     return _DEFINITIONS[engine or DEFAULT_ENGINE]
 
 
+def engine_dead(engine: str, error: str) -> bool:
+    """Whether a request's error is ``engine``'s own answer that it can no longer serve (its
+    server is dead however its process looks)."""
+    return traits(engine or DEFAULT_ENGINE).engine_dead(error)
+
+
 def log_window(engine: str, stats: dict[str, float], seconds: float) -> LogCounts | None:
     """What one of ``engine``'s periodic stats lines says about its stretch (tokens, steps,
     seconds), for pooling a cell's lines by their tokens; ``seconds`` is the stretch as the

@@ -72,12 +72,17 @@ def same_algorithm(asked: str, running: str) -> bool:
     return _ALGORITHM_ALIASES.get(a, a) == _ALGORITHM_ALIASES.get(r, r)
 
 
-# No ``engine_dead`` text: a child process of SGLang that fails sends SIGQUIT to the server,
-# which kills its whole process tree (``srt/managers/tokenizer_manager.py``,
-# ``SignalHandler.running_phase_sigquit_handler``), so a client sees the connection go, never
-# an answer of its own; the transport's signs cover that.
+def engine_dead(error: str) -> bool:
+    """Never an answer of SGLang's own: a child process of it that fails sends SIGQUIT to the
+    server, which kills its whole process tree (``srt/managers/tokenizer_manager.py``,
+    ``SignalHandler.running_phase_sigquit_handler``), so a client sees the connection go; the
+    transport's signs (``bench.client.went_away``) cover that."""
+    return False
+
+
 TRAITS = EngineTraits(
     name="sglang",
+    engine_dead=engine_dead,
     label="SGLang",
     default_launch=(
         "{python}",
