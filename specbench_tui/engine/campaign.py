@@ -266,8 +266,6 @@ class Campaign:
         """Drive the whole campaign; returns the exit status of the CLI contract."""
         ctx = self.ctx
         self._started = time.time()
-        for text in self.store.notices:
-            ctx.hub.notice(text, "warning")
         ctx.hub.emit(
             CampaignStarted(
                 campaign=self.spec.campaign.name,
@@ -282,6 +280,8 @@ class Campaign:
                 pid=os.getpid(),
             )
         )
+        for text in self.store.notices:  # after the run's start: every printer of it says them
+            ctx.hub.notice(text, "warning")
         for cid in self.selected:  # --rerun-failed, a rerun: an ended cell is queued again
             c = self.state.cells[cid]
             if c.status in ("done", "failed", "skipped"):

@@ -115,7 +115,7 @@ def campaign_line(ev: CampaignStarted, state: CampaignState) -> str:
 async def print_events(campaign: Campaign, out: TextIO) -> None:
     """One line per lifecycle event of this run (the replay of earlier runs is folded in
     silently, so the opening line can say what they left)."""
-    state = CampaignState()
+    state = CampaignState(campaign.layout.rows_exist)  # as the engine's: rows set aside count
     this_run = False
     async for ev in campaign.subscribe():
         state.apply(ev)

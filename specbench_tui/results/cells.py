@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from specbench_tui.results.jsontypes import FieldTypeError, check_fields, conforms
+
 WorkloadKind = Literal["single", "agentic", "concurrency"]
 Api = Literal["sglang", "openai"]
 
@@ -56,9 +58,14 @@ class ServiceGroup:
         a log written by another version of the tool still reads.
         """
         d = _known(cls, obj)
+        check_fields(cls, d, skip=("env",))
+        env = d.get("env", ())
+        if not (
+            isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
+        ) and not conforms(env, tuple[tuple[str, str], ...]):
+            raise FieldTypeError(f"'env' is {type(env).__name__}, not an object of strings")
         d["gpu_ids"] = tuple(int(g) for g in d.get("gpu_ids", ()))
         d["command"] = tuple(str(a) for a in d.get("command", ()))
-        env = d.get("env", ())
         d["env"] = tuple(sorted(env.items())) if isinstance(env, dict) else tuple(map(tuple, env))
         d["stop_before"] = tuple(d.get("stop_before", ()))
         for key, default in _GROUP_DEFAULTS.items():
@@ -111,6 +118,9 @@ class Cell:
     def from_json(cls, obj: dict[str, Any]) -> Cell:
         """Rebuild a cell from its JSON; unknown keys are ignored (see ServiceGroup.from_json)."""
         d = _known(cls, obj)
+        check_fields(cls, d, skip=("params",))
+        if not isinstance(d.get("params", {}), dict | list):
+            raise FieldTypeError(f"'params' is {type(d['params']).__name__}, not an object")
         d["prompts"] = tuple(d.get("prompts", ()))
         params = d.get("params", ())
         d["params"] = tuple(params.items()) if isinstance(params, dict) else tuple(params)
