@@ -9,6 +9,7 @@ from typing import TextIO
 
 from specbench_tui.engine.campaign import Campaign
 from specbench_tui.plan.durations import format_duration
+from specbench_tui.printable import printable
 from specbench_tui.results.events import (
     Aborted,
     CampaignFinished,
@@ -125,7 +126,7 @@ async def print_events(campaign: Campaign, out: TextIO) -> None:
         else:
             line = format_event(ev) if this_run else None
         if line is not None:
-            out.write(line + "\n")
+            out.write(printable(line, one_line=True) + "\n")
             out.flush()
 
 
