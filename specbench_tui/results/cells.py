@@ -6,7 +6,7 @@ them without pydantic, and so that they serialise to the dry-run JSON as they ar
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from specbench_tui.results.jsontypes import FieldTypeError, check_fields, conforms
@@ -43,7 +43,8 @@ class ServiceGroup:
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        # Shallow, as Cell.to_json: asdict() deep-copies, which dominates a big dry run.
+        d = {name: getattr(self, name) for name in _GROUP_FIELDS}
         d["gpu_ids"] = list(self.gpu_ids)
         d["command"] = list(self.command)
         d["env"] = dict(self.env)
@@ -130,6 +131,7 @@ class Cell:
 
 
 _CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
+_GROUP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ServiceGroup))
 # What an old log may lack: enough to rebuild a cell or group that can be shown and reported.
 _CELL_DEFAULTS: dict[str, Any] = {
     "name": "",
