@@ -8,10 +8,14 @@ import pytest
 
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.engines.acceptance import cell_acceptance
-from specbench_tui.engines.counters import Counters, WindowResult, parse_counters
-from specbench_tui.engines.streams import vllm_spec_counts
+from specbench_tui.engines.counters import Counters, WindowResult
+from specbench_tui.engines.registry import adapter
+from specbench_tui.engines.vllm import vllm_spec_counts
 from specbench_tui.results.records import RequestRecord
 from tests.support.replay import FIXTURES
+
+VLLM_ENGINE = adapter("vllm")
+SGLANG_ENGINE = adapter("sglang")
 
 VLLM = FIXTURES / "vllm"
 
@@ -32,8 +36,8 @@ def batch() -> tuple[list[RequestRecord], WindowResult, dict]:
                 accept_length=c.get("accept_length"),
             )
         )
-    before = parse_counters("vllm", (VLLM / "metrics_after_single.txt").read_text())
-    after = parse_counters("vllm", (VLLM / "metrics_after_batch8.txt").read_text())
+    before = VLLM_ENGINE.parse_counters((VLLM / "metrics_after_single.txt").read_text())
+    after = VLLM_ENGINE.parse_counters((VLLM / "metrics_after_batch8.txt").read_text())
     return records, WindowResult(after.minus(before), settled=True), data
 
 
@@ -48,7 +52,7 @@ def test_counter_deltas_of_the_real_batch() -> None:
 
 def test_pooled_requests_equal_the_counters_and_differ_from_the_plain_mean() -> None:
     records, window, data = batch()
-    acc = cell_acceptance(records, window, engine="vllm", speculative=True)
+    acc = cell_acceptance(records, window, engine=VLLM_ENGINE, speculative=True)
     assert acc["acceptance_check"] == "agree"
     assert acc["spec_verify_steps"] == 193 and acc["counter_verify_steps"] == 193
     assert acc["spec_accepted_tokens"] == 323 and acc["spec_draft_tokens"] == 399
@@ -74,7 +78,7 @@ def test_a_disagreement_is_flagged() -> None:
     extra = Counters(d.generation_tokens, d.verify_steps + 10, d.accepted_tokens + 30,
                      d.draft_tokens + 30, d.per_position)  # fmt: skip
     acc = cell_acceptance(
-        records, WindowResult(extra, settled=True), engine="vllm", speculative=True
+        records, WindowResult(extra, settled=True), engine=VLLM_ENGINE, speculative=True
     )
     assert acc["acceptance_check"].startswith("disagree: ")
     assert "verify steps 193 from requests vs 203 from counters" in acc["acceptance_check"]
@@ -83,22 +87,22 @@ def test_a_disagreement_is_flagged() -> None:
 def test_failed_requests_or_one_source_only() -> None:
     records, window, _ = batch()
     records[0].error = "timeout after 5 s"
-    acc = cell_acceptance(records, window, engine="vllm", speculative=True)
+    acc = cell_acceptance(records, window, engine=VLLM_ENGINE, speculative=True)
     assert acc["acceptance_check"].startswith("not compared: 1 request(s) failed")
     records[0].error = None
-    acc = cell_acceptance(records, None, engine="vllm", speculative=True)
+    acc = cell_acceptance(records, None, engine=VLLM_ENGINE, speculative=True)
     assert acc["acceptance_check"] == "requests only"
     assert acc["accept_length_counters"] is None and acc["accept_length_weighted"] is not None
     bare = [RequestRecord(output_tokens=r.output_tokens) for r in records]
-    acc = cell_acceptance(bare, window, engine="vllm", speculative=True)
+    acc = cell_acceptance(bare, window, engine=VLLM_ENGINE, speculative=True)
     assert acc["acceptance_check"] == "counters only"
 
 
 def test_null_for_a_non_speculative_config() -> None:
     records, window, _ = batch()
-    acc = cell_acceptance(records, window, engine="vllm", speculative=False)
+    acc = cell_acceptance(records, window, engine=VLLM_ENGINE, speculative=False)
     assert all(v is None for v in acc.values())
-    nospec = parse_counters("vllm", (VLLM / "metrics_nospec_idle.txt").read_text())
+    nospec = VLLM_ENGINE.parse_counters((VLLM / "metrics_nospec_idle.txt").read_text())
     assert nospec.verify_steps is None and nospec.generation_tokens is not None
 
 
@@ -110,7 +114,7 @@ def test_sglang_counts_every_completion_token() -> None:
         RequestRecord(output_tokens=1, spec_verify_ct=0),
     ]
     window = WindowResult(Counters(generation_tokens=11, verify_steps=5), settled=True)
-    acc = cell_acceptance(reqs, window, engine="sglang", speculative=True)
+    acc = cell_acceptance(reqs, window, engine=SGLANG_ENGINE, speculative=True)
     assert acc["accept_length_weighted"] == pytest.approx(11 / 5)
     assert acc["accept_length_counters"] == pytest.approx(11 / 5)
     assert acc["acceptance_check"] == "agree"

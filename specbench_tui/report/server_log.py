@@ -3,8 +3,8 @@
 time and assigned to the cell that was running then, so that a group's figures can be read per
 workload kind and never over the idle time or warm-up between cells.
 
-Placing a line in time: servers print local wall-clock time to the second (SGLang
-``[2026-01-01 12:00:00 TP0]``, vLLM ``INFO 01-01 12:00:00``), while the events are UTC. Each
+Placing a line in time: servers print local wall-clock time to the second, each engine in its
+own form (``EngineAdapter.log_stamp``), while the events are UTC. Each
 server start in the kept log begins with the campaign's own header (``----- <UTC ISO time>
 starting ...``), so the offset of the server's clock is the difference to the first stamped
 line after it, rounded to a quarter hour (time zones); a log without headers is taken as UTC.
@@ -23,10 +23,10 @@ from pathlib import Path
 import polars as pl
 
 from specbench_tui.bench.logparse import LogParser
+from specbench_tui.engines.registry import adapters
 from specbench_tui.report.inputs import Inputs
 
-_SGLANG_TS = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)?[ \]]")
-_VLLM_TS = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})")
+_ENGINES = adapters()
 _HEADER = re.compile(r"^----- (\S+) starting ")
 _QUARTER_H = 900.0
 #: Stats keys of the log parsers that the server view reads (one naming for both engines).
@@ -46,19 +46,14 @@ class Window:
 
 def _stamp(line: str, year: int) -> float | None:
     """The line's own time stamp as naive seconds (its clock's wall time read as UTC)."""
-    m = _SGLANG_TS.match(line)
-    if m:
-        y, mo, d, h, mi, s = map(int, m.groups())
-    else:
-        m = _VLLM_TS.search(line)
-        if not m:
-            return None
-        mo, d, h, mi, s = map(int, m.groups())
-        y = year
-    try:
-        return datetime(y, mo, d, h, mi, s, tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
+    for engine in _ENGINES:
+        when = engine.log_stamp(line, year)
+        if when is not None:
+            try:
+                return datetime(*when, tzinfo=UTC).timestamp()
+            except ValueError:
+                return None
+    return None
 
 
 def _header_time(line: str) -> float | None:
@@ -72,8 +67,8 @@ def _header_time(line: str) -> float | None:
 
 
 def stats_parser(engine: str) -> StatsParser:
-    """The stats parser for a group's engine: both produce ``accept_len`` and
-    ``gen_throughput``. SGLang's (bench/logparse.py) reads ``Decode batch`` lines."""
+    """The stats parser for a group's engine: every engine's lines give ``accept_len`` and
+    ``gen_throughput`` (bench/logparse.py offers each line to every engine's parser)."""
     return LogParser().parse
 
 
