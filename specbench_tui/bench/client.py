@@ -94,7 +94,10 @@ class BenchClient:
     that builds requests and reads streams (the plan's ``engine``); ``api`` is one of its
     APIs, by default its first. ``model`` is the served model name a chat request carries
     (some engines refuse any other); ``stream_mode`` is the stream mode of an API that has
-    several, when the server said which (``auto`` tells from the stream).
+    several, when the server said which (``auto`` tells from the stream). ``speculative``:
+    whether the server runs speculative decoding; without it a request's speculative fields
+    stay null whatever its stream says (an engine may count one token per iteration for every
+    request, which is no acceptance to report).
     """
 
     def __init__(
@@ -108,12 +111,14 @@ class BenchClient:
         prompt_format: PromptFormat = "chatml",
         stream_mode: StreamMode = "auto",
         cache_salt: bool = False,
+        speculative: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.engine = adapter(engine)
         # A salt of its own per request: no request reuses another's cached prefix, so TTFT
         # includes the prompt's prefill (engines whose cold cache is a salt).
         self.cache_salt = cache_salt
+        self.speculative = speculative
         self.api: Api = api or self.engine.default_api
         self.model = model
         self.stream_mode: StreamMode = stream_mode
@@ -190,6 +195,10 @@ class BenchClient:
             out.error = out.error or str(exc)
         except Exception as exc:  # whatever else the server's bytes do: this request only
             out.error = out.error or f"bad server data: {type(exc).__name__}: {exc}"[:240]
+        if not self.speculative:
+            out.spec_verify_ct = out.spec_accepted_tokens = out.spec_draft_tokens = None
+            out.spec_accept_histogram = None
+            out.accept_length = None
         fill_rates(out, parser.content_tokens)
         out.text = parser.text
         out.request_id = parser.request_id

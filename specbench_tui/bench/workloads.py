@@ -368,6 +368,7 @@ async def run_cell(
             model=model,
             stream_mode=stream_mode,
             cache_salt=cold_cache == "salt" and cell.prefix_cache == "cold",
+            speculative=group.speculative,
         )
     result = result if result is not None else CellResult()
     run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result, counters)
