@@ -21,7 +21,7 @@ from specbench_tui.engine.run_control import GroupHandle, StorageFailed
 from specbench_tui.engine.verdict import Verdict, judge
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
-from specbench_tui.engines.inspect import ServerFacts
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.estimate import cell_requests

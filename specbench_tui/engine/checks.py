@@ -26,7 +26,7 @@ from specbench_tui.bench.greedy import (
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.store import ResultsStore
-from specbench_tui.engines.inspect import ServerFacts
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.probes import (
     LEAK_OUTPUT_TOKENS,

@@ -18,18 +18,16 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 
 from specbench_tui.engines.chat_text import PromptFormat, render_prompt
 from specbench_tui.engines.counters import Counters
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.streams import OpenAIStream, StreamMode, StreamParser
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.records import Measurement
-
-if TYPE_CHECKING:
-    from specbench_tui.engines.inspect import ServerFacts
 
 Message = dict[str, str]
 
@@ -216,11 +214,21 @@ class EngineAdapter(ABC):
         log_lines: Sequence[str],
     ) -> None:
         """Fill ``facts`` with what the ready server says it runs (version, speculation,
-        TP size, counters); never raises for what the server says or lacks."""
+        TP size, counters); never raises for what the server says or lacks. Here: the
+        version from ``version_path``, the rest from the metrics page and the start-up log
+        (:meth:`read_facts`)."""
         with contextlib.suppress(httpx.HTTPError):
             v = await get_json(client, base + self.version_path)
             if isinstance(v, dict) and v.get("version") is not None:
                 facts.version = str(v["version"])
+        text = None
+        with contextlib.suppress(httpx.HTTPError):
+            text = await get_text(client, base + self.metrics_path)
+        self.read_facts(facts, text, log_lines)
+
+    def read_facts(self, facts: ServerFacts, metrics: str | None, log_lines: Sequence[str]) -> None:
+        """What runs, from the metrics page (None: it did not answer) and the log so far."""
+        facts.metrics = metrics is not None
 
     def notes(self, group: ServiceGroup, facts: ServerFacts) -> list[str]:
         """What the operator should know about how this server measures (after inspect)."""

@@ -17,35 +17,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import httpx
 
 from specbench_tui.engines.adapter import MODELS_PATH, OPENAI_API, get_json
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter
-from specbench_tui.engines.streams import StreamMode
 from specbench_tui.results.cells import ServiceGroup
-
-
-@dataclass
-class ServerFacts:
-    """What a ready server reports about itself (None: it did not say)."""
-
-    engine: str
-    version: str | None = None
-    served_model: str | None = None  # the name requests carry
-    models: list[str] = field(default_factory=list)  # what /v1/models lists
-    speculative: bool | None = None
-    algorithm: str | None = None
-    tp: int | None = None
-    stream_mode: StreamMode = "auto"
-    metrics: bool = False  # /metrics has the counters acceptance needs
-    problems: list[str] = field(default_factory=list)  # what ran is not what was asked
-    notes: list[str] = field(default_factory=list)  # what the operator should know
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 async def inspect_server(

@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -58,14 +58,12 @@ from specbench_tui.engines.adapter import (
     has_flag,
 )
 from specbench_tui.engines.counters import Counters
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import norm_key, number
 from specbench_tui.engines.sglang_stream import SglangChatStream, SglangStream
 from specbench_tui.engines.streams import StreamMode, StreamParser
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.records import Measurement
-
-if TYPE_CHECKING:
-    from specbench_tui.engines.inspect import ServerFacts
 
 #: The native API's plan name (``api = "sglang"``): ``POST /generate`` with text in.
 NATIVE_API = "sglang"
@@ -243,11 +241,8 @@ class SglangAdapter(EngineAdapter):
     def stream_parser(self, api: str, mode: StreamMode = "auto") -> StreamParser:
         return SglangStream(mode) if api == NATIVE_API else SglangChatStream()
 
-    def parse_stats_line(self, line: str) -> dict[str, float] | None:
-        return parse_stats_line(line)
-
-    def parse_counters(self, text: str) -> Counters:
-        return _counters(text)
+    parse_stats_line = staticmethod(parse_stats_line)
+    parse_counters = staticmethod(_counters)
 
     def log_stamp(self, line: str, year: int) -> tuple[int, int, int, int, int, int] | None:
         """``[2026-01-01 12:00:00 TP0] ...``."""

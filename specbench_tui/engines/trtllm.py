@@ -42,18 +42,17 @@ import contextlib
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from specbench_tui.engines.adapter import (
     EngineAdapter,
     Speculation,
     flag_value,
-    get_text,
 )
 from specbench_tui.engines.counters import Counters
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.streams import (
     MAX_COUNT,
     BadServerData,
@@ -62,9 +61,6 @@ from specbench_tui.engines.streams import (
     StreamParser,
 )
 from specbench_tui.results.cells import ServiceGroup
-
-if TYPE_CHECKING:
-    from specbench_tui.engines.inspect import ServerFacts
 
 READY_LINE = "Application startup complete."  # uvicorn's, once the engine is loaded
 PROMETHEUS_PATH = "/prometheus/metrics"
@@ -307,25 +303,15 @@ class TrtllmAdapter(EngineAdapter):
     def stream_parser(self, api: str, mode: StreamMode = "auto") -> StreamParser:
         return TrtllmChatStream()
 
-    def parse_counters(self, text: str) -> Counters:
-        return _counters(text)
+    parse_counters = staticmethod(_counters)
 
-    async def inspect(
-        self,
-        facts: ServerFacts,
-        client: httpx.AsyncClient,
-        base: str,
-        log_lines: Sequence[str],
-    ) -> None:
-        await super().inspect(facts, client, base, log_lines)
-        text = None
-        with contextlib.suppress(httpx.HTTPError):
-            text = await get_text(client, base + self.metrics_path)
-        if text is None:
+    def read_facts(self, facts: ServerFacts, metrics: str | None, log_lines: Sequence[str]) -> None:
+        """The config-info gauges of the Prometheus page say speculation, method and TP."""
+        if metrics is None:
             return
         facts.metrics = True
         with contextlib.suppress(ValueError):
-            info = _config_info(text)
+            info = _config_info(metrics)
             facts.speculative = info.get("speculative")
             facts.algorithm = info.get("algorithm")
             facts.tp = info.get("tp")

@@ -19,13 +19,11 @@ under their normalised names.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from specbench_tui.engines.adapter import (
@@ -36,10 +34,10 @@ from specbench_tui.engines.adapter import (
     Speculation,
     check_accept_length,
     flag_value,
-    get_text,
     has_flag,
 )
 from specbench_tui.engines.counters import Counters
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import norm_key, number
 from specbench_tui.engines.streams import (
     OpenAIStream,
@@ -49,9 +47,6 @@ from specbench_tui.engines.streams import (
     int_list,
 )
 from specbench_tui.results.cells import ServiceGroup
-
-if TYPE_CHECKING:
-    from specbench_tui.engines.inspect import ServerFacts
 
 READY_LINE = "Application startup complete."
 
@@ -310,35 +305,24 @@ class VllmAdapter(EngineAdapter):
     def stream_parser(self, api: str, mode: StreamMode = "auto") -> StreamParser:
         return VllmChatStream()
 
-    def parse_stats_line(self, line: str) -> dict[str, float] | None:
-        return parse_stats_line(line)
-
-    def parse_counters(self, text: str) -> Counters:
-        return _counters(text)
+    parse_stats_line = staticmethod(parse_stats_line)
+    parse_counters = staticmethod(_counters)
 
     def log_stamp(self, line: str, year: int) -> tuple[int, int, int, int, int, int] | None:
         """``INFO 01-01 12:00:00 [file.py:12] ...``: no year in it."""
         m = _STAMP.search(line)
         return (year, *map(int, m.groups())) if m else None  # type: ignore[return-value]
 
-    async def inspect(
-        self,
-        facts: ServerFacts,
-        client: httpx.AsyncClient,
-        base: str,
-        log_lines: Sequence[str],
-    ) -> None:
-        await super().inspect(facts, client, base, log_lines)
-        text = None
-        with contextlib.suppress(httpx.HTTPError):
-            text = await get_text(client, base + self.metrics_path)
+    def read_facts(self, facts: ServerFacts, metrics: str | None, log_lines: Sequence[str]) -> None:
+        """The start-up config line says the version, the method and the TP size; the
+        ``spec_decode_*`` families exist on the metrics page only with speculation."""
         cfg = config_facts(log_lines)
         facts.version = facts.version or cfg.get("version")
         facts.algorithm = cfg.get("algorithm")
         facts.tp = cfg.get("tp")
-        if text is not None:
+        if metrics is not None:
             facts.metrics = True
-            facts.speculative = DRAFTS[: -len("_total")] in text
+            facts.speculative = DRAFTS[: -len("_total")] in metrics
         else:
             facts.speculative = cfg.get("speculative")
 
