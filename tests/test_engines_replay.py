@@ -218,7 +218,7 @@ async def test_sglang_counters_give_the_cell_accept_length(replay: tuple[Replay,
     await window.aclose()
     assert result.settled and result.deltas is not None
     assert result.deltas.generation_tokens == 10 and result.deltas.verify_steps == 5
-    acc = cell_acceptance([done], result, engine=adapter("sglang"), speculative=True)
+    acc = cell_acceptance([done], result, engine="sglang", speculative=True)
     assert acc["accept_length_counters"] == pytest.approx(2.0)
     assert acc["accept_length_weighted"] == pytest.approx(2.0)
     assert acc["acceptance_check"] == "agree"

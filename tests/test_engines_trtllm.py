@@ -99,7 +99,7 @@ def test_cell_acceptance_agrees_between_stream_and_counters() -> None:
     deltas = ENGINE.parse_counters(counters_after(page, 3).decode()).minus(
         ENGINE.parse_counters(page)
     )
-    acc = cell_acceptance(rows, WindowResult(deltas, True), engine=ENGINE, speculative=True)
+    acc = cell_acceptance(rows, WindowResult(deltas, True), engine="trtllm", speculative=True)
     assert acc["accept_length_weighted"] == pytest.approx(3.1)
     assert acc["accept_length_counters"] == pytest.approx(3.1)
     assert acc["acceptance_rate_counters"] == pytest.approx(0.7)
@@ -222,7 +222,7 @@ async def test_post_ready_check_and_counter_window_over_http(
     result = window.result()
     assert result.settled and result.deltas is not None
     assert result.deltas.verify_steps == 20  # the warm-up request left out
-    acc = cell_acceptance(rows, result, engine=ENGINE, speculative=True)
+    acc = cell_acceptance(rows, result, engine="trtllm", speculative=True)
     assert acc["accept_length_weighted"] == pytest.approx(3.1)
     assert acc["accept_length_counters"] == pytest.approx(3.1)
     assert acc["acceptance_check"] == "agree"

@@ -169,7 +169,7 @@ async def run_one(
     result.acceptance = cell_acceptance(
         result.records,
         window.result() if window is not None else None,
-        engine=engine,
+        engine=engine.name,
         speculative=group.speculative,
     )
     result.acceptance["engine"] = engine.name

@@ -1,19 +1,20 @@
 """A cell's acceptance, derived here from raw counts, one convention for every engine.
 
 Per request the engines give verify steps, accepted and proposed draft tokens, a histogram of
-drafts accepted per step, and an accept length (tokens per verify step; SGLang counts
-completion tokens per step, vLLM and TensorRT-LLM one plus accepted drafts per step, each the
-engine's own definition and the one its counters give: ``EngineAdapter.pooled_accept_length``
-and ``counter_accept_length``). Per cell:
+drafts accepted per step, and an accept length, each engine's own definition and the one its
+counters give (``EngineAdapter.accept_length``, by name ``engines/registry.py``
+``accept_length``: SGLang completion tokens / verify steps, vLLM and TensorRT-LLM 1 + accepted
+drafts / verify steps). Per cell:
 
 ``accept_length_mean``
     the plain mean of the requests' accept lengths (computed with the other per-request
-    statistics, ``bench/metrics.py``);
+    statistics, ``bench/metrics.py``): a distribution figure, not the cell's accept length;
 ``accept_length_weighted``
-    all the cell's tokens over all its verify steps (the requests' accept lengths weighted by
-    their verify steps; where the engine counts every completion token, as SGLang does, so
-    does this). This is
-    what the engine's counters give, so it is the figure to compare with them;
+    the cell's accept length: the engine's definition over the counts summed over its
+    requests (equally, the requests' accept lengths weighted by their verify steps; for
+    SGLang every completion token counts, as in its counters). This is what the engine's
+    counters give, so it is the figure to compare with them, and the one the report, the
+    console and the headless line show;
 ``accept_length_counters``, ``acceptance_rate_counters``, ``accept_per_position_counters``
     the same from the deltas of the engine's Prometheus counters over the measured window;
 ``acceptance_rate``
@@ -32,8 +33,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specbench_tui.engines.adapter import EngineAdapter
 from specbench_tui.engines.counters import Counters, WindowResult
+from specbench_tui.engines.registry import accept_length
 from specbench_tui.results.records import Measurement
 
 COLUMNS: tuple[str, ...] = (
@@ -60,7 +61,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def request_side(records: Sequence[Measurement], engine: EngineAdapter) -> dict[str, Any]:
+def request_side(records: Sequence[Measurement], engine: str) -> dict[str, Any]:
     """Pooled figures of the successful requests, counted the way the engine's counters
     count (its adapter's definition)."""
     ok = [r for r in records if r.error is None]
@@ -70,9 +71,19 @@ def request_side(records: Sequence[Measurement], engine: EngineAdapter) -> dict[
         return out
     steps = sum(r.spec_verify_ct or 0 for r in spec)
     out["spec_verify_steps"] = steps
-    out["accept_length_weighted"] = engine.pooled_accept_length(ok, spec)
+    # Each request's accept length times its steps: its tokens (SGLang) or its steps plus
+    # accepted drafts (vLLM), for builds that leave a raw count out.
+    step_weighted = math.fsum((r.accept_length or 0.0) * (r.spec_verify_ct or 0) for r in spec)
+    if all(r.output_tokens is not None for r in ok):
+        tokens = float(sum(r.output_tokens or 0 for r in ok))
+    else:
+        tokens = step_weighted
     if all(r.spec_accepted_tokens is not None for r in spec):
         out["spec_accepted_tokens"] = sum(r.spec_accepted_tokens or 0 for r in spec)
+    accepted = out["spec_accepted_tokens"]
+    if accepted is None:
+        accepted = step_weighted - steps
+    out["accept_length_weighted"] = accept_length(engine, tokens, steps, accepted)
     if all(r.spec_draft_tokens is not None for r in spec):
         out["spec_draft_tokens"] = sum(r.spec_draft_tokens or 0 for r in spec)
     out["acceptance_rate"] = _ratio(out["spec_accepted_tokens"], out["spec_draft_tokens"])
@@ -87,7 +98,7 @@ def request_side(records: Sequence[Measurement], engine: EngineAdapter) -> dict[
     return out
 
 
-def counter_side(deltas: Counters | None, engine: EngineAdapter) -> dict[str, Any]:
+def counter_side(deltas: Counters | None, engine: str) -> dict[str, Any]:
     out: dict[str, Any] = dict.fromkeys(COLUMNS[6:13])
     if deltas is None or not deltas.verify_steps:
         return out
@@ -96,7 +107,9 @@ def counter_side(deltas: Counters | None, engine: EngineAdapter) -> dict[str, An
     out["counter_accepted_tokens"] = deltas.accepted_tokens
     out["counter_draft_tokens"] = deltas.draft_tokens
     out["counter_generation_tokens"] = deltas.generation_tokens
-    out["accept_length_counters"] = engine.counter_accept_length(deltas)
+    out["accept_length_counters"] = accept_length(
+        engine, deltas.generation_tokens, steps, deltas.accepted_tokens
+    )
     if deltas.accepted_tokens is not None:
         out["acceptance_rate_counters"] = _ratio(deltas.accepted_tokens, deltas.draft_tokens)
         if deltas.per_position:
@@ -143,7 +156,7 @@ def cell_acceptance(
     records: Sequence[Measurement],
     window: WindowResult | None,
     *,
-    engine: EngineAdapter,
+    engine: str,
     speculative: bool,
 ) -> dict[str, Any]:
     """The acceptance columns of one cell (see the module docstring)."""

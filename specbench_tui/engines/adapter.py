@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -25,9 +27,9 @@ import httpx
 from specbench_tui.engines.chat_text import PromptFormat, render_prompt
 from specbench_tui.engines.counters import Counters
 from specbench_tui.engines.facts import ServerFacts
+from specbench_tui.engines.log_values import LogCounts
 from specbench_tui.engines.streams import OpenAIStream, StreamMode, StreamParser
 from specbench_tui.results.cells import ServiceGroup
-from specbench_tui.results.records import Measurement
 
 Message = dict[str, str]
 
@@ -72,6 +74,28 @@ def check_accept_length(accept_length: float) -> None:
     """An accept length counts the bonus token: at least 1."""
     if not (math.isfinite(accept_length) and accept_length >= 1.0):
         raise ValueError(f"an accept length is at least 1 (the bonus token), not {accept_length:g}")
+
+
+def stamp_time(
+    match: re.Match[str] | None, year: int | None = None
+) -> tuple[datetime, float] | None:
+    """A log stamp's time and resolution from a match of ``(year)?, month, day, hour,
+    minute, second`` groups and a last group of the fraction of a second (``.123``, or None);
+    ``year`` where the stamp has none. None for no match or an impossible date."""
+    if match is None:
+        return None
+    groups = match.groups()
+    frac = groups[-1]
+    parts = [int(g) for g in groups[:-1]]
+    if year is not None:
+        parts.insert(0, year)
+    try:
+        when = datetime(*parts)  # type: ignore[arg-type]
+    except ValueError:
+        return None
+    if frac:
+        return when.replace(microsecond=int(float(frac) * 1e6)), 10.0 ** -(len(frac) - 1)
+    return when, 1.0
 
 
 def flag_value(command: Sequence[str], *names: str) -> str | None:
@@ -197,9 +221,9 @@ class EngineAdapter(ABC):
         """The numbers of one of the engine's own periodic statistics lines, else None."""
         return None
 
-    def log_stamp(self, line: str, year: int) -> tuple[int, int, int, int, int, int] | None:
-        """(year, month, day, hour, minute, second) of a log line stamped in the engine's
-        own form (``year``: for stamps without one), else None."""
+    def log_stamp(self, line: str, year: int) -> tuple[datetime, float] | None:
+        """The wall-clock time a log line is stamped with in the engine's own form (naive;
+        ``year`` for stamps without one) and the stamp's resolution in seconds, else None."""
         return None
 
     @abstractmethod
@@ -244,20 +268,22 @@ class EngineAdapter(ABC):
 
     # --- the acceptance definition ------------------------------------------------------------
 
-    def pooled_accept_length(
-        self, ok: Sequence[Measurement], spec: Sequence[Measurement]
-    ) -> float | None:
-        """A cell's accept length from its requests (``ok``: the successful ones, ``spec``:
-        those with verify steps), counted as the engine's counters count: here one plus
-        the accepted drafts per verify step, each request weighted by its steps."""
-        steps = sum(r.spec_verify_ct or 0 for r in spec)
-        if not steps:
-            return None
-        tokens = math.fsum((r.accept_length or 0.0) * (r.spec_verify_ct or 0) for r in spec)
-        return tokens / steps
+    #: The definition in words, as the report's methodology names it.
+    accept_length_definition: ClassVar[str] = "1 + accepted draft tokens / verify steps"
 
-    def counter_accept_length(self, deltas: Counters) -> float | None:
-        """The same from the counter deltas over the measured window."""
-        if not deltas.verify_steps or deltas.accepted_tokens is None:
+    @staticmethod
+    def accept_length(
+        tokens: float | None, steps: float | None, accepted: float | None = None
+    ) -> float | None:
+        """The engine's accept length from counts summed over what it covers (a request, a
+        cell, a counter window): output tokens, verify steps, accepted draft tokens. Here
+        one plus accepted drafts per verify step, the bonus token included."""
+        if not steps or accepted is None:
             return None
-        return 1.0 + deltas.accepted_tokens / deltas.verify_steps
+        return 1.0 + accepted / steps
+
+    def log_window(self, stats: dict[str, float], seconds: float) -> LogCounts | None:
+        """What one of the engine's periodic stats lines says about its stretch (tokens,
+        steps, seconds; ``seconds`` as the stamps give it), for pooling a cell's lines by the
+        tokens behind each; None where the engine prints no such lines."""
+        return None

@@ -1,13 +1,15 @@
 """The engines a plan may name: the one place that knows them all.
 
 Adding an engine is its module (``engines/<engine>.py``, an :class:`EngineAdapter`) and one
-line in :data:`_ADAPTERS`.
+line in :data:`_ADAPTERS`. The functions below answer for an engine by its name, for the code
+that holds a name (a group, a results row) rather than an adapter.
 """
 
 from __future__ import annotations
 
 from specbench_tui.engines import sglang, trtllm, vllm
 from specbench_tui.engines.adapter import EngineAdapter
+from specbench_tui.engines.log_values import LogCounts
 
 _ADAPTERS: dict[str, EngineAdapter] = {
     a.name: a for a in (sglang.ADAPTER, vllm.ADAPTER, trtllm.ADAPTER)
@@ -15,7 +17,8 @@ _ADAPTERS: dict[str, EngineAdapter] = {
 
 ENGINE_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
 
-#: The engine of a plan that names none.
+#: The engine of a plan that names none, and the one results without an engine recorded
+#: assume.
 DEFAULT_ENGINE = sglang.ADAPTER.name
 
 #: The engine whose wire format the embedded simulator speaks (``specbench_tui/sim``): a
@@ -38,3 +41,23 @@ def adapter(engine: str) -> EngineAdapter:
 def adapters() -> tuple[EngineAdapter, ...]:
     """Every engine's adapter, in registry order (log lines are offered to each)."""
     return tuple(_ADAPTERS.values())
+
+
+def accept_length(
+    engine: str, tokens: float | None, steps: float | None, accepted: float | None
+) -> float | None:
+    """The accept length of ``engine`` (an empty name: :data:`DEFAULT_ENGINE`) from counts
+    summed over what it covers: output tokens, verify steps and accepted draft tokens
+    (``EngineAdapter.accept_length``)."""
+    return adapter(engine).accept_length(tokens, steps, accepted)
+
+
+def accept_length_definition(engine: str) -> str:
+    """The definition in words, as the report's methodology and the README name it."""
+    return adapter(engine).accept_length_definition
+
+
+def log_window(engine: str, stats: dict[str, float], seconds: float) -> LogCounts | None:
+    """What one of ``engine``'s periodic stats lines says about its stretch (tokens, steps,
+    seconds), for pooling a cell's lines by their tokens (``EngineAdapter.log_window``)."""
+    return adapter(engine).log_window(stats, seconds)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -56,14 +57,19 @@ from specbench_tui.engines.adapter import (
     get_json,
     get_text,
     has_flag,
+    stamp_time,
 )
 from specbench_tui.engines.counters import Counters
 from specbench_tui.engines.facts import ServerFacts
-from specbench_tui.engines.log_values import norm_key, number
-from specbench_tui.engines.sglang_stream import SglangChatStream, SglangStream
+from specbench_tui.engines.log_values import LogCounts, norm_key, number
+from specbench_tui.engines.sglang_stream import (
+    ACCEPT_LENGTH_DEFINITION,
+    SglangChatStream,
+    SglangStream,
+    accept_length,
+)
 from specbench_tui.engines.streams import StreamMode, StreamParser
 from specbench_tui.results.cells import ServiceGroup
-from specbench_tui.results.records import Measurement
 
 #: The native API's plan name (``api = "sglang"``): ``POST /generate`` with text in.
 NATIVE_API = "sglang"
@@ -80,10 +86,28 @@ SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 GENERATION_TOKENS = "sglang:generation_tokens_total"
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 
-_STAMP = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)?[ \]]")
+_STAMP = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?[ \]]")
 
 # SGLang renames some algorithms while parsing its arguments.
 _ALGORITHM_ALIASES = {"NEXTN": "EAGLE"}
+
+
+# --- acceptance -------------------------------------------------------------------------------
+
+
+def log_window(stats: dict[str, float], seconds: float) -> LogCounts | None:
+    """A ``Decode batch`` line's stretch: SGLang prints one every ``decode_log_interval``
+    decode iterations (40), each verifying one step per running request, so up to that
+    common factor the stretch had ``running_req`` steps and ``running_req x accept_len``
+    tokens (one per request without speculation), over tokens / gen throughput seconds.
+    ``seconds`` (between the stamps, to the second) is not needed."""
+    running = stats.get("running_req")
+    rate = stats.get("gen_throughput")
+    if not running or running <= 0:
+        return None
+    accept = stats.get("accept_len")
+    tokens = running * (accept if accept else 1.0)
+    return LogCounts(tokens, running if accept else None, tokens / rate if rate else None)
 
 
 # --- log lines --------------------------------------------------------------------------------
@@ -243,11 +267,13 @@ class SglangAdapter(EngineAdapter):
 
     parse_stats_line = staticmethod(parse_stats_line)
     parse_counters = staticmethod(_counters)
+    accept_length = staticmethod(accept_length)
+    accept_length_definition = ACCEPT_LENGTH_DEFINITION
+    log_window = staticmethod(log_window)
 
-    def log_stamp(self, line: str, year: int) -> tuple[int, int, int, int, int, int] | None:
-        """``[2026-01-01 12:00:00 TP0] ...``."""
-        m = _STAMP.match(line)
-        return tuple(map(int, m.groups())) if m else None  # type: ignore[return-value]
+    def log_stamp(self, line: str, year: int) -> tuple[datetime, float] | None:
+        """``[2026-01-01 12:00:00 TP0] ...`` (a fraction of a second on some builds)."""
+        return stamp_time(_STAMP.match(line))
 
     async def inspect(
         self,
@@ -303,22 +329,6 @@ class SglangAdapter(EngineAdapter):
         if api == OPENAI_API:
             return 'SGLang\'s OpenAI-compatible stream carries no meta_info (api = "sglang" has it)'
         return super().missing_accept_length(api)
-
-    def pooled_accept_length(
-        self, ok: Sequence[Measurement], spec: Sequence[Measurement]
-    ) -> float | None:
-        """SGLang counts every completion token over the verify steps, as its counters do (a
-        request that ended on its first token adds a token and no step)."""
-        steps = sum(r.spec_verify_ct or 0 for r in spec)
-        if steps and all(r.output_tokens is not None for r in ok):
-            return float(sum(r.output_tokens or 0 for r in ok)) / steps
-        return super().pooled_accept_length(ok, spec)
-
-    def counter_accept_length(self, deltas: Counters) -> float | None:
-        """Completion tokens per verify step (its counters have no accepted-token count)."""
-        if not deltas.verify_steps or deltas.generation_tokens is None:
-            return None
-        return deltas.generation_tokens / deltas.verify_steps
 
 
 ADAPTER = SglangAdapter()

@@ -43,6 +43,24 @@ PROPOSED_DRAFT_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec
 HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 _DECODER = json.JSONDecoder()
+
+# --- the acceptance definition (here, beside the meta_info it reads; the adapter's too) ----
+
+ACCEPT_LENGTH_DEFINITION = "completion tokens / verify steps"
+
+
+def accept_length(
+    tokens: float | None, steps: float | None, accepted: float | None = None
+) -> float | None:
+    """SGLang's accept length: completion tokens per verify step (``meta_info``
+    ``completion_tokens / spec_verify_ct``; its counters ``generation_tokens_total /
+    spec_verify_calls_total``), the bonus token of each step included. Over several requests
+    (or a counter window) the counts are summed first. Accepted drafts are not needed."""
+    if not steps or tokens is None:
+        return None
+    return tokens / steps
+
+
 _META_KEY = '"meta_info":'
 _META_KEY_B = b'"meta_info":'
 
@@ -61,7 +79,7 @@ def sglang_spec_counts(meta: dict[str, Any], completion: int | None) -> dict[str
             out["histogram"] = hist
             break
     if verify and completion is not None:
-        out["accept_length"] = completion / verify
+        out["accept_length"] = accept_length(completion, verify)
     else:
         direct = meta.get("spec_accept_length")
         if isinstance(direct, int | float) and not isinstance(direct, bool):
@@ -117,8 +135,7 @@ class SglangStream(StreamParser):
         if isinstance(meta, dict):
             self._meta(meta, t, grew_text, prev)
         elif grew_text:
-            self.content_times.append(t)
-            self.content_tokens.append(self._running())
+            self._content(t)
 
     def _decide(self, data: dict[str, Any], meta: Any) -> None:
         """Cumulative or incremental, from the ids: all of them so far, or only the new."""
@@ -155,8 +172,7 @@ class SglangStream(StreamParser):
         if rid is not None:
             self.request_id = str(rid)
         if grew:
-            self.content_times.append(t)
-            self.content_tokens.append(self._running())
+            self._content(t)
 
     def _running(self) -> int:
         return self.tokens

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,10 +36,11 @@ from specbench_tui.engines.adapter import (
     check_accept_length,
     flag_value,
     has_flag,
+    stamp_time,
 )
 from specbench_tui.engines.counters import Counters
 from specbench_tui.engines.facts import ServerFacts
-from specbench_tui.engines.log_values import norm_key, number
+from specbench_tui.engines.log_values import LogCounts, norm_key, number
 from specbench_tui.engines.streams import (
     OpenAIStream,
     StreamMode,
@@ -59,9 +61,55 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 _SPEC_FLAGS = ("--speculative-config", "--speculative_config", "-sc")
 
 
+# --- acceptance -------------------------------------------------------------------------------
+
+ACCEPT_LENGTH_DEFINITION = "1 + accepted draft tokens / verify steps"
+
+
+def accept_length(
+    tokens: float | None, steps: float | None, accepted: float | None = None
+) -> float | None:
+    """vLLM's accept length: one plus accepted draft tokens per verify step (per request
+    ``1 + num_accepted_draft_tokens / num_spec_steps``; its counters ``1 +
+    spec_decode_num_accepted_tokens_total / spec_decode_num_drafts_total``; its log's "Mean
+    acceptance length"). A step is a forward pass that had a draft: the first token and steps
+    with nothing to draft are not steps, so output tokens over steps is not this figure.
+    Over several requests (or a counter window) the counts are summed first."""
+    if not steps or accepted is None:
+        return None
+    return 1.0 + accepted / steps
+
+
+def log_window_steps(stats: dict[str, float]) -> float | None:
+    """Verify steps behind one ``SpecDecoding metrics`` line (its 10 s window), from its
+    accepted tokens and its mean acceptance length (1 + accepted / steps): the weight that
+    pools the windows as the counters would. None where the line cannot say (no accepted
+    tokens, or a mean of 1.00 with nothing accepted)."""
+    accepted, mean = stats.get("accepted_tokens"), stats.get("accept_len")
+    if accepted is None or mean is None or accepted <= 0 or mean <= 1.0:
+        return None
+    return accepted / (mean - 1.0)
+
+
+def log_window(stats: dict[str, float], seconds: float) -> LogCounts | None:
+    """A periodic line's stretch (10 s of activity since the previous line of its kind):
+    a ``SpecDecoding metrics`` line gives its verify steps (:func:`log_window_steps`) and
+    steps x mean acceptance length tokens; an ``Engine`` line its generation throughput over
+    ``seconds`` (between the stamps), tokens = throughput x seconds."""
+    steps = log_window_steps(stats)
+    if steps is not None:
+        return LogCounts(steps * stats["accept_len"], steps, None)
+    rate = stats.get("gen_throughput")
+    if rate is None or seconds <= 0 or "accepted_tokens" in stats:
+        return None
+    return LogCounts(rate * seconds, None, seconds)
+
+
 # --- log lines --------------------------------------------------------------------------------
 
-_STAMP = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})")
+_STAMP = re.compile(
+    r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?"
+)
 _FIELD = re.compile(r"([A-Za-z][A-Za-z #\-]*?): (-?[0-9.]+)(%?)")
 _PER_POS = re.compile(r"Per-position acceptance rate: ([0-9.]+(?:, [0-9.]+)*)")
 _ENGINE_KEYS = {
@@ -171,8 +219,7 @@ def vllm_spec_counts(spec: dict[str, Any]) -> dict[str, Any]:
         "drafted": first_int(spec, ("num_draft_tokens",)),
         "histogram": int_list(spec.get("acceptance_histogram")),
     }
-    if steps and accepted is not None:
-        out["accept_length"] = 1.0 + accepted / steps
+    out["accept_length"] = accept_length(None, steps, accepted)
     return out
 
 
@@ -307,11 +354,13 @@ class VllmAdapter(EngineAdapter):
 
     parse_stats_line = staticmethod(parse_stats_line)
     parse_counters = staticmethod(_counters)
+    accept_length = staticmethod(accept_length)
+    accept_length_definition = ACCEPT_LENGTH_DEFINITION
+    log_window = staticmethod(log_window)
 
-    def log_stamp(self, line: str, year: int) -> tuple[int, int, int, int, int, int] | None:
+    def log_stamp(self, line: str, year: int) -> tuple[datetime, float] | None:
         """``INFO 01-01 12:00:00 [file.py:12] ...``: no year in it."""
-        m = _STAMP.search(line)
-        return (year, *map(int, m.groups())) if m else None  # type: ignore[return-value]
+        return stamp_time(_STAMP.search(line), year)
 
     def read_facts(self, facts: ServerFacts, metrics: str | None, log_lines: Sequence[str]) -> None:
         """The start-up config line says the version, the method and the TP size; the
