@@ -11,7 +11,6 @@ import polars as pl
 import pytest
 from conftest import MINIMAL_PLAN
 
-from specbench_tui.bench.client import render_prompt
 from specbench_tui.bench.greedy import (
     FIRST_TOKENS,
     Finding,
@@ -22,6 +21,7 @@ from specbench_tui.bench.greedy import (
     leak_verdict,
 )
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
+from specbench_tui.engines.chat_text import render_prompt
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
 from specbench_tui.report.build import build_report

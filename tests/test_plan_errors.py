@@ -170,7 +170,7 @@ CASES: list[tuple[str, str, str, str]] = [
         "unknown engine",
         "port = {port}",
         'port = {port}\nengine = "tgi"',
-        r"server\.engine: .*'sglang' or 'vllm'",
+        r"server\.engine: unknown engine 'tgi'; known: 'sglang', 'vllm', 'trtllm'$",
     ),
     (
         "vllm has no native api",
