@@ -12,7 +12,7 @@ from typing import Any, Literal
 from specbench_tui.results.jsontypes import FieldTypeError, check_fields, conforms
 
 WorkloadKind = Literal["single", "agentic", "concurrency"]
-Api = Literal["sglang", "openai"]
+Api = str  # one of an engine's APIs, by its plan name (engines/registry.py API_NAMES)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,9 @@ class ServiceGroup:
     packed: bool = False
     # Runs only with every GPU of the host free: the unpacked control of a packed group.
     exclusive: bool = False
-    engine: str = "sglang"  # "sglang" | "vllm": what runs (the simulator speaks SGLang)
+    # The engine by its plan name (engines/registry.py); "" in logs written before groups
+    # recorded it, which read as the default engine.
+    engine: str = ""
     served_model_name: str | None = None  # the plan's override of the name requests carry
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
 
@@ -152,7 +154,7 @@ _GROUP_DEFAULTS: dict[str, Any] = {
     "label": "",
     "tp": 0,
     "port": 0,
-    "api": "sglang",
+    "api": "",
     "ready_timeout_s": 900.0,
     "speculative": False,
 }
