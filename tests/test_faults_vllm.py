@@ -22,7 +22,7 @@ from specbench_tui.hosts.server_records import proc_stat, read_records
 from tests.conftest import ROOT, free_port
 from tests.test_engines_vllm import need_vllm
 
-pytestmark = [pytest.mark.system, pytest.mark.slow]
+pytestmark = pytest.mark.system
 
 PLAN = """\
 [campaign]

@@ -28,6 +28,8 @@ from specbench_tui.hosts.local_leftovers import (
 from specbench_tui.hosts.server_records import new_record, proc_stat, write_record
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.system
+
 
 def _marked(owner: str, host: str, group: str, tool_pid: int) -> subprocess.Popen[bytes]:
     mark = json.dumps([owner, host, group, tool_pid])
@@ -95,7 +97,6 @@ def _gone(pid: int) -> bool:
     return st is None or st.state in ("Z", "X")
 
 
-@pytest.mark.system
 def test_a_renamed_worker_without_the_mark_is_found_by_its_session(tmp_path: Path) -> None:
     root = tmp_path / "res" / "camp"
     root.mkdir(parents=True)

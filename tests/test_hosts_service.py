@@ -18,6 +18,8 @@ from specbench_tui.hosts.service import READY_LINE, ServiceError, describe_exit
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
+pytestmark = pytest.mark.system
+
 SERVER = r"""
 import http.server, os, signal, subprocess, sys, threading, time
 
@@ -152,6 +154,7 @@ async def test_a_port_answered_by_another_process_is_refused(
     assert not record.exists()  # the stop saw nothing of it left
 
 
+@pytest.mark.timing
 async def test_early_exit_raises_at_once_with_tail(server_script: Path, tmp_path: Path) -> None:
     port = free_port()
     svc = ProcessService(make_group(server_script, port, mode="exit"), tmp_path / "x.log")

@@ -67,14 +67,14 @@ async def test_a_vllm_engine_death_mid_stream_is_the_engines_own_answer(replay: 
     async with BenchClient(replay + "/dead", "openai", model="tiny") as client:
         done = await client.generate("hi", max_tokens=16, timeout_s=10)
     assert done.error is not None and DEAD[:30] in done.error
-    assert engine_dead("vllm", done.error)
-    assert not engine_dead("sglang", done.error)  # another engine's words mean nothing
+    assert engine_dead("vllm", done.error) == "its engine core is gone (EngineDeadError)"
+    assert engine_dead("sglang", done.error) is None  # another engine's words mean nothing
     assert not went_away(done.error)  # the server answered: not the transport's sign
     watch = DeathWatch("vllm")
     watch.see(_record(done.error))
-    assert watch.sign == done.error and watch.engine_said
+    assert watch.sign == done.error and watch.engine_said is not None
     # The same text as a plain HTTP 500 (a request sent after the death) says the same.
-    assert engine_dead("vllm", f"HTTP 500: {DEAD}")
+    assert engine_dead("vllm", f"HTTP 500: {DEAD}") is not None
 
 
 async def test_nothing_listening_is_a_server_gone_not_an_answer() -> None:
@@ -87,7 +87,7 @@ async def test_nothing_listening_is_a_server_gone_not_an_answer() -> None:
     assert watch.sign is None
     watch.see(_record(done.error))
     watch.see(_record("server closed the stream early"))  # the first sign is kept
-    assert watch.sign == "connection refused" and not watch.engine_said
+    assert watch.sign == "connection refused" and watch.engine_said is None
 
 
 class _Server(Service):

@@ -29,8 +29,8 @@ from specbench_tui.engine.run_control import GroupHandle, StorageFailed
 from specbench_tui.engine.verdict import Verdict, judge
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
-from specbench_tui.engines.inspect import ServerFacts
-from specbench_tui.engines.registry import engine_dead, traits
+from specbench_tui.engines.facts import ServerFacts
+from specbench_tui.engines.registry import adapter, engine_dead
 from specbench_tui.hosts.service import Service, describe_exit
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -60,14 +60,16 @@ class DeathWatch:
     def __init__(self, engine: str) -> None:
         self.engine = engine
         self.sign: str | None = None
-        self.engine_said = False  # the sign is the engine's own answer: no doubt left
+        # The engine's own answer that it is dead, in words: no doubt left.
+        self.engine_said: str | None = None
 
     def see(self, record: RequestRecord) -> None:
         err = record.error
         if self.sign is not None or not err:
             return
-        if engine_dead(self.engine, err):
-            self.sign, self.engine_said = err, True
+        said = engine_dead(self.engine, err)
+        if said is not None:
+            self.sign, self.engine_said = err, said
         elif went_away(err):
             self.sign = err
 
@@ -85,7 +87,7 @@ async def confirm_death(
     if watch.sign is None:
         return None
     if watch.engine_said:
-        return f"the engine answered that it is dead ({watch.sign})"
+        return f"the engine answered that it is dead, {watch.engine_said} ({watch.sign})"
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(svc.wait_exit(), DEATH_SETTLE_S)
     if link_dropped():
@@ -193,7 +195,8 @@ async def run_one(
     def link_dropped() -> bool:
         return svc.link_drops != drops
 
-    window = CounterWindow(facts.engine, svc.base_url) if facts.metrics else None
+    engine = adapter(facts.engine)
+    window = CounterWindow(engine, svc.base_url) if facts.metrics else None
     task = asyncio.ensure_future(
         run_cell(
             cell,
@@ -213,8 +216,6 @@ async def run_one(
             result=result,
             model=facts.served_model,
             stream_mode=facts.stream_mode,
-            token_ids=facts.engine == "vllm",
-            cold_cache=traits(facts.engine).cold_cache,
             counters=window,
         )
     )
@@ -240,10 +241,10 @@ async def run_one(
     result.acceptance = cell_acceptance(
         result.records,
         window.result() if window is not None else None,
-        engine=facts.engine,
+        engine=engine.name,
         speculative=group.speculative,
     )
-    result.acceptance["engine"] = facts.engine
+    result.acceptance["engine"] = engine.name
     result.acceptance["engine_version"] = facts.version
     death = await confirm_death(svc, watch, link_dropped)
     await conclude(
