@@ -302,9 +302,10 @@ class Campaign:
             self._control_server = await serve_control(self, self.layout.control_socket)
         try:
             await self._run_hosts()
-            if not self.control.aborted:
-                for host in sorted({g.host for g in self.groups}):  # the last word on each config
-                    await evaluate_greedy(ctx, host)
+            # The last word on each config, an aborted run's too: what its cells measured is
+            # judged, so a lossy config is flagged however the campaign ended.
+            for host in sorted({g.host for g in self.groups}):
+                await evaluate_greedy(ctx, host, final=True)
         except StorageFailed:
             storage_failed = True
         finally:

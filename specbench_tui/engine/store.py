@@ -44,6 +44,7 @@ from specbench_tui.results.files import (
     crash_point,
     event_line,
     read_events,
+    read_json_object,
     remove_torn,
     write_bytes_atomic,
     write_parquet_atomic,
@@ -291,11 +292,7 @@ class ResultsStore:
 
     def read_cell_texts(self, cell_id: str, attempt: int) -> dict[str, Any]:
         """The texts of one attempt; empty when there are none."""
-        try:
-            obj = json.loads(self.layout.texts_path(cell_id, attempt).read_text())
-        except (OSError, ValueError):
-            return {}
-        return obj if isinstance(obj, dict) else {}
+        return read_json_object(self.layout.texts_path(cell_id, attempt))
 
     # -- views -------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.inputs import known_configs as known_configs_of
 from specbench_tui.report.stats import Mean, Ratio, distinguishable, from_moments, ratio_ci
 
 #: The keys a comparison is made within: results of different hosts, TP sizes, workloads and
@@ -43,30 +44,12 @@ SCOPE: tuple[str, ...] = ("host", "tp", "kind", "workload", "concurrency")
 
 def baseline(inp: Inputs) -> str | None:
     """The plan's baseline config; a parametrized base name stands for its first expansion."""
-    if "baseline" in inp.cache:
-        return inp.cache["baseline"]
-    ref = (inp.plan.get("campaign") or {}).get("baseline")
-    known = known_configs(inp)
-    out: str | None = None
-    if ref:
-        ref = str(ref)
-        expanded = [n for n in known if n.startswith(ref + "-")]
-        out = ref if ref in known or not expanded else expanded[0]
-    inp.cache["baseline"] = out
-    return out
+    return inp.baseline
 
 
 def known_configs(inp: Inputs) -> list[str]:
     """Every config the log or the rows name, in plan order (the baseline first)."""
-    names = list(inp.config_order)
-    for c in inp.state.cells.values():
-        if c.config and c.config not in names:
-            names.append(c.config)
-    if inp.requests.height:
-        for c in inp.requests["config"].unique().cast(pl.String).to_list():
-            if c is not None and c not in names:
-                names.append(c)
-    return names
+    return known_configs_of(inp.config_order, inp.state, inp.requests)
 
 
 def label(inp: Inputs, config: str) -> str:
@@ -169,6 +152,47 @@ def failed_checks(inp: Inputs) -> dict[tuple[str, str, int], str]:
     return out
 
 
+def unchecked(inp: Inputs) -> dict[tuple[str, str, int], str]:
+    """(host, config, tp) -> why no verdict covers that config's outputs (it failed none)."""
+    failed = failed_checks(inp)
+    return {
+        (v.host, v.config, v.tp): v.text
+        for v in inp.state.unchecked()
+        if (v.host, v.config, v.tp) not in failed
+    }
+
+
+#: The mark of a config that failed a correctness check, and of one no verdict covers: said
+#: beside its name in every table and chart.
+FAILED_MARK = "failed check"
+UNCHECKED_MARK = "unchecked"
+
+
+def check_marks(inp: Inputs) -> dict[tuple[str, str, int], str]:
+    """(host, config, tp) -> ``FAILED_MARK`` or ``UNCHECKED_MARK``; absent: checked and
+    passed, or no check applies."""
+    if "check_marks" not in inp.cache:
+        marks = dict.fromkeys(unchecked(inp), UNCHECKED_MARK)
+        marks.update(dict.fromkeys(failed_checks(inp), FAILED_MARK))
+        inp.cache["check_marks"] = marks
+    return inp.cache["check_marks"]
+
+
+def marked(inp: Inputs, config: str, host: str, tps: Iterable[int]) -> str:
+    """A config's label with its check mark, where it has one at any of ``tps`` on ``host``
+    (naming the TP sizes when not all of them): ``DFlash [failed check]``,
+    ``DDTree [failed check at TP 4]``."""
+    tps = sorted(set(tps))
+    marks = check_marks(inp)
+    name = label(inp, config)
+    for mark in (FAILED_MARK, UNCHECKED_MARK):
+        at = [tp for tp in tps if marks.get((host, config, tp)) == mark]
+        if at:
+            where = "" if len(at) == len(tps) else " at TP " + ", ".join(map(str, at))
+            return f"{name} [{mark}{where}]"
+    return name
+
+
 def cell_figures(inp: Inputs) -> pl.DataFrame:
     """One row per finished cell: identity and the figures of its summary (cell throughput,
     TPOT, chunk gap, ITL per token where recorded, counter deltas where recorded)."""
@@ -248,6 +272,7 @@ class Ranked:
     figure: Mean
     speedup: Ratio | None = None
     failed_check: str = ""
+    unchecked: str = ""  # why no verdict covers it (no check failed)
     best: bool = False  # the highest mean, told apart from the runner-up
     top_tie: bool = False  # cannot be told apart from the highest mean at this sample size
     requests: int = 0
@@ -265,19 +290,23 @@ def rank(
     Within each scope, the speed-up is the ratio to the baseline config's mean; the best is
     the config with the highest mean that did not fail a check, marked only when Welch's test
     tells it apart from the runner-up; the configs that cannot be told apart from it are
-    marked as tied. A config that failed a check is never best and never ranked.
+    marked as tied. A config that failed a check, or that no check covers, is never best and
+    never ranked.
     """
     base = baseline(inp)
     order = config_rank(inp)
     checks = failed_checks(inp)
+    open_checks = unchecked(inp)
     scoped: dict[tuple[Any, ...], list[Ranked]] = {}
     for r in moments.to_dicts():
         key = {k: r[k] for k in (*scope, "config")}
         key["config"] = str(key["config"])
+        where = (str(r.get("host") or ""), key["config"], r.get("tp"))
         item = Ranked(
             key=key,
             figure=from_moments(float(r["mean"]), r["sd"], int(r["n"])),
-            failed_check=checks.get((str(r.get("host") or ""), key["config"], r.get("tp")), ""),
+            failed_check=checks.get(where, ""),
+            unchecked=open_checks.get(where, ""),
             requests=int(r.get("requests") or 0),
         )
         scoped.setdefault(tuple(r[k] for k in scope), []).append(item)
@@ -288,7 +317,7 @@ def rank(
         for it in items:
             if ref is not None:
                 it.speedup = ratio_ci(it.figure, ref.figure)
-        eligible = [it for it in items if not it.failed_check]
+        eligible = [it for it in items if not (it.failed_check or it.unchecked)]
         if len(eligible) >= 2:
             eligible.sort(key=lambda it: it.figure.mean, reverse=higher_is_better)
             top, second = eligible[0], eligible[1]
@@ -329,6 +358,7 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "acceptance_rate",
     "cell_throughput_tok_s",
     "failed_check",
+    "unchecked",
     "check_reason",
     "best",
     "top_tie",
@@ -376,8 +406,10 @@ def comparison(inp: Inputs) -> pl.DataFrame:
       them): null without speculative decoding.
     - ``cell_throughput_tok_s``: concurrency rows only, all output tokens over the cell's wall
       time (the cell's own summary).
-    - ``failed_check`` (bool) and ``check_reason``: the config failed a correctness check at
-      this host and TP; such a row is never best.
+    - ``failed_check`` (bool): the config failed a correctness check at this host and TP;
+      ``unchecked`` (bool): it has outputs no verdict covers (its baseline never ran there, or
+      the campaign ended before a comparison); ``check_reason``: why, for either. Such a row
+      is never best.
     - ``best`` (bool): the highest decode tok/s in its scope, told apart from the runner-up
       (Welch, 5%); ``top_tie`` (bool): the highest, or not told apart from it at this sample
       size (no row of the scope is best then).
@@ -427,7 +459,8 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "acceptance_rate": a.get("acceptance_rate"),
                 "cell_throughput_tok_s": thr.get(k) if it.key["kind"] == "concurrency" else None,
                 "failed_check": bool(it.failed_check),
-                "check_reason": it.failed_check or None,
+                "unchecked": bool(it.unchecked),
+                "check_reason": it.failed_check or it.unchecked or None,
                 "best": it.best,
                 "top_tie": it.top_tie,
                 "packed": ran_packed.get(k, False),
@@ -450,6 +483,7 @@ def _comparison_schema() -> dict[str, Any]:
         n=pl.Int64,
         requests=pl.Int64,
         failed_check=pl.Boolean,
+        unchecked=pl.Boolean,
         check_reason=pl.String,
         best=pl.Boolean,
         top_tie=pl.Boolean,

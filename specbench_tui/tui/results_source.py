@@ -40,6 +40,7 @@ COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "accept_mean": pl.Float64,  # request-mean accept length
     "accept_weighted": pl.Float64,  # token-weighted: all output tokens over all verify steps
     "failed_check": pl.String,  # why the config failed a correctness check, null if it did not
+    "unchecked": pl.String,  # why no verdict covers its outputs (never best), null if one does
     "best": pl.Boolean,  # fastest at its point, and distinguishable from the runner-up
 }
 
@@ -79,6 +80,7 @@ def comparison(root: Path) -> pl.DataFrame:
                 "failed_check": (r["check_reason"] or "failed a check")
                 if r["failed_check"]
                 else None,
+                "unchecked": (r["check_reason"] or "unchecked") if r["unchecked"] else None,
                 "best": bool(r["best"]),
             }
         )

@@ -26,7 +26,13 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
-from specbench_tui.report.frames import baseline, cell_figures, config_rank, label, subset
+from specbench_tui.report.frames import (
+    baseline,
+    cell_figures,
+    config_rank,
+    marked,
+    subset,
+)
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import workload_section
 
@@ -129,7 +135,8 @@ def _series(
             for r in sorted(rows, key=lambda r: r["concurrency"])
             if r["config"] == c and r.get(y) is not None and r.get(x) is not None
         ]
-        name = label(inp, c) + (" p99" if dashed else "")
+        mine = [r for r in rows if r["config"] == c]
+        name = marked(inp, c, mine[0]["host"], {r["tp"] for r in mine}) + (" p99" if dashed else "")
         out.append(Series(name, pts, color=order.get(c, 0), dashed=dashed))
     return out
 
@@ -174,7 +181,7 @@ def build(inp: Inputs) -> Section | None:
             ]
             out = [
                 [
-                    Cell(label(inp, r["config"])),
+                    Cell(marked(inp, r["config"], host, [tp])),
                     Cell(str(r["concurrency"])),
                     Cell(f.count(r.get("sent"))),
                     Cell(f.count(r.get("errors")), bold=bool(r.get("errors"))),

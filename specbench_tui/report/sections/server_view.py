@@ -17,7 +17,14 @@ import polars as pl
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Bullets, Cell, Column, Para, Section, Table, text
-from specbench_tui.report.frames import accept_frame, cell_figures, config_rank, label, requests
+from specbench_tui.report.frames import (
+    accept_frame,
+    cell_figures,
+    config_rank,
+    label,
+    marked,
+    requests,
+)
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.server_log import log_figures
 
@@ -180,7 +187,7 @@ def build(inp: Inputs) -> Section | None:
             who = f"{label(inp, r['config'])}, TP {tp}, {r['kind']} on {host}"
             issues += [f"{who}: {b}" for b in bad]
             cells = [
-                Cell(label(inp, r["config"])),
+                Cell(marked(inp, r["config"], host, [tp])),
                 Cell(r["kind"]),
                 Cell(str(r["cells"])),
                 Cell(f.accept(r["accept_len_mean"])),
