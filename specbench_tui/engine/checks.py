@@ -25,6 +25,7 @@ from specbench_tui.plan.probes import (
     PROBE_TOKENS,
     floor_probe_size,
     runs_floor_probe,
+    runs_leak_probe,
 )
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
 from specbench_tui.results.cells import ServiceGroup
@@ -141,7 +142,7 @@ async def probe_state_leak(
 ) -> None:
     """The same prompt alone, again, and right after a long unrelated request on the same
     server must give the same tokens (state leaking between requests shows only so)."""
-    if not ctx.spec.checks.state_leak:
+    if not runs_leak_probe(ctx.spec, group):
         return
     if (("state_leak", group.host, group.config, group.tp)) in ctx.state.checks:
         return

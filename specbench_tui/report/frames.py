@@ -117,9 +117,28 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
         pl.col("concurrency").fill_null(0),
         pl.col("group").cast(pl.String).is_in(list(packed)).alias("packed"),
         pl.col("group").cast(pl.String).is_in(list(controls)).alias("control"),
+        _run_of(inp).alias("run"),
+    )
+    # Where a comparison key has rows of two or more of the plan's ``runs``, the unit is the
+    # run (a fresh server each): its interval is the run-to-run variation, which the repeats
+    # inside one run cannot show.
+    runs = pl.col("run").n_unique().over([*SCOPE, "config"])
+    out = out.with_columns(
+        (runs >= 2).alias("between_runs"),
+    ).with_columns(
+        pl.when(pl.col("between_runs")).then(pl.col("run")).otherwise(pl.col("unit")).alias("unit")
     )
     inp.cache["all_requests"] = out
     return out
+
+
+def _run_of(inp: Inputs) -> pl.Expr:
+    """Which of the plan's ``[campaign] runs`` each request's cell belongs to (1 without)."""
+    cells = inp.state.cells.items()
+    later = {cid: c.cell.run for cid, c in cells if c.cell is not None and c.cell.run > 1}
+    if not later:
+        return pl.lit(1, dtype=pl.Int64)
+    return pl.col("cell_id").cast(pl.String).replace_strict(later, default=1, return_dtype=pl.Int64)
 
 
 #: The columns ``accept_frame`` reads besides its keys.
@@ -363,6 +382,7 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "best",
     "top_tie",
     "packed",
+    "between_runs",
 )
 
 
@@ -415,6 +435,9 @@ def comparison(inp: Inputs) -> pl.DataFrame:
       size (no row of the scope is best then).
     - ``packed`` (bool): the row's cells ran packed, beside other servers on the host. A
       packed campaign's controls (``.solo``) are not rows here: see ``packing_effect``.
+    - ``between_runs`` (bool): the row has cells of two or more of the plan's ``runs``, so
+      its unit is the run (``n`` runs, each a fresh server) and its interval spans
+      run-to-run variation; otherwise the interval is within one run only.
 
     Rows come in scope order (host, TP, kind, workload, level), configs in plan order with the
     baseline first. It reads only what ``load_inputs`` already holds, so a console can call it
@@ -429,10 +452,9 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
     acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
     thr = _cell_throughput(inp)
-    ran_packed = {
-        tuple(r[k] for k in keys): bool(r["packed"])
-        for r in df.group_by(keys).agg(pl.col("packed").any()).to_dicts()
-    }
+    flags = df.group_by(keys).agg(pl.col("packed").any(), pl.col("between_runs").any())
+    ran_packed = {tuple(r[k] for k in keys): bool(r["packed"]) for r in flags.to_dicts()}
+    across = {tuple(r[k] for k in keys): bool(r["between_runs"]) for r in flags.to_dicts()}
     base = baseline(inp)
     rows = []
     for it in ranked:
@@ -464,6 +486,7 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "best": it.best,
                 "top_tie": it.top_tie,
                 "packed": ran_packed.get(k, False),
+                "between_runs": across.get(k, False),
             }
         )
     return pl.DataFrame(rows, schema=_comparison_schema(), orient="row")
@@ -488,24 +511,26 @@ def _comparison_schema() -> dict[str, Any]:
         best=pl.Boolean,
         top_tie=pl.Boolean,
         packed=pl.Boolean,
+        between_runs=pl.Boolean,
     )
     return types
 
 
 def _cell_throughput(inp: Inputs) -> dict[tuple[Any, ...], float]:
-    """Cell throughput of each concurrency cell, by comparison key."""
+    """Cell throughput of each concurrency cell, by comparison key (the mean over the
+    level's cells where the plan's ``runs`` gave it one per run)."""
     cells = cell_figures(inp)
     if cells.height == 0 or "throughput_tok_s" not in cells.columns:
         return {}
-    out = {}
+    got: dict[tuple[Any, ...], list[float]] = {}
     _, controls = group_kinds(inp)
     for r in cells.filter(pl.col("kind") == "concurrency").to_dicts():
         if r["group"] in controls:
             continue  # a control's: see packing_effect
         k = (r["host"], r["tp"], r["kind"], r["workload"], r["concurrency"], r["config"])
         if r.get("throughput_tok_s") is not None:
-            out[k] = float(r["throughput_tok_s"])
-    return out
+            got.setdefault(k, []).append(float(r["throughput_tok_s"]))
+    return {k: sum(v) / len(v) for k, v in got.items()}
 
 
 def scopes(

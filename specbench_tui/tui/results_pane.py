@@ -176,7 +176,8 @@ class ResultsPane(Vertical):
         if any(r.get("best") for r in rows):
             legend.append(f"{BEST} best, beyond the runner-up's interval")
         if len(repeats) == 1 and None not in repeats:
-            legend.append(f"{repeats.pop()} repeats each")
+            unit = "runs" if all(r.get("runs") for r in rows) else "repeats"
+            legend.append(f"{repeats.pop()} {unit} each")
         if not wide and any(r.get("baseline") for r in rows):
             legend.append("* baseline")
         if any(r.get("tok_s_lo") is not None for r in rows):

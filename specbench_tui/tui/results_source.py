@@ -29,7 +29,8 @@ COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "config": pl.String,
     "label": pl.String,
     "baseline": pl.Boolean,
-    "repeats": pl.Int64,  # repeats behind the interval (0: no repeat column in the rows)
+    "repeats": pl.Int64,  # units behind the interval: repeats, or runs where ``runs``
+    "runs": pl.Boolean,  # the units are the plan's runs (a fresh server each), not repeats
     "requests": pl.Int64,
     "tok_s": pl.Float64,  # decode tok/s per request (TTFT excluded), mean over repeats
     "tok_s_lo": pl.Float64,
@@ -68,6 +69,7 @@ def comparison(root: Path) -> pl.DataFrame:
                 "label": r["label"],
                 "baseline": r["baseline"],
                 "repeats": r["n"],
+                "runs": bool(r["between_runs"]),
                 "requests": r["requests"],
                 "tok_s": r["decode_tok_s"],
                 "tok_s_lo": r["decode_tok_s_lo"],
