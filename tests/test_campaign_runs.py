@@ -206,6 +206,14 @@ async def test_runs_restart_the_server_and_resume_knows_them(write_plan, tmp_pat
     assert ready == ["sim.ar.tp1", "sim.dflash.tp1", "sim.ar.tp1.r2", "sim.dflash.tp1.r2"]
     stops = [e["group"] for e in ev if e["event"] == "group_finished"]
     assert stops == ready  # each run's server stopped before the next started
+    # Each group's manifest, recorded when its server was ready, through its interpreter.
+    manifest = json.loads((root / "manifest.json").read_text())["groups"]
+    assert sorted(manifest) == sorted(ready)
+    for gid, entry in manifest.items():
+        assert entry["run"] == (2 if gid.endswith(".r2") else 1)
+        assert entry["plan_hash"] and entry["tool"]["version"]
+        gpus = entry["probe"]["gpus"]
+        assert gpus["source"] == "nvml" and gpus["devices"][0]["power_limit_w"] == 600.0
     rows = {r["config"]: r for r in comparison(load_inputs(root)).to_dicts()}
     assert rows["dflash"]["between_runs"] and rows["dflash"]["n"] == 2
     cells = pl.read_parquet(root / "cells.parquet")

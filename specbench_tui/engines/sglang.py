@@ -73,6 +73,7 @@ def same_algorithm(asked: str, running: str) -> bool:
 
 
 TRAITS = EngineTraits(
+    packages=("sglang", "sgl_kernel", "torch", "triton", "transformers", "flashinfer"),
     name="sglang",
     label="SGLang",
     default_launch=(

@@ -42,6 +42,9 @@ class EngineTraits:
     # SGLang) or "salt" (a cache_salt of its own in the request, vLLM: its cache reset is a
     # development-mode endpoint).
     cold_cache: Literal["flush", "salt"] = "flush"
+    # The Python packages that make up a server of this engine (its own and what its numbers
+    # depend on), whose versions and commits the run's manifest records.
+    packages: tuple[str, ...] = ("torch",)
 
 
 def flag_value(command: Sequence[str], *names: str) -> str | None:

@@ -176,6 +176,7 @@ def _group(
         engine="sglang" if kind == "sim" else cfg.engine,
         served_model_name=cfg.served_model_name,
         spec_algorithm=asked.algorithm,
+        model=cfg.model,
     )
 
 

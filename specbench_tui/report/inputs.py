@@ -102,6 +102,8 @@ class Inputs:
     # The plan's baseline config (a parametrized base name: its first expansion); None
     # without one.
     baseline: str | None = None
+    # manifest.json: what each group ran on and with, by group id (empty: none recorded).
+    manifest: dict[str, Any] = field(default_factory=dict)
     # Frames derived once per read (report/frames.py), by name.
     cache: dict[str, Any] = field(default_factory=dict)
 
@@ -288,6 +290,15 @@ def _judge_greedy(
     state.add_judged(judge(state, base, lambda cid, a: read_texts(layout, cid, a), live=live))
 
 
+def _manifest(layout: ResultsLayout) -> dict[str, Any]:
+    groups = read_json_object(layout.manifest).get("groups")
+    return (
+        {str(k): v for k, v in groups.items() if isinstance(v, dict)}
+        if isinstance(groups, dict)
+        else {}
+    )
+
+
 def load_inputs(root: Path) -> Inputs:
     """Read everything a report (or the console's results table) uses from
     ``<results>/<campaign>/``; a directory with no event log is one clear error."""
@@ -318,4 +329,5 @@ def load_inputs(root: Path) -> Inputs:
         live=live,
         notes=notes,
         baseline=base,
+        manifest=_manifest(layout),
     )

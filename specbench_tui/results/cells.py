@@ -40,6 +40,7 @@ class ServiceGroup:
     served_model_name: str | None = None  # the plan's override of the name requests carry
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
     run: int = 1  # which of the plan's ``[campaign] runs`` (a fresh server each)
+    model: str | None = None  # the model path on the host, as the plan gives it
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
