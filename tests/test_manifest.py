@@ -139,13 +139,12 @@ def _group(python: str, engine: str = "vllm", model: str = "") -> ServiceGroup:
         tp=1,
         gpu_ids=(0,),
         port=1,
-        command=(python, "-m", "vllm.entrypoints.openai.api_server"),
+        command=(python, "-m", "x.launch", "--model", model) if model else (python, "-m", "x"),
         env=(),
         api="openai",
         ready_timeout_s=60,
         speculative=False,
         engine=engine,
-        model=model,
     )
 
 

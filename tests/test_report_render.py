@@ -409,7 +409,7 @@ def test_server_view_beside_the_client_view(tmp_path: Path, no_tex: None) -> Non
     render_report(root)
     md = (root / "report.md").read_text()
     assert "Server and client figures, TP 1 on sim" in md
-    assert "log accept length 4.00 vs client token-weighted 2.60" in md
+    assert "log accept length 4.00 vs client 2.60" in md
     row = next(
         x for x in md.splitlines() if x.startswith("| DFlash") and "| single |" in x and "4.00" in x
     )
@@ -537,6 +537,7 @@ def test_tex_failure_costs_only_the_pdf(
     assert "exited with status 1" in log and "Undefined control sequence" in log
 
 
+@pytest.mark.system
 def test_pdflatex_builds_the_pdf(
     results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,6 +22,8 @@ from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.results_source import COLUMNS
 from specbench_tui.tui.scripted import ScriptedControl, packed_campaign, sample_campaign
 
+pytestmark = pytest.mark.console
+
 SIZES = {"120x40": (120, 40), "80x24": (80, 24)}
 
 
@@ -53,7 +55,7 @@ def results(_root: Path) -> pl.DataFrame:
                 "speedup": 3.45,
                 "speedup_lo": 3.3,
                 "speedup_hi": 3.6,
-                "accept_mean": 7.9,
+                "accept": 7.9,
                 "best": True,
             },
             {
@@ -67,7 +69,7 @@ def results(_root: Path) -> pl.DataFrame:
                 "speedup": 2.5,
                 "speedup_lo": 2.3,
                 "speedup_hi": 2.7,
-                "accept_mean": 5.8,
+                "accept": 5.8,
                 "failed_check": "greedy outputs differ from the baseline",
             },
         ]

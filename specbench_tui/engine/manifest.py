@@ -25,8 +25,8 @@ from typing import Any
 
 from specbench_tui import __version__
 from specbench_tui.engine.context import RunContext
-from specbench_tui.engines.inspect import ServerFacts
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.facts import ServerFacts
+from specbench_tui.engines.registry import adapter
 from specbench_tui.hosts import gpu_agent
 from specbench_tui.hosts.host import Host, server_pythons
 from specbench_tui.hosts.telemetry import AgentRunner
@@ -91,9 +91,9 @@ def probe_args(group: ServiceGroup) -> list[str]:
         "--gpus",
         ",".join(str(g) for g in group.gpu_ids),
         "--model",
-        group.model or "",
+        adapter(group.engine).model_path(group.command) or "",
         "--packages",
-        ",".join(traits(group.engine).packages),
+        ",".join(adapter(group.engine).packages),
     ]
 
 

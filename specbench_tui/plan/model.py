@@ -7,11 +7,23 @@ host) live in ``validate.py`` so that each error can name the key path it is abo
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
+from specbench_tui.engines.registry import API_NAMES, ENGINE_NAMES
 from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
+from specbench_tui.printable import CONTROL
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
@@ -32,6 +44,61 @@ CLUSTER_PATH = r"^/[A-Za-z0-9_.+/-]*$"
 KINDS = ("single", "agentic", "concurrency")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
 
+# Bounds on the plan's integers: far above any real campaign, and small enough that no count,
+# product or parquet column they reach can overflow (int64) or exhaust memory.
+MAX_TOKENS = 1 << 24  # output tokens of one request
+MAX_LEVEL = 100_000  # concurrent clients of one concurrency cell
+MAX_REQUESTS = 1_000_000  # requests of one concurrency level, prompts drawn from a set
+MAX_REPEATS = 10_000  # repeats, warm-up requests, sessions, turns
+MAX_TP = 1024
+MAX_SEED = 2**63 - 1
+
+# An environment variable name, as a shell, systemd and sbatch take one.
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV = re.compile(ENV_NAME)
+
+
+def control_char(text: str) -> str:
+    """The first control character of ``text`` a host must not get, said ("" when none):
+    every C0 control but tab and line feed (which arrive literally, quoted), DEL and the C1
+    controls (which terminals obey)."""
+    m = CONTROL.search(text)
+    if m is None:
+        return ""
+    ch = m.group()
+    name = unicodedata.name(ch, "") or _C0_NAMES.get(ch, "control")
+    return f"U+{ord(ch):04X} ({name}) at character {m.start() + 1}"
+
+
+_C0_NAMES = {"\x00": "NUL", "\x07": "BEL", "\x08": "BS", "\x0d": "CR", "\x1b": "ESC", "\x7f": "DEL"}
+
+
+def _host_text(value: str) -> str:
+    found = control_char(value)
+    if found:
+        raise ValueError(
+            f"{value!r} holds the control character {found}: a value sent to a host may hold "
+            "tabs and line breaks, and no other control character"
+        )
+    return value
+
+
+def _env_name(name: str) -> str:
+    if not _ENV.match(name):
+        raise ValueError(
+            f"{name!r} is not an environment variable name: use letters, digits and '_', "
+            "not starting with a digit"
+        )
+    return name
+
+
+# A string that reaches a host: an argument, a path, an environment value, a shell line.
+HostText = Annotated[str, AfterValidator(_host_text)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+Env = dict[EnvName, HostText]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+TpSize = Annotated[int, Field(ge=1, le=MAX_TP)]
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -42,7 +109,7 @@ class CampaignSpec(Strict):
     title: str = ""
     results: str = "results"
     baseline: str | None = None
-    seed: int = 0
+    seed: int = Field(default=0, ge=-MAX_SEED - 1, le=MAX_SEED)
     # How long a run waits for a full results disk to get space back before it ends
     # (exit status 3); servers keep running meanwhile.
     storage_wait: Duration = 1800.0
@@ -60,35 +127,35 @@ class SlurmSpec(Strict):
     job on a node it allocates, with this tool (from ``venv``) running the group's cells
     there, headless, into ``shared_dir`` (a filesystem the login node and the nodes share)."""
 
-    login: str = Field(min_length=1)  # an SSH destination, as for ``ssh``
+    login: HostText = Field(min_length=1)  # an SSH destination, as for ``ssh``
     partition: str | None = Field(default=None, pattern=SLURM_NAME)
     gpus_per_node: int = Field(ge=1, le=1024)
     account: str | None = Field(default=None, pattern=SLURM_NAME)
     qos: str | None = Field(default=None, pattern=SLURM_NAME)
     time_limit: Duration | None = None  # per job; None: the partition's default
-    sbatch_args: list[str] = []  # extra sbatch options, e.g. ["--constraint=h200"]
-    setup: list[str] = []  # shell lines the job runs on the node before the tool
+    sbatch_args: list[HostText] = []  # extra sbatch options, e.g. ["--constraint=h200"]
+    setup: list[HostText] = []  # shell lines the job runs on the node before the tool
     shared_dir: str = Field(pattern=CLUSTER_PATH)
     venv: str = Field(pattern=CLUSTER_PATH)
     max_jobs: int = Field(default=4, ge=1, le=10_000)
     # Requeues of a group's job in a row without a cell finished before its cells fail.
     max_requeues: int = Field(default=3, ge=0, le=100)
     poll: Duration = 10.0  # how often squeue is asked (job files are read every second)
-    env: dict[str, str] = {}  # environment of the Slurm commands on the login node
+    env: Env = {}  # environment of the Slurm commands on the login node
 
 
 class HostSpec(Strict):
-    ssh: str | None = None
+    ssh: HostText | None = None
     local: bool = False
     sim: bool = False
     slurm: SlurmSpec | None = None
     gpus: int = Field(ge=1, le=1024)
-    gpu_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    gpu_ids: list[Annotated[int, Field(ge=0, le=MAX_TP * 16)]] | None = None
     services: Literal["systemd", "process"] | None = None
-    workdir: str = "~/specbench"
+    workdir: HostText = "~/specbench"
     stop_before: list[Annotated[str, Field(pattern=UNIT_NAME)]] = []
     restore_after: bool = True
-    prepare: list[str] = []
+    prepare: list[HostText] = []
     # SSH hosts: how long the host may stay away (link down, sshd restarting, a reboot)
     # before the cells that need it fail; meanwhile its work waits and resumes.
     reconnect_timeout: Duration = 600.0
@@ -120,16 +187,30 @@ class HostSpec(Strict):
 
 
 class ServerSpec(Strict):
-    launch: list[str] | None = None
-    python: str | None = None
-    model: str | None = None
+    launch: list[HostText] | None = None
+    python: HostText | None = None
+    model: HostText | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
-    args: list[str] = []
-    env: dict[str, str] = {}
-    api: Literal["sglang", "openai"] | None = None
-    engine: Literal["sglang", "vllm"] | None = None
-    served_model_name: str | None = Field(default=None, min_length=1)
+    args: list[HostText] = []
+    env: Env = {}
+    api: str | None = None
+    engine: str | None = None
+    served_model_name: HostText | None = Field(default=None, min_length=1)
     ready_timeout: Duration | None = None
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str | None) -> str | None:
+        if v is not None and v not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {v!r}; known: {', '.join(map(repr, ENGINE_NAMES))}")
+        return v
+
+    @field_validator("api")
+    @classmethod
+    def _known_api(cls, v: str | None) -> str | None:
+        if v is not None and v not in API_NAMES:
+            raise ValueError(f"unknown api {v!r}; known: {', '.join(map(repr, API_NAMES))}")
+        return v
 
     @field_validator("env", mode="before")
     @classmethod
@@ -149,20 +230,20 @@ class ConfigSpec(ServerSpec):
 
 class ExcludeSpec(Strict):
     config: str | None = None
-    tp: int | None = None
+    tp: TpSize | None = None
     host: str | None = None
     workload: str | None = None
 
 
 class MatrixSpec(Strict):
     configs: list[str] = Field(min_length=1)
-    tp: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    tp: list[TpSize] = Field(min_length=1)
     hosts: list[str] | None = None
     exclude: list[ExcludeSpec] = []
 
 
 class WorkloadBase(Strict):
-    tp: list[int] | None = None
+    tp: list[TpSize] | None = None
     configs: list[str] | None = None
     timeout: Duration = 600.0
 
@@ -170,10 +251,10 @@ class WorkloadBase(Strict):
 class SingleWorkload(WorkloadBase):
     kind: Literal["single"]
     prompts: list[str] = Field(min_length=1)
-    samples: int | None = Field(default=None, ge=1)
-    max_tokens: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
-    repeats: int = Field(default=1, ge=1)
-    warmup: int = Field(default=0, ge=0)
+    samples: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
+    max_tokens: list[Tokens] = Field(min_length=1)
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
+    warmup: int = Field(default=0, ge=0, le=MAX_REPEATS)
     temperature: float = Field(default=0.0, ge=0)
     # "cold": every measured request starts with no cached prefix (the server's cache flushed,
     # or the request salted), so TTFT includes the prompt's prefill; "warm": the cache is
@@ -188,20 +269,20 @@ class SingleWorkload(WorkloadBase):
 
 class AgenticWorkload(WorkloadBase):
     kind: Literal["agentic"]
-    sessions: int = Field(default=1, ge=1)
-    turns: int = Field(default=4, ge=1)
-    tool_output_tokens: int = Field(default=256, ge=0)
-    max_tokens: int = Field(default=256, ge=1)
+    sessions: int = Field(default=1, ge=1, le=MAX_REPEATS)
+    turns: int = Field(default=4, ge=1, le=MAX_REPEATS)
+    tool_output_tokens: int = Field(default=256, ge=0, le=MAX_TOKENS)
+    max_tokens: Tokens = 256
     prompts: list[str] = Field(default=["code"], min_length=1)
     temperature: float = Field(default=0.0, ge=0)
 
 
 class ConcurrencyWorkload(WorkloadBase):
     kind: Literal["concurrency"]
-    levels: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
-    requests: int = Field(default=64, ge=1)
+    levels: list[Annotated[int, Field(ge=1, le=MAX_LEVEL)]] = Field(min_length=1)
+    requests: int = Field(default=64, ge=1, le=MAX_REQUESTS)
     prompts: list[str] = Field(default=["chat"], min_length=1)
-    max_tokens: int = Field(default=256, ge=1)
+    max_tokens: Tokens = 256
     temperature: float = Field(default=0.0, ge=0)
 
 
