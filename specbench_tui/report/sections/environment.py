@@ -268,6 +268,42 @@ def _collapsed(inp: Inputs, facts: Any) -> list[tuple[list[str], tuple[str, ...]
     return [(ids, key) for key, ids in rows.items()]
 
 
+#: The manifest's tables: caption, columns after "Groups" (title, align, width), the facts
+#: of an entry, and the columns set as code.
+_TABLES: tuple[tuple[str, tuple[tuple[str, str, float], ...], Any, frozenset[int]], ...] = (
+    (
+        "Software of each group's server, as recorded when it became ready",
+        (
+            ("Python", "p", 0.17),
+            ("Engine", "p", 0.14),
+            ("torch", "p", 0.12),
+            ("Other packages", "p", 0.17),
+            ("OS and kernel", "p", 0.16),
+        ),
+        _software,
+        frozenset(),
+    ),
+    (
+        "GPUs of each group (application clocks graphics / memory in MHz; power limit)",
+        (
+            ("Driver", "p", 0.2),
+            ("GPUs", "p", 0.22),
+            ("App clocks", "l", 0.0),
+            ("Power limit", "l", 0.0),
+            ("Ids", "l", 0.0),
+        ),
+        _hardware,
+        frozenset(),
+    ),
+    (
+        "Model of each group: its directory and a hash over its config files",
+        (("Model path", "p", 0.28), ("Config hash", "p", 0.3), ("Revision", "l", 0.0)),
+        _model,
+        frozenset({0}),
+    ),
+)
+
+
 def _manifest_tables(inp: Inputs, sec: Section) -> None:
     if not inp.manifest:
         sec.add(
@@ -279,60 +315,16 @@ def _manifest_tables(inp: Inputs, sec: Section) -> None:
             )
         )
         return
-    sec.add(
-        Table(
-            "Software of each group's server, as recorded when it became ready",
-            [
-                Column("Groups", "p", 0.16),
-                Column("Python", "p", 0.17),
-                Column("Engine", "p", 0.14),
-                Column("torch", "p", 0.12),
-                Column("Other packages", "p", 0.17),
-                Column("OS and kernel", "p", 0.16),
-            ],
-            [
-                [Cell(_groups_said(ids), code=True), *(Cell(v) for v in key)]
-                for ids, key in _collapsed(inp, _software)
-            ],
-            small=True,
-        )
-    )
-    sec.add(
-        Table(
-            "GPUs of each group (application clocks graphics / memory in MHz; power limit)",
-            [
-                Column("Groups", "p", 0.2),
-                Column("Driver", "p", 0.2),
-                Column("GPUs", "p", 0.22),
-                Column("App clocks", "l"),
-                Column("Power limit", "l"),
-                Column("Ids", "l"),
-            ],
-            [
-                [Cell(_groups_said(ids), code=True), *(Cell(v) for v in key)]
-                for ids, key in _collapsed(inp, _hardware)
-            ],
-            small=True,
-        )
-    )
-    sec.add(
-        Table(
-            "Model of each group: its directory and a hash over its config files",
-            [
-                Column("Groups", "p", 0.22),
-                Column("Model path", "p", 0.28),
-                Column("Config hash", "p", 0.3),
-                Column("Revision", "l"),
-            ],
-            [
+    for caption, columns, facts, as_code in _TABLES:
+        sec.add(
+            Table(
+                caption,
+                [Column("Groups", "p", 0.18)] + [Column(t, a, w) for t, a, w in columns],
                 [
-                    Cell(_groups_said(ids), code=True),
-                    Cell(key[0], code=True),
-                    Cell(key[1]),
-                    Cell(key[2]),
-                ]
-                for ids, key in _collapsed(inp, _model)
-            ],
-            small=True,
+                    [Cell(_groups_said(ids), code=True)]
+                    + [Cell(v, code=i in as_code) for i, v in enumerate(key)]
+                    for ids, key in _collapsed(inp, facts)
+                ],
+                small=True,
+            )
         )
-    )
