@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import MINIMAL_PLAN, ROOT, need_program
+from conftest import MINIMAL_PLAN, ROOT, need_program, start_headless
 from support.report_pdf import overfull_boxes, pdf_text
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
@@ -84,13 +82,7 @@ async def test_an_aborted_campaign_flags_its_lossy_config(write_plan, tmp_path: 
 def test_a_killed_campaign_is_judged_by_report(write_plan, tmp_path: Path) -> None:
     path = write_plan(PLAN)
     results = tmp_path / "res"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specbench_tui", str(path), "--headless", "--results", str(results)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=ROOT,
-        start_new_session=True,
-    )
+    proc = start_headless(path, results)
     events = results / "t" / "events.jsonl"
     deadline = time.monotonic() + 180
     try:
@@ -108,8 +100,8 @@ def test_a_killed_campaign_is_judged_by_report(write_plan, tmp_path: Path) -> No
         else:
             pytest.fail("dflash never finished a cell")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the tool and the servers it started
-        proc.wait(timeout=30)
+        proc.kill()  # SIGKILL: its servers die with it (PR_SET_PDEATHSIG)
+        proc.communicate(timeout=30)
     root = results / "t"
     log = [json.loads(x) for x in events.read_text().splitlines() if x.endswith("}")]
     recorded = [e for e in log if e["event"] == "check_verdict" and e["config"] == "dflash"]
