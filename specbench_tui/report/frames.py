@@ -18,11 +18,14 @@ Figures, named once (specs/cli-and-results.md) and nowhere else under another na
 
 Statistics (report/stats.py): the unit is a repeat. A single-stream repeat is one pass over
 the workload's prompts (the ``repeat`` column); an agentic unit is a session; a concurrency
-cell is one unit (its requests overlap, so they are not independent). A config's figure is the
+cell is one unit (its requests overlap, so they are not independent). Where the plan's
+``[campaign] runs`` gave a comparison key cells of two or more runs (a fresh server each),
+the unit is the run instead, so the interval spans run-to-run variation. A config's figure is the
 mean over its units of each unit's token-weighted decode tok/s, with a Student-t 95% interval;
 a speed-up is the ratio of two such means with Fieller's interval, against the baseline config
 on the same host, TP, workload and (for concurrency) level. Results of different hosts are
-never pooled.
+never pooled. A config that failed a correctness check, or whose outputs no check covers
+(unchecked, bench/greedy_judge.py), is never best.
 """
 
 from __future__ import annotations
