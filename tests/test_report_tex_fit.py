@@ -105,3 +105,93 @@ def test_a_table_that_cannot_be_split_goes_on_a_turned_page() -> None:
     t = Table("one", [Column("Config", "l"), Column("Long", "l")], [[Cell("a"), Cell("b" * 140)]])
     (part,) = layout(t)
     assert part.landscape
+
+
+# --- a report of the seed campaign's shape ---------------------------------------------------
+
+SEED_LABELS = {
+    "ar": "Autoregressive",
+    "dflash": "DFlash (linear, block 16)",
+    **{f"ddtree-{b}": f"DDTree (budget {b})" for b in (8, 16, 32, 64, 128, 256)},
+}
+SEED_PLAN = '[campaign]\nname = "syn"\nbaseline = "ar"\n\n[checks]\ngreedy_equivalence = true\n'
+
+
+def _seed_shaped(root: Path) -> Path:
+    """8 configs with the seed's labels at TP 1, 4 and 8, single-stream cells of 5 prompt sets
+    x 3 lengths, an agentic cell and a concurrency sweep on TP 4 and 8, figures with
+    thousands and wide intervals, and a config that failed its check at every TP size."""
+    from support.results_builder import ResultsBuilder
+
+    b = ResultsBuilder(root, title="DDTree vs DFlash vs autoregressive decoding, Qwen3.6-27B")
+    for k, (cfg, lab) in enumerate(SEED_LABELS.items()):
+        speed = 40.0 * (1 + k)
+        for tp in (1, 4, 8):
+            b.group(cfg, tp, label=lab)
+            gid = f"sim.{cfg}.tp{tp}"
+            b.ready(gid)
+            for pset in ("code", "math", "chat", "summarize", "translate"):
+                for mt in (256, 1024, 2048):
+                    cid = f"{cfg}-{tp}-{pset}-{mt}"
+                    b.cell(cid, cfg, tp, "single", "single", prompt_set=pset, max_tokens=mt)
+                    rows = [
+                        dict(
+                            prompt_id=f"{pset}-{i}",
+                            repeat=r,
+                            prompt_set=pset,
+                            max_tokens=mt,
+                            output_tokens=mt,
+                            ttft_s=0.05 + 0.01 * r,
+                            e2e_s=0.05 + (mt - 1) / (speed * tp * (1 + 0.4 * r)),
+                            spec_verify_ct=None if cfg == "ar" else mt // (2 + k),
+                            accept_length=None if cfg == "ar" else float(2 + k),
+                        )
+                        for r in range(3)
+                        for i in range(2)
+                    ]
+                    b.finished(cid, rows)
+            cid = f"{cfg}-{tp}-agentic"
+            b.cell(cid, cfg, tp, "agentic", "agentic", prompts=("code",), max_tokens=256)
+            b.finished(
+                cid,
+                [
+                    dict(session=s, turn=t, e2e_s=1.0 + t, ttft_s=0.1 * (t + 1), output_tokens=256)
+                    for s in range(2)
+                    for t in range(8)
+                ],
+            )
+            if tp > 1:
+                for level in (1, 2, 4, 8, 16, 32):
+                    cid = f"{cfg}-{tp}-c{level}"
+                    b.cell(cid, cfg, tp, "concurrency", "concurrency", concurrency=level)
+                    b.finished(
+                        cid,
+                        [
+                            dict(prompt_id=f"chat-{i}", e2e_s=3.0, output_tokens=512)
+                            for i in range(4)
+                        ],
+                        figures={"throughput_tok_s": 1234.5 * level * (1 + k), "itl_s_p50": 0.012},
+                    )
+            b.group_done(gid)
+            status = "fail" if cfg == "ddtree-64" else "pass"
+            if cfg != "ar":
+                b.verdict(
+                    cfg, tp, status, f"{cfg}: diverged at token 3" if status == "fail" else "ok"
+                )
+    return b.write(plan=SEED_PLAN)
+
+
+@pytest.mark.system
+def test_a_seed_shaped_report_has_no_overfull_box(tmp_path: Path) -> None:
+    from support.report_pdf import overfull_boxes
+
+    from specbench_tui.report.build import build_report
+    from specbench_tui.report.render import render_texts
+
+    root = _seed_shaped(tmp_path / "syn")
+    md, tex = render_texts(build_report(root))
+    (root / "report.tex").write_text(tex)
+    assert overfull_boxes(root / "report.tex", tmp_path / "tex") == []
+    # The lossy config is marked in the per-TP tables and on the speed-up chart's labels.
+    assert "DDTree (budget 64) [failed check]" in tex.replace("-{}", "-")
+    assert md.count("failed check") >= 9
