@@ -17,6 +17,14 @@ from specbench_tui.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EX
 DEMO_PLAN = Path("plans/demo.toml")
 
 
+def _write_report(root: Path) -> list[Path]:
+    """The report of a results directory, for a campaign to write when it ends (imported
+    then: the report's libraries are not needed before)."""
+    from specbench_tui.report.render import render_report
+
+    return render_report(root)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_INPUT, f"specbench-tui: {message} (see --help)\n")
@@ -315,7 +323,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             ssh_config=args.ssh_config,
             job=share,
             control_socket=share is None,  # a job is steered through its mailbox
-            write_report=share is None,
+            write_views=share is None,
+            report=_write_report if share is None else None,
         ),
     )
     if campaign.moved_aside is not None:

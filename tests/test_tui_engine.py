@@ -125,7 +125,7 @@ async def test_a_console_campaign_serves_its_socket_and_reruns_after_the_end(
     from specbench_tui.engine.control_socket import AttachedControl, attach_control
     from specbench_tui.engine.replay import ReplayControl
     from specbench_tui.tui.plan_tree import NodeRef, PlanTree
-    from specbench_tui.tui.relaunch import InProcessRelaunch
+    from tests.support.relaunch import InProcessRelaunch
 
     plan = load_plan(write_plan(MINIMAL_PLAN.replace("speed = 50", "speed = 20")))
     layout = ResultsLayout.for_campaign(tmp_path, plan.spec.campaign.name)

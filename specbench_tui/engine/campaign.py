@@ -314,8 +314,8 @@ class Campaign:
             await self._shutdown()
             await ctx.log_lines.stop()
         code = self._finish(storage_failed)
-        if self.options.write_report:
-            await self._write_report()
+        if self.options.write_views:
+            await self._write_outputs()
         self._close()
         return code
 
@@ -374,15 +374,17 @@ class Campaign:
             return
         self.hub.emit(ev)
 
-    async def _write_report(self) -> None:
-        """After campaign_finished, so the report knows how the campaign ended; in a thread,
-        since a TeX run takes seconds and consoles still follow the event stream."""
-        from specbench_tui.report.render import render_report
-
+    async def _write_outputs(self) -> None:
+        """The views, and the report when the options have a writer for it: after
+        campaign_finished, so the report knows how the campaign ended; in a thread, since a
+        TeX run takes seconds and consoles still follow the event stream."""
+        report = self.options.report
         try:
             await self.store.settle_views()
             await asyncio.to_thread(self.store.write_views, self.state)  # nothing changes it now
-            written = await asyncio.to_thread(render_report, self.layout.root)
+            if report is None:
+                return
+            written = await asyncio.to_thread(report, self.layout.root)
         except Exception as exc:  # a report problem must not change the exit status
             self.hub.notice(
                 f"report not written: {exc}; retry with --report {self.layout.root}", "warning"
