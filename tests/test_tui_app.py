@@ -15,8 +15,8 @@ from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.log_pane import LogPane
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
-from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
 from specbench_tui.tui.themes import PACKAGE_THEMES
+from tests.support.scripted import ScriptedControl, sample_campaign
 
 SIZE = (120, 40)
 
@@ -121,7 +121,10 @@ async def test_rerun_failed_and_retry_group() -> None:
         await settle(pilot, app)
         assert commands(control) == [("rerun_failed", None), ("retry_group", "sim.ddtree-16.tp1")]
         assert all(r.ok for r in control.replies)
-        assert any("queued 1 cell" in n for n in notes(app))
+        assert any("queued 1 failed cell again" in n for n in notes(app))
+        assert any("restarting the server of sim.ddtree-16.tp1" in n for n in notes(app))
+        # The group's running cell runs again whole once its server is back.
+        assert app.progress.cells["ddt1agent"].status == "pending"
 
 
 async def test_abort_is_confirmed() -> None:

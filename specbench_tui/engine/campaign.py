@@ -16,11 +16,11 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.engine.checks import evaluate_greedy
-from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.commands import CampaignControl, Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
 from specbench_tui.engine.host_events import HubEvents
 from specbench_tui.engine.host_scheduler import HostScheduler
@@ -51,10 +51,11 @@ from specbench_tui.results.state import CampaignState
 __all__ = ["Campaign", "CampaignOptions"]
 
 
-class Campaign:
-    """A prepared campaign; ``run()`` drives it, ``subscribe()``/``send()`` observe and steer."""
+class Campaign(CampaignControl):
+    """A prepared campaign; ``run()`` drives it, ``subscribe()``/``send()`` observe and steer.
+    Closing a console on it ends the campaign (it runs in the console's loop)."""
 
-    detached = False  # closing a console on it ends the campaign (it runs in the console)
+    owns_engine: ClassVar[bool] = True
 
     def __init__(self, plan: Plan, layout: ResultsLayout, options: CampaignOptions) -> None:
         self.plan = plan
@@ -139,6 +140,10 @@ class Campaign:
         return self.ctx.state
 
     # -- the control interface ------------------------------------------------------------------
+
+    @property
+    def results_root(self) -> Path:
+        return self.layout.root
 
     def subscribe(self) -> AsyncIterator[Event]:
         return self.hub.subscribe()

@@ -249,9 +249,8 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._user_display: dict[str, bool] = {}
         self._user_wrap: bool | None = None
         self._startup_notes: list[tuple[str, str]] = []
-        note = getattr(control, "note", "")
-        if note:
-            self._startup_notes.append((note, "information"))
+        if control.note:
+            self._startup_notes.append((control.note, "information"))
         self.console_themes, errors = load_all_themes(theme_dirs)
         for th in self.console_themes.values():
             self.register_theme(th)
@@ -273,16 +272,16 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     @property
     def read_only(self) -> bool:
-        return bool(getattr(self.control, "read_only", False))
+        return self.control.read_only
 
     @property
     def detached(self) -> bool:
-        return bool(getattr(self.control, "detached", False))
+        return self.control.detached
 
     def results_root(self) -> Path | None:
         """The campaign's results directory: what the control knows (its path is right
         from any working directory), else what the campaign said when it started."""
-        root = getattr(self.control, "results_root", None)
+        root = self.control.results_root
         if root is None and self.relaunch is not None:
             root = self.relaunch.results_root
         if root is None and self.progress.results_dir:
@@ -334,7 +333,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.set_interval(FRAME_S, self._frame)
         self.set_interval(PLOT_S, self._redraw_plots)
         self.set_interval(CLOCK_S, self._tick)
-        if callable(getattr(self.control, "start_engine", None)):
+        if self.control.owns_engine:
             # a campaign this console starts: whatever its log already holds is history,
             # however recent (an earlier run that ended a moment ago raises no toast)
             self._history_before = time.time()
@@ -406,13 +405,13 @@ class ConsoleApp(CampaignKeys, App[int]):
             self.stream_ended = True
 
     def start_engine(self) -> None:
-        """An in-process campaign runs in the console's event loop (its ``start_engine``);
-        a detached control has no such method and needs nothing here."""
-        if callable(getattr(self.control, "start_engine", None)):
+        """A campaign this console owns runs in (or is waited for from) the console's event
+        loop (its ``start_engine``); an attached or replayed one needs nothing here."""
+        if self.control.owns_engine:
             self._run_engine(self.control)
 
     @work(group="engine")
-    async def _run_engine(self, control: Any) -> None:
+    async def _run_engine(self, control: CampaignControl) -> None:
         try:
             code = await control.start_engine()
         except Exception as exc:
