@@ -79,7 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--only", metavar="PATTERN", help="run only cells whose id or name matches")
     p.add_argument(
-        "--rerun-failed", action="store_true", help="run again the cells that failed last time"
+        "--rerun-failed",
+        action="store_true",
+        help="resume, and run again the cells that failed (every cell not yet done or "
+        "skipped runs)",
     )
     p.add_argument(
         "--rerun",
