@@ -35,7 +35,9 @@ PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: a value of the wrong type is refused, never converted ("2" is not 2, true is not
+    # 1, 2.0 is not 2), since a hand-written plan that says "8000" meant something else.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class CampaignSpec(Strict):
