@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
     p.add_argument(
+        "--plan-schema",
+        action="store_true",
+        help="print the plan format as a JSON Schema (docs/plan-format.md says it for people)",
+    )
+    p.add_argument(
         "--job",
         metavar="FILE",
         type=Path,
@@ -245,6 +250,13 @@ def _send(control: object, words: list[str]) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.plan_schema:
+        from specbench_tui.plan.reference import json_schema
+
+        if args.plan is not None:
+            raise InputError("--plan-schema takes no plan")
+        print(json.dumps(json_schema(), indent=2))
+        return EXIT_OK
     if args.json and not args.dry_run:
         raise InputError("--json goes with --dry-run")
     if args.check and not args.dry_run:
