@@ -296,6 +296,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.dry_run:
         from specbench_tui.engine.selection import matches
         from specbench_tui.plan.review import render_json, render_text, review
+        from specbench_tui.printable import printable
 
         only = args.only
         select = (lambda cell: matches(cell, only)) if only else None
@@ -316,11 +317,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             # dumps, not dump: dump streams through the pure-Python encoder.
             sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
         else:
-            print(render_text(r))
+            print(printable(render_text(r)))
             if checked is not None:
                 print("\nPreflight:")
                 for h in checked:
-                    print("\n".join(h.lines()))
+                    print(printable("\n".join(h.lines())))
         problems = [f"host {h.host}: {p}" for h in checked or () for p in h.problems]
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

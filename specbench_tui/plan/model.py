@@ -9,12 +9,23 @@ host) live in ``validate.py`` so that each error can name the key path it is abo
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from specbench_tui.engines.registry import API_NAMES, ENGINE_NAMES
 from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
+from specbench_tui.printable import CONTROL
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
@@ -35,6 +46,61 @@ CLUSTER_PATH = r"^/[A-Za-z0-9_.+/-]*$"
 KINDS = ("single", "agentic", "concurrency")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
 
+# Bounds on the plan's integers: far above any real campaign, and small enough that no count,
+# product or parquet column they reach can overflow (int64) or exhaust memory.
+MAX_TOKENS = 1 << 24  # output tokens of one request
+MAX_LEVEL = 100_000  # concurrent clients of one concurrency cell
+MAX_REQUESTS = 1_000_000  # requests of one concurrency level, prompts drawn from a set
+MAX_REPEATS = 10_000  # repeats, warm-up requests, sessions, turns
+MAX_TP = 1024
+MAX_SEED = 2**63 - 1
+
+# An environment variable name, as a shell, systemd and sbatch take one.
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV = re.compile(ENV_NAME)
+
+
+def control_char(text: str) -> str:
+    """The first control character of ``text`` a host must not get, said ("" when none):
+    every C0 control but tab and line feed (which arrive literally, quoted), DEL and the C1
+    controls (which terminals obey)."""
+    m = CONTROL.search(text)
+    if m is None:
+        return ""
+    ch = m.group()
+    name = unicodedata.name(ch, "") or _C0_NAMES.get(ch, "control")
+    return f"U+{ord(ch):04X} ({name}) at character {m.start() + 1}"
+
+
+_C0_NAMES = {"\x00": "NUL", "\x07": "BEL", "\x08": "BS", "\x0d": "CR", "\x1b": "ESC", "\x7f": "DEL"}
+
+
+def _host_text(value: str) -> str:
+    found = control_char(value)
+    if found:
+        raise ValueError(
+            f"{value!r} holds the control character {found}: a value sent to a host may hold "
+            "tabs and line breaks, and no other control character"
+        )
+    return value
+
+
+def _env_name(name: str) -> str:
+    if not _ENV.match(name):
+        raise ValueError(
+            f"{name!r} is not an environment variable name: use letters, digits and '_', "
+            "not starting with a digit"
+        )
+    return name
+
+
+# A string that reaches a host: an argument, a path, an environment value, a shell line.
+HostText = Annotated[str, AfterValidator(_host_text)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+Env = dict[EnvName, HostText]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+TpSize = Annotated[int, Field(ge=1, le=MAX_TP)]
+
 
 class Strict(BaseModel):
     # strict: a value of the wrong type is refused, never converted ("2" is not 2, true is not
@@ -52,7 +118,7 @@ class CampaignSpec(Strict):
     # The config speed-ups are relative to and greedy outputs are checked against.
     baseline: str | None = None
     # Seeds prompt sampling and the simulator.
-    seed: int = 0
+    seed: int = Field(default=0, ge=-MAX_SEED - 1, le=MAX_SEED)
     # How long a run waits for a full results disk to get space back before it ends
     # (exit status 3); servers keep running meanwhile.
     storage_wait: Duration = 1800.0
@@ -67,7 +133,7 @@ class SlurmSpec(Strict):
     job on a node it allocates, with this tool (from ``venv``) running the group's cells
     there, headless, into ``shared_dir`` (a filesystem the login node and the nodes share)."""
 
-    login: str = Field(min_length=1)  # an SSH destination, as for ``ssh``
+    login: HostText = Field(min_length=1)  # an SSH destination, as for ``ssh``
     # sbatch --partition; the cluster's default partition when unset.
     partition: str | None = Field(default=None, pattern=SLURM_NAME)
     # GPUs of one node (the host's gpus: a TP size must fit one node).
@@ -77,8 +143,8 @@ class SlurmSpec(Strict):
     # sbatch --qos.
     qos: str | None = Field(default=None, pattern=SLURM_NAME)
     time_limit: Duration | None = None  # per job; None: the partition's default
-    sbatch_args: list[str] = []  # extra sbatch options, e.g. ["--constraint=h200"]
-    setup: list[str] = []  # shell lines the job runs on the node before the tool
+    sbatch_args: list[HostText] = []  # extra sbatch options, e.g. ["--constraint=h200"]
+    setup: list[HostText] = []  # shell lines the job runs on the node before the tool
     # A directory the login node and every node see: jobs, their plans and results.
     shared_dir: str = Field(pattern=CLUSTER_PATH)
     # Where this tool is installed on the cluster (the jobs run its specbench-tui).
@@ -88,13 +154,13 @@ class SlurmSpec(Strict):
     # Requeues of a group's job in a row without a cell finished before its cells fail.
     max_requeues: int = Field(default=3, ge=0, le=100)
     poll: Duration = 10.0  # how often squeue is asked (job files are read every second)
-    env: dict[str, str] = {}  # environment of the Slurm commands on the login node
+    env: Env = {}  # environment of the Slurm commands on the login node
 
 
 class HostSpec(Strict):
     # An SSH destination (an alias of ~/.ssh/config, user@host, user@host:port); exactly one of ssh,
     # local, sim, slurm.
-    ssh: str | None = None
+    ssh: HostText | None = None
     # true: servers run on this machine.
     local: bool = False
     # true: the embedded simulated host (a real SGLang-compatible HTTP server per group, simulated
@@ -105,18 +171,18 @@ class HostSpec(Strict):
     # GPUs the campaign may use on this host (on a Slurm host: slurm.gpus_per_node).
     gpus: int = Field(ge=1, le=1024)
     # Physical GPU ids it may use (default 0 .. gpus-1).
-    gpu_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    gpu_ids: list[Annotated[int, Field(ge=0, le=MAX_TP * 16)]] | None = None
     # How servers are started and supervised: "systemd" (the default over SSH) or "process".
     services: Literal["systemd", "process"] | None = None
     # Scratch directory on the host: logs, pid files, the telemetry agent.
-    workdir: str = "~/specbench"
+    workdir: HostText = "~/specbench"
     # Foreign systemd services to stop before a group needs their GPUs.
     stop_before: list[Annotated[str, Field(pattern=UNIT_NAME)]] = []
     # Start the stopped foreign services again when the campaign ends or aborts.
     restore_after: bool = True
     # Shell commands run on the host when a preflight finds something missing (the model gone from
     # /dev/shm after a reboot).
-    prepare: list[str] = []
+    prepare: list[HostText] = []
     # SSH hosts: how long the host may stay away (link down, sshd restarting, a reboot)
     # before the cells that need it fail; meanwhile its work waits and resumes.
     reconnect_timeout: Duration = 600.0
@@ -150,24 +216,24 @@ class HostSpec(Strict):
 class ServerSpec(Strict):
     # The server's command template: {python} {model} {tp} {port} {host} {config} are placeholders,
     # {{ and }} literal braces; default per engine.
-    launch: list[str] | None = None
+    launch: list[HostText] | None = None
     # The interpreter on the host that runs the server.
-    python: str | None = None
+    python: HostText | None = None
     # The model path on the host (checked by the preflight), or a model id the engine looks up.
-    model: str | None = None
+    model: HostText | None = None
     # The server's port (a free one instead where it is taken, said in a notice).
     port: int | None = Field(default=None, ge=1, le=65535)
     # Extra server arguments; a config's args are appended to the server's.
-    args: list[str] = []
+    args: list[HostText] = []
     # Environment of the server process (numbers are written as strings).
-    env: dict[str, str] = {}
+    env: Env = {}
     # "sglang" (native /generate) or "openai" (/v1/chat/completions); default per engine.
     api: str | None = None
     # "sglang" (default), "vllm" or "trtllm": the launch template, readiness, log lines, counters
     # and version query.
     engine: str | None = None
     # The model name requests carry; default: what the server lists at /v1/models.
-    served_model_name: str | None = Field(default=None, min_length=1)
+    served_model_name: HostText | None = Field(default=None, min_length=1)
     # Time a server has to start and answer its health check (default 15m).
     ready_timeout: Duration | None = None
 
@@ -208,7 +274,7 @@ class ExcludeSpec(Strict):
     # A config name (a parametrized name stands for all its expansions).
     config: str | None = None
     # A TP size.
-    tp: int | None = None
+    tp: TpSize | None = None
     # A host name.
     host: str | None = None
     # A workload name.
@@ -219,7 +285,7 @@ class MatrixSpec(Strict):
     # Config names to run (a parametrized name stands for all its expansions).
     configs: list[str] = Field(min_length=1)
     # Tensor-parallel sizes.
-    tp: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    tp: list[TpSize] = Field(min_length=1)
     # Hosts to run on; default: every host.
     hosts: list[str] | None = None
     # Combinations left out, e.g. { config = "ddtree-256", tp = 1 }.
@@ -228,7 +294,7 @@ class MatrixSpec(Strict):
 
 class WorkloadBase(Strict):
     # Restricts the workload to these TP sizes.
-    tp: list[int] | None = None
+    tp: list[TpSize] | None = None
     # Restricts the workload to these configs.
     configs: list[str] | None = None
     # Per request.
@@ -242,13 +308,13 @@ class SingleWorkload(WorkloadBase):
     # plan, or a .jsonl path.
     prompts: list[str] = Field(min_length=1)
     # Prompts drawn from each set (default: all).
-    samples: int | None = Field(default=None, ge=1)
+    samples: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
     # Output lengths; one cell per prompt set and length.
-    max_tokens: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    max_tokens: list[Tokens] = Field(min_length=1)
     # Runs of each prompt (the unit of the intervals).
-    repeats: int = Field(default=1, ge=1)
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
     # Requests sent before the measured ones, not counted.
-    warmup: int = Field(default=0, ge=0)
+    warmup: int = Field(default=0, ge=0, le=MAX_REPEATS)
     # Sampling temperature (0: greedy, checked for equivalence).
     temperature: float = Field(default=0.0, ge=0)
     # "cold": every measured request starts with no cached prefix (the server's cache flushed,
@@ -266,13 +332,13 @@ class AgenticWorkload(WorkloadBase):
     # Multi-turn sessions with a growing context, as a coding agent produces.
     kind: Literal["agentic"]
     # Sessions (the unit of the intervals).
-    sessions: int = Field(default=1, ge=1)
+    sessions: int = Field(default=1, ge=1, le=MAX_REPEATS)
     # Turns per session; each appends the previous answer and a tool output.
-    turns: int = Field(default=4, ge=1)
+    turns: int = Field(default=4, ge=1, le=MAX_REPEATS)
     # Tokens of the simulated tool output added each turn.
-    tool_output_tokens: int = Field(default=256, ge=0)
+    tool_output_tokens: int = Field(default=256, ge=0, le=MAX_TOKENS)
     # Output tokens per turn.
-    max_tokens: int = Field(default=256, ge=1)
+    max_tokens: Tokens = 256
     # Prompt sets the sessions start from.
     prompts: list[str] = Field(default=["code"], min_length=1)
     # Sampling temperature.
@@ -283,13 +349,13 @@ class ConcurrencyWorkload(WorkloadBase):
     # A sweep of concurrent clients.
     kind: Literal["concurrency"]
     # Numbers of concurrent clients; one cell per level.
-    levels: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    levels: list[Annotated[int, Field(ge=1, le=MAX_LEVEL)]] = Field(min_length=1)
     # Requests per level.
-    requests: int = Field(default=64, ge=1)
+    requests: int = Field(default=64, ge=1, le=MAX_REQUESTS)
     # Prompt sets the requests are drawn from.
     prompts: list[str] = Field(default=["chat"], min_length=1)
     # Output tokens per request.
-    max_tokens: int = Field(default=256, ge=1)
+    max_tokens: Tokens = 256
     # Sampling temperature.
     temperature: float = Field(default=0.0, ge=0)
 
