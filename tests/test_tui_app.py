@@ -18,6 +18,8 @@ from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
 from specbench_tui.tui.themes import PACKAGE_THEMES
 from tests.support.scripted import ScriptedControl, sample_campaign
 
+pytestmark = pytest.mark.console
+
 SIZE = (120, 40)
 
 

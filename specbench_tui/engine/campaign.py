@@ -272,8 +272,6 @@ class Campaign(CampaignControl):
         """Drive the whole campaign; returns the exit status of the CLI contract."""
         ctx = self.ctx
         self._started = time.time()
-        for text in self.store.notices:
-            ctx.hub.notice(text, "warning")
         ctx.hub.emit(
             CampaignStarted(
                 campaign=self.spec.campaign.name,
@@ -288,6 +286,8 @@ class Campaign(CampaignControl):
                 pid=os.getpid(),
             )
         )
+        for text in self.store.notices:  # after the run's start: every printer of it says them
+            ctx.hub.notice(text, "warning")
         if self.options.job is None:  # a Slurm job runs one group of its campaign's estimate
             self._record_estimate()
         for cid in self.selected:  # --rerun-failed, a rerun: an ended cell is queued again
