@@ -42,6 +42,16 @@ async def settle(pilot: Pilot[int], app: ConsoleApp) -> None:
     await pilot.pause(0.06)
 
 
+async def answered(pilot: Pilot[int], app: ConsoleApp, control: ScriptedControl, n: int) -> None:
+    """Until the control has answered ``n`` commands (the console sends from a worker) and
+    the screen caught up with what the answers published."""
+    for _ in range(200):
+        if len(control.replies) >= n:
+            break
+        await pilot.pause(0.02)
+    await settle(pilot, app)
+
+
 def header_text(app: ConsoleApp) -> str:
     return str(app.query_one(CampaignHeader).render())
 
@@ -80,7 +90,7 @@ async def test_pause_resume_and_refusal_shown() -> None:
         assert commands(control)[-1] == ("resume", None)
         assert "RUNNING" in header_text(app)
         app.action_resume()  # from the palette: nothing to resume
-        await settle(pilot, app)
+        await answered(pilot, app, control, 3)
         assert control.replies[-1].ok is False
         assert any("nothing to resume" in n for n in notes(app))
 

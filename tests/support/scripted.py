@@ -115,6 +115,11 @@ class ScriptedControl(CampaignControl):
     def notice(self, text: str, level: str = "info") -> None:
         self.emit(Notice(level=level, text=text))
 
+    def refused(self, text: str) -> None:
+        """A refused command, said as a warning (the hub's rate limit is the hub's own
+        business: a test sends a few commands, never a flood)."""
+        self.notice(text, "warning")
+
     def _follow(self, ev: Event) -> None:
         """Keep the run control's group handles where the events say the groups are."""
         groups = self.run_control.groups
