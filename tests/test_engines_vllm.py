@@ -249,9 +249,11 @@ def test_a_bad_flag_fails_its_group_with_the_engines_own_last_lines(run: Run) ->
 
 
 def test_report_console_and_headless_show_vllms_own_accept_length(run: Run) -> None:
-    """vLLM's accept length is 1 + accepted / drafts (its counters'); output tokens over
-    steps and the request mean are other figures. Every view shows vLLM's, and the report
-    raises no disagreement between the requests' counts and the counters."""
+    """vLLM's accept length is 1 + accepted / drafts (its counters'); the request mean is
+    another figure (and output tokens over steps another again, tests/test_engines_acceptance.py
+    shows it on a captured batch; here a step cut by max_tokens happens to make up for the
+    first token). Every view shows vLLM's, and the report raises no disagreement between the
+    requests' counts and the counters."""
     out = run.proc.stdout
     spec_cells = [
         c for c in run.cells.to_dicts() if c["config"] == "ngram" and c["status"] == "done"
@@ -274,9 +276,7 @@ def test_report_console_and_headless_show_vllms_own_accept_length(run: Run) -> N
         mine = [c for c in spec_cells if c["workload"] == r["workload"]]
         steps = sum(c["counter_verify_steps"] for c in mine)
         want = 1 + sum(c["counter_accepted_tokens"] for c in mine) / steps
-        tokens_per_step = sum(c["counter_generation_tokens"] for c in mine) / steps
         assert r["accept_len_weighted"] == pytest.approx(want, rel=1e-12), r
-        assert abs(tokens_per_step - want) > 0.01  # the other definition is another number
         level = f"c{r['concurrency']}" if r["kind"] == "concurrency" else r["kind"]
         assert shown[(r["workload"], level)]["accept"] == pytest.approx(want, rel=1e-12)
     notices = [e["text"] for e in run.events if e["event"] == "notice"]
