@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specbench_tui.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, InputError
+from specbench_tui.errors import (
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PIPE,
+    InputError,
+)
+from specbench_tui.stdout import is_closed_pipe, silence
 
 DEMO_PLAN = Path("plans/demo.toml")
 
@@ -108,16 +116,22 @@ def _default_plan() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args: argparse.Namespace | None = None
     try:
-        return _dispatch(args)
+        args = build_parser().parse_args(argv)  # --help and --version print too
+        code = _dispatch(args)
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+        return code
     except InputError as exc:
-        print(f"specbench-tui: {exc}", file=sys.stderr)
+        _say(f"specbench-tui: {exc}")
         return exc.exit_code  # 2, or the status of a campaign that failed before it ran
     except KeyboardInterrupt:
-        print("specbench-tui: interrupted", file=sys.stderr)
+        _say("specbench-tui: interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:
+        if is_closed_pipe(exc):  # `| head`: the reader left, as Unix tools take it
+            silence()
+            return EXIT_PIPE
         # A bug in this tool, never "some cells failed" (exit 1): say so, ask for a report,
         # and keep the traceback where the report can take it from (a console's stderr is
         # gone once the screen is restored).
@@ -137,6 +151,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def _say(line: str) -> None:
+    """One line on stderr; none where stderr's reader has gone too."""
+    try:
+        print(line, file=sys.stderr)
+    except BrokenPipeError:
+        silence()
 
 
 def _innermost(exc: BaseException) -> str:

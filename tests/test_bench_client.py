@@ -24,11 +24,14 @@ from typing import Any
 import httpx
 import pytest
 
-from specbench_tui.bench.client import BenchClient, render_prompt
+from specbench_tui.bench.client import BenchClient
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.workloads import CellResult, planned_requests, run_cell
+from specbench_tui.engines.chat_text import render_prompt
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.records import RequestRecord
+
+pytestmark = pytest.mark.system
 
 # Tokens per speculative step, cycled: several tokens per chunk, as a speculative server sends.
 STEPS = (3, 1, 4, 2, 5)

@@ -22,6 +22,8 @@ from specbench_tui.bench.workloads import run_cell
 from specbench_tui.results.cells import Cell, ServiceGroup
 from tests.conftest import free_port
 
+pytestmark = pytest.mark.system
+
 LOGS: list[Path] = []
 
 
@@ -175,6 +177,7 @@ async def test_sim_log_lines_parse(sim: str) -> None:
     assert all("new_token" in s for s in prefill)
 
 
+@pytest.mark.timing
 async def test_client_timing_matches_what_the_simulator_scheduled(sim: str) -> None:
     """The client's TTFT and inter-chunk gaps against the server's own emission times."""
     import statistics

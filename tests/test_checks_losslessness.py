@@ -11,7 +11,6 @@ import polars as pl
 import pytest
 from conftest import MINIMAL_PLAN
 
-from specbench_tui.bench.client import render_prompt
 from specbench_tui.bench.greedy import (
     FIRST_TOKENS,
     Finding,
@@ -22,6 +21,7 @@ from specbench_tui.bench.greedy import (
     leak_verdict,
 )
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
+from specbench_tui.engines.chat_text import render_prompt
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
 from specbench_tui.report.build import build_report
@@ -119,7 +119,7 @@ def _diverge_at(plan_path: Path) -> dict[str, int]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_a_lossy_config_fails_at_the_right_token_and_gates(write_plan, tmp_path) -> None:
     path = write_plan(PLAN.replace('"8"]', '"8", "--sim-fault", "diverge"]'))
     c, code = await _run(path, tmp_path)
@@ -138,7 +138,7 @@ async def test_a_lossy_config_fails_at_the_right_token_and_gates(write_plan, tmp
     assert checks["ar"] is None and "dflash" in checks["dflash"]
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_no_fault_every_config_passes(write_plan, tmp_path) -> None:
     c, code = await _run(write_plan(PLAN), tmp_path)
     assert code == 0
@@ -152,7 +152,7 @@ async def test_no_fault_every_config_passes(write_plan, tmp_path) -> None:
     assert probe.status == "pass" and probe.detail["requests"] == 8
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_state_that_leaks_after_a_long_request_is_found(write_plan, tmp_path) -> None:
     text = PLAN.replace('"8"]', '"8", "--sim-fault", "leak:1000"]').replace(
         "greedy_equivalence = true", "greedy_equivalence = true\nstate_leak = true"

@@ -24,7 +24,7 @@ from specbench_tui.results.events import CellFinished, Event
 from specbench_tui.results.layout import ResultsLayout
 from tests.conftest import MINIMAL_PLAN, ROOT, start_headless
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 PLAN = MINIMAL_PLAN.replace("max_tokens = [32]\n", "max_tokens = [32, 48, 64]\nrepeats = 2\n")
 
@@ -309,6 +309,7 @@ def test_only_runs_the_matching_cells(write_plan, tmp_path: Path) -> None:
     assert none.returncode == 2 and "matches no cell" in none.stderr
 
 
+@pytest.mark.timing
 async def test_abort_cuts_a_long_start_up_and_leaves_cells_to_resume(
     write_plan, tmp_path: Path
 ) -> None:

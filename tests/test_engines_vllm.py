@@ -27,7 +27,7 @@ from specbench_tui.report.inputs import load_inputs
 from specbench_tui.tui import results_source
 from tests.conftest import IN_CI, ROOT, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 VLLM_PYTHON = os.environ.get("SPECBENCH_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
 CAMPAIGN_TIMEOUT_S = 1800

@@ -17,6 +17,8 @@ from specbench_tui.hosts.service import READY_LINE, ServiceError, describe_exit
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
+pytestmark = pytest.mark.system
+
 SERVER = r"""
 import http.server, os, signal, subprocess, sys, threading, time
 
@@ -119,6 +121,7 @@ async def test_start_ready_stop_and_log(server_script: Path, tmp_path: Path) -> 
     assert log_path.read_text().count(READY_LINE) == 2
 
 
+@pytest.mark.timing
 async def test_early_exit_raises_at_once_with_tail(server_script: Path, tmp_path: Path) -> None:
     port = free_port()
     svc = ProcessService(make_group(server_script, port, mode="exit"), tmp_path / "x.log")

@@ -16,7 +16,7 @@ from conftest import ROOT
 from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 from support.ssh_scenarios import HeadlessRun, PlanValues, events_of, servers_left, tally
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 def long_request_started(events: list[dict]) -> bool:
@@ -25,6 +25,7 @@ def long_request_started(events: list[dict]) -> bool:
     return bool(finished) and any(e["event"] == "cell_started" for e in events[finished[0] + 1 :])
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "abort"])
 def test_abort_cancels_the_request_in_flight(sshd: Sshd, tmp_path: Path, how: str) -> None:  # noqa: F811
     model = tmp_path / "model"

@@ -170,7 +170,7 @@ CASES: list[tuple[str, str, str, str]] = [
         "unknown engine",
         "port = {port}",
         'port = {port}\nengine = "tgi"',
-        r"server\.engine: .*'sglang' or 'vllm'",
+        r"server\.engine: unknown engine 'tgi'; known: 'sglang', 'vllm', 'trtllm'$",
     ),
     (
         "vllm has no native api",
@@ -217,6 +217,7 @@ def test_missing_plan_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "no such plan file" in err
 
 
+@pytest.mark.system
 def test_cli_process_exit_code_and_no_traceback(write_plan: Callable[..., Path]) -> None:
     path = write_plan(MINIMAL_PLAN.replace("tp = [1]", "tp = [16]"))
     proc = subprocess.run(

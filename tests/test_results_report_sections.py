@@ -45,7 +45,7 @@ def _section(md: str, title: str) -> str:
     return md[start : end if end != -1 else None]
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_simulated_host_records_its_gpu_model(write_plan, tmp_path: Path) -> None:
     plan = write_plan(MINIMAL_PLAN.replace("speed = 50", "speed = 200"))
     cmd = [sys.executable, "-m", "specbench_tui", str(plan), "--headless", "--results"]
@@ -96,7 +96,7 @@ max_tokens = [16]
 """
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_an_nvidia_smi_host_records_the_h200_model_and_driver(tmp_path: Path) -> None:
     """A local host read through nvidia-smi: the stand-in replays a real H200's answers
     (driver 580.159.04); the venv's pynvml finds no driver here, so NVML is passed over."""

@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytestmark = pytest.mark.system
+
 DDTREE_LOG_RE = re.compile(r"DDTree.*accept[_ ]len(?:gth)?[=:] *(?P<ddtree_accept_len>[0-9.]+)")
 DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "16"]
 DDTREE = ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "32"]
@@ -328,6 +330,7 @@ def test_gpu_state_files_follow_lifecycle(start, tmp_path: Path) -> None:
     assert not list(state.glob("*gpu*"))
 
 
+@pytest.mark.timing
 def test_request_record_matches_client_timing(start) -> None:
     sim = start("--speed", "10", *DFLASH)
     with httpx.Client(timeout=30) as client:
@@ -358,6 +361,7 @@ def test_request_record_matches_client_timing(start) -> None:
     assert httpx.get(f"{sim.url}/sim/requests/nope").status_code == 404
 
 
+@pytest.mark.timing
 async def test_many_streams_keep_pace_and_queue_beyond_cap(start) -> None:
     sim = start("--speed", "10", "--max-running-requests", "32")
     limits = httpx.Limits(max_connections=64)

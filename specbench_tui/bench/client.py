@@ -1,12 +1,13 @@
-"""Streaming HTTP client for SGLang's native ``/generate`` and the OpenAI chat API.
+"""Streaming HTTP client for any engine's API: the engine's adapter (``engines/``) builds each
+request and parses its stream; this sends it and times it.
 
 One :class:`BenchClient` (one :class:`~specbench_tui.bench.transport.SseTransport`, pooled
 connections sized for the cell's concurrency) sends every request of a cell. Each request is
 timed with ``time.perf_counter_ns`` from the moment its headers go to the socket (connection
 set-up is the client's time, not the server's); every SSE ``data:`` payload is stamped as it
 is cut out of the stream and goes, with that stamp and the number of the read that brought
-it, to a stream parser from ``engines/streams.py``, which decodes only what is new in it, so
-the client does not slow down what it measures.
+it, to the engine adapter's stream parser, which decodes only what is new in it, so the
+client does not slow down what it measures.
 
 Failures never raise: a timeout, an HTTP error, a refused connection or a stream that stops
 early come back as :attr:`Completion.error`, a short sentence the operator can act on, because
@@ -22,24 +23,17 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
 
 import aiohttp
 
 from specbench_tui.bench.figures import Span, fill_rates
 from specbench_tui.bench.transport import SseTransport
-from specbench_tui.engines.streams import (
-    StreamError,
-    StreamMode,
-    StreamParser,
-    error_text,
-    stream_parser,
-)
+from specbench_tui.engines.adapter import Message, RequestSpec
+from specbench_tui.engines.chat_text import PromptFormat
+from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
+from specbench_tui.engines.streams import StreamError, StreamMode, StreamParser, error_text
 from specbench_tui.results.cells import Api
 from specbench_tui.results.records import Measurement
-
-PromptFormat = Literal["chatml", "plain"]
-Message = dict[str, str]
 
 _ERROR_BODY_CHARS = 200
 FLUSH_PATH = "/flush_cache"
@@ -60,26 +54,6 @@ class Completion(Measurement):
     # Where the request sat on the client's clock: sent (its headers on the socket) to the
     # end of its stream; a cell's measured window is built from these (bench/figures.py).
     span: Span | None = None
-
-
-def render_prompt(messages: list[Message], fmt: PromptFormat = "chatml") -> str:
-    """Turn a conversation into the raw text ``/generate`` takes.
-
-    The native API has no chat template of its own, so the client applies one. ChatML (the
-    Qwen family's format) makes a chat model answer as it would behind a chat API, which is what
-    decides a drafter's acceptance; ``plain`` sends a single user prompt verbatim and joins a
-    longer conversation with role headers. Either way the rendering of a prefix never changes
-    when turns are appended, so the server's prefix cache sees a growing shared prefix.
-    """
-    if fmt == "chatml":
-        parts = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
-        parts.append("<|im_start|>assistant\n")
-        return "".join(parts)
-    if len(messages) == 1 and messages[0]["role"] == "user":
-        return messages[0]["content"]
-    parts = [f"{m['role'].capitalize()}: {m['content']}\n\n" for m in messages]
-    parts.append("Assistant:")
-    return "".join(parts)
 
 
 def _describe_http_error(status: int, body: bytes) -> str:
@@ -120,29 +94,36 @@ class BenchClient:
     """A streaming client bound to one server.
 
     ``concurrency`` sizes the connection pool so that a concurrency cell never waits on the
-    pool (which would show up as false queueing delay in TTFT). ``model`` is the served model
-    name an OpenAI request carries (vLLM refuses any other); ``stream_mode`` is SGLang's
-    ``/generate`` stream mode when the server said which (``auto`` tells from the stream).
+    pool (which would show up as false queueing delay in TTFT). ``engine`` names the adapter
+    that builds requests and reads streams (the plan's ``engine``); ``api`` is one of its
+    APIs, by default its first. ``model`` is the served model name a chat request carries
+    (some engines refuse any other); ``stream_mode`` is the stream mode of an API that has
+    several, when the server said which (``auto`` tells from the stream). ``speculative``:
+    whether the server runs speculative decoding; without it a request's speculative fields
+    stay null whatever its stream says (an engine may count one token per iteration for every
+    request, which is no acceptance to report).
     """
 
     def __init__(
         self,
         base_url: str,
-        api: Api = "sglang",
+        api: Api | None = None,
         *,
+        engine: str = DEFAULT_ENGINE,
         concurrency: int = 1,
         model: str | None = None,
         prompt_format: PromptFormat = "chatml",
         stream_mode: StreamMode = "auto",
-        token_ids: bool = False,
         cache_salt: bool = False,
+        speculative: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.token_ids = token_ids  # ask an OpenAI route for token ids (vLLM return_token_ids)
-        # A salt of its own per request (vLLM's cache_salt): no request reuses another's
-        # cached prefix, so TTFT includes the prompt's prefill.
+        self.engine = adapter(engine)
+        # A salt of its own per request: no request reuses another's cached prefix, so TTFT
+        # includes the prompt's prefill (engines whose cold cache is a salt).
         self.cache_salt = cache_salt
-        self.api: Api = api
+        self.speculative = speculative
+        self.api: Api = api or self.engine.default_api
         self.model = model
         self.stream_mode: StreamMode = stream_mode
         self.prompt_format: PromptFormat = prompt_format
@@ -160,8 +141,8 @@ class BenchClient:
         await self._transport.aclose()
 
     async def flush_cache(self) -> str | None:
-        """Empty the server's prefix cache (SGLang ``POST /flush_cache``, which refuses while
-        requests run); None when it did, else why not, in one line."""
+        """Empty the server's prefix cache (``POST /flush_cache``, on engines whose cold cache
+        is a flush; SGLang refuses it while requests run); None when it did, else why not."""
         try:
             status, body = await self._transport.post(FLUSH_PATH)
         except Exception as exc:
@@ -186,31 +167,17 @@ class BenchClient:
         """
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        if self.api == "sglang":
-            path = "/generate"
-            body: dict[str, Any] = {
-                "text": render_prompt(messages, self.prompt_format),
-                "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature},
-                "stream": True,
-            }
-        else:
-            path = "/v1/chat/completions"
-            body = {
-                "messages": messages,
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
-            if self.model is not None:  # without it a server uses its one model (vLLM does)
-                body["model"] = self.model
-            if self.token_ids:
-                body["return_token_ids"] = True
-            if self.cache_salt:
-                body["cache_salt"] = secrets.token_hex(8)
+        spec = RequestSpec(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            model=self.model,
+            prompt_format=self.prompt_format,
+            cache_salt=secrets.token_hex(8) if self.cache_salt else None,
+        )
+        path, body = self.engine.request(self.api, messages, spec)
         payload = json.dumps(body, separators=(",", ":")).encode()
         out = Completion(started_at=time.time())
-        parser = stream_parser(self.api, self.stream_mode)
+        parser = self.engine.stream_parser(self.api, self.stream_mode)
         # The clock restarts when the request's headers go out (after a connection was taken
         # or opened); until then it counts from here, so a failed connect still has an e2e.
         clock = [time.perf_counter_ns()]
@@ -233,6 +200,10 @@ class BenchClient:
             out.error = out.error or str(exc)
         except Exception as exc:  # whatever else the server's bytes do: this request only
             out.error = out.error or f"bad server data: {type(exc).__name__}: {exc}"[:240]
+        if not self.speculative:
+            out.spec_verify_ct = out.spec_accepted_tokens = out.spec_draft_tokens = None
+            out.spec_accept_histogram = None
+            out.accept_length = None
         fill_rates(out, parser.content_tokens, one_read=parser.one_read)
         out.text = parser.text
         out.request_id = parser.request_id

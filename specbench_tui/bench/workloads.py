@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
+from specbench_tui.bench.client import BenchClient, Completion, Message
 from specbench_tui.bench.client_health import ClientHealth, ClientWatch
 from specbench_tui.bench.figures import Span, measured_window
 from specbench_tui.bench.greedy import Output
+from specbench_tui.engines.chat_text import PromptFormat
 from specbench_tui.engines.counters import CounterWindow
+from specbench_tui.engines.registry import adapter
 from specbench_tui.engines.streams import StreamMode
 from specbench_tui.plan.prompt_sets import Prompt, load_named_set, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
@@ -337,8 +339,6 @@ async def run_cell(
     result: CellResult | None = None,
     model: str | None = None,
     stream_mode: StreamMode = "auto",
-    token_ids: bool = False,
-    cold_cache: str = "flush",
     counters: CounterWindow | None = None,
     watch: ClientWatch | None = None,
 ) -> CellResult:
@@ -356,16 +356,18 @@ async def run_cell(
     measured, GC kept out of the cell).
     """
     own = client is None
+    cold_cache = adapter(group.engine).cold_cache
     if client is None:
         client = BenchClient(
             base_url,
             group.api,
+            engine=group.engine,
             concurrency=cell.concurrency or 1,
             prompt_format=prompt_format,
             model=model,
             stream_mode=stream_mode,
-            token_ids=token_ids,
             cache_salt=cold_cache == "salt" and cell.prefix_cache == "cold",
+            speculative=group.speculative,
         )
     result = result if result is not None else CellResult()
     run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result, counters)

@@ -26,7 +26,7 @@ from specbench_tui.bench.greedy import (
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.store import ResultsStore
-from specbench_tui.engines.inspect import ServerFacts
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.probes import (
     LEAK_OUTPUT_TOKENS,
@@ -140,11 +140,7 @@ async def probe_noise_floor(
     n_prompts, batch, max_tokens = floor_probe_size(spec)
     probe = _probe_prompts(ctx, n_prompts)
     client = BenchClient(
-        svc.base_url,
-        group.api,
-        concurrency=batch,
-        model=facts.served_model,
-        token_ids=facts.engine == "vllm",
+        svc.base_url, group.api, engine=group.engine, concurrency=batch, model=facts.served_model
     )
 
     async def one(messages: list[dict[str, str]]) -> Output | None:
@@ -198,9 +194,7 @@ async def probe_state_leak(
             "Summarise this log in detail, line by line.",
         }
     ]
-    client = BenchClient(
-        svc.base_url, group.api, model=facts.served_model, token_ids=facts.engine == "vllm"
-    )
+    client = BenchClient(svc.base_url, group.api, engine=group.engine, model=facts.served_model)
     try:
         got = []
         for messages, n in (

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from specbench_tui.engines.registry import API_NAMES, ENGINE_NAMES
 from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -123,10 +124,24 @@ class ServerSpec(Strict):
     port: int | None = Field(default=None, ge=1, le=65535)
     args: list[str] = []
     env: dict[str, str] = {}
-    api: Literal["sglang", "openai"] | None = None
-    engine: Literal["sglang", "vllm"] | None = None
+    api: str | None = None
+    engine: str | None = None
     served_model_name: str | None = Field(default=None, min_length=1)
     ready_timeout: Duration | None = None
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str | None) -> str | None:
+        if v is not None and v not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {v!r}; known: {', '.join(map(repr, ENGINE_NAMES))}")
+        return v
+
+    @field_validator("api")
+    @classmethod
+    def _known_api(cls, v: str | None) -> str | None:
+        if v is not None and v not in API_NAMES:
+            raise ValueError(f"unknown api {v!r}; known: {', '.join(map(repr, API_NAMES))}")
+        return v
 
     @field_validator("env", mode="before")
     @classmethod

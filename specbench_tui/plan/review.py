@@ -13,7 +13,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.registry import adapter
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
@@ -139,8 +139,9 @@ def render_text(r: Review) -> str:
                 if g.speculative
                 else "no speculation"
             )
-            engine = ("simulated " if g.host_kind == "sim" else "") + traits(g.engine).label
-            api = "native /generate" if g.api == "sglang" else "OpenAI chat API"
+            eng = adapter(g.engine)
+            engine = ("simulated " if g.host_kind == "sim" else "") + eng.label
+            api = eng.api_label(g.api)
             out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)

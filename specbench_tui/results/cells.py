@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 WorkloadKind = Literal["single", "agentic", "concurrency"]
-Api = Literal["sglang", "openai"]
+Api = str  # one of an engine's APIs, by its plan name (engines/registry.py API_NAMES)
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,9 @@ class ServiceGroup:
     packed: bool = False
     # Runs only with every GPU of the host free: the unpacked control of a packed group.
     exclusive: bool = False
-    engine: str = "sglang"  # "sglang" | "vllm": what runs (the simulator speaks SGLang)
+    # The engine by its plan name (engines/registry.py); "" in logs written before groups
+    # recorded it, which read as the default engine.
+    engine: str = ""
     served_model_name: str | None = None  # the plan's override of the name requests carry
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
 
@@ -140,7 +142,7 @@ _GROUP_DEFAULTS: dict[str, Any] = {
     "label": "",
     "tp": 0,
     "port": 0,
-    "api": "sglang",
+    "api": "",
     "ready_timeout_s": 900.0,
     "speculative": False,
 }

@@ -117,6 +117,21 @@ class CampaignStarted(Event):
 
 
 @dataclass(kw_only=True)
+class EstimateRecorded(Event):
+    """The dry-run estimate of the run that starts (plan/estimate.py), kept so that the
+    report holds it against the time the cells took without reading the plan again:
+    ``total_s`` the whole plan's wall time, ``startup_s`` every group's server start-up
+    together, ``per_cell_s`` each cell's time, ``host_speeds`` how much faster than real
+    time each host ran (a simulator; 1.0 on a real host)."""
+
+    name: ClassVar[str] = "estimate_recorded"
+    total_s: float = 0.0
+    startup_s: float = 0.0
+    per_cell_s: dict[str, float] = field(default_factory=dict)
+    host_speeds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
 class CampaignFinished(Event):
     name: ClassVar[str] = "campaign_finished"
     campaign: str
