@@ -25,6 +25,14 @@ from specbench_tui.stdout import is_closed_pipe, silence
 DEMO_PLAN = Path("plans/demo.toml")
 
 
+def _write_report(root: Path) -> list[Path]:
+    """The report of a results directory, for a campaign to write when it ends (imported
+    then: the report's libraries are not needed before)."""
+    from specbench_tui.report.render import render_report
+
+    return render_report(root)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_INPUT, f"specbench-tui: {message} (see --help)\n")
@@ -79,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--only", metavar="PATTERN", help="run only cells whose id or name matches")
     p.add_argument(
-        "--rerun-failed", action="store_true", help="run again the cells that failed last time"
+        "--rerun-failed",
+        action="store_true",
+        help="resume, and run again the cells that failed (every cell not yet done or "
+        "skipped runs)",
     )
     p.add_argument(
         "--rerun",
@@ -90,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim", action="store_true", help="rehearse the plan on the embedded simulated host"
     )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
+    p.add_argument(
+        "--plan-schema",
+        action="store_true",
+        help="print the plan format as a JSON Schema (docs/plan-format.md says it for people)",
+    )
     p.add_argument(
         "--job",
         metavar="FILE",
@@ -242,6 +258,13 @@ def _send(control: object, words: list[str]) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.plan_schema:
+        from specbench_tui.plan.reference import json_schema
+
+        if args.plan is not None:
+            raise InputError("--plan-schema takes no plan")
+        print(json.dumps(json_schema(), indent=2))
+        return EXIT_OK
     if args.json and not args.dry_run:
         raise InputError("--json goes with --dry-run")
     if args.check and not args.dry_run:
@@ -281,6 +304,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.dry_run:
         from specbench_tui.engine.selection import matches
         from specbench_tui.plan.review import render_json, render_text, review
+        from specbench_tui.printable import printable
 
         only = args.only
         select = (lambda cell: matches(cell, only)) if only else None
@@ -301,11 +325,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             # dumps, not dump: dump streams through the pure-Python encoder.
             sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
         else:
-            print(render_text(r))
+            print(printable(render_text(r)))
             if checked is not None:
                 print("\nPreflight:")
                 for h in checked:
-                    print("\n".join(h.lines()))
+                    print(printable("\n".join(h.lines())))
         problems = [f"host {h.host}: {p}" for h in checked or () for p in h.problems]
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -337,7 +361,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             ssh_config=args.ssh_config,
             job=share,
             control_socket=share is None,  # a job is steered through its mailbox
-            write_report=share is None,
+            write_views=share is None,
+            report=_write_report if share is None else None,
         ),
     )
     if campaign.moved_aside is not None:

@@ -12,6 +12,7 @@ from specbench_tui.engine.campaign import Campaign
 from specbench_tui.engine.commands import Command
 from specbench_tui.errors import EXIT_PIPE
 from specbench_tui.plan.durations import format_duration
+from specbench_tui.printable import printable
 from specbench_tui.results.events import (
     Aborted,
     CampaignFinished,
@@ -126,7 +127,7 @@ async def print_events(campaign: Campaign, out: TextIO) -> bool:
     silently, so the opening line can say what they left). When the reader of ``out`` goes
     away (``--headless | head``) the campaign is aborted as SIGPIPE would end any Unix tool,
     but cleanly: servers stopped, what was measured kept, a rerun resumes. True then."""
-    state = CampaignState()
+    state = CampaignState(campaign.layout.rows_exist)  # as the engine's: rows set aside count
     this_run = False
     reader_left = False
     async for ev in campaign.subscribe():
@@ -139,7 +140,7 @@ async def print_events(campaign: Campaign, out: TextIO) -> bool:
         if line is None or reader_left:
             continue
         try:
-            out.write(line + "\n")
+            out.write(printable(line, one_line=True) + "\n")
             out.flush()
         except BrokenPipeError:
             if not reader_gone(out):

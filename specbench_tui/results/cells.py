@@ -6,8 +6,10 @@ them without pydantic, and so that they serialise to the dry-run JSON as they ar
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
+
+from specbench_tui.results.jsontypes import FieldTypeError, check_fields, conforms
 
 WorkloadKind = Literal["single", "agentic", "concurrency"]
 Api = str  # one of an engine's APIs, by its plan name (engines/registry.py API_NAMES)
@@ -43,7 +45,8 @@ class ServiceGroup:
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        # Shallow, as Cell.to_json: asdict() deep-copies, which dominates a big dry run.
+        d = {name: getattr(self, name) for name in _GROUP_FIELDS}
         d["gpu_ids"] = list(self.gpu_ids)
         d["command"] = list(self.command)
         d["env"] = dict(self.env)
@@ -58,9 +61,14 @@ class ServiceGroup:
         a log written by another version of the tool still reads.
         """
         d = _known(cls, obj)
+        check_fields(cls, d, skip=("env",))
+        env = d.get("env", ())
+        if not (
+            isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
+        ) and not conforms(env, tuple[tuple[str, str], ...]):
+            raise FieldTypeError(f"'env' is {type(env).__name__}, not an object of strings")
         d["gpu_ids"] = tuple(int(g) for g in d.get("gpu_ids", ()))
         d["command"] = tuple(str(a) for a in d.get("command", ()))
-        env = d.get("env", ())
         d["env"] = tuple(sorted(env.items())) if isinstance(env, dict) else tuple(map(tuple, env))
         d["stop_before"] = tuple(d.get("stop_before", ()))
         for key, default in _GROUP_DEFAULTS.items():
@@ -113,6 +121,9 @@ class Cell:
     def from_json(cls, obj: dict[str, Any]) -> Cell:
         """Rebuild a cell from its JSON; unknown keys are ignored (see ServiceGroup.from_json)."""
         d = _known(cls, obj)
+        check_fields(cls, d, skip=("params",))
+        if not isinstance(d.get("params", {}), dict | list):
+            raise FieldTypeError(f"'params' is {type(d['params']).__name__}, not an object")
         d["prompts"] = tuple(d.get("prompts", ()))
         params = d.get("params", ())
         d["params"] = tuple(params.items()) if isinstance(params, dict) else tuple(params)
@@ -122,6 +133,7 @@ class Cell:
 
 
 _CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
+_GROUP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ServiceGroup))
 # What an old log may lack: enough to rebuild a cell or group that can be shown and reported.
 _CELL_DEFAULTS: dict[str, Any] = {
     "name": "",
