@@ -25,6 +25,14 @@ from specbench_tui.stdout import is_closed_pipe, silence
 DEMO_PLAN = Path("plans/demo.toml")
 
 
+def _write_report(root: Path) -> list[Path]:
+    """The report of a results directory, for a campaign to write when it ends (imported
+    then: the report's libraries are not needed before)."""
+    from specbench_tui.report.render import render_report
+
+    return render_report(root)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_INPUT, f"specbench-tui: {message} (see --help)\n")
@@ -375,7 +383,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             ssh_config=args.ssh_config,
             job=share,
             control_socket=share is None,  # a job is steered through its mailbox
-            write_report=share is None,
+            write_views=share is None,
+            report=_write_report if share is None else None,
         ),
     )
     if campaign.moved_aside is not None:

@@ -40,8 +40,8 @@ from specbench_tui.tui.plots import LivePlot
 from specbench_tui.tui.results_pane import ResultsPane
 from specbench_tui.tui.results_source import COLUMNS
 from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
-from specbench_tui.tui.scripted import ScriptedControl, packed_campaign, sample_campaign
 from specbench_tui.tui.toasts import ToastBatcher
+from tests.support.scripted import ScriptedControl, packed_campaign, sample_campaign
 
 pytestmark = pytest.mark.console
 
@@ -663,15 +663,14 @@ class FakeRelaunch:
 
     async def start(self, *, rerun: Sequence[str] = (), rerun_failed: bool = False) -> Any:
         self.asked.append((tuple(rerun), rerun_failed))
-        control = ScriptedControl(list(self.events))
 
-        async def start_engine() -> int:
+        async def run(control: ScriptedControl) -> int:
             control.publish(CellFinished(cell_id="dfl1conc4", group="sim.dflash.tp1", attempt=2))
             control.publish(CampaignFinished(campaign="demo", finished=16, exit_code=0))
             control.close()
             return 0
 
-        control.start_engine = start_engine  # type: ignore[attr-defined]
+        control = ScriptedControl(list(self.events), engine=run)
         self.controls.append(control)
         return control
 
@@ -786,7 +785,7 @@ async def test_a_burst_of_failures_is_one_counted_toast() -> None:
 
 
 async def test_each_answer_is_shown_once() -> None:
-    control = ScriptedControl(sample_campaign(), echo=True)  # answers come back as notices too
+    control = ScriptedControl(sample_campaign())  # answers come back as notices too
     app, _ = make_app(control=control)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)

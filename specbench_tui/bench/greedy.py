@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specbench_tui.engines.registry import adapters
 from specbench_tui.results.cells import Cell
 
 #: A divergence before this token is "from the first tokens": a broken config, not numerics.
@@ -28,8 +29,9 @@ FIRST_TOKENS = 16
 #: Characters of each continuation kept around a divergence.
 CONTEXT_CHARS = 60
 DETERMINISTIC_HINT = (
-    "for bit-exact comparisons run the engine in its deterministic mode where it has one "
-    "(SGLang: --enable-deterministic-inference; vLLM: VLLM_BATCH_INVARIANT=1)"
+    "for bit-exact comparisons run the engine in its deterministic mode where it has one ("
+    + "; ".join(f"{a.label}: {a.deterministic_mode}" for a in adapters() if a.deterministic_mode)
+    + ")"
 )
 
 

@@ -148,6 +148,9 @@ class EngineAdapter(ABC):
     ready_line: ClassVar[str]
     cold_cache: ClassVar[Literal["flush", "salt"]] = "salt"
     metrics_path: ClassVar[str] = METRICS_PATH
+    #: How to run the engine bit-exact across batch sizes, where it can be (a flag or an
+    #: environment setting, as the operator writes it); None where it cannot.
+    deterministic_mode: ClassVar[str | None] = None
     version_path: ClassVar[str] = "/version"
 
     # --- the plan ---------------------------------------------------------------------------

@@ -212,6 +212,7 @@ class SglangAdapter(EngineAdapter):
     ready_line = READY_LINE
     # POST /flush_cache before a cold request (SGLang refuses it while requests run).
     cold_cache = "flush"
+    deterministic_mode = "--enable-deterministic-inference"
 
     def health_paths(self, api: str) -> tuple[str, ...]:
         """``/health_generate`` runs a real one-token generation, so it answers 200 only once

@@ -295,6 +295,7 @@ class VllmAdapter(EngineAdapter):
     # A cache_salt of its own per cold request: vLLM's cache reset is a development-mode
     # endpoint.
     cold_cache = "salt"
+    deterministic_mode = "VLLM_BATCH_INVARIANT=1"
 
     def requested_speculation(self, command: Sequence[str]) -> Speculation:
         """``--speculative-config JSON`` (or its dotted form ``--speculative-config.method X``)."""
