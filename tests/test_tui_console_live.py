@@ -232,6 +232,38 @@ async def test_results_pane_is_where_one_looks_after_the_end() -> None:
         assert not app.main.query_one("#plots").display
 
 
+async def test_the_results_are_kept_while_hidden_so_the_end_shows_them_at_once() -> None:
+    """During a run the plots hold the slot and the results pane is hidden; the table is kept
+    current anyway (not at every cell), so the pane that takes the slot at the end is never
+    empty while a first computation runs."""
+    source = CountingSource(table_rows())
+    app, control = make_app(results_source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert not app.main.query_one("#results").display
+        control.publish(CellFinished(cell_id="ddt1agent", group="sim.ddtree-16.tp1"))
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if source.calls:
+                break
+        assert source.calls, "not computed while hidden"
+        await pilot.pause(0.2)
+        table = app.main.query_one("#results-table", DataTable)
+        assert table.row_count == 3
+        computed = len(source.calls)
+        for _ in range(3):  # more cells end: not recomputed at once while hidden
+            control.publish(CellFinished(cell_id="ddt1agent", group="sim.ddtree-16.tp1"))
+            await pilot.pause(0.5)
+        assert len(source.calls) == computed
+        control.publish(CampaignFinished(campaign="demo", finished=16, exit_code=0))
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if app.main.query_one("#results").display:
+                break
+        assert app.main.query_one("#results").display
+        assert table.row_count == 3  # the table it kept, before any new computation
+
+
 def test_comparison_adapter_reads_the_report_frame(tmp_path: Path) -> None:
     """The adapter's figures are the report's comparison frame, renamed: one code path."""
     from specbench_tui.report.frames import comparison as report_comparison

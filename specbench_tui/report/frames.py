@@ -125,6 +125,7 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
         pl.col("group")
         .cast(pl.String)
         .replace_strict(engines, default=DEFAULT_ENGINE, return_dtype=pl.String)
+        .cast(pl.Categorical)
         .alias("engine"),
         pl.coalesce(pl.col("e2e_tok_s"), e2e_rate, pl.col("output_tok_s")).alias("e2e_tok_s"),
         unit.fill_null(0).alias("unit"),

@@ -131,7 +131,7 @@ def build(inp: Inputs) -> Section | None:
                         Column("n"),
                         Column("Decode tok/s [95% CI]"),
                         Column("Speed-up [95% CI]"),
-                        Column("Accept len (token-wt.)"),
+                        Column("Accept len"),
                         Column("TTFT first turn ms"),
                         Column("TTFT last turn ms"),
                         Column("Context last turn"),

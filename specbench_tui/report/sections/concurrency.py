@@ -40,6 +40,15 @@ from specbench_tui.report.stats import from_moments
 
 KIND = "concurrency"
 _KEYS = ["host", "tp", "workload", "config", "concurrency"]
+#: The figures of each cell's own summary that the level table reads.
+_CELL_FIGURES = (
+    "throughput_tok_s",
+    "itl_token_s_p50",
+    "itl_token_s_p99",
+    "itl_s_p50",
+    "itl_s_p99",
+    "coalesced_gap_share",
+)
 
 
 def level_frame(inp: Inputs) -> pl.DataFrame:
@@ -76,29 +85,11 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
     )
     agg = agg.join(errs, on="cell_id", how="left")
     cells = cell_figures(inp)
-    want = [
-        c
-        for c in (
-            "throughput_tok_s",
-            "itl_token_s_p50",
-            "itl_token_s_p99",
-            "itl_s_p50",
-            "itl_s_p99",
-            "coalesced_gap_share",
-        )
-        if c in cells.columns
-    ]
+    want = [c for c in _CELL_FIGURES if c in cells.columns]
     if cells.height and want:
         figs = cells.select(pl.col("cell_id").cast(pl.Categorical), *want)
         agg = agg.join(figs, on="cell_id", how="left")
-    for c in (
-        "throughput_tok_s",
-        "itl_token_s_p50",
-        "itl_token_s_p99",
-        "itl_s_p50",
-        "itl_s_p99",
-        "coalesced_gap_share",
-    ):
+    for c in _CELL_FIGURES:
         if c not in agg.columns:
             agg = agg.with_columns(pl.lit(None, dtype=pl.Float64).alias(c))
     # Cell throughput from the cell's summary; tokens over the requests' span where it has none.

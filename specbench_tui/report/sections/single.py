@@ -48,13 +48,14 @@ from specbench_tui.report.stats import mean_ci
 def _extra(inp: Inputs, kind: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     """TTFT median, end-to-end tok/s and the prefix-cache share per comparison key."""
     keys = [*SCOPE, "config"]
-    cols = ["ttft_s", "e2e_tok_s", "cached_tokens", "prompt_tokens"]
+    cols = ["ttft_s", "output_tokens", "e2e_s", "cached_tokens", "prompt_tokens"]
     df = subset(inp, [*keys, *cols], pl.col("kind") == kind)
     if df.height == 0:
         return {}
     agg = df.group_by(keys).agg(
         pl.col("ttft_s").median().alias("ttft_p50"),
-        pl.col("e2e_tok_s").mean().alias("e2e_tok_s"),
+        # Token-weighted, as decode tok/s is: all tokens over all end-to-end time.
+        (pl.col("output_tokens").sum() / pl.col("e2e_s").sum()).alias("e2e_tok_s"),
         (
             pl.col("cached_tokens").sum().cast(pl.Float64)
             / pl.col("prompt_tokens").sum().cast(pl.Float64)
@@ -73,8 +74,8 @@ def tp_table(inp: Inputs, rows: list[dict[str, Any]], kind: str, caption: str) -
         Column("Requests"),
         Column("Decode tok/s [95% CI]"),
         Column("Speed-up [95% CI]"),
+        Column("Accept len"),
         Column("Accept len (req. mean)"),
-        Column("Accept len (token-wt.)"),
         Column("TTFT p50 ms"),
         Column("E2E tok/s"),
         Column("", "l"),
@@ -89,8 +90,8 @@ def tp_table(inp: Inputs, rows: list[dict[str, Any]], kind: str, caption: str) -
                 Cell(f.count(r["requests"])),
                 decode_cell(r),
                 speedup_cell(r),
-                Cell(f.accept(r["accept_len_mean"])),
                 Cell(f.accept(r["accept_len_weighted"])),
+                Cell(f.accept(r["accept_len_mean"])),
                 Cell(f.ms(x.get("ttft_p50"))),
                 Cell(f.toks(x.get("e2e_tok_s"))),
                 Cell(note(r)),
