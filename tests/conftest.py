@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANS = ROOT / "plans"
@@ -33,6 +35,39 @@ _current: list[pytest.Item] = []  # the test being run (need_program reads its t
 _NOT_RUN: dict[str, int] = {}  # tier -> tests ``-m`` or ``-k`` left out
 _UNIT_S: dict[str, float] = {}  # unit test -> seconds (setup, call and teardown)
 UNIT_SLOW_S = 2.0  # a unit test slower than this is named at the end of the run
+
+
+_SWEPT: dict[str, list[str]] = {}  # when -> what the session sweep stopped
+
+
+def _end_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP (a CI limit, a closed terminal) ends the run as ctrl-c does: the
+    summary of what ran is printed and the session's fixtures are torn down."""
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _catch_end_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not _end_on_signal:  # an event loop's handler replaced it
+            signal.signal(sig, _end_on_signal)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process the suite starts inherits the session's mark (``.ci/run`` sets one for
+    its whole run), so what a killed session left can be found and stopped."""
+    os.environ.setdefault(sweep.MARK, sweep.mark_of(os.getpid()))
+    _catch_end_signals()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SWEPT["left by a test session that was killed"] = sweep.sweep(dead_owners=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """After the fixtures' teardown: whatever the suite started and is still running (a test
+    cut short, a teardown that failed) is stopped, and named in the summary."""
+    _SWEPT["left by this session"] = sweep.sweep(os.environ.get(sweep.MARK))
 
 
 def tiers_of(item: pytest.Item) -> set[str]:
@@ -73,6 +108,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A unit test that asks for a real external program fails before it starts one."""
     _current[:] = [item]
+    _catch_end_signals()
     wanted = SYSTEM_FIXTURES & set(getattr(item, "fixturenames", ()))
     if wanted and tiers_of(item) == {"unit"}:
         pytest.fail(
@@ -104,6 +140,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("unit tests slower than 2 s: make them faster or mark them")
         for seconds, nodeid in slow:
             terminalreporter.write_line(f"{seconds:6.2f}s {nodeid}")
+    for when, lines in _SWEPT.items():
+        if lines:
+            terminalreporter.section(f"processes {when}, stopped")
+            for line in lines:
+                terminalreporter.write_line(line)
     scenarios = sys.modules.get("support.ssh_scenarios")
     lines: list[str] = getattr(scenarios, "SCENARIO_LINES", [])
     if lines:
@@ -174,6 +215,14 @@ def write_plan(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+def tiny_model(where: Path) -> str:
+    """A model directory for plans whose server is the simulator (it loads nothing, but the
+    preflight checks that a local server's model is there)."""
+    model = where / "tiny-model"
+    model.mkdir(exist_ok=True)
+    return str(model)
 
 
 def start_headless(plan: Path, results: Path) -> subprocess.Popen[str]:

@@ -162,7 +162,7 @@ async def test_early_exit_raises_at_once_with_tail(server_script: Path, tmp_path
     t0 = time.monotonic()
     with pytest.raises(ServiceError) as exc:
         await svc.wait_ready(timeout_s=30)
-    assert time.monotonic() - t0 < 2.0  # not the 30 s timeout
+    assert time.monotonic() - t0 < 10.0  # not the 30 s timeout (room for load 10)
     err = exc.value
     assert "exited with code 1 during start-up" in err.reason
     assert err.log_tail[-1] == "RuntimeError: CUDA error: out of memory"

@@ -218,7 +218,7 @@ def test_sigterm_cancels_a_request_of_minutes(host: SystemdHost, tmp_path: Path)
         done, failed, left = tally(
             run.root, "systemd, SIGTERM during a request of minutes", values.model
         )
-        assert code == 130 and cancelled_s < 5.0
+        assert code == 130 and cancelled_s < 15.0  # a request of minutes; room for load 10
         assert (done, failed, left) == (0, 0, 0)
         assert units_of(host, values.name) == []
     finally:

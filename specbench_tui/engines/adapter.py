@@ -150,7 +150,13 @@ class EngineAdapter(ABC):
     metrics_path: ClassVar[str] = METRICS_PATH
     #: The counter whose deltas give a cell's verify steps, as a reason names it when missing.
     verify_counter: ClassVar[str] = "verify-step counter"
+    #: How to run the engine bit-exact across batch sizes, where it can be (a flag or an
+    #: environment setting, as the operator writes it); None where it cannot.
+    deterministic_mode: ClassVar[str | None] = None
     version_path: ClassVar[str] = "/version"
+    # The Python packages that make up a server of this engine (its own and what its numbers
+    # depend on), whose versions and commits the run's manifest records.
+    packages: ClassVar[tuple[str, ...]] = ("torch", "triton", "transformers")
 
     # --- the plan ---------------------------------------------------------------------------
 

@@ -195,6 +195,7 @@ class SglangAdapter(EngineAdapter):
 
     name = "sglang"
     label = "SGLang"
+    packages = ("sglang", "sgl_kernel", "torch", "triton", "transformers", "flashinfer")
     default_launch = (
         "{python}",
         "-m",
@@ -217,6 +218,7 @@ class SglangAdapter(EngineAdapter):
     # server, which kills its whole process tree (``srt/managers/tokenizer_manager.py``,
     # ``SignalHandler.running_phase_sigquit_handler``), so a client sees the connection go,
     # which the transport's signs (``bench.client.went_away``) cover.
+    deterministic_mode = "--enable-deterministic-inference"
 
     def health_paths(self, api: str) -> tuple[str, ...]:
         """``/health_generate`` runs a real one-token generation, so it answers 200 only once

@@ -114,7 +114,9 @@ def _pydantic_error(err: Any, raw: dict[str, Any]) -> PlanError:
     if kind == "missing":
         return PlanError(path, "missing required key")
     if kind in ("union_tag_not_found", "union_tag_invalid"):
-        return PlanError((*path, "kind"), f"'kind' must be one of {', '.join(KINDS)}")
+        tag = (err.get("ctx") or {}).get("tag")
+        got = f" (got {_shown(tag)})" if tag is not None else ""
+        return PlanError((*path, "kind"), f"'kind' must be one of {', '.join(KINDS)}{got}")
     if kind == "string_pattern_mismatch" and path and path[-1] == "name":
         return PlanError(
             path,
@@ -143,7 +145,15 @@ def _pydantic_error(err: Any, raw: dict[str, Any]) -> PlanError:
         )
     msg = err["msg"]
     if kind.endswith("_type") or kind.endswith("_parsing"):
-        msg = f"{msg} (got {type(err.get('input')).__name__} {err.get('input')!r})"
+        msg = f"{msg} (got {type(err.get('input')).__name__} {_shown(err.get('input'))})"
+    elif kind != "value_error" and "input" in err and not isinstance(err["input"], dict):
+        msg = f"{msg} (got {_shown(err['input'])})"  # a bad value is named with the key
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     return PlanError(path, msg[0].lower() + msg[1:] if msg else msg)
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A plan value as the error shows it: its repr, cut where it is long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,4 +1,6 @@
-"""The plan file as pydantic models: the contract of specs/plan-format.md.
+"""The plan file as pydantic models: the contract. ``docs/plan-format.md`` (and the JSON Schema
+of ``specbench-tui --plan-schema``) is generated from them by ``plan/reference.py``, each key's
+meaning taken from the comment beside it here: a key without one fails the reference's test.
 
 Every model forbids unknown keys, since in a hand-written plan an unknown key is almost always a
 typo. Checks that need more than one table (a config named in the matrix exists, TP fits the
@@ -101,14 +103,21 @@ TpSize = Annotated[int, Field(ge=1, le=MAX_TP)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: a value of the wrong type is refused, never converted ("2" is not 2, true is not
+    # 1, 2.0 is not 2), since a hand-written plan that says "8000" meant something else.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class CampaignSpec(Strict):
+    # Names the results directory (<results>/<name>/) and the servers' systemd units.
     name: str = Field(pattern=CAMPAIGN_NAME)
+    # The report's title.
     title: str = ""
+    # Results root, relative to the working directory (--results overrides it).
     results: str = "results"
+    # The config speed-ups are relative to and greedy outputs are checked against.
     baseline: str | None = None
+    # Seeds prompt sampling and the simulator.
     seed: int = Field(default=0, ge=-MAX_SEED - 1, le=MAX_SEED)
     # How long a run waits for a full results disk to get space back before it ends
     # (exit status 3); servers keep running meanwhile.
@@ -117,6 +126,9 @@ class CampaignSpec(Strict):
     pack: bool = False
     # With pack: run each host's first group once more alone, so the report can compare.
     pack_control: bool = False
+    # Each group run this many times, its server started afresh each time: the report's
+    # intervals then span run-to-run variation, not only the repeats inside one run.
+    runs: int = Field(default=1, ge=1, le=100)
 
 
 class SlurmSpec(Strict):
@@ -125,15 +137,22 @@ class SlurmSpec(Strict):
     there, headless, into ``shared_dir`` (a filesystem the login node and the nodes share)."""
 
     login: HostText = Field(min_length=1)  # an SSH destination, as for ``ssh``
+    # sbatch --partition; the cluster's default partition when unset.
     partition: str | None = Field(default=None, pattern=SLURM_NAME)
+    # GPUs of one node (the host's gpus: a TP size must fit one node).
     gpus_per_node: int = Field(ge=1, le=1024)
+    # sbatch --account.
     account: str | None = Field(default=None, pattern=SLURM_NAME)
+    # sbatch --qos.
     qos: str | None = Field(default=None, pattern=SLURM_NAME)
     time_limit: Duration | None = None  # per job; None: the partition's default
     sbatch_args: list[HostText] = []  # extra sbatch options, e.g. ["--constraint=h200"]
     setup: list[HostText] = []  # shell lines the job runs on the node before the tool
+    # A directory the login node and every node see: jobs, their plans and results.
     shared_dir: str = Field(pattern=CLUSTER_PATH)
+    # Where this tool is installed on the cluster (the jobs run its specbench-tui).
     venv: str = Field(pattern=CLUSTER_PATH)
+    # Jobs queued or running at once.
     max_jobs: int = Field(default=4, ge=1, le=10_000)
     # Requeues of a group's job in a row without a cell finished before its cells fail.
     max_requeues: int = Field(default=3, ge=0, le=100)
@@ -142,16 +161,30 @@ class SlurmSpec(Strict):
 
 
 class HostSpec(Strict):
+    # An SSH destination (an alias of ~/.ssh/config, user@host, user@host:port); exactly one of ssh,
+    # local, sim, slurm.
     ssh: HostText | None = None
+    # true: servers run on this machine.
     local: bool = False
+    # true: the embedded simulated host (a real SGLang-compatible HTTP server per group, simulated
+    # GPUs).
     sim: bool = False
+    # A Slurm cluster: each service group runs as a batch job (the table below).
     slurm: SlurmSpec | None = None
+    # GPUs the campaign may use on this host (on a Slurm host: slurm.gpus_per_node).
     gpus: int = Field(ge=1, le=1024)
+    # Physical GPU ids it may use (default 0 .. gpus-1).
     gpu_ids: list[Annotated[int, Field(ge=0, le=MAX_TP * 16)]] | None = None
+    # How servers are started and supervised: "systemd" (the default over SSH) or "process".
     services: Literal["systemd", "process"] | None = None
+    # Scratch directory on the host: logs, pid files, the telemetry agent.
     workdir: HostText = "~/specbench"
+    # Foreign systemd services to stop before a group needs their GPUs.
     stop_before: list[Annotated[str, Field(pattern=UNIT_NAME)]] = []
+    # Start the stopped foreign services again when the campaign ends or aborts.
     restore_after: bool = True
+    # Shell commands run on the host when a preflight finds something missing (the model gone from
+    # /dev/shm after a reboot).
     prepare: list[HostText] = []
     # SSH hosts: how long the host may stay away (link down, sshd restarting, a reboot)
     # before the cells that need it fail; meanwhile its work waits and resumes.
@@ -184,15 +217,27 @@ class HostSpec(Strict):
 
 
 class ServerSpec(Strict):
+    # The server's command template: {python} {model} {tp} {port} {host} {config} are placeholders,
+    # {{ and }} literal braces; default per engine.
     launch: list[HostText] | None = None
+    # The interpreter on the host that runs the server.
     python: HostText | None = None
+    # The model path on the host (checked by the preflight), or a model id the engine looks up.
     model: HostText | None = None
+    # The server's port (a free one instead where it is taken, said in a notice).
     port: int | None = Field(default=None, ge=1, le=65535)
+    # Extra server arguments; a config's args are appended to the server's.
     args: list[HostText] = []
+    # Environment of the server process (numbers are written as strings).
     env: Env = {}
+    # "sglang" (native /generate) or "openai" (/v1/chat/completions); default per engine.
     api: str | None = None
+    # "sglang" (default), "vllm" or "trtllm": the launch template, readiness, log lines, counters
+    # and version query.
     engine: str | None = None
+    # The model name requests carry; default: what the server lists at /v1/models.
     served_model_name: HostText | None = Field(default=None, min_length=1)
+    # Time a server has to start and answer its health check (default 15m).
     ready_timeout: Duration | None = None
 
     @field_validator("engine")
@@ -221,37 +266,59 @@ class ServerSpec(Strict):
 
 
 class ConfigSpec(ServerSpec):
+    # The config's name in the report; {param} placeholders of params are filled in.
     label: str | None = None
+    # Expands one config into one per value: params = { budget = [16, 64] } gives NAME-16 and
+    # NAME-64, with {budget} in args and label.
     params: dict[str, list[ParamValue]] = {}
 
 
 class ExcludeSpec(Strict):
+    # A config name (a parametrized name stands for all its expansions).
     config: str | None = None
+    # A TP size.
     tp: TpSize | None = None
+    # A host name.
     host: str | None = None
+    # A workload name.
     workload: str | None = None
 
 
 class MatrixSpec(Strict):
+    # Config names to run (a parametrized name stands for all its expansions).
     configs: list[str] = Field(min_length=1)
+    # Tensor-parallel sizes.
     tp: list[TpSize] = Field(min_length=1)
+    # Hosts to run on; default: every host.
     hosts: list[str] | None = None
+    # Combinations left out, e.g. { config = "ddtree-256", tp = 1 }.
     exclude: list[ExcludeSpec] = []
 
 
 class WorkloadBase(Strict):
+    # Restricts the workload to these TP sizes.
     tp: list[TpSize] | None = None
+    # Restricts the workload to these configs.
     configs: list[str] | None = None
+    # Per request.
     timeout: Duration = 600.0
 
 
 class SingleWorkload(WorkloadBase):
+    # One request at a time.
     kind: Literal["single"]
+    # Prompt sets: shipped (code, math, chat, summarize, translate), prompts/<name>.jsonl beside the
+    # plan, or a .jsonl path.
     prompts: list[str] = Field(min_length=1)
+    # Prompts drawn from each set (default: all).
     samples: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
+    # Output lengths; one cell per prompt set and length.
     max_tokens: list[Tokens] = Field(min_length=1)
+    # Runs of each prompt (the unit of the intervals).
     repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
+    # Requests sent before the measured ones, not counted.
     warmup: int = Field(default=0, ge=0, le=MAX_REPEATS)
+    # Sampling temperature (0: greedy, checked for equivalence).
     temperature: float = Field(default=0.0, ge=0)
     # "cold": every measured request starts with no cached prefix (the server's cache flushed,
     # or the request salted), so TTFT includes the prompt's prefill; "warm": the cache is
@@ -265,21 +332,34 @@ class SingleWorkload(WorkloadBase):
 
 
 class AgenticWorkload(WorkloadBase):
+    # Multi-turn sessions with a growing context, as a coding agent produces.
     kind: Literal["agentic"]
+    # Sessions (the unit of the intervals).
     sessions: int = Field(default=1, ge=1, le=MAX_REPEATS)
+    # Turns per session; each appends the previous answer and a tool output.
     turns: int = Field(default=4, ge=1, le=MAX_REPEATS)
+    # Tokens of the simulated tool output added each turn.
     tool_output_tokens: int = Field(default=256, ge=0, le=MAX_TOKENS)
+    # Output tokens per turn.
     max_tokens: Tokens = 256
+    # Prompt sets the sessions start from.
     prompts: list[str] = Field(default=["code"], min_length=1)
+    # Sampling temperature.
     temperature: float = Field(default=0.0, ge=0)
 
 
 class ConcurrencyWorkload(WorkloadBase):
+    # A sweep of concurrent clients.
     kind: Literal["concurrency"]
+    # Numbers of concurrent clients; one cell per level.
     levels: list[Annotated[int, Field(ge=1, le=MAX_LEVEL)]] = Field(min_length=1)
+    # Requests per level.
     requests: int = Field(default=64, ge=1, le=MAX_REQUESTS)
+    # Prompt sets the requests are drawn from.
     prompts: list[str] = Field(default=["chat"], min_length=1)
+    # Output tokens per request.
     max_tokens: Tokens = 256
+    # Sampling temperature.
     temperature: float = Field(default=0.0, ge=0)
 
 
@@ -289,6 +369,8 @@ Workload = Annotated[
 
 
 class ChecksSpec(Strict):
+    # At temperature 0 every config's outputs must equal the baseline's token for token (beyond its
+    # noise floor).
     greedy_equivalence: bool = False
     # The same prompt alone and right after a long unrelated request must give the same tokens.
     state_leak: bool = False
@@ -302,12 +384,19 @@ class ChecksSpec(Strict):
 class EstimateSpec(Strict):
     """Assumptions behind the dry-run's wall-time estimate; each may be overridden."""
 
+    # A server's start-up until healthy.
     startup: DurationOrZero = 150.0
+    # Decode tokens per second of one stream, by TP size.
     tok_s: dict[str, float] = {"1": 45.0, "2": 75.0, "4": 120.0, "8": 160.0}
+    # Speed-up a speculative config is assumed to reach.
     spec_speedup: float = Field(default=2.5, gt=0)
+    # Share of max_tokens a request is assumed to generate.
     output_fraction: float = Field(default=0.6, gt=0, le=1)
+    # Prompt tokens per second of prefill.
     prefill_tok_s: float = Field(default=4000.0, gt=0)
+    # How per-stream speed holds up as concurrency grows (1: not at all slower).
     batch_scaling: float = Field(default=0.75, ge=0, le=1)
+    # Time added per request (HTTP, scheduling).
     request_overhead: DurationOrZero = 0.05
 
 

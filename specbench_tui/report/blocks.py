@@ -79,6 +79,8 @@ class Table:
     rows: list[list[Cell]]
     notes: list[str] = field(default_factory=list)  # said under the table
     small: bool = False
+    # Leading columns that name a row (repeated in each part where a wide table is split).
+    key_columns: int = 1
 
 
 def row(*cells: str | Cell, bold_all: bool = False) -> list[Cell]:

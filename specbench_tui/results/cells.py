@@ -43,6 +43,7 @@ class ServiceGroup:
     engine: str = ""
     served_model_name: str | None = None  # the plan's override of the name requests carry
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
+    run: int = 1  # which of the plan's ``[campaign] runs`` (a fresh server each)
 
     def to_json(self) -> dict[str, Any]:
         # Shallow, as Cell.to_json: asdict() deep-copies, which dominates a big dry run.
@@ -109,6 +110,7 @@ class Cell:
     # "cold": each measured request without a cached prefix; "warm": the server's cache kept
     # (what agentic and concurrency workloads measure by nature).
     prefix_cache: str = "warm"
+    run: int = 1  # which of the plan's ``[campaign] runs`` (its group's server started afresh)
 
     def to_json(self) -> dict[str, Any]:
         # A shallow copy: asdict() deep-copies, which dominates a 10,000-cell dry run.
