@@ -336,8 +336,14 @@ class Campaign(CampaignControl):
                 await host.wait_gpus_free(used, 5.0)
             with contextlib.suppress(Exception):
                 await host.restore_foreign()
-            with contextlib.suppress(Exception):
+            try:
                 await host.close(self.options.stop_grace_s)
+            except Exception as exc:  # said: what is left is on record for the next look
+                self.hub.notice(
+                    f"{name}: could not stop what runs there: {type(exc).__name__}: {exc}; the "
+                    "next run of these results or --cleanup stops what is left",
+                    "error",
+                )
         self._hosts.clear()
 
     def _finish(self, storage_failed: bool) -> int:

@@ -439,7 +439,7 @@ class SshHost(Host):
     async def _stop_leftover(self, lo: Leftover, why: str) -> None:
         try:
             await stop_leftover(self.ssh, lo, LEFTOVER_STOP_GRACE_S)
-        except ServiceError as e:
+        except (ServiceError, SshError) as e:  # the next run (or --cleanup) finds it again
             self.events.notice(
                 f"{self.name}: cannot stop {lo.group}'s server left running by an earlier run "
                 f"({lo.describe()}): {e}",
@@ -545,8 +545,7 @@ class SshHost(Host):
         connection."""
         await super().close(grace_s)
         for lo in list(self._leftovers.values()):
-            with contextlib.suppress(Exception):
-                await self._stop_leftover(lo, "the run ended before its group's turn")
+            await self._stop_leftover(lo, "the run ended before its group's turn")
         self._leftovers.clear()
         if self._holds_lease:
             try:
