@@ -30,6 +30,7 @@ pytestmark = pytest.mark.system
 # diverge fault), three cells each: the campaign ends after dflash's first cell.
 PLAN = (
     MINIMAL_PLAN.replace("max_tokens = [32]", "max_tokens = [64, 48, 32]\nrepeats = 2")
+    .replace("[configs.dflash]\n", '[configs.dflash]\nlabel = "DFlash (linear, block 8)"\n')
     .replace('"8"]', '"8", "--sim-fault", "diverge"]')
     .replace("[workloads.single]", "[checks]\ngreedy_equivalence = true\n\n[workloads.single]")
 )
@@ -74,8 +75,11 @@ async def test_an_aborted_campaign_flags_its_lossy_config(write_plan, tmp_path: 
     flat = " ".join(text.split())
     assert "Configs that failed a correctness check" in flat
     assert "No config failed" not in flat
-    # In the single-stream table beside its figures, and on the speed-up chart's bar label.
+    # In the single-stream table beside its figures, and on the speed-up chart's bar label
+    # (the label whole, its comma inside: a bar chart of one config once cut it there).
     assert flat.count("failed check") >= 3, flat
+    tex = (layout.root / "report.tex").read_text()
+    assert "xticklabels={{{DFlash (linear, block 8) [failed check]}}}" in tex
     assert overfull_boxes(layout.root / "report.tex", tmp_path / "tex") == []
 
 
