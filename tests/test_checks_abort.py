@@ -21,6 +21,7 @@ from specbench_tui.engine.commands import Command
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.report.frames import comparison
 from specbench_tui.report.inputs import load_inputs
+from specbench_tui.report.render import render_report
 from specbench_tui.results.events import CellFinished
 from specbench_tui.results.layout import ResultsLayout
 
@@ -54,7 +55,7 @@ async def test_an_aborted_campaign_flags_its_lossy_config(write_plan, tmp_path: 
     need_program("pdflatex")
     plan = load_plan(write_plan(PLAN))
     layout = ResultsLayout.for_campaign(tmp_path / "res", plan.spec.campaign.name)
-    c = Campaign.prepare(plan, layout, CampaignOptions())
+    c = Campaign.prepare(plan, layout, CampaignOptions(report=render_report))
     run = asyncio.create_task(c.run())
 
     async def first_dflash_cell() -> None:
