@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from conftest import MINIMAL_PLAN
 
-from specbench_tui.bench.client import render_prompt
 from specbench_tui.bench.greedy import (
     FIRST_TOKENS,
     Finding,
@@ -23,6 +22,7 @@ from specbench_tui.bench.greedy import (
     floor_probe_verdict,
     greedy_verdict,
 )
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.errors import InputError
 from specbench_tui.plan.loader import load_plan
@@ -173,7 +173,7 @@ async def _run(path: Path, tmp_path: Path) -> tuple[Campaign, int]:
 
 def _diverge_at(messages: list[dict[str, str]]) -> int:
     """Where the simulator's ``diverge`` fault switches words for a prompt it sees."""
-    return 8 + hashlib.sha256(render_prompt(messages).encode()).digest()[12] % 40
+    return 8 + hashlib.sha256(DEFAULT_PROMPTING.text(messages).encode()).digest()[12] % 40
 
 
 @pytest.mark.slow

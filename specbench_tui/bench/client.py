@@ -22,11 +22,12 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 
 from specbench_tui.bench.figures import fill_rates
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.transport import SseTransport
 from specbench_tui.engines.streams import (
     StreamError,
@@ -38,11 +39,40 @@ from specbench_tui.engines.streams import (
 from specbench_tui.results.cells import Api
 from specbench_tui.results.records import Measurement
 
-PromptFormat = Literal["chatml", "plain"]
 Message = dict[str, str]
 
 _ERROR_BODY_CHARS = 200
 FLUSH_PATH = "/flush_cache"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A request's sampling parameters; None leaves one to the server's default.
+
+    SGLang's native API takes them in ``sampling_params`` (the seed as ``sampling_seed``), the
+    OpenAI routes at the top level of the body (vLLM reads ``top_k`` and ``seed`` there too).
+    """
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+
+    def _set(self) -> dict[str, Any]:
+        return {
+            k: v
+            for k, v in (("top_p", self.top_p), ("top_k", self.top_k), ("seed", self.seed))
+            if v is not None
+        }
+
+    def sglang(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"temperature": self.temperature, **self._set()}
+        if "seed" in out:
+            out["sampling_seed"] = out.pop("seed")
+        return out
+
+    def openai(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, **self._set()}
 
 
 @dataclass
@@ -57,26 +87,6 @@ class Completion(Measurement):
     text: str = ""
     request_id: str | None = None  # the server's id (meta_info id / chunk id), for tracing
     output_ids: list[int] | None = None  # the generated token ids, where the server sent them
-
-
-def render_prompt(messages: list[Message], fmt: PromptFormat = "chatml") -> str:
-    """Turn a conversation into the raw text ``/generate`` takes.
-
-    The native API has no chat template of its own, so the client applies one. ChatML (the
-    Qwen family's format) makes a chat model answer as it would behind a chat API, which is what
-    decides a drafter's acceptance; ``plain`` sends a single user prompt verbatim and joins a
-    longer conversation with role headers. Either way the rendering of a prefix never changes
-    when turns are appended, so the server's prefix cache sees a growing shared prefix.
-    """
-    if fmt == "chatml":
-        parts = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
-        parts.append("<|im_start|>assistant\n")
-        return "".join(parts)
-    if len(messages) == 1 and messages[0]["role"] == "user":
-        return messages[0]["content"]
-    parts = [f"{m['role'].capitalize()}: {m['content']}\n\n" for m in messages]
-    parts.append("Assistant:")
-    return "".join(parts)
 
 
 def _describe_http_error(status: int, body: bytes) -> str:
@@ -129,7 +139,7 @@ class BenchClient:
         *,
         concurrency: int = 1,
         model: str | None = None,
-        prompt_format: PromptFormat = "chatml",
+        prompting: Prompting = DEFAULT_PROMPTING,
         stream_mode: StreamMode = "auto",
         token_ids: bool = False,
         cache_salt: bool = False,
@@ -142,7 +152,7 @@ class BenchClient:
         self.api: Api = api
         self.model = model
         self.stream_mode: StreamMode = stream_mode
-        self.prompt_format: PromptFormat = prompt_format
+        self.prompting = prompting
         # aiohttp reads no proxy variables (trust_env off): HTTP_PROXY must not swallow the
         # loopback or forwarded server.
         self._transport = SseTransport(self.base_url, connections=max(1, concurrency) + 2)
@@ -172,7 +182,7 @@ class BenchClient:
         messages: list[Message] | str,
         *,
         max_tokens: int,
-        temperature: float = 0.0,
+        sampling: Sampling | None = None,
         timeout_s: float = 600.0,
     ) -> Completion:
         """Send one request, stream it to the end and return what it measured.
@@ -183,30 +193,13 @@ class BenchClient:
         """
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        if self.api == "sglang":
-            path = "/generate"
-            body: dict[str, Any] = {
-                "text": render_prompt(messages, self.prompt_format),
-                "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature},
-                "stream": True,
-            }
-        else:
-            path = "/v1/chat/completions"
-            body = {
-                "messages": messages,
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
-            if self.model is not None:  # without it a server uses its one model (vLLM does)
-                body["model"] = self.model
-            if self.token_ids:
-                body["return_token_ids"] = True
-            if self.cache_salt:
-                body["cache_salt"] = secrets.token_hex(8)
+        path, body = self._body(messages, max_tokens, sampling or Sampling())
         payload = json.dumps(body, separators=(",", ":")).encode()
-        out = Completion(started_at=time.time())
+        out = Completion(
+            started_at=time.time(),
+            chat_template_sha256=self.prompting.template_sha256,
+            chat_template_kwargs=self.prompting.kwargs_json,
+        )
         parser = stream_parser(self.api, self.stream_mode)
         # The clock restarts when the request's headers go out (after a connection was taken
         # or opened); until then it counts from here, so a failed connect still has an e2e.
@@ -234,6 +227,37 @@ class BenchClient:
         out.request_id = parser.request_id
         out.output_ids = parser.ids
         return out
+
+    def _body(
+        self, messages: list[Message], max_tokens: int, sampling: Sampling
+    ) -> tuple[str, dict[str, Any]]:
+        """The route and body of one request: the rendered text for the native API and the
+        OpenAI completions route, the messages for a chat route the server renders."""
+        prompting = self.prompting
+        if self.api == "sglang":
+            params: dict[str, Any] = {"max_new_tokens": max_tokens, **sampling.sglang()}
+            text = prompting.text(messages)
+            return "/generate", {"text": text, "sampling_params": params, "stream": True}
+        body: dict[str, Any] = {"max_tokens": max_tokens, **sampling.openai()}
+        if prompting.on == "server":
+            path = "/v1/chat/completions"
+            body["messages"] = messages
+            if prompting.kwargs:
+                body["chat_template_kwargs"] = prompting.kwargs_dict
+        else:
+            path = "/v1/completions"
+            body["prompt"] = prompting.text(messages)
+            if prompting.text_prompt == "verbatim":
+                body["add_special_tokens"] = False  # the template wrote them already
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        if self.model is not None:  # without it a server uses its one model (vLLM does)
+            body["model"] = self.model
+        if self.token_ids:
+            body["return_token_ids"] = True
+        if self.cache_salt:
+            body["cache_salt"] = secrets.token_hex(8)
+        return path, body
 
     async def _stream(
         self,

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench_tui.bench.client import BenchClient, Completion, Message, PromptFormat
+from specbench_tui.bench.client import BenchClient, Completion, Message, Sampling
 from specbench_tui.bench.client_health import ClientHealth, ClientWatch
 from specbench_tui.bench.greedy import Output
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.streams import StreamMode
 from specbench_tui.plan.prompt_sets import Prompt, load_named_set, sample_prompts
@@ -148,6 +149,7 @@ class _Runner:
         self.on_request = on_request
         self.should_stop = should_stop or (lambda: False)
         self.result = result
+        self.sampling = Sampling(cell.temperature, cell.top_p, cell.top_k, cell.sampling_seed)
         self.start: float | None = None  # perf_counter of the first measured request
         self.warm_s = 0.0  # warm-up time after ``start``, left out of the cell's wall time
         self.identity = {
@@ -168,7 +170,7 @@ class _Runner:
         done = await self.client.generate(
             messages,
             max_tokens=self.cell.max_tokens,
-            temperature=self.cell.temperature,
+            sampling=self.sampling,
             timeout_s=self.cell.timeout_s,
         )
         if self.counters is not None:
@@ -334,7 +336,7 @@ async def run_cell(
     on_request: OnRequest | None = None,
     should_stop: ShouldStop | None = None,
     client: BenchClient | None = None,
-    prompt_format: PromptFormat = "chatml",
+    prompting: Prompting = DEFAULT_PROMPTING,
     result: CellResult | None = None,
     model: str | None = None,
     stream_mode: StreamMode = "auto",
@@ -346,7 +348,9 @@ async def run_cell(
     """Run one cell against a healthy server and return its rows.
 
     Request failures are rows with ``error`` set, never exceptions; this raises only for bad
-    input (a missing or malformed prompt set: :class:`InputError`). Pass ``client`` to reuse one
+    input (a missing or malformed prompt set, a template that fails on a prompt:
+    :class:`InputError`). ``prompting`` is the group's template (the cell's kwargs are put
+    on it here). Pass ``client`` to reuse one
     connection pool across the cells of a service group; otherwise one is opened and closed
     here, sized for the cell's concurrency, sending ``model`` (the served model name) and
     reading SGLang streams in ``stream_mode``. ``counters``, when given, is read at the edges
@@ -362,7 +366,7 @@ async def run_cell(
             base_url,
             group.api,
             concurrency=cell.concurrency or 1,
-            prompt_format=prompt_format,
+            prompting=prompting.with_kwargs(dict(cell.chat_template_kwargs)),
             model=model,
             stream_mode=stream_mode,
             token_ids=token_ids,

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from specbench_tui.bench.greedy import greedy_warnings
 from specbench_tui.bench.metrics import summarize
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import CellResult, run_cell
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle, StorageFailed
@@ -108,9 +109,11 @@ async def run_one(
     svc: Service,
     handle: GroupHandle,
     facts: ServerFacts,
+    prompting: Prompting | None = None,
 ) -> None:
     """Run one attempt of ``cell`` and record how it ended. The engine's acceptance
-    counters are read around its measured requests where the server exposes them."""
+    counters are read around its measured requests where the server exposes them;
+    ``prompting`` is the group's template (None: ChatML, for a caller that found none)."""
     attempt = ctx.state.cells[cell.id].attempt + 1
     planned = cell_requests(cell, ctx.plan.dir)[0]
     ctx.hub.emit(
@@ -148,6 +151,7 @@ async def run_one(
             token_ids=facts.engine == "vllm",
             cold_cache=traits(facts.engine).cold_cache,
             counters=window,
+            prompting=prompting or DEFAULT_PROMPTING,
         )
     )
     handle.task = task

@@ -23,6 +23,7 @@ from specbench_tui.bench.greedy import (
     leak_verdict,
     samples_of,
 )
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.store import ResultsStore
@@ -122,12 +123,32 @@ def _probe_prompts(ctx: RunContext, n: int = 1) -> list[tuple[str, list[dict[str
     return [(f"{w.prompts[0]}/{p.id}", p.messages()) for p in drawn]
 
 
+def _probe_prompting(
+    ctx: RunContext, group: ServiceGroup, prompting: Prompting | None
+) -> Prompting:
+    """The group's template with the kwargs of the plan's first workload, which the probe
+    prompts come from: a probe sees the prompts that workload's cells see."""
+    first = next(iter(ctx.spec.workloads))
+    g = ctx.state.groups.get(group.id)
+    kwargs: dict[str, Any] = {}
+    for cid in g.cells if g else []:
+        cell = ctx.state.cells[cid].cell
+        if cell is not None and cell.workload == first:
+            kwargs = dict(cell.chat_template_kwargs)
+            break
+    return (prompting or DEFAULT_PROMPTING).with_kwargs(kwargs)
+
+
 def _probe_prompt(ctx: RunContext) -> list[dict[str, str]]:
     return _probe_prompts(ctx, 1)[0][1]
 
 
 async def probe_noise_floor(
-    ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
+    ctx: RunContext,
+    group: ServiceGroup,
+    svc: Service,
+    facts: ServerFacts,
+    prompting: Prompting | None = None,
 ) -> None:
     """The baseline against itself at the end of its group: its probe prompts run again and
     batched with others, the conditions that change numerics, so every verdict has a noise
@@ -145,10 +166,11 @@ async def probe_noise_floor(
         concurrency=batch,
         model=facts.served_model,
         token_ids=facts.engine == "vllm",
+        prompting=_probe_prompting(ctx, group, prompting),
     )
 
     async def one(messages: list[dict[str, str]]) -> Output | None:
-        done = await client.generate(messages, max_tokens=max_tokens, temperature=0.0)
+        done = await client.generate(messages, max_tokens=max_tokens)
         if done.error is not None:
             ctx.hub.notice(
                 f"{group.id}: noise-floor probe not run: a probe request failed ({done.error})",
@@ -182,7 +204,11 @@ async def probe_noise_floor(
 
 
 async def probe_state_leak(
-    ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
+    ctx: RunContext,
+    group: ServiceGroup,
+    svc: Service,
+    facts: ServerFacts,
+    prompting: Prompting | None = None,
 ) -> None:
     """The same prompt alone, again, and right after a long unrelated request on the same
     server must give the same tokens (state leaking between requests shows only so)."""
@@ -199,7 +225,11 @@ async def probe_state_leak(
         }
     ]
     client = BenchClient(
-        svc.base_url, group.api, model=facts.served_model, token_ids=facts.engine == "vllm"
+        svc.base_url,
+        group.api,
+        model=facts.served_model,
+        token_ids=facts.engine == "vllm",
+        prompting=_probe_prompting(ctx, group, prompting),
     )
     try:
         got = []
@@ -209,7 +239,7 @@ async def probe_state_leak(
             (long, LEAK_OUTPUT_TOKENS),
             (prompt, PROBE_TOKENS),
         ):
-            done = await client.generate(messages, max_tokens=n, temperature=0.0)
+            done = await client.generate(messages, max_tokens=n)
             if done.error is not None:
                 ctx.hub.notice(
                     f"{group.id}: state-leak probe not run: a probe request failed ({done.error})",

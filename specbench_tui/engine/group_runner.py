@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Literal
 
+from specbench_tui.bench.prompting import Prompting
 from specbench_tui.engine.cell_runner import run_one
 from specbench_tui.engine.checks import evaluate_greedy, probe_noise_floor, probe_state_leak
 from specbench_tui.engine.context import RunContext
@@ -61,6 +62,7 @@ class GroupRunner:
         self.host = host
         self.attempt = 0
         self.facts = ServerFacts(engine=group.engine)  # what the ready server said of itself
+        self.prompting: Prompting | None = None  # how its requests carry their prompts
         self.drops_seen = 0  # the server's link drops already ridden out
 
     async def run(self) -> None:
@@ -93,12 +95,14 @@ class GroupRunner:
                     pending = ctx.pending(group)
                     if not pending:
                         if svc.alive() and not ctx.control.aborted:
-                            await probe_noise_floor(ctx, group, svc, self.facts)
+                            await probe_noise_floor(ctx, group, svc, self.facts, self.prompting)
                         if svc.alive() and not ctx.control.aborted:
-                            await probe_state_leak(ctx, group, svc, self.facts)
+                            await probe_state_leak(ctx, group, svc, self.facts, self.prompting)
                         return
                     if svc.alive():
-                        await run_one(ctx, pending[0], group, svc, handle, self.facts)
+                        await run_one(
+                            ctx, pending[0], group, svc, handle, self.facts, self.prompting
+                        )
                         if svc.link_drops != self.drops_seen:
                             continue  # the cell was set aside; ride the outage out first
                         if svc.alive() or ctx.control.aborted or not ctx.pending(group):
@@ -174,6 +178,7 @@ class GroupRunner:
                     "what runs is not what the config asks for: " + "; ".join(facts.problems),
                     svc.log_tail(20),
                 )
+            prompting = await ctx.control.unless_aborted(ctx.templates.prompting(group, host))
         except Exception as exc:
             if isinstance(exc, AbortRequested):
                 reason = "aborted by the operator before the server was ready"
@@ -187,6 +192,7 @@ class GroupRunner:
             await slot.clear()
             return failure
         self.facts = facts
+        self.prompting = prompting
         self.drops_seen = svc.link_drops
         for note in facts.notes:
             ctx.hub.notice(f"{group.id}: {note}", "warning")
@@ -200,6 +206,7 @@ class GroupRunner:
                 served_model=facts.served_model,
                 speculative=facts.speculative,
                 algorithm=facts.algorithm,
+                chat_template=prompting.template.describe(),
             )
         )
         return None

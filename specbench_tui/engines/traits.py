@@ -42,6 +42,11 @@ class EngineTraits:
     # SGLang) or "salt" (a cache_salt of its own in the request, vLLM: its cache reset is a
     # development-mode endpoint).
     cold_cache: Literal["flush", "salt"] = "flush"
+    # What the engine does with a prompt the client rendered from the model's template:
+    # "adds_bos": its text routes tokenize with special tokens, so the model's BOS comes once
+    # more; a leading BOS the template wrote is taken off the text (SGLang). "verbatim": the
+    # request asks for the text to be tokenized as it is (vLLM ``add_special_tokens: false``).
+    text_prompt: Literal["adds_bos", "verbatim"] = "adds_bos"
 
 
 def flag_value(command: Sequence[str], *names: str) -> str | None:

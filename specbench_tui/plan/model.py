@@ -127,6 +127,13 @@ class ServerSpec(Strict):
     engine: Literal["sglang", "vllm"] | None = None
     served_model_name: str | None = Field(default=None, min_length=1)
     ready_timeout: Duration | None = None
+    # The model's chat template: a file beside the plan (default: the model directory's own,
+    # read on its host); its render kwargs (``{ enable_thinking = false }``); who renders it:
+    # this tool ("client", the text goes to /generate or /v1/completions) or the server
+    # ("server": messages to /v1/chat/completions with the same kwargs).
+    chat_template: str | None = Field(default=None, min_length=1)
+    chat_template_kwargs: dict[str, Any] = {}
+    chat_template_on: Literal["client", "server"] | None = None
 
     @field_validator("env", mode="before")
     @classmethod
@@ -162,6 +169,8 @@ class WorkloadBase(Strict):
     tp: list[int] | None = None
     configs: list[str] | None = None
     timeout: Duration = 600.0
+    # Over the config's and [server]'s kwargs, key by key.
+    chat_template_kwargs: dict[str, Any] = {}
 
 
 class SingleWorkload(WorkloadBase):

@@ -20,6 +20,7 @@ from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.model import SlurmSpec
 from specbench_tui.plan.packing import Schedule
+from specbench_tui.plan.prompt_review import Shown, first_prompts, prompt_json, prompt_lines
 from specbench_tui.plan.slurm_jobs import (
     campaign_dir,
     campaign_key,
@@ -40,6 +41,7 @@ class Review:
     # ``--only``: the ids of the cells a run would take, and what was asked (None: all)
     selected: frozenset[str] | None = None
     only: str = ""
+    prompts: tuple[Shown, ...] = ()  # each set's first prompt, rendered where it can be
 
     def is_selected(self, cell_id: str) -> bool:
         return self.selected is None or cell_id in self.selected
@@ -80,6 +82,7 @@ def review(
         sim=sim,
         selected=selected,
         only=only,
+        prompts=tuple(first_prompts(plan, exp.groups, exp.cells)),
     )
 
 
@@ -140,7 +143,13 @@ def render_text(r: Review) -> str:
                 else "no speculation"
             )
             engine = ("simulated " if g.host_kind == "sim" else "") + traits(g.engine).label
-            api = "native /generate" if g.api == "sglang" else "OpenAI chat API"
+            api = (
+                "native /generate"
+                if g.api == "sglang"
+                else "OpenAI chat API (the server renders the template)"
+                if g.chat_template_on == "server"
+                else "OpenAI completions API"
+            )
             out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
@@ -189,6 +198,7 @@ def render_text(r: Review) -> str:
         )
         out.extend(_schedule_text(est.schedule))
     out.append("  assuming " + "; ".join(est.assumptions))
+    out.extend(prompt_lines(list(r.prompts)))
     if r.selected is not None:
         picked = [x for x in exp.cells if x.id in r.selected]
         groups = {x.group for x in picked}
@@ -289,4 +299,5 @@ def render_json(r: Review) -> dict[str, Any]:
             "estimate_s": round(r.selected_s, 1),
         },
         "assumptions": est.assumptions,
+        "prompts": prompt_json(list(r.prompts)),
     }

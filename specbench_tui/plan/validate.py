@@ -12,6 +12,7 @@ from typing import Any
 
 from specbench_tui.engines.registry import traits
 from specbench_tui.errors import InputError
+from specbench_tui.plan.check_prompts import check_templates
 from specbench_tui.plan.configs import names_matching, resolve_configs
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.log_patterns import compile_pattern
@@ -130,6 +131,7 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     f"set api = {eng.default_api!r} or leave api out",
                 )
             )
+    errs += check_templates(plan, configs)
     first: dict[str, str] = {}
     for c in configs:
         if c.name in first:

@@ -39,6 +39,9 @@ class ServiceGroup:
     engine: str = "sglang"  # "sglang" | "vllm": what runs (the simulator speaks SGLang)
     served_model_name: str | None = None  # the plan's override of the name requests carry
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
+    model: str = ""  # the model directory on the host (where its chat template is read)
+    chat_template: str | None = None  # the plan's template file, absolute (None: the model's)
+    chat_template_on: str = "client"  # who renders the template: "client" or "server"
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -99,12 +102,19 @@ class Cell:
     # "cold": each measured request without a cached prefix; "warm": the server's cache kept
     # (what agentic and concurrency workloads measure by nature).
     prefix_cache: str = "warm"
+    # Sampling beyond the temperature (None: the server's default) and the chat template's
+    # kwargs (the workload's over the config's over [server]'s), as sorted (key, value) pairs.
+    top_p: float | None = None
+    top_k: int | None = None
+    sampling_seed: int | None = None
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         # A shallow copy: asdict() deep-copies, which dominates a 10,000-cell dry run.
         d = {name: getattr(self, name) for name in _CELL_FIELDS}
         d["prompts"] = list(self.prompts)
         d["params"] = dict(self.params)
+        d["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         return d
 
     @classmethod
@@ -114,6 +124,10 @@ class Cell:
         d["prompts"] = tuple(d.get("prompts", ()))
         params = d.get("params", ())
         d["params"] = tuple(params.items()) if isinstance(params, dict) else tuple(params)
+        kwargs = d.get("chat_template_kwargs", ())
+        d["chat_template_kwargs"] = (
+            tuple(sorted(kwargs.items())) if isinstance(kwargs, dict) else tuple(map(tuple, kwargs))
+        )
         for key, default in _CELL_DEFAULTS.items():
             d.setdefault(key, default)
         return cls(**d)

@@ -68,6 +68,11 @@ class Measurement:
     decode_tok_s: float | None = None
     e2e_tok_s: float | None = None
     chunk_tokens: list[int] = field(default_factory=list)
+    # The prompt's rendering: the chat template's sha256 and the kwargs it was rendered with
+    # (JSON, sorted keys); where the server rendered it, the template the model directory
+    # holds (null when it could not be read).
+    chat_template_sha256: str | None = None
+    chat_template_kwargs: str | None = None
 
     def measurements(self) -> dict[str, Any]:
         """Just the measured fields, to fill a :class:`RequestRecord`."""

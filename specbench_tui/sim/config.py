@@ -54,6 +54,9 @@ class SimConfig:
     # default: a rehearsal of a real plan (/dev/shm/...) must not need the model files.
     require_model: bool = False
     gpu_ids: tuple[int, ...] = ()
+    # A file each request's prompt is appended to (one JSON object a line): what the server
+    # received, for tests that check the client's rendering.
+    record_prompts: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -225,6 +228,8 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
                 cfg.gpu_state_dir = value
             case "sim_require_model":
                 cfg.require_model = True
+            case "sim_record_prompts":
+                cfg.record_prompts = value or None
             case _:
                 cfg.extra[key] = True if value is None else value
     if cfg.tp_size < 1:

@@ -1,0 +1,91 @@
+"""What a plan says about its prompts: template files and kwargs, checked and expanded."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specbench_tui.cli import main
+from specbench_tui.engines.tiny_model import CHAT_TEMPLATE
+from specbench_tui.plan.expand import expand
+from specbench_tui.plan.loader import load_plan
+from tests.conftest import MINIMAL_PLAN
+
+
+def bad(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    code = main([str(path), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_a_missing_template_file_is_one_located_line(
+    capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path]
+) -> None:
+    path = write_plan(MINIMAL_PLAN.replace("[server]\n", '[server]\nchat_template = "t.jinja"\n'))
+    err = bad(capsys, path)
+    assert re.search(r"plan\.toml:\d+: server\.chat_template: cannot read .*t\.jinja", err), err
+
+
+def test_a_broken_template_is_said_with_its_line(
+    capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path]
+) -> None:
+    path = write_plan(
+        MINIMAL_PLAN.replace('label = "AR"', 'label = "AR"\nchat_template = "t.jinja"')
+    )
+    (path.parent / "t.jinja").write_text("ok\n{% for m in messages %}\n")
+    err = bad(capsys, path)
+    assert re.search(r"configs\.ar\.chat_template: chat template .*t\.jinja:\d+: not a valid", err)
+
+
+def test_server_rendering_needs_the_openai_api(
+    capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path]
+) -> None:
+    path = write_plan(MINIMAL_PLAN.replace("[server]\n", '[server]\nchat_template_on = "server"\n'))
+    err = bad(capsys, path)
+    assert 'server.chat_template_on: chat_template_on = "server" needs api = "openai"' in err
+
+
+def test_kwargs_merge_and_ids_move_only_with_them(write_plan: Callable[..., Path]) -> None:
+    plain = write_plan(MINIMAL_PLAN, "plain.toml")
+    text = MINIMAL_PLAN.replace(
+        "[server]\n", "[server]\nchat_template_kwargs = { enable_thinking = true, a = 1 }\n"
+    ).replace('label = "AR"', 'label = "AR"\nchat_template_kwargs = { a = 2 }')
+    text += "chat_template_kwargs = { enable_thinking = false }\n"  # the workload's
+    merged = write_plan(text, "merged.toml")
+    before = {c.name: c for c in expand(load_plan(plain)).cells}
+    after = {c.name: c for c in expand(load_plan(merged)).cells}
+    ar, dflash = after["sim.ar.tp1/single/chat/32"], after["sim.dflash.tp1/single/chat/32"]
+    assert dict(ar.chat_template_kwargs) == {"enable_thinking": False, "a": 2}
+    assert dict(dflash.chat_template_kwargs) == {"enable_thinking": False, "a": 1}
+    assert before["sim.ar.tp1/single/chat/32"].chat_template_kwargs == ()
+    assert ar.id != before["sim.ar.tp1/single/chat/32"].id  # another prompt: another cell
+    # A plan that says nothing of templates keeps the ids it had (a resume finds its cells).
+    again = write_plan(MINIMAL_PLAN, "again.toml")
+    assert [c.id for c in expand(load_plan(again)).cells] == [c.id for c in before.values()]
+
+
+def test_dry_run_shows_the_first_prompt_rendered(
+    capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path]
+) -> None:
+    path = write_plan(
+        MINIMAL_PLAN.replace("[server]\n", '[server]\nchat_template = "t.jinja"\n')
+        + "chat_template_kwargs = { enable_thinking = false }\n"
+    )
+    (path.parent / "t.jinja").write_text(CHAT_TEMPLATE)
+    assert main([str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    block = out[out.index("prompts (the first of each set") :]
+    assert "chat/chat-" in block and "(ar, dflash" in block and "enable_thinking" in block
+    assert re.search(r"template .*t\.jinja \(sha256 [0-9a-f]{12}\)", block)
+    assert "    | <|im_start|>assistant" in block and "    | </think>" in block
+    assert main([str(path), "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (shown,) = doc["prompts"]
+    assert shown["rendered"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert shown["kwargs"] == {"enable_thinking": False}
