@@ -29,6 +29,7 @@ from specbench_tui.bench.client import BenchClient
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING
 from specbench_tui.bench.workloads import CellResult, planned_requests, run_cell
+from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.records import RequestRecord
 
@@ -411,7 +412,7 @@ async def run(cell: Cell, url: str, plan_dir: Path, **kw: Any) -> CellResult:
         campaign="t",
         attempt=2,
         seed=7,
-        plan_dir=plan_dir,
+        prompts=PromptLibrary(plan_dir),
         **kw,
     )
 

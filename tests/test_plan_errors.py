@@ -42,8 +42,8 @@ CASES: list[tuple[str, str, str, str]] = [
     (
         "missing required key",
         'kind = "single"\nprompts = ["chat"]\nsamples = 2\nmax_tokens = [32]',
-        'kind = "single"\nprompts = ["chat"]',
-        r"workloads\.single\.max_tokens: missing required key",
+        'kind = "single"\nsamples = 2\nmax_tokens = [32]',
+        r"workloads\.single\.prompts: missing required key",
     ),
     (
         "tp larger than gpus",

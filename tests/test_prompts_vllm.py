@@ -28,6 +28,7 @@ from specbench_tui.bench.prompting import Prompting
 from specbench_tui.bench.workloads import run_cell
 from specbench_tui.hosts.host import Host
 from specbench_tui.plan.chat_template import MODEL_FILES, ChatTemplate, template_from_files
+from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup
 from tests.conftest import ROOT, free_port
 from tests.test_engines_vllm import need_vllm
@@ -228,7 +229,7 @@ async def test_client_and_server_rendering_measure_the_same_prompts(
             campaign="prompts",
             attempt=1,
             seed=0,
-            plan_dir=tmp_path,
+            prompts=PromptLibrary(tmp_path),
             model=SERVED,
             token_ids=True,
             cold_cache="salt",

@@ -115,7 +115,7 @@ async def run_one(
     counters are read around its measured requests where the server exposes them;
     ``prompting`` is the group's template (None: ChatML, for a caller that found none)."""
     attempt = ctx.state.cells[cell.id].attempt + 1
-    planned = cell_requests(cell, ctx.plan.dir)[0]
+    planned = cell_requests(cell, ctx.plan.prompts)[0]
     ctx.hub.emit(
         CellStarted(
             cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt, requests=planned
@@ -140,7 +140,7 @@ async def run_one(
             campaign=ctx.spec.campaign.name,
             attempt=attempt,
             seed=ctx.spec.campaign.seed,
-            plan_dir=ctx.plan.dir,
+            prompts=ctx.plan.prompts,
             on_request=on_request,
             should_stop=lambda: (
                 handle.stop is not None or not svc.alive() or svc.link_drops != drops

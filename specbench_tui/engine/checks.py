@@ -36,7 +36,7 @@ from specbench_tui.plan.probes import (
     floor_probe_size,
     runs_floor_probe,
 )
-from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
+from specbench_tui.plan.prompt_sets import sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import CheckVerdict
 
@@ -118,7 +118,7 @@ def _probe_prompts(ctx: RunContext, n: int = 1) -> list[tuple[str, list[dict[str
     """The first ``n`` prompts of the plan's first workload, as its cells draw them
     ("<set>/<id>", messages): prompts the campaign really uses."""
     w = next(iter(ctx.spec.workloads.values()))
-    prompts = load_named_set(w.prompts[0], ctx.plan.dir)
+    prompts = ctx.plan.prompts.load(w.prompts[0])
     drawn = sample_prompts(prompts, n, ctx.spec.campaign.seed)
     return [(f"{w.prompts[0]}/{p.id}", p.messages()) for p in drawn]
 

