@@ -26,11 +26,12 @@ EXPECTED = [b'{"a": 1}', b'{"b": 2}', b"first line\nsecond line", b"[DONE]"]
 
 
 def split(chunks: list[bytes]) -> list[tuple[bytes, int]]:
+    """The payloads and the read that completed each."""
     got: list[tuple[bytes, int]] = []
-    s = SseSplitter(lambda payload, t: got.append((payload, t)))
-    for i, chunk in enumerate(chunks):
-        s.feed(chunk, i)
-    s.close(len(chunks))
+    s = SseSplitter(lambda payload, _t, read: got.append((payload, read)))
+    for chunk in chunks:
+        s.feed(chunk)
+    s.close()
     return got
 
 
@@ -41,9 +42,18 @@ def test_events_survive_every_read_boundary() -> None:
     assert [p for p, _ in split([bytes([b]) for b in STREAM])] == EXPECTED
 
 
-def test_an_event_is_stamped_with_the_read_that_completed_it() -> None:
-    got = split([b"data: x", b"yz\n", b"\n", b"data: w\n\n"])
-    assert got == [(b"xyz", 2), (b"w", 3)]
+def test_an_event_names_the_read_that_completed_it() -> None:
+    got = split([b"data: x", b"yz\n", b"\n", b"data: w\n\ndata: v\n\n"])
+    assert got == [(b"xyz", 3), (b"w", 4), (b"v", 4)]  # w and v came in one read
+
+
+def test_each_event_is_stamped_as_it_is_cut_out() -> None:
+    ticks = iter(range(100, 200))
+    got: list[tuple[bytes, int, int]] = []
+    s = SseSplitter(lambda p, t, read: got.append((p, t, read)), clock=lambda: next(ticks))
+    s.feed(b"data: a\n\ndata: b\n\n")
+    s.feed(b"data: c\n\n")
+    assert got == [(b"a", 100, 1), (b"b", 101, 1), (b"c", 102, 2)]
 
 
 def test_long_line_in_many_reads_and_a_stream_without_final_blank_line() -> None:

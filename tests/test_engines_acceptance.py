@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from specbench_tui.bench.metrics import summarize
+from specbench_tui.engine.headless import format_event
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import Counters, WindowResult, parse_counters
 from specbench_tui.engines.streams import vllm_spec_counts
+from specbench_tui.report.frames import comparison
+from specbench_tui.report.inputs import load_inputs
+from specbench_tui.results.events import CellFinished
 from specbench_tui.results.records import RequestRecord
+from specbench_tui.tui import results_source
 from tests.support.replay import FIXTURES
+from tests.support.results_builder import ResultsBuilder
 
 VLLM = FIXTURES / "vllm"
 
@@ -114,3 +122,42 @@ def test_sglang_counts_every_completion_token() -> None:
     assert acc["accept_length_weighted"] == pytest.approx(11 / 5)
     assert acc["accept_length_counters"] == pytest.approx(11 / 5)
     assert acc["acceptance_check"] == "agree"
+
+
+def test_the_report_console_and_headless_line_show_vllms_own_accept_length(
+    tmp_path: Path,
+) -> None:
+    """The real batch in a results directory: the report's frame (which the console's table
+    is) pools the counts by vLLM's definition, 1 + accepted / steps, as its counters do;
+    output tokens over steps (SGLang's) would say 3.38 and the request mean 2.85."""
+    records, window, data = batch()
+    want = data["batch_check"]["aggregate_AL_1_plus_dacc_over_ddrafts"]
+    b = ResultsBuilder(tmp_path / "syn")
+    g = b.group("ngram", 1)
+    b.groups[g.id] = replace(g, engine="vllm")
+    b.cell("c8", "ngram", 1, "load", "concurrency", concurrency=8, prompt_set="chat")
+    rows = [
+        {
+            "prompt_id": f"p{i}",
+            "output_tokens": r.output_tokens,
+            "spec_verify_ct": r.spec_verify_ct,
+            "spec_accepted_tokens": r.spec_accepted_tokens,
+            "spec_draft_tokens": r.spec_draft_tokens,
+            "accept_length": r.accept_length,
+        }
+        for i, r in enumerate(records)
+    ]
+    acc = cell_acceptance(records, window, engine="vllm", speculative=True)
+    b.finished("c8", rows, figures=acc)
+    root = b.write(plan='[campaign]\nname = "syn"\n')
+    (row,) = comparison(load_inputs(root)).to_dicts()
+    assert row["accept_len_weighted"] == pytest.approx(want, rel=1e-12)
+    assert row["accept_len_weighted"] == pytest.approx(acc["accept_length_counters"])
+    assert abs(653 / 193 - want) > 0.5  # SGLang's definition on vLLM's counts: another figure
+    assert abs(row["accept_len_mean"] - want) > 0.1
+    (shown,) = results_source.comparison(root).to_dicts()
+    assert shown["accept"] == pytest.approx(want, rel=1e-12)
+    line = format_event(
+        CellFinished(cell_id="c8", cell="g/load/c8", requests=8, figures=acc, wall_s=1.0)
+    )
+    assert line is not None and f"accept {want:.2f}" in line

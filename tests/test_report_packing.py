@@ -16,7 +16,7 @@ from specbench_tui.report.inputs import load_inputs
 
 PLAN = (
     MINIMAL_PLAN.replace('name = "t"', 'name = "t"\npack = true\npack_control = true')
-    .replace("speed = 50", "speed = 100")
+    .replace("speed = 50", "speed = 20")
     .replace("samples = 2", "samples = 1\nrepeats = 3")
 )
 
@@ -51,8 +51,8 @@ def test_packed_cells_are_marked_and_the_control_compared_apart(write_plan, tmp_
     cmp = comparison(inp)
     assert cmp["packed"].to_list() == [True, True]  # ar and dflash; the control is no row
     ar = cmp.filter(pl.col("config") == "ar").row(0, named=True)
-    # Not pooled with sim.ar.tp1.solo's (a request whose text came in one chunk has no
-    # decode tok/s, so fewer may count than were made):
+    # Not pooled with sim.ar.tp1.solo's (a request whose tokens all came in one read has a
+    # zero decode window and no decode tok/s, so fewer may count than were made):
     assert 0 < ar["requests"] <= per_group["sim.ar.tp1"]
     assert "sim.ar.tp1.solo" not in requests(inp)["group"].cast(pl.String).to_list()
 
@@ -60,9 +60,8 @@ def test_packed_cells_are_marked_and_the_control_compared_apart(write_plan, tmp_
     assert (eff["config"], eff["tp"], eff["workload"]) == ("ar", 1, "single")
     assert eff["n_packed"] >= 2 and eff["n_solo"] >= 2  # repeats, as units
     assert eff["ratio"] == pytest.approx(eff["packed_tok_s"] / eff["solo_tok_s"])
-    assert eff["ratio_lo"] <= eff["ratio"] and (
-        eff["ratio_hi"] is None or eff["ratio"] <= eff["ratio_hi"]
-    )
+    # Three repeats a side on two busy cores may be too few to bound the ratio: then it says so.
+    assert eff["ratio_too_few"] or eff["ratio_lo"] <= eff["ratio"] <= eff["ratio_hi"]
 
     report = (root / "report.md").read_text()
     assert "2 of 3 service groups ran packed" in report

@@ -395,7 +395,7 @@ def test_server_view_beside_the_client_view(tmp_path: Path, no_tex: None) -> Non
     render_report(root)
     md = (root / "report.md").read_text()
     assert "Server and client figures, TP 1 on sim" in md
-    assert "log accept length 4.00 vs client token-weighted 2.60" in md
+    assert "log accept length 4.00 vs client 2.60" in md
     row = next(
         x for x in md.splitlines() if x.startswith("| DFlash") and "| single |" in x and "4.00" in x
     )

@@ -52,6 +52,17 @@ def test_ratio_interval_agrees_with_the_test() -> None:
     assert not distinguishable(close, base)
 
 
-def test_ratio_over_a_denominator_near_zero_has_no_upper_bound() -> None:
+def test_ratio_over_a_denominator_near_zero_says_too_few_units() -> None:
     r = ratio_ci(from_moments(100.0, 1.0, 2), from_moments(10.0, 50.0, 2))
-    assert r is not None and r.hi is None and not r.beyond_one
+    assert r is not None and r.too_few and r.lo is None and r.hi is None
+    assert not r.beyond_one
+
+
+def test_ratio_whose_numerator_reaches_zero_says_too_few_units() -> None:
+    # Two sessions of 40 and 360 tok/s over a steady baseline: the old interval ran from a
+    # lower bound cut at 0.00x to some 200x.
+    r = ratio_ci(mean_ci([40.0, 360.0]), mean_ci([10.0, 10.2]))  # type: ignore[arg-type]
+    assert r is not None and r.value == pytest.approx(200 / 10.1)
+    assert r.too_few and r.lo is None and r.hi is None and not r.beyond_one
+    fine = ratio_ci(mean_ci([190.0, 210.0, 200.0]), mean_ci([10.0, 10.2, 10.1]))  # type: ignore[arg-type]
+    assert fine is not None and not fine.too_few and fine.lo is not None and fine.lo > 1

@@ -120,7 +120,7 @@ def table_rows() -> pl.DataFrame:
                 "speedup": 3.3,
                 "speedup_lo": 3.1,
                 "speedup_hi": 3.5,
-                "accept_mean": 7.9,
+                "accept": 7.9,
                 "best": True,
             },
             {
@@ -129,7 +129,7 @@ def table_rows() -> pl.DataFrame:
                 "config": "dflash",
                 "tok_s": 95.0,
                 "speedup": 2.4,
-                "accept_mean": 5.8,
+                "accept": 5.8,
                 "failed_check": "greedy outputs differ from the baseline",
             },
             {**base, "tp": 4, "config": "ar", "baseline": True, "tok_s": 76.0, "speedup": 1.0},
@@ -475,10 +475,13 @@ async def test_a_finished_cell_names_its_figures_as_the_report_does() -> None:
         await settle(pilot, app)
         figures = {
             "throughput_tok_s": 120.0,
+            "decode_tok_s_total": 137.5,
             "decode_tok_s_p50": 140.0,
+            "decode_zero_window": 2,
             "e2e_tok_s_p50": 130.0,
             "ttft_s_p50": 0.05,
             "itl_token_s_p50": 0.0071,
+            "accept_length_weighted": 5.25,
             "accept_length_mean": 5.5,
             "client_lagged": True,
             "client_lag_p99_s": 0.012,
@@ -494,11 +497,14 @@ async def test_a_finished_cell_names_its_figures_as_the_report_does() -> None:
         text = str(app.main.query_one("#detail-text").render())
         for line in (
             "cell throughput 120.0 tok/s",
-            "decode tok/s p50 140.0",
+            "decode tok/s 137.5\n",  # token-weighted: the cell's figure
+            "decode tok/s per request p50 140.0",
+            "decode tok/s leaves out 2 with a zero decode window (all in one read)",
             "end-to-end tok/s p50 130.0",
             "TTFT p50 50 ms",
             "ITL per token p50 7.1 ms",
-            "accept length mean 5.50",
+            "accept length 5.25",  # the engine's own definition, what its counters give
+            "accept length request mean 5.50",
             "⚠ CLIENT LAGGED: loop lag p99 12.0 ms: timings suspect",
         ):
             assert line in text, (line, text)

@@ -3,10 +3,10 @@
 One :class:`BenchClient` (one :class:`~specbench_tui.bench.transport.SseTransport`, pooled
 connections sized for the cell's concurrency) sends every request of a cell. Each request is
 timed with ``time.perf_counter_ns`` from the moment its headers go to the socket (connection
-set-up is the client's time, not the server's); each read of the stream is stamped once and
-every SSE ``data:`` payload goes, with that stamp, to a stream parser from
-``engines/streams.py``, which decodes only what is new in it, so the client does not slow down
-what it measures.
+set-up is the client's time, not the server's); every SSE ``data:`` payload is stamped as it
+is cut out of the stream and goes, with that stamp and the number of the read that brought
+it, to a stream parser from ``engines/streams.py``, which decodes only what is new in it, so
+the client does not slow down what it measures.
 
 Failures never raise: a timeout, an HTTP error, a refused connection or a stream that stops
 early come back as :attr:`Completion.error`, a short sentence the operator can act on, because
@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from specbench_tui.bench.figures import fill_rates
+from specbench_tui.bench.figures import Span, fill_rates
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.transport import SseTransport
 from specbench_tui.engines.streams import (
@@ -87,6 +87,9 @@ class Completion(Measurement):
     text: str = ""
     request_id: str | None = None  # the server's id (meta_info id / chunk id), for tracing
     output_ids: list[int] | None = None  # the generated token ids, where the server sent them
+    # Where the request sat on the client's clock: sent (its headers on the socket) to the
+    # end of its stream; a cell's measured window is built from these (bench/figures.py).
+    span: Span | None = None
 
 
 def _describe_http_error(status: int, body: bytes) -> str:
@@ -216,13 +219,14 @@ class BenchClient:
         end = parser.end_t
         if end is None:
             end = (time.perf_counter_ns() - clock[0]) * 1e-9
+        out.span = Span(clock[0] * 1e-9, clock[0] * 1e-9 + end)
         try:
             parser.finish(out, end)
         except StreamError as exc:  # a count that cannot be one, or a last chunk that broke
             out.error = out.error or str(exc)
         except Exception as exc:  # whatever else the server's bytes do: this request only
             out.error = out.error or f"bad server data: {type(exc).__name__}: {exc}"[:240]
-        fill_rates(out, parser.content_tokens)
+        fill_rates(out, parser.content_tokens, one_read=parser.one_read)
         out.text = parser.text
         out.request_id = parser.request_id
         out.output_ids = parser.ids
@@ -270,10 +274,10 @@ class BenchClient:
         def on_sent(t_ns: int) -> None:
             clock[0] = t_ns
 
-        def on_payload(payload: bytes, t_ns: int) -> None:
+        def on_payload(payload: bytes, t_ns: int, read: int) -> None:
             # Reading goes on after [DONE] to the end of the body (the server closes it right
             # away), so the connection goes back to the pool instead of being torn down.
-            parser.feed(payload, (t_ns - clock[0]) * 1e-9)
+            parser.feed(payload, (t_ns - clock[0]) * 1e-9, read)
 
         end = await self._transport.post_sse(path, body, on_payload, on_sent)
         if end.status >= 400:

@@ -6,7 +6,8 @@ polars' default), so numbers match a notebook that recomputes them from ``reques
 
 The figures are defined in :mod:`specbench_tui.bench.figures`. ``itl_s_*`` and
 ``output_tok_s_*`` are the contract's older names for ``chunk_gap_s_*`` and ``e2e_tok_s_*``
-(same numbers); ``itl_token_s_*`` is ITL per token.
+(same numbers); ``itl_token_s_*`` is ITL per token; ``decode_tok_s_total`` is the cell's
+token-weighted decode rate, with the requests it leaves out counted beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from specbench_tui.bench.figures import token_gaps
+from specbench_tui.bench.figures import decode_total, measured_gaps, throughput, token_gaps
 from specbench_tui.results.records import RequestRecord
 
 STAT_METRICS: tuple[str, ...] = (
@@ -37,6 +38,11 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "requests",
     "errors",
     "throughput_tok_s",
+    "decode_tok_s_total",
+    "decode_requests",
+    "decode_one_token",
+    "decode_zero_window",
+    "coalesced_gap_share",
     *(f"{m}_{s}" for m in STAT_METRICS for s in STATS),
 )
 
@@ -97,33 +103,40 @@ def summarize(records: Sequence[RequestRecord], wall_s: float | None = None) -> 
     """Summarise one cell's measured requests.
 
     Latency and speed statistics cover the successful requests only (a timed-out request has
-    no meaningful e2e); ``errors`` counts the rest. Chunk-gap statistics run over every gap of
-    every request and ITL per token over every token, not over per-request means, so long
-    outputs weigh by their length.
-    ``throughput_tok_s`` is all output tokens of the cell over ``wall_s`` (null without it).
+    no meaningful e2e); ``errors`` counts the rest. Chunk-gap statistics run over every
+    measured gap of every request (gaps inside one read are not: ``coalesced_gap_share`` says
+    how many those were) and ITL per token over every token, not over per-request means, so
+    long outputs weigh by their length.
+    ``throughput_tok_s`` is all output tokens of the cell over its measured window ``wall_s``
+    (null without it).
     """
     ok = [r for r in records if r.error is None]
     out: dict[str, Any] = {
         "requests": len(records),
         "errors": len(records) - len(ok),
     }
-    tokens = sum(r.output_tokens or 0 for r in ok)
-    out["throughput_tok_s"] = tokens / wall_s if wall_s and wall_s > 0 else None
+    out["throughput_tok_s"] = throughput(ok, wall_s)
+    out.update(decode_total(ok).columns())
+    gaps = [measured_gaps(r.itl_s, r.coalesced_gaps) for r in ok]
+    all_gaps = sum(len(r.itl_s) for r in ok)
+    out["coalesced_gap_share"] = (
+        sum(len(r.coalesced_gaps) for r in ok) / all_gaps if all_gaps else None
+    )
     columns: dict[str, Iterable[float | None]] = {
         "ttft_s": (r.ttft_s for r in ok),
         "e2e_s": (r.e2e_s for r in ok),
         "tpot_s": (r.tpot_s for r in ok),
-        "itl_s": (gap for r in ok for gap in r.itl_s),
+        "itl_s": (gap for g in gaps for gap in g),
         "output_tok_s": (r.output_tok_s for r in ok),
         "accept_length": (r.accept_length for r in ok),
         "decode_tok_s": (r.decode_tok_s for r in ok),
         "e2e_tok_s": (r.e2e_tok_s for r in ok),
-        "chunk_gap_s": (gap for r in ok for gap in r.itl_s),
+        "chunk_gap_s": (gap for g in gaps for gap in g),
     }
     for metric, values in columns.items():
         for stat, value in describe(values).items():
             out[f"{metric}_{stat}"] = value
-    per_token = (p for r in ok for p in token_gaps(r.itl_s, r.chunk_tokens))
+    per_token = (p for r in ok for p in token_gaps(r.itl_s, r.chunk_tokens, r.coalesced_gaps))
     for stat, value in describe_weighted(per_token).items():
         out[f"itl_token_s_{stat}"] = value
     return out

@@ -7,8 +7,10 @@ tok/s; aiohttp (C HTTP parser) with the SSE framing below cost 11 us and carried
 (``bench/client_capacity.py`` measures it; the README has the figures). httpx stays where one
 call a second does not matter: health checks.
 
-What the transport does per read, not per token: one ``perf_counter_ns()`` for everything that
-arrived together, and ``bytes.find`` to cut events. A read may end in the middle of an event;
+What the transport does per event, not per token: ``bytes.find`` to cut it and one
+``perf_counter_ns()`` when it is complete, handed on with the number of the read that
+completed it, so that a reader can tell events that came in one read (their gaps were never
+on the wire) from events that came apart. A read may end in the middle of an event;
 the pieces are kept in a list and joined once the event is complete, so a 50k-token
 cumulative SSE line (SGLang resends the whole text) costs one join, never a quadratic rebuild,
 and never meets a line-length limit. The read buffer (``read_bufsize``) is large enough that
@@ -29,9 +31,11 @@ from typing import Any
 
 import aiohttp
 
-OnData = Callable[[bytes, int], None]
+OnData = Callable[[bytes, int, int], None]
 """Called with one event's ``data`` payload (bytes, without the ``data:`` prefix or the
-optional space after it) and the ``perf_counter_ns()`` of the read that completed it."""
+optional space after it), the ``perf_counter_ns()`` taken as it was cut out, and the number of
+the read that completed it (1, 2, ...; events of one read share it)."""
+Clock = Callable[[], int]
 OnSent = Callable[[int], None]
 """Called with the ``perf_counter_ns()`` at which the request's headers went to the socket:
 after the connection was taken from the pool (or opened), right before the body follows."""
@@ -58,6 +62,7 @@ class StreamEnd:
     sent_ns: int
     end_ns: int
     error_body: bytes = b""
+    reads: int = 0  # reads of the body
 
 
 async def _headers_sent(
@@ -76,14 +81,18 @@ async def _headers_sent(
 class SseSplitter:
     """Cuts a byte stream into SSE events and hands each event's data to ``on_data``."""
 
-    __slots__ = ("_data", "_on_data", "_pending")
+    __slots__ = ("_clock", "_data", "_on_data", "_pending", "reads")
 
-    def __init__(self, on_data: OnData) -> None:
+    def __init__(self, on_data: OnData, clock: Clock = time.perf_counter_ns) -> None:
         self._on_data = on_data
+        self._clock = clock
         self._pending: list[bytes] = []  # pieces of a line that has not ended yet
         self._data: list[bytes] = []  # data lines of the event being read
+        self.reads = 0
 
-    def feed(self, chunk: bytes, t_ns: int) -> None:
+    def feed(self, chunk: bytes) -> None:
+        """One read of the body."""
+        self.reads += 1
         start = 0
         find = chunk.find
         while True:
@@ -102,26 +111,27 @@ class SseSplitter:
             if line.endswith(b"\r"):
                 line = line[:-1]
             if not line:
-                self._dispatch(t_ns)
+                self._dispatch()
             elif line.startswith(b"data:"):
                 self._data.append(line[6:] if line[5:6] == b" " else line[5:])
 
-    def close(self, t_ns: int) -> None:
-        """End of the body: a last line without LF and an event without its blank line."""
+    def close(self) -> None:
+        """End of the body: a last line without LF and an event without its blank line (it
+        came in the last read)."""
         if self._pending:
             line = b"".join(self._pending).rstrip(b"\r")
             self._pending.clear()
             if line.startswith(b"data:"):
                 self._data.append(line[6:] if line[5:6] == b" " else line[5:])
-        self._dispatch(t_ns)
+        self._dispatch()
 
-    def _dispatch(self, t_ns: int) -> None:
+    def _dispatch(self) -> None:
         data = self._data
         if not data:
             return
         payload = data[0] if len(data) == 1 else b"\n".join(data)
         data.clear()
-        self._on_data(payload, t_ns)
+        self._on_data(payload, self._clock(), self.reads)
 
 
 class SseTransport:
@@ -190,10 +200,10 @@ class SseTransport:
                     if len(raw) >= ERROR_BODY_BYTES:
                         break
                 return StreamEnd(resp.status, holder["sent_ns"], perf(), raw[:ERROR_BODY_BYTES])
-            splitter = SseSplitter(on_data)
+            splitter = SseSplitter(on_data, perf)
             feed = splitter.feed
             async for part in resp.content.iter_any():
-                feed(part, perf())
+                feed(part)
             end = perf()
-            splitter.close(end)
-            return StreamEnd(resp.status, holder["sent_ns"], end)
+            splitter.close()
+            return StreamEnd(resp.status, holder["sent_ns"], end, reads=splitter.reads)

@@ -2,8 +2,10 @@
 
 :func:`run_cell` is the one entry point the engine calls. It returns the measured rows
 (warm-up requests are sent but never recorded), the output texts for the greedy-equivalence
-check, and the cell's wall time from its first measured request, with warm-up time left out,
-so that ``throughput_tok_s`` describes the measurement alone.
+check, and the cell's measured window (``bench/figures.py``), taken from the measured
+requests' own spans on the client's clock: warm-up, cache flushes, row building, the garbage
+collection after the cell and the writes stay out of it, so that ``throughput_tok_s``
+describes the measurement alone.
 
 Pausing: ``should_stop`` is polled between requests. A request in flight is always finished
 (its row is valid), then the cell returns what it has with ``stopped=True``; the engine decides
@@ -14,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from specbench_tui.bench.client import BenchClient, Completion, Message, Sampling
 from specbench_tui.bench.client_health import ClientHealth, ClientWatch
+from specbench_tui.bench.figures import Span, measured_window
 from specbench_tui.bench.greedy import Output
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.engines.counters import CounterWindow
@@ -149,8 +151,8 @@ class _Runner:
         self.should_stop = should_stop or (lambda: False)
         self.result = result
         self.sampling = Sampling(cell.temperature, cell.top_p, cell.top_k, cell.sampling_seed)
-        self.start: float | None = None  # perf_counter of the first measured request
-        self.warm_s = 0.0  # warm-up time after ``start``, left out of the cell's wall time
+        self.started = False  # the first measured request is under way
+        self.spans: list[Span] = []  # of the measured requests, for the measured window
         self.identity = {
             "campaign": campaign,
             "cell_id": cell.id,
@@ -182,7 +184,6 @@ class _Runner:
         around them so that they stay out of the cell's acceptance too."""
         if n <= 0:
             return
-        t0 = time.perf_counter()
         if self.counters is not None:
             await self.counters.pause()
         for _ in range(n):
@@ -191,19 +192,15 @@ class _Runner:
             await self.send(messages)
         if self.counters is not None:
             await self.counters.measure()
-        if self.start is not None:
-            self.warm_s += time.perf_counter() - t0
 
     async def mark_start(self) -> None:
-        if self.start is None:
+        if not self.started:
             if self.counters is not None:
                 await self.counters.measure()
-            self.start = time.perf_counter()
+            self.started = True
 
     def wall_s(self) -> float:
-        if self.start is None:
-            return 0.0
-        return max(0.0, time.perf_counter() - self.start - self.warm_s)
+        return measured_window(self.spans, concurrent=self.cell.kind == "concurrency")
 
     def record(
         self,
@@ -225,6 +222,8 @@ class _Runner:
             **done.measurements(),
         )
         self.result.records.append(rec)
+        if done.span is not None:
+            self.spans.append(done.span)
         if text_key is not None and done.error is None and text_key not in self.result.outputs:
             ids = done.output_ids
             self.result.outputs[text_key] = Output(done.text, tuple(ids) if ids else None)

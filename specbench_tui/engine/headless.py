@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TextIO
 
+from specbench_tui.bench.figures import decode_left_out
 from specbench_tui.engine.campaign import Campaign
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.events import (
@@ -52,8 +53,11 @@ def format_event(ev: Event) -> str | None:
         return f"{t} group {ev.group}: FAILED to start: {ev.reason}{tail}"
     if isinstance(ev, CellFinished):
         f = ev.figures
-        acc = f" accept {f['accept_length_mean']:.2f}" if f.get("accept_length_mean") else ""
+        # The engine's own accept length (what its counters give), never the request mean.
+        accept = f.get("accept_length_weighted")
+        acc = f" accept {accept:.2f}" if accept else ""
         err = f" errors {ev.errors}" if ev.errors else ""
+        left = decode_left_out(f)
         lag = (
             f" CLIENT LAGGED (loop lag p99 {_num(f.get('client_lag_p99_s'), '.4f')}s): "
             "timings suspect"
@@ -62,7 +66,9 @@ def format_event(ev: Event) -> str | None:
         )
         return (
             f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
-            f"cell throughput {_num(f.get('throughput_tok_s'), '.1f')} tok/s, "
+            f"decode {_num(f.get('decode_tok_s_total'), '.1f')} tok/s"
+            + (f" ({left} left out)" if left else "")
+            + f", cell throughput {_num(f.get('throughput_tok_s'), '.1f')} tok/s, "
             f"ttft p50 {_num(f.get('ttft_s_p50'), '.3f')}s{acc}{err}, {ev.wall_s:.1f}s{lag}"
         )
     if isinstance(ev, CellFailed):

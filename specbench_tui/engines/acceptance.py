@@ -1,17 +1,19 @@
 """A cell's acceptance, derived here from raw counts, one convention for both engines.
 
 Per request the engines give verify steps, accepted and proposed draft tokens, a histogram of
-drafts accepted per step, and an accept length (tokens per verify step; SGLang counts
-completion tokens per step, vLLM one plus accepted drafts per step, each the engine's own
-definition and the one its counters give). Per cell:
+drafts accepted per step, and an accept length, each engine's own definition and the one its
+counters give (``engines/registry.py`` ``accept_length``: SGLang completion tokens / verify
+steps, vLLM 1 + accepted drafts / verify steps). Per cell:
 
 ``accept_length_mean``
     the plain mean of the requests' accept lengths (computed with the other per-request
-    statistics, ``bench/metrics.py``);
+    statistics, ``bench/metrics.py``): a distribution figure, not the cell's accept length;
 ``accept_length_weighted``
-    all the cell's tokens over all its verify steps (the requests' accept lengths weighted by
-    their verify steps; for SGLang every completion token counts, as in its counters). This is
-    what the engine's counters give, so it is the figure to compare with them;
+    the cell's accept length: the engine's definition over the counts summed over its
+    requests (equally, the requests' accept lengths weighted by their verify steps; for
+    SGLang every completion token counts, as in its counters). This is what the engine's
+    counters give, so it is the figure to compare with them, and the one the report, the
+    console and the headless line show;
 ``accept_length_counters``, ``acceptance_rate_counters``, ``accept_per_position_counters``
     the same from the deltas of the engine's Prometheus counters over the measured window;
 ``acceptance_rate``
@@ -31,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specbench_tui.engines.counters import Counters, WindowResult
+from specbench_tui.engines.registry import accept_length
 from specbench_tui.results.records import Measurement
 
 COLUMNS: tuple[str, ...] = (
@@ -68,13 +71,19 @@ def request_side(records: Sequence[Measurement], engine: str) -> dict[str, Any]:
         return out
     steps = sum(r.spec_verify_ct or 0 for r in spec)
     out["spec_verify_steps"] = steps
-    if engine == "sglang" and all(r.output_tokens is not None for r in ok):
+    # Each request's accept length times its steps: its tokens (SGLang) or its steps plus
+    # accepted drafts (vLLM), for builds that leave a raw count out.
+    step_weighted = math.fsum((r.accept_length or 0.0) * (r.spec_verify_ct or 0) for r in spec)
+    if all(r.output_tokens is not None for r in ok):
         tokens = float(sum(r.output_tokens or 0 for r in ok))
     else:
-        tokens = math.fsum((r.accept_length or 0.0) * (r.spec_verify_ct or 0) for r in spec)
-    out["accept_length_weighted"] = tokens / steps
+        tokens = step_weighted
     if all(r.spec_accepted_tokens is not None for r in spec):
         out["spec_accepted_tokens"] = sum(r.spec_accepted_tokens or 0 for r in spec)
+    accepted = out["spec_accepted_tokens"]
+    if accepted is None:
+        accepted = step_weighted - steps
+    out["accept_length_weighted"] = accept_length(engine, tokens, steps, accepted)
     if all(r.spec_draft_tokens is not None for r in spec):
         out["spec_draft_tokens"] = sum(r.spec_draft_tokens or 0 for r in spec)
     out["acceptance_rate"] = _ratio(out["spec_accepted_tokens"], out["spec_draft_tokens"])
@@ -89,7 +98,7 @@ def request_side(records: Sequence[Measurement], engine: str) -> dict[str, Any]:
     return out
 
 
-def counter_side(deltas: Counters | None) -> dict[str, Any]:
+def counter_side(deltas: Counters | None, engine: str) -> dict[str, Any]:
     out: dict[str, Any] = dict.fromkeys(COLUMNS[6:13])
     if deltas is None or not deltas.verify_steps:
         return out
@@ -98,13 +107,13 @@ def counter_side(deltas: Counters | None) -> dict[str, Any]:
     out["counter_accepted_tokens"] = deltas.accepted_tokens
     out["counter_draft_tokens"] = deltas.draft_tokens
     out["counter_generation_tokens"] = deltas.generation_tokens
-    if deltas.accepted_tokens is not None:  # vLLM: one plus accepted drafts per step
-        out["accept_length_counters"] = 1.0 + deltas.accepted_tokens / steps
+    out["accept_length_counters"] = accept_length(
+        engine, deltas.generation_tokens, steps, deltas.accepted_tokens
+    )
+    if deltas.accepted_tokens is not None:
         out["acceptance_rate_counters"] = _ratio(deltas.accepted_tokens, deltas.draft_tokens)
         if deltas.per_position:
             out["accept_per_position_counters"] = [x / steps for x in deltas.per_position]
-    elif deltas.generation_tokens is not None:  # SGLang: completion tokens per step
-        out["accept_length_counters"] = deltas.generation_tokens / steps
     return out
 
 
@@ -155,7 +164,7 @@ def cell_acceptance(
     if not speculative:
         return out
     req = request_side(records, engine)
-    ctr = counter_side(window.deltas if window is not None else None)
+    ctr = counter_side(window.deltas if window is not None else None, engine)
     out.update(req)
     out.update(ctr)
     check = compare(req, ctr)

@@ -5,6 +5,7 @@ lines and vLLM's periodic stats."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 _UNIT = re.compile(r"\s*\([^)]*\)")
 _NON_WORD = re.compile(r"[^a-z0-9]+")
@@ -39,3 +40,14 @@ def number(raw: str) -> tuple[float, float | None] | None:
         except ValueError:
             return None
     return None
+
+
+@dataclass(frozen=True)
+class LogCounts:
+    """What one periodic stats line says about the stretch it describes, for pooling lines
+    by their tokens: tokens, verify steps (None: the line does not say) and seconds (None:
+    likewise). An engine may give all three up to one factor common to its lines."""
+
+    tokens: float
+    steps: float | None
+    seconds: float | None

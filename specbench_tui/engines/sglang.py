@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specbench_tui.engines.log_values import norm_key, number
+from specbench_tui.engines.log_values import LogCounts, norm_key, number
 from specbench_tui.engines.traits import EngineTraits, Speculation, flag_value
 
 READY_LINE = "The server is fired up and ready to roll!"
@@ -100,6 +100,38 @@ TRAITS = EngineTraits(
     },
     requested_speculation=requested_speculation,
 )
+
+
+# --- acceptance -------------------------------------------------------------------------------
+
+ACCEPT_LENGTH_DEFINITION = "completion tokens / verify steps"
+
+
+def accept_length(
+    tokens: float | None, steps: float | None, accepted: float | None = None
+) -> float | None:
+    """SGLang's accept length: completion tokens per verify step (``meta_info``
+    ``completion_tokens / spec_verify_ct``; its counters ``generation_tokens_total /
+    spec_verify_calls_total``), the bonus token of each step included. Over several requests
+    (or a counter window) the counts are summed first. Accepted drafts are not needed."""
+    if not steps or tokens is None:
+        return None
+    return tokens / steps
+
+
+def log_window(stats: dict[str, float], seconds: float) -> LogCounts | None:
+    """A ``Decode batch`` line's stretch: SGLang prints one every ``decode_log_interval``
+    decode iterations (40), each verifying one step per running request, so up to that
+    common factor the stretch had ``running_req`` steps and ``running_req x accept_len``
+    tokens (one per request without speculation), over tokens / gen throughput seconds.
+    ``seconds`` (between the stamps, to the second) is not needed."""
+    running = stats.get("running_req")
+    rate = stats.get("gen_throughput")
+    if not running or running <= 0:
+        return None
+    accept = stats.get("accept_len")
+    tokens = running * (accept if accept else 1.0)
+    return LogCounts(tokens, running if accept else None, tokens / rate if rate else None)
 
 
 # --- log lines --------------------------------------------------------------------------------

@@ -6,11 +6,13 @@ a parser with its arrival time; the parser owns everything about what the payloa
 ``parser = stream_parser(api, mode)``
     a fresh parser for one request (``api``: ``"sglang"`` for ``/generate``, ``"openai"`` for
     ``/v1/chat/completions``; ``mode``: SGLang's stream mode, see below).
-``parser.feed(payload, t)``
+``parser.feed(payload, t, read)``
     one payload: the event's data as ``bytes`` or ``str`` (JSON text, or ``[DONE]``; leading
     whitespace allowed) or an already decoded ``dict``; ``t`` is seconds since the request
-    was sent. Raises :class:`StreamError` for an in-band server error or data that is not
-    JSON; its message is the request row's ``error``.
+    was sent, ``read`` the number of the socket read that brought it (payloads of one read
+    share it; None: every payload a read of its own). Raises :class:`StreamError` for an
+    in-band server error or data that is not JSON; its message is the request row's
+    ``error``.
 ``parser.done`` / ``parser.end_t``
     ``[DONE]`` was seen, and when. ``parser.finished``: a finish reason was seen (a stream
     that ends without either stopped early).
@@ -38,7 +40,7 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
-from specbench_tui.engines import sglang
+from specbench_tui.engines import sglang, vllm
 from specbench_tui.results.records import Measurement
 
 StreamMode = Literal["auto", "cumulative", "incremental"]
@@ -149,6 +151,8 @@ class StreamParser(ABC):
 
     def __init__(self) -> None:
         self.content_times: list[float] = []  # arrival of every chunk that carried output
+        self.content_reads: list[int] = []  # the read that brought each of those chunks
+        self.read = 0  # the read of the payload being fed
         # The server's running output-token count at each of those chunks (-1: not said),
         # from which tokens per chunk and ITL per token follow (bench/figures.py).
         self.content_tokens: list[int] = []
@@ -171,12 +175,26 @@ class StreamParser(ABC):
         """The server's output-token count so far, -1 when the stream does not carry one."""
         return -1
 
-    def feed(self, payload: bytes | str | dict[str, Any], t: float) -> None:
+    def _content(self, t: float) -> None:
+        self.content_times.append(t)
+        self.content_reads.append(self.read)
+        self.content_tokens.append(self._running())
+
+    @property
+    def one_read(self) -> bool:
+        """Every content chunk came in the read of the first: no token after the first was
+        timed apart from it (bench/figures.py: a zero decode window)."""
+        return bool(self.content_reads) and self.content_reads[-1] == self.content_reads[0]
+
+    def feed(
+        self, payload: bytes | str | dict[str, Any], t: float, read: int | None = None
+    ) -> None:
         """One SSE data payload. Raises StreamError only: a payload of the wrong shape (a
         field that is a number where an object belongs, say) is bad server data, said as
         such, never a crash of the caller."""
         if self.done:
             return
+        self.read = self.read + 1 if read is None else read
         try:
             if isinstance(payload, dict):
                 self._data(payload, t)
@@ -223,6 +241,8 @@ class StreamParser(ABC):
         if times:
             out.ttft_s = times[0]
             out.itl_s = [b - a for a, b in itertools.pairwise(times)]
+            reads = self.content_reads
+            out.coalesced_gaps = [i for i in range(len(reads) - 1) if reads[i + 1] == reads[i]]
         out.e2e_s = e2e_s
         c = self._counts()
         out.output_tokens = c.get("output_tokens")
@@ -240,12 +260,6 @@ class StreamParser(ABC):
             # Every rate is tokens over time: without the server's count there is no figure,
             # and a row that says 0 tok/s would be a lie.
             out.error = "bad server data: no output token count (meta_info / usage)"
-        n = out.output_tokens
-        if n is not None and out.error is None:
-            if e2e_s > 0:
-                out.output_tok_s = n / e2e_s
-            if n > 1 and out.ttft_s is not None:
-                out.tpot_s = (e2e_s - out.ttft_s) / (n - 1)
         self.text, self._reasoning = self._final_text()
         if out.error is None:
             # Reasoning is part of what the model generated, so a greedy check covers it too.
@@ -267,7 +281,7 @@ def sglang_spec_counts(meta: dict[str, Any], completion: int | None) -> dict[str
             out["histogram"] = hist
             break
     if verify and completion is not None:
-        out["accept_length"] = completion / verify
+        out["accept_length"] = sglang.accept_length(completion, verify)
     else:
         direct = meta.get("spec_accept_length")
         if isinstance(direct, int | float) and not isinstance(direct, bool):
@@ -290,8 +304,7 @@ def vllm_spec_counts(spec: dict[str, Any]) -> dict[str, Any]:
         "drafted": first_int(spec, ("num_draft_tokens",)),
         "histogram": int_list(spec.get("acceptance_histogram")),
     }
-    if steps and accepted is not None:
-        out["accept_length"] = 1.0 + accepted / steps
+    out["accept_length"] = vllm.accept_length(None, steps, accepted)
     return out
 
 
@@ -341,8 +354,7 @@ class SglangStream(StreamParser):
         if isinstance(meta, dict):
             self._meta(meta, t, grew_text, prev)
         elif grew_text:
-            self.content_times.append(t)
-            self.content_tokens.append(self._running())
+            self._content(t)
 
     def _decide(self, data: dict[str, Any], meta: Any) -> None:
         """Cumulative or incremental, from the ids: all of them so far, or only the new."""
@@ -379,8 +391,7 @@ class SglangStream(StreamParser):
         if rid is not None:
             self.request_id = str(rid)
         if grew:
-            self.content_times.append(t)
-            self.content_tokens.append(self._running())
+            self._content(t)
 
     def _running(self) -> int:
         return self.tokens
@@ -455,6 +466,7 @@ class OpenAIStream(StreamParser):
         self.usage: dict[str, Any] = {}
         self.spec: dict[str, Any] | None = None  # vLLM metrics.speculative_decoding
         self.meta: dict[str, Any] = {}  # SGLang meta_info, where a build attaches it
+        self._ids_sent = False  # chunks carry their token ids
 
     def _data(self, data: dict[str, Any], t: float) -> None:
         if "error" in data and "choices" not in data:
@@ -475,6 +487,7 @@ class OpenAIStream(StreamParser):
         ids = choice.get("token_ids")
         if isinstance(ids, list):
             self._ids.extend(i for i in ids if type(i) is int)
+            self._ids_sent = True
         counted = False
         delta = choice.get("delta")
         if isinstance(delta, dict):
@@ -492,8 +505,7 @@ class OpenAIStream(StreamParser):
                 self._pieces.append(text)
                 counted = True
         if counted:
-            self.content_times.append(t)
-            self.content_tokens.append(self._running())
+            self._content(t)
         fr = choice.get("finish_reason")
         if fr is not None:
             self.finish_raw = fr
@@ -502,7 +514,10 @@ class OpenAIStream(StreamParser):
             self.meta = meta
 
     def _running(self) -> int:
-        """With ``continuous_usage_stats`` every chunk carries the count so far."""
+        """The token ids of every chunk (vLLM's ``return_token_ids``) count its tokens; else,
+        with ``continuous_usage_stats``, every chunk carries the count so far."""
+        if self._ids_sent:
+            return len(self._ids)
         n = first_int(self.usage, COMPLETION_KEYS) if self.usage else None
         return -1 if n is None else n
 

@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from specbench_tui.engines.log_values import norm_key, number
+from specbench_tui.engines.log_values import LogCounts, norm_key, number
 from specbench_tui.engines.traits import EngineTraits, Speculation, flag_value, has_flag
 
 READY_LINE = "Application startup complete."
@@ -95,6 +95,50 @@ TRAITS = EngineTraits(
     health_paths={"openai": ("/health",)},
     requested_speculation=requested_speculation,
 )
+
+
+# --- acceptance -------------------------------------------------------------------------------
+
+ACCEPT_LENGTH_DEFINITION = "1 + accepted draft tokens / verify steps"
+
+
+def accept_length(
+    tokens: float | None, steps: float | None, accepted: float | None = None
+) -> float | None:
+    """vLLM's accept length: one plus accepted draft tokens per verify step (per request
+    ``1 + num_accepted_draft_tokens / num_spec_steps``; its counters ``1 +
+    spec_decode_num_accepted_tokens_total / spec_decode_num_drafts_total``; its log's "Mean
+    acceptance length"). A step is a forward pass that had a draft: the first token and steps
+    with nothing to draft are not steps, so output tokens over steps is not this figure.
+    Over several requests (or a counter window) the counts are summed first."""
+    if not steps or accepted is None:
+        return None
+    return 1.0 + accepted / steps
+
+
+def log_window_steps(stats: dict[str, float]) -> float | None:
+    """Verify steps behind one ``SpecDecoding metrics`` line (its 10 s window), from its
+    accepted tokens and its mean acceptance length (1 + accepted / steps): the weight that
+    pools the windows as the counters would. None where the line cannot say (no accepted
+    tokens, or a mean of 1.00 with nothing accepted)."""
+    accepted, mean = stats.get("accepted_tokens"), stats.get("accept_len")
+    if accepted is None or mean is None or accepted <= 0 or mean <= 1.0:
+        return None
+    return accepted / (mean - 1.0)
+
+
+def log_window(stats: dict[str, float], seconds: float) -> LogCounts | None:
+    """A periodic line's stretch (10 s of activity since the previous line of its kind):
+    a ``SpecDecoding metrics`` line gives its verify steps (:func:`log_window_steps`) and
+    steps x mean acceptance length tokens; an ``Engine`` line its generation throughput over
+    ``seconds`` (between the stamps), tokens = throughput x seconds."""
+    steps = log_window_steps(stats)
+    if steps is not None:
+        return LogCounts(steps * stats["accept_len"], steps, None)
+    rate = stats.get("gen_throughput")
+    if rate is None or seconds <= 0 or "accepted_tokens" in stats:
+        return None
+    return LogCounts(rate * seconds, None, seconds)
 
 
 # --- log lines --------------------------------------------------------------------------------

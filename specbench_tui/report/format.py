@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from specbench_tui.report.stats import TOO_FEW
+
 MISSING = "—"
 
 
@@ -87,6 +89,14 @@ def interval(lo: Any, hi: Any, fmt: Any = fnum) -> str:
 def with_ci(mean: Any, lo: Any, hi: Any, fmt: Any = fnum) -> str:
     ci = interval(lo, hi, fmt)
     return f"{fmt(mean)} {ci}" if ci else fmt(mean)
+
+
+def ratio(value: Any, lo: Any, hi: Any, too_few: Any = False) -> str:
+    """A speed-up with its interval, or with ``too few units`` where the interval has no
+    meaningful bounds (report/stats.py ``Ratio.too_few``)."""
+    if too_few and num(value) is not None:
+        return f"{speedup(value)} ({TOO_FEW})"
+    return with_ci(value, lo, hi, speedup)
 
 
 def duration(s: Any) -> str:

@@ -4,23 +4,25 @@ built from: one code path, so the console and the paper never disagree.
 Figures, named once (specs/cli-and-results.md) and nowhere else under another name:
 
 - **TTFT** (``ttft_s``): request sent to first token.
-- **decode tok/s** per request: ``(output_tokens - 1) / (e2e_s - ttft_s)``, TTFT excluded (the
-  client's own ``decode_tok_s`` column where it recorded one).
+- **decode tok/s**: token-weighted, sum(output_tokens - 1) / sum(e2e_s - ttft_s) over the
+  requests of a unit that have a decode window (``bench/figures.py`` defines it, and which
+  requests it leaves out); per-request rates only as a distribution.
 - **end-to-end tok/s** per request: ``output_tokens / e2e_s``, TTFT included.
-- **cell throughput**: all output tokens of a cell over its wall time (``throughput_tok_s`` of
-  the cell's summary).
+- **cell throughput**: all output tokens of a cell over its measured window
+  (``throughput_tok_s`` of the cell's summary).
 - **TPOT**, **ITL per token** and **chunk gap per SSE event** (the cell's summary; ITL per token
   where the client recorded token counts per chunk, else only the chunk gap, named as such).
-- **accept length**: request mean (mean of each request's ``completion_tokens /
-  spec_verify_ct``) and token-weighted (all output tokens over all verify steps), per host, TP
-  and workload kind, never pooled across them.
+- **accept length**: the engine's own definition (``engines/registry.py``) over the counts
+  summed per host, TP, workload kind and config (never pooled across them), and the request
+  mean beside it.
 
 Statistics (report/stats.py): the unit is a repeat. A single-stream repeat is one pass over
 the workload's prompts (the ``repeat`` column); an agentic unit is a session; a concurrency
 cell is one unit (its requests overlap, so they are not independent). A config's figure is the
-mean over its units with a Student-t 95% interval; a speed-up is the ratio of two such means,
-against the baseline config on the same host, TP, workload and (for concurrency) level.
-Results of different hosts are never pooled.
+mean over its units of each unit's token-weighted decode tok/s, with a Student-t 95% interval;
+a speed-up is the ratio of two such means with Fieller's interval, against the baseline config
+on the same host, TP, workload and (for concurrency) level. Results of different hosts are
+never pooled.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import DecodeTotal, decode_parts_expr
+from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.stats import Mean, Ratio, distinguishable, from_moments, ratio_ci
 
@@ -126,8 +130,16 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
         .then(pl.lit(0, dtype=pl.Int64))
         .otherwise(pl.col("repeat"))
     )
+    tokens, seconds = decode_parts_expr()
+    engines = group_engines(inp)
     out = ok.with_columns(
         pl.coalesce(pl.col("decode_tok_s"), decode).alias("decode_tok_s"),
+        tokens.alias(DECODE_PARTS[0]),
+        seconds.alias(DECODE_PARTS[1]),
+        pl.col("group")
+        .cast(pl.String)
+        .replace_strict(engines, default=DEFAULT_ENGINE, return_dtype=pl.String)
+        .alias("engine"),
         pl.coalesce(pl.col("e2e_tok_s"), e2e_rate, pl.col("output_tok_s")).alias("e2e_tok_s"),
         unit.fill_null(0).alias("unit"),
         (ttft * 1000).alias("ttft_ms"),
@@ -139,8 +151,47 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
     return out
 
 
+def group_engines(inp: Inputs) -> dict[str, str]:
+    """Group id -> the engine its server ran (as it reported itself, else the plan's)."""
+    out = {}
+    for gid, g in inp.state.groups.items():
+        out[gid] = g.engine or (g.group.engine if g.group is not None else "") or DEFAULT_ENGINE
+    return out
+
+
+#: The per-request columns behind the token-weighted decode rate: n - 1 and the decode window
+#: of each request that counts, null for the others (bench/figures.py ``decode_parts_expr``).
+DECODE_PARTS: tuple[str, str] = ("decode_tokens", "decode_seconds")
+
+
+def decode_left_out_by_kind(inp: Inputs) -> dict[str, str]:
+    """Per workload kind, the successful requests that decode tok/s leaves out and why, in
+    words (bench/figures.py: one token, or a zero decode window); kinds with none are not
+    listed."""
+    df = requests(inp)
+    if df.height == 0:
+        return {}
+    n = pl.col("output_tokens")
+    agg = (
+        df.group_by("kind")
+        .agg(
+            (n < 2).sum().alias("one"),
+            ((n >= 2) & pl.col(DECODE_PARTS[1]).is_null()).sum().alias("zero"),
+            pl.len().alias("all"),
+        )
+        .sort("kind")
+    )
+    out = {}
+    for r in agg.to_dicts():
+        total = DecodeTotal(0, 0.0, 0, int(r["one"] or 0), int(r["zero"] or 0))
+        if total.left_out():
+            out[str(r["kind"])] = f"{total.left_out()} of {r['all']} requests"
+    return out
+
+
 #: The columns ``accept_frame`` reads besides its keys.
 ACCEPT_COLUMNS: tuple[str, ...] = (
+    "engine",
     "accept_length",
     "output_tokens",
     "spec_verify_ct",
@@ -151,8 +202,12 @@ ACCEPT_COLUMNS: tuple[str, ...] = (
 
 def subset(inp: Inputs, columns: Iterable[str], where: pl.Expr | None = None) -> pl.DataFrame:
     """Some columns of ``requests``, filtered: select first, so that a filter over a million
-    rows copies only the columns a section reads."""
-    df = requests(inp).select(list(dict.fromkeys(columns)))
+    rows copies only the columns a section reads. Asking for ``decode_tok_s`` brings the
+    columns its token-weighted form is built from."""
+    cols = list(dict.fromkeys(columns))
+    if "decode_tok_s" in cols:
+        cols += [c for c in DECODE_PARTS if c not in cols]
+    df = requests(inp).select(cols)
     return df if where is None else df.filter(where)
 
 
@@ -214,23 +269,28 @@ CELL_KEYS = frozenset(
 def unit_moments(
     df: pl.DataFrame, keys: Sequence[str], value: str = "decode_tok_s"
 ) -> pl.DataFrame:
-    """Per ``keys``: the mean, standard deviation and count of the per-unit means of ``value``
-    (each unit's mean over its requests first, so a unit weighs once whatever its size)."""
+    """Per ``keys``: the mean, standard deviation and count of the per-unit figures of
+    ``value``, each unit's figure first, so a unit weighs once whatever its size. For
+    ``decode_tok_s`` a unit's figure is its token-weighted decode rate (``DECODE_PARTS``
+    summed: all its decode tokens over all its decode time); for any other column, the mean
+    over the unit's requests."""
     keys = list(keys)
     per_cell = [k for k in keys if k in CELL_KEYS]
     per_request = [k for k in keys if k not in CELL_KEYS]
-    partial = (
-        df.select("cell_id", "unit", *keys, value)
-        .filter(pl.col(value).is_not_null())
-        .group_by("cell_id", "unit", *per_request)
-        .agg(
-            *(pl.col(k).first() for k in per_cell),
-            pl.col(value).sum().alias("_s"),
-            pl.len().alias("_r"),
-        )
+    if value == "decode_tok_s":
+        num, den = pl.col(DECODE_PARTS[0]), pl.col(DECODE_PARTS[1])
+        picked = df.select("cell_id", "unit", *keys, *DECODE_PARTS).filter(den.is_not_null())
+        sums = (num.sum().alias("_s"), den.sum().alias("_d"), pl.len().alias("_r"))
+    else:
+        picked = df.select("cell_id", "unit", *keys, value).filter(pl.col(value).is_not_null())
+        sums = (pl.col(value).sum().alias("_s"), pl.len().alias("_d"), pl.len().alias("_r"))
+    partial = picked.group_by("cell_id", "unit", *per_request).agg(
+        *(pl.col(k).first() for k in per_cell), *sums
     )
-    per_unit = partial.group_by(*keys, "unit").agg(
-        (pl.col("_s").sum() / pl.col("_r").sum()).alias("_v"), pl.col("_r").sum()
+    per_unit = (
+        partial.group_by(*keys, "unit")
+        .agg((pl.col("_s").sum() / pl.col("_d").sum()).alias("_v"), pl.col("_r").sum())
+        .filter(pl.col("_v").is_finite())
     )
     return per_unit.group_by(keys).agg(
         pl.col("_v").mean().alias("mean"),
@@ -324,6 +384,7 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "speedup",
     "speedup_lo",
     "speedup_hi",
+    "speedup_too_few",
     "accept_len_mean",
     "accept_len_weighted",
     "acceptance_rate",
@@ -337,22 +398,53 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
 
 
 def accept_frame(df: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
-    """Accept length per ``keys``: request mean and token-weighted, and the acceptance rate
-    (accepted over drafted tokens) where the engine gave raw counts; null for configs without
-    speculative decoding."""
+    """Accept length per ``keys``: ``accept_len_weighted``, the engine's own definition over
+    the counts summed per key (``engines/registry.py``: what its counters give, so the report
+    shows the figure the engine itself reports), ``accept_len_mean`` the plain mean of the
+    requests' accept lengths, and the acceptance rate (accepted over drafted tokens) where the
+    engine gave raw counts; null for configs without speculative decoding. A key whose rows
+    came from two engines has no pooled figure: their definitions differ."""
+    keys = list(keys)
     steps = pl.col("spec_verify_ct")
     has_steps = steps.is_not_null() & (steps > 0)
-    step_sum = steps.filter(has_steps).sum()
+    al = pl.col("accept_length")
     drafted = pl.col("spec_draft_tokens").sum()
-    return df.group_by(list(keys)).agg(
-        pl.col("accept_length").mean().alias("accept_len_mean"),
-        pl.when(step_sum > 0)
-        .then(pl.col("output_tokens").filter(has_steps).sum().cast(pl.Float64) / step_sum)
-        .alias("accept_len_weighted"),
+    accepted = pl.col("spec_accepted_tokens")
+    per_engine = df.group_by([*keys, "engine"]).agg(
+        al.mean().alias("accept_len_mean"),
+        al.is_not_null().sum().alias("accept_requests"),
+        pl.col("output_tokens").sum().cast(pl.Float64).alias("_tokens"),
+        steps.filter(has_steps).sum().cast(pl.Float64).alias("_steps"),
+        # Accepted drafts; where a build left the count out, from the accept lengths.
+        pl.when(accepted.filter(has_steps).is_null().any())
+        .then((al * steps).filter(has_steps).sum() - steps.filter(has_steps).sum())
+        .otherwise(accepted.filter(has_steps).sum())
+        .cast(pl.Float64)
+        .alias("_accepted"),
         pl.when(drafted > 0)
-        .then(pl.col("spec_accepted_tokens").sum().cast(pl.Float64) / drafted)
+        .then(accepted.sum().cast(pl.Float64) / drafted)
         .alias("acceptance_rate"),
-        pl.col("accept_length").is_not_null().sum().alias("accept_requests"),
+    )
+    rows = []
+    for r in per_engine.to_dicts():
+        r["accept_len_weighted"] = accept_length(
+            r["engine"], r["_tokens"], r["_steps"], r["_accepted"]
+        )
+        rows.append(r)
+    schema = {
+        **{k: df.schema[k] for k in keys},
+        "engine": pl.String,
+        "accept_len_mean": pl.Float64,
+        "accept_requests": pl.Int64,
+        "accept_len_weighted": pl.Float64,
+        "acceptance_rate": pl.Float64,
+    }
+    frame = pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema, orient="row")
+    return frame.group_by(keys).agg(
+        pl.col("accept_len_mean").mean(),
+        pl.when(pl.len() == 1).then(pl.col("accept_len_weighted").first()),
+        pl.when(pl.len() == 1).then(pl.col("acceptance_rate").first()),
+        pl.col("accept_requests").sum(),
     )
 
 
@@ -366,16 +458,20 @@ def comparison(inp: Inputs) -> pl.DataFrame:
       (0 except for concurrency rows), ``config``, ``label``, ``baseline`` (bool).
     - ``n``: units the figure is a mean over (repeats; sessions for agentic; 1 for a
       concurrency level); ``requests``: successful requests counted.
-    - ``decode_tok_s``, ``decode_tok_s_lo``, ``decode_tok_s_hi``: decode tok/s per request
-      (TTFT excluded), mean over units with its 95% Student-t interval (null bounds when n < 2;
-      the lower bound cut at zero); ``decode_tok_s_sd``: the units' standard deviation.
+    - ``decode_tok_s``, ``decode_tok_s_lo``, ``decode_tok_s_hi``: decode tok/s (TTFT
+      excluded, token-weighted within each unit), mean over units with its 95% Student-t
+      interval (null bounds when n < 2; the lower bound cut at zero); ``decode_tok_s_sd``: the
+      units' standard deviation.
     - ``speedup``, ``speedup_lo``, ``speedup_hi``: ``decode_tok_s`` over the baseline config's
-      in the same host, TP, workload and level, with its 95% interval; null without a baseline.
-    - ``accept_len_mean`` (request mean), ``accept_len_weighted`` (all output tokens over all
-      verify steps), ``acceptance_rate`` (accepted over drafted tokens, where the engine gave
-      them): null without speculative decoding.
-    - ``cell_throughput_tok_s``: concurrency rows only, all output tokens over the cell's wall
-      time (the cell's own summary).
+      in the same host, TP, workload and level, with Fieller's 95% interval; null without a
+      baseline; ``speedup_too_few`` (bool): the units are too few to bound it (no interval).
+    - ``accept_len_weighted``: the accept length as the engine defines it (SGLang completion
+      tokens / verify steps, vLLM 1 + accepted drafts / verify steps) over the counts summed
+      over the row's requests, the figure the engine's counters give; ``accept_len_mean``: the
+      plain mean of the requests' accept lengths; ``acceptance_rate`` (accepted over drafted
+      tokens, where the engine gave them): null without speculative decoding.
+    - ``cell_throughput_tok_s``: concurrency rows only, all output tokens over the cell's
+      measured window (the cell's own summary).
     - ``failed_check`` (bool) and ``check_reason``: the config failed a correctness check at
       this host and TP; such a row is never best.
     - ``best`` (bool): the highest decode tok/s in its scope, told apart from the runner-up
@@ -422,6 +518,7 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "speedup": sp.value if sp else None,
                 "speedup_lo": sp.lo if sp else None,
                 "speedup_hi": sp.hi if sp else None,
+                "speedup_too_few": bool(sp and sp.too_few),
                 "accept_len_mean": a.get("accept_len_mean"),
                 "accept_len_weighted": a.get("accept_len_weighted"),
                 "acceptance_rate": a.get("acceptance_rate"),
@@ -453,6 +550,7 @@ def _comparison_schema() -> dict[str, Any]:
         check_reason=pl.String,
         best=pl.Boolean,
         top_tie=pl.Boolean,
+        speedup_too_few=pl.Boolean,
         packed=pl.Boolean,
     )
     return types
@@ -519,6 +617,7 @@ def packing_effect(inp: Inputs) -> pl.DataFrame:
                 "ratio": q.value if q else None,
                 "ratio_lo": q.lo if q else None,
                 "ratio_hi": q.hi if q else None,
+                "ratio_too_few": bool(q and q.too_few),
                 "differs": distinguishable(a, b),
             }
         )

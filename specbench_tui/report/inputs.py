@@ -66,9 +66,11 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "e2e_tok_s",
     "spec_accepted_tokens",
     "spec_draft_tokens",
+    "decode_s",
 )
 _OPTIONAL_TYPES: dict[str, Any] = {
     "decode_tok_s": pl.Float64,
+    "decode_s": pl.Float64,
     "e2e_tok_s": pl.Float64,
     "spec_accepted_tokens": pl.Int64,
     "spec_draft_tokens": pl.Int64,

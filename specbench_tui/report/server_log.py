@@ -1,21 +1,34 @@
 """The server's own view of each group, from the log lines the campaign kept
-(``logs/<group>.log``): accept length and generation throughput of every stats line, placed in
-time and assigned to the cell that was running then, so that a group's figures can be read per
-workload kind and never over the idle time or warm-up between cells.
+(``logs/<group>.log``): accept length and generation throughput of the stats lines, each
+placed in time and given to a cell only when the whole stretch it describes lies inside that
+cell, pooled per cell by the tokens behind each line.
+
+What a line describes: engines print their statistics over the stretch since their previous
+line of the same kind (SGLang a ``Decode batch`` line every so many decode steps, vLLM an
+``Engine`` line and a ``SpecDecoding metrics`` line every 10 s of activity), and that stretch
+may hold idle time or another cell's requests. So a line counts for a cell only when the
+previous line of its kind and the line itself both fall inside the cell's window (its
+``cell_started`` to ``cell_finished``), the stamps' resolution (a second) taken off the window.
+A short cell may get no line at all: then it has no log figure, rather than a neighbour's.
 
 Placing a line in time: servers print local wall-clock time to the second (SGLang
-``[2026-01-01 12:00:00 TP0]``, vLLM ``INFO 01-01 12:00:00``), while the events are UTC. Each
-server start in the kept log begins with the campaign's own header (``----- <UTC ISO time>
-starting ...``), so the offset of the server's clock is the difference to the first stamped
-line after it, rounded to a quarter hour (time zones); a log without headers is taken as UTC.
-A line is assigned to a cell when it falls within the cell's start and end, widened by a
-second for the stamps' resolution.
+``[2026-01-01 12:00:00 TP0]``, vLLM ``INFO 01-01 12:00:00``), while the events are UTC. The
+server's clock is measured at each start: each start in the kept log begins with the
+campaign's own header (``----- <UTC ISO time> starting ...``), and the time zone is the
+difference to the first stamped line after it, rounded to a quarter hour; beyond the zone,
+the server's clock may be off: its ready line (or the last stamped line before it) against the
+``service_ready`` event of that start says by how much, taken when it exceeds what the two can
+resolve (two seconds). A log without headers is taken as UTC.
+
+Pooling (``engines/<engine>.py`` ``log_window``): each line gives the tokens, verify steps and
+seconds of its stretch where it can; a cell's log accept length is its lines' tokens over their
+steps and its log throughput their tokens over their seconds, never a plain mean of lines.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,12 +36,18 @@ from pathlib import Path
 import polars as pl
 
 from specbench_tui.bench.logparse import LogParser
+from specbench_tui.engines.registry import log_window
 from specbench_tui.report.inputs import Inputs
 
-_SGLANG_TS = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)?[ \]]")
-_VLLM_TS = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})")
+_SGLANG_TS = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?[ \]]")
+_VLLM_TS = re.compile(
+    r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?"
+)
 _HEADER = re.compile(r"^----- (\S+) starting ")
 _QUARTER_H = 900.0
+#: How far a server's clock may seem off from what its ready line and the ready event can
+#: resolve (a stamp to the second, a health poll behind the line) before it is corrected.
+SKEW_RESOLVED_S = 2.0
 #: Stats keys of the log parsers that the server view reads (one naming for both engines).
 ACCEPT_KEY = "accept_len"
 THROUGHPUT_KEY = "gen_throughput"
@@ -44,21 +63,39 @@ class Window:
     end: float
 
 
-def _stamp(line: str, year: int) -> float | None:
-    """The line's own time stamp as naive seconds (its clock's wall time read as UTC)."""
+@dataclass(frozen=True)
+class StatsLine:
+    """One stats line on the UTC clock: the stretch it describes runs from ``since`` (the
+    previous line of its kind; None for the first after a start) to ``at``, each stamp good
+    to ``res`` seconds."""
+
+    since: float | None
+    at: float
+    res: float
+    stats: dict[str, float]
+
+
+def _stamp(line: str, year: int) -> tuple[float, float] | None:
+    """The line's own time stamp as naive seconds (its clock's wall time read as UTC), and
+    the stamp's resolution."""
     m = _SGLANG_TS.match(line)
     if m:
-        y, mo, d, h, mi, s = map(int, m.groups())
+        y, mo, d, h, mi, s = map(int, m.groups()[:6])
+        frac = m.group(7)
     else:
         m = _VLLM_TS.search(line)
         if not m:
             return None
-        mo, d, h, mi, s = map(int, m.groups())
+        mo, d, h, mi, s = map(int, m.groups()[:5])
+        frac = m.group(6)
         y = year
     try:
-        return datetime(y, mo, d, h, mi, s, tzinfo=UTC).timestamp()
+        t = datetime(y, mo, d, h, mi, s, tzinfo=UTC).timestamp()
     except ValueError:
         return None
+    if frac:
+        return t + float(frac), 10.0 ** -(len(frac) - 1)
+    return t, 1.0
 
 
 def _header_time(line: str) -> float | None:
@@ -73,20 +110,35 @@ def _header_time(line: str) -> float | None:
 
 def stats_parser(engine: str) -> StatsParser:
     """The stats parser for a group's engine: both produce ``accept_len`` and
-    ``gen_throughput``. SGLang's (bench/logparse.py) reads ``Decode batch`` lines."""
+    ``gen_throughput`` (bench/logparse.py offers every line to both engines' parsers)."""
     return LogParser().parse
 
 
-def read_log(path: Path, parse: StatsParser) -> list[tuple[float, dict[str, float]]]:
-    """(UTC time, stats) of every stats line with a usable time stamp, in file order."""
-    out: list[tuple[float, dict[str, float]]] = []
+def _family(stats: dict[str, float]) -> str | None:
+    """Which periodic line this is, so that a line's stretch starts at the previous line of
+    the same kind: vLLM's spec line apart from its engine line, SGLang's decode lines."""
+    if "accepted_tokens" in stats or "drafted_tokens" in stats:
+        return "spec"
+    if THROUGHPUT_KEY in stats or ACCEPT_KEY in stats:
+        return "decode"
+    return None
+
+
+def read_log(path: Path, parse: StatsParser, ready_at: Sequence[float] = ()) -> list[StatsLine]:
+    """The stats lines of a kept log with a usable time stamp, in file order, on the UTC
+    clock. ``ready_at``: the UTC times of the group's ``service_ready`` events, one per start
+    that became ready, in order (they measure the server clock's skew)."""
+    out: list[StatsLine] = []
     try:
         f = path.open(encoding="utf-8", errors="replace")
     except OSError:
         return out
     offset = 0.0
     anchor: float | None = None  # the last header's UTC time, until a stamped line follows
+    last_stamp: float | None = None  # the server's last stamp, for its ready line
+    ready = list(ready_at)
     year = datetime.now(UTC).year
+    previous: dict[str, float] = {}  # family -> the last line's UTC time since the start
     with f:
         for line in f:
             if line.startswith("-----"):
@@ -94,23 +146,46 @@ def read_log(path: Path, parse: StatsParser) -> list[tuple[float, dict[str, floa
                 if t is not None:
                     anchor = t
                     year = datetime.fromtimestamp(t, UTC).year
+                    previous.clear()
+                    ready = [r for r in ready if r >= t]
                 continue
             interesting = "batch" in line or "throughput" in line or "acceptance" in line
-            if not interesting and anchor is None:
+            is_ready = LogParser.is_ready(line)
+            if not interesting and anchor is None and not is_ready:
                 continue  # cheap skip; only a line right after a header is read for its clock
-            stamp = _stamp(line, year)
-            if stamp is None:
+            got = _stamp(line, year)
+            if got is None:
+                if is_ready and last_stamp is not None:
+                    offset = _skewed(offset, last_stamp, ready)
                 continue
+            stamp, res = got
+            last_stamp = stamp
             if anchor is not None:
                 offset = round((stamp - anchor) / _QUARTER_H) * _QUARTER_H
                 anchor = None
+            if is_ready:
+                offset = _skewed(offset, stamp, ready)
             stats = parse(line)
-            if not stats:
+            family = _family(stats) if stats else None
+            if stats is None or family is None:
                 continue
+            at = stamp - offset
+            since = previous.get(family)
+            previous[family] = at
             if stats.get("decode") and not stats.get("running_req", 1):
                 continue  # an idle decode line says nothing about a measurement
-            out.append((stamp - offset, stats))
+            out.append(StatsLine(since, at, res, stats))
     return out
+
+
+def _skewed(zone: float, ready_stamp: float, ready: list[float]) -> float:
+    """The offset once the ready line is seen: the zone, plus the clock's skew where the
+    start's ready event says it beyond what can be resolved."""
+    zone = round(zone / _QUARTER_H) * _QUARTER_H
+    if not ready:
+        return zone
+    skew = (ready_stamp - zone) - ready.pop(0)
+    return zone + skew if abs(skew) > SKEW_RESOLVED_S else zone
 
 
 def cell_windows(inp: Inputs, group: str) -> list[Window]:
@@ -119,39 +194,28 @@ def cell_windows(inp: Inputs, group: str) -> list[Window]:
         c = inp.state.cells.get(cid)
         if c is None or c.status != "done" or c.started_at is None or c.ended_at is None:
             continue
-        out.append(Window(c.id, c.kind, c.started_at - 1.0, c.ended_at + 1.0))
+        out.append(Window(c.id, c.kind, c.started_at, c.ended_at))
     return sorted(out, key=lambda w: w.start)
 
 
-def assign(
-    lines: Iterable[tuple[float, dict[str, float]]], windows: list[Window]
-) -> list[dict[str, object]]:
-    """Rows (cell_id, kind, accept_len, gen_throughput) for the lines inside a cell window."""
-    rows: list[dict[str, object]] = []
+def assign(lines: Iterable[StatsLine], windows: list[Window]) -> list[tuple[Window, StatsLine]]:
+    """Each line whose whole stretch lies inside a cell's window, with that window."""
+    out: list[tuple[Window, StatsLine]] = []
     if not windows:
-        return rows
-    i = 0
-    for t, stats in sorted(lines, key=lambda x: x[0]):
-        while i < len(windows) and windows[i].end < t:
-            i += 1
-        if i >= len(windows):
-            break
-        w = windows[i]
-        if w.start <= t <= w.end:
-            rows.append(
-                {
-                    "cell_id": w.cell_id,
-                    "kind": w.kind,
-                    "accept_len": stats.get(ACCEPT_KEY),
-                    "gen_throughput": stats.get(THROUGHPUT_KEY),
-                }
-            )
-    return rows
+        return out
+    for ln in lines:
+        if ln.since is None:
+            continue  # the first line after a start: its stretch has no known beginning
+        for w in windows:
+            if w.start <= ln.since and ln.at + ln.res <= w.end:
+                out.append((w, ln))
+                break
+    return out
 
 
 def log_figures(inp: Inputs) -> pl.DataFrame:
-    """Per cell: the mean accept length and generation throughput of the stats lines its
-    group's server logged while the cell ran, and how many lines they are."""
+    """Per cell: the server log's accept length and generation throughput over the lines
+    whose stretch lay inside the cell, pooled by their tokens, and how many lines they are."""
     if "server_log" in inp.cache:
         return inp.cache["server_log"]
     rows: list[dict[str, object]] = []
@@ -162,20 +226,42 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
         windows = cell_windows(inp, gid)
         if not windows:
             continue
-        for r in assign(read_log(path, stats_parser(g.engine)), windows):
-            rows.append({"group": gid, **r})
+        ready = [r for r, _ in g.windows]
+        engine = g.engine or (g.group.engine if g.group is not None else "")
+        pooled: dict[str, list[float]] = {}
+        kinds: dict[str, str] = {}
+        for w, ln in assign(read_log(path, stats_parser(engine), ready), windows):
+            counts = log_window(engine, ln.stats, ln.at - (ln.since or ln.at))
+            acc = pooled.setdefault(w.cell_id, [0.0, 0.0, 0.0, 0.0, 0.0])
+            kinds[w.cell_id] = w.kind
+            acc[4] += 1
+            if counts is None:
+                continue
+            if counts.steps:
+                acc[0] += counts.tokens
+                acc[1] += counts.steps
+            if counts.seconds:
+                acc[2] += counts.tokens
+                acc[3] += counts.seconds
+        for cid, (atok, steps, ttok, secs, n) in pooled.items():
+            rows.append(
+                {
+                    "group": gid,
+                    "cell_id": cid,
+                    "kind": kinds[cid],
+                    "log_accept_len": atok / steps if steps else None,
+                    "log_gen_throughput": ttok / secs if secs else None,
+                    "log_lines": int(n),
+                }
+            )
     schema = {
         "group": pl.String,
         "cell_id": pl.String,
         "kind": pl.String,
-        "accept_len": pl.Float64,
-        "gen_throughput": pl.Float64,
+        "log_accept_len": pl.Float64,
+        "log_gen_throughput": pl.Float64,
+        "log_lines": pl.Int64,
     }
-    df = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
-    out = df.group_by("group", "cell_id", "kind").agg(
-        pl.col("accept_len").mean().alias("log_accept_len"),
-        pl.col("gen_throughput").mean().alias("log_gen_throughput"),
-        pl.len().alias("log_lines"),
-    )
+    out = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     inp.cache["server_log"] = out
     return out

@@ -102,14 +102,21 @@ def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
     return num / den if den > 0 else float(na + nb - 2)
 
 
+TOO_FEW = "too few units"
+"""What a ratio says instead of an interval when its means are too uncertain to bound it."""
+
+
 @dataclass(frozen=True)
 class Ratio:
-    """A ratio of two means and its 95% interval; ``hi`` None with ``lo`` set: no finite upper
-    bound (the denominator's mean is not clearly above zero); both None: no interval."""
+    """A ratio of two means and its 95% interval; both bounds None: no interval, either one
+    unit a side or ``too_few``: the denominator's interval reaches zero (no finite bound), or
+    the numerator's does (the lower bound would be cut at zero). Such a ratio is printed with
+    :data:`TOO_FEW`, never as ``[0.00x-...]``."""
 
     value: float
     lo: float | None
     hi: float | None
+    too_few: bool = False
 
     @property
     def beyond_one(self) -> bool:
@@ -124,7 +131,8 @@ def ratio_ci(a: Mean, b: Mean) -> Ratio | None:
 
     Fieller's interval holds every ratio r for which ``a - r*b = 0`` is not rejected by a t-test
     (Welch-Satterthwaite degrees of freedom at the estimate), so "the interval excludes 1" and
-    "the two means differ" are the same statement. The lower bound is cut at zero.
+    "the two means differ" are the same statement. Where either mean's interval reaches zero
+    the interval is unbounded or starts at zero: the ratio is ``too_few`` instead.
     """
     if a.mean <= 0 or b.mean <= 0:
         return None
@@ -138,12 +146,14 @@ def ratio_ci(a: Mean, b: Mean) -> Ratio | None:
     t2 = t * t
     den = b.mean**2 - t2 * vb
     if den <= 0:
-        return Ratio(r, 0.0, None)
+        return Ratio(r, None, None, too_few=True)
     disc = a.mean**2 * vb + b.mean**2 * va - t2 * va * vb
     root = t * math.sqrt(max(disc, 0.0))
     lo = (a.mean * b.mean - root) / den
     hi = (a.mean * b.mean + root) / den
-    return Ratio(r, max(lo, 0.0), hi)
+    if lo <= 0:
+        return Ratio(r, None, None, too_few=True)
+    return Ratio(r, lo, hi)
 
 
 def distinguishable(a: Mean, b: Mean) -> bool:

@@ -68,6 +68,11 @@ class Measurement:
     decode_tok_s: float | None = None
     e2e_tok_s: float | None = None
     chunk_tokens: list[int] = field(default_factory=list)
+    # The decode window (e2e - TTFT; 0.0: a zero window, everything came in one read) and the
+    # indexes of the chunk gaps in ``itl_s`` whose two chunks came in one read (no measured
+    # gap): bench/figures.py defines both.
+    decode_s: float | None = None
+    coalesced_gaps: list[int] = field(default_factory=list)
     # The prompt's rendering: the chat template's sha256 and the kwargs it was rendered with
     # (JSON, sorted keys); where the server rendered it, the template the model directory
     # holds (null when it could not be read).

@@ -28,7 +28,10 @@ multiplies step times by X):
   memory-bound, expensive once compute-bound. Hence DDTree's tokens/s peaks near B = 32-64
   and speculation's advantage shrinks with concurrency.
 * Continuous batching with ``--max-running-requests`` (default 48 AR, 32 speculative,
-  2048/B for DDTree, clamped to 4..32) and a queue beyond it; one streamed chunk per step.
+  2048/B for DDTree, clamped to 4..32) and a queue beyond it; one streamed chunk per step
+  (``--sim-burst N``: a chunk once N tokens are new, as a server that bursts sends them;
+  ``--sim-record FILE``: each finished request's record, what was sent and when, appended to
+  FILE as a JSON line).
 * Prefix cache over 64-character blocks of prompt + output: multi-turn contexts get growing
   ``cached_tokens`` and pay prefill only for the new part.
 * Output: deterministic words from a PRNG seeded by the prompt only, so every config returns

@@ -54,6 +54,12 @@ class SimConfig:
     # default: a rehearsal of a real plan (/dev/shm/...) must not need the model files.
     require_model: bool = False
     gpu_ids: tuple[int, ...] = ()
+    # Tokens held back until this many are new (or the request ends), then sent as one SSE
+    # event: a server that bursts, as a speculative or a lagging one does.
+    burst: int = 1
+    # A JSON Lines file that gets each finished request's record (what was sent and when):
+    # the truth a test holds the client's figures to after the server has gone.
+    record_path: str | None = None
     # A file each request's prompt is appended to (one JSON object a line): what the server
     # received, for tests that check the client's rendering.
     record_prompts: str | None = None
@@ -228,6 +234,10 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
                 cfg.gpu_state_dir = value
             case "sim_require_model":
                 cfg.require_model = True
+            case "sim_burst":
+                cfg.burst = _int(key, value)
+            case "sim_record":
+                cfg.record_path = value
             case "sim_record_prompts":
                 cfg.record_prompts = value or None
             case _:
@@ -236,6 +246,8 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
         raise SimArgsError("--tp-size must be at least 1")
     if cfg.speed <= 0:
         raise SimArgsError("--speed must be positive")
+    if cfg.burst < 1:
+        raise SimArgsError("--sim-burst must be at least 1")
     if not 0 < cfg.port < 65536:
         raise SimArgsError(f"--port {cfg.port} is not a TCP port")
     _apply_spec_defaults(cfg)

@@ -332,7 +332,7 @@ class SimServer:
                 await req.wake.wait()
                 req.wake.clear()
                 done = req.done
-                if req.completion_tokens > sent or done:
+                if req.completion_tokens - sent >= self.cfg.burst or done:
                     now = time.perf_counter()
                     # Like SGLang's default stream: the whole text and all ids so far.
                     chunk = cumulative.encode(req.text, _ids(req), self._meta(req, now))
@@ -433,7 +433,7 @@ class SimServer:
                 await req.wake.wait()
                 req.wake.clear()
                 done = req.done
-                if req.completion_tokens > sent_tokens or done:
+                if req.completion_tokens - sent_tokens >= self.cfg.burst or done:
                     piece: dict[str, Any]
                     if chat:
                         delta: dict[str, Any] = {"content": req.text[sent_chars:]}
@@ -537,6 +537,9 @@ class SimServer:
         )
         self.records[req.rid] = record
         self.records.move_to_end(req.rid)
+        if self.cfg.record_path:
+            with open(self.cfg.record_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record.as_json()) + "\n")
         while len(self.records) > _RECORDS_KEPT:
             self.records.popitem(last=False)
         self.served += 1
@@ -769,7 +772,7 @@ usage: python -m specbench_tui.sim [SGLang launch_server arguments] [--speed F] 
        [--sim-fault diverge|diverge-tp:N|crash-at-start|never-ready|crash-after:N|slow:X|
                     slow-stop:S]
        [--sim-gpu-state DIR]
-       [--sim-require-model]
+       [--sim-require-model] [--sim-burst N] [--sim-record FILE]
 
 A simulated SGLang server: same HTTP API and log lines, simulated GPUs. Understood SGLang
 arguments: --model-path, --tp-size, --host, --port, --speculative-algorithm,

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from specbench_tui.bench.figures import FIGURE_NAMES
+from specbench_tui.bench.figures import FIGURE_NAMES, decode_left_out
 from specbench_tui.results.progress import CampaignProgress, CellState, GroupState, format_clock
 from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for, shown_status
 from specbench_tui.tui.plan_tree import NodeRef
@@ -62,13 +62,20 @@ def _figures(c: CellState) -> list[tuple[str, str]]:
 
     name = FIGURE_NAMES
     num("throughput_tok_s", name["throughput_tok_s"], "{:.1f} tok/s")
-    num("decode_tok_s_p50", f"{name['decode_tok_s']} p50", "{:.1f}")
+    # The cell's decode rate is token-weighted; the per-request rates are a distribution.
+    num("decode_tok_s_total", name["decode_tok_s_total"], "{:.1f}")
+    num("decode_tok_s_p50", f"{name['decode_tok_s']} per request p50", "{:.1f}")
     # end-to-end tok/s under the contract's older column name too (earlier results)
     e2e = "e2e_tok_s_p50" if f.get("e2e_tok_s_p50") is not None else "output_tok_s_p50"
     num(e2e, f"{name['e2e_tok_s']} p50", "{:.1f}")
     num("ttft_s_p50", f"{name['ttft_s']} p50", "{:.0f} ms", 1000.0)
     num("itl_token_s_p50", f"{name['itl_token_s']} p50", "{:.1f} ms", 1000.0)
-    num("accept_length_mean", f"{name['accept_length']} mean", "{:.2f}")
+    # The engine's own accept length (what its counters give), then the plain request mean.
+    num("accept_length_weighted", name["accept_length"], "{:.2f}")
+    num("accept_length_mean", f"{name['accept_length']} request mean", "{:.2f}")
+    left = decode_left_out(f)
+    if left:
+        out.append((f"{name['decode_tok_s']} leaves out", left))
     if f.get("requests") is not None:
         out.append(("requests", f"{f['requests']} ({f.get('errors') or 0} errors)"))
     num("wall_s", "wall", "{:.1f} s")

@@ -19,6 +19,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from specbench_tui.tui.look import MARKS, palette_for
+from specbench_tui.tui.results_source import TOO_FEW
 
 #: Sortable columns: (key in the frame, header, descending by default). ``point`` groups
 #: the rows of one measurement point (prompt set, length), fastest first within each.
@@ -26,7 +27,7 @@ SORTS: tuple[tuple[str, str, bool], ...] = (
     ("point", "prompt/len", False),
     ("tok_s", "decode tok/s", True),
     ("speedup", "speed-up", True),
-    ("accept_mean", "accept", True),
+    ("accept", "accept", True),
     ("config", "config", False),
     ("prompt_set", "prompt", False),
     ("max_tokens", "len", False),
@@ -204,11 +205,11 @@ class ResultsPane(Vertical):
         if len(repeats) > 1:
             cols.append(("repeats", "rep"))
         if wide:
-            cols += [("tok_s", "decode tok/s"), ("speedup", "speed-up"), ("accept_mean", "accept")]
+            cols += [("tok_s", "decode tok/s"), ("speedup", "speed-up"), ("accept", "accept")]
         else:
-            cols += [("tok_s", "dec tok/s"), ("speedup", "speedup"), ("accept_mean", "acc")]
-        if any(r.get("accept_weighted") is not None for r in rows):
-            cols.append(("accept_weighted", "acc/tok"))
+            cols += [("tok_s", "dec tok/s"), ("speedup", "speedup"), ("accept", "acc")]
+        if any(r.get("accept_mean") is not None for r in rows):
+            cols.append(("accept_mean", "acc/req" if not wide else "accept (req. mean)"))
         headers = [
             header
             + (
@@ -242,10 +243,12 @@ class ResultsPane(Vertical):
                 text = _pm(r["speedup"], lo, hi, "{:.2f}")
                 if r["speedup"] is not None:
                     text = text.replace(" ±", "× ±", 1) if "±" in text else text + "×"
+                    if r.get("speedup_too_few"):  # no interval to show: say why
+                        text += f" ({TOO_FEW})" if wide else "?"
                 if failed and wide:  # narrow: the ⚠ on the config says it
                     text += " lossy"
                 cells.append(Text(text, style=pal.warning if failed else ""))
-            elif key in ("accept_mean", "accept_weighted"):
+            elif key in ("accept", "accept_mean"):
                 cells.append(Text(_num(r.get(key), "{:.2f}")))
             elif key == "point":
                 length = "" if r.get("max_tokens") is None else f"/{r['max_tokens']}"

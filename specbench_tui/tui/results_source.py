@@ -5,9 +5,11 @@ can never disagree.
 ``comparison(root)`` is the only call into ``specbench_tui.report``. It returns one row per
 (host, TP, workload kind, workload, concurrency level, config) with the columns in
 ``COLUMNS``: the report's figures under the names the pane shows. ``tok_s`` is decode tok/s
-per request (TTFT excluded), the mean over repeats with its 95% interval; ``speedup`` is its
-ratio to the baseline's at the same point, with Fieller's interval; ``best`` is the report's
-(fastest, and told apart from the runner-up). No textual import: it runs in a worker thread.
+(TTFT excluded, token-weighted within each repeat), the mean over repeats with its 95%
+interval; ``speedup`` is its ratio to the baseline's at the same point, with Fieller's
+interval (``speedup_too_few``: too few repeats to bound it); ``accept`` is the accept length as
+the engine defines it, what its own counters give; ``best`` is the report's (fastest, and
+told apart from the runner-up). No textual import: it runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import polars as pl
 
 from specbench_tui.report.frames import comparison as report_comparison
 from specbench_tui.report.inputs import load_inputs
+from specbench_tui.report.stats import TOO_FEW
+
+__all__ = ["COLUMNS", "TOO_FEW", "comparison", "empty"]
 
 COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "host": pl.String,
@@ -31,14 +36,15 @@ COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "baseline": pl.Boolean,
     "repeats": pl.Int64,  # repeats behind the interval (0: no repeat column in the rows)
     "requests": pl.Int64,
-    "tok_s": pl.Float64,  # decode tok/s per request (TTFT excluded), mean over repeats
+    "tok_s": pl.Float64,  # decode tok/s (token-weighted per repeat), mean over repeats
     "tok_s_lo": pl.Float64,
     "tok_s_hi": pl.Float64,
     "speedup": pl.Float64,
     "speedup_lo": pl.Float64,
     "speedup_hi": pl.Float64,
-    "accept_mean": pl.Float64,  # request-mean accept length
-    "accept_weighted": pl.Float64,  # token-weighted: all output tokens over all verify steps
+    "speedup_too_few": pl.Boolean,  # too few repeats to bound the speed-up
+    "accept": pl.Float64,  # accept length as the engine defines it (its counters' figure)
+    "accept_mean": pl.Float64,  # the plain mean of the requests' accept lengths
     "failed_check": pl.String,  # why the config failed a correctness check, null if it did not
     "best": pl.Boolean,  # fastest at its point, and distinguishable from the runner-up
 }
@@ -74,8 +80,9 @@ def comparison(root: Path) -> pl.DataFrame:
                 "speedup": r["speedup"],
                 "speedup_lo": r["speedup_lo"],
                 "speedup_hi": r["speedup_hi"],
+                "speedup_too_few": bool(r["speedup_too_few"]),
+                "accept": r["accept_len_weighted"],
                 "accept_mean": r["accept_len_mean"],
-                "accept_weighted": r["accept_len_weighted"],
                 "failed_check": (r["check_reason"] or "failed a check")
                 if r["failed_check"]
                 else None,

@@ -60,7 +60,7 @@ def speedup_cell(r: dict[str, Any]) -> Cell:
     if r.get("baseline"):
         return Cell("1.00x")
     return Cell(
-        f.with_ci(r["speedup"], r["speedup_lo"], r["speedup_hi"], f.speedup),
+        f.ratio(r["speedup"], r["speedup_lo"], r["speedup_hi"], r.get("speedup_too_few")),
         bold=bool(r.get("best")),
     )
 

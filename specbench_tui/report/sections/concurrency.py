@@ -26,7 +26,14 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
-from specbench_tui.report.frames import baseline, cell_figures, config_rank, label, subset
+from specbench_tui.report.frames import (
+    DECODE_PARTS,
+    baseline,
+    cell_figures,
+    config_rank,
+    label,
+    subset,
+)
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import workload_section
 
@@ -52,7 +59,8 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
         q("ttft_s").quantile(0.99, "linear").alias("ttft_p99"),
         q("tpot_s").quantile(0.5, "linear").alias("tpot_p50"),
         q("tpot_s").quantile(0.99, "linear").alias("tpot_p99"),
-        q("decode_tok_s").mean().alias("decode_tok_s"),
+        # Token-weighted over the cell's requests (bench/figures.py), as its decode_tok_s_total.
+        (q(DECODE_PARTS[0]).sum() / q(DECODE_PARTS[1]).sum()).alias("decode_tok_s"),
         q("output_tokens").sum().alias("tokens"),
         ((q("started_at") + q("e2e_s")).max() - q("started_at").min()).alias("span_s"),
     )
@@ -75,13 +83,21 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
             "itl_token_s_p99",
             "itl_s_p50",
             "itl_s_p99",
+            "coalesced_gap_share",
         )
         if c in cells.columns
     ]
     if cells.height and want:
         figs = cells.select(pl.col("cell_id").cast(pl.Categorical), *want)
         agg = agg.join(figs, on="cell_id", how="left")
-    for c in ("throughput_tok_s", "itl_token_s_p50", "itl_token_s_p99", "itl_s_p50", "itl_s_p99"):
+    for c in (
+        "throughput_tok_s",
+        "itl_token_s_p50",
+        "itl_token_s_p99",
+        "itl_s_p50",
+        "itl_s_p99",
+        "coalesced_gap_share",
+    ):
         if c not in agg.columns:
             agg = agg.with_columns(pl.lit(None, dtype=pl.Float64).alias(c))
     # Cell throughput from the cell's summary; tokens over the requests' span where it has none.
@@ -107,6 +123,29 @@ def _itl_name(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
     if rows and all(r.get("itl_token_s_p50") is not None for r in rows):
         return "itl_token_s", "ITL per token", "ITL"
     return "itl_s", "chunk gap per SSE event", "Chunk gap"
+
+
+def _gap(r: dict[str, Any], key: str) -> str:
+    """A chunk-gap or ITL figure in ms; "coalesced" where every gap of the cell fell inside one
+    read (none was measured), never a 0.00 ms that no wire saw."""
+    if r.get(key) is None and (r.get("coalesced_gap_share") or 0) > 0:
+        return "coalesced"
+    return f.ms(r.get(key))
+
+
+def _coalesced_note(rows: list[dict[str, Any]]) -> list[str]:
+    """Which cells had chunks that came several to a read: their gaps were not measured and
+    are left out of the gap percentiles (ITL per token counts such chunks as one arrival)."""
+    hit = [r for r in rows if (r.get("coalesced_gap_share") or 0) > 0]
+    if not hit:
+        return []
+    worst = max(hit, key=lambda r: r["coalesced_gap_share"])
+    return [
+        f"In {f.plural(len(hit), 'cell')} some SSE events came in one read with the one before "
+        f"(up to {f.share(worst['coalesced_gap_share'])} of the gaps, {worst['config']} at "
+        f"{worst['concurrency']} clients): such gaps were never on the wire, so they are left "
+        "out of the gap percentiles; 'coalesced' marks a cell with none measured."
+    ]
 
 
 def _series(
@@ -144,7 +183,9 @@ def build(inp: Inputs) -> Section | None:
         Para(
             text(
                 "Clients send requests back to back, the given number at once. Cell throughput "
-                "is all output tokens of the cell over its wall time; speed-up under load is the "
+                "is all output tokens of the cell over its request span (first request sent to "
+                "last byte received); decode tok/s is token-weighted over the cell's requests, "
+                "sum(output tokens - 1) / sum(e2e - TTFT); speed-up under load is the "
                 "ratio of cell throughputs to the baseline at the same number of clients. "
                 "Percentiles are over the cell's requests. Each level is a single cell (one "
                 "unit), so these figures carry no interval and no config is marked best."
@@ -165,7 +206,7 @@ def build(inp: Inputs) -> Section | None:
                 Column("Errors"),
                 Column("Cell tok/s"),
                 Column("Speed-up"),
-                Column("Decode tok/s per req."),
+                Column("Decode tok/s"),
                 Column("TTFT p50 ms"),
                 Column("TTFT p99 ms"),
                 Column("TPOT p50 ms"),
@@ -184,8 +225,8 @@ def build(inp: Inputs) -> Section | None:
                     Cell(f.ms(r["ttft_p50"])),
                     Cell(f.ms(r["ttft_p99"])),
                     Cell(f.ms(r["tpot_p50"])),
-                    Cell(f.ms(r.get(f"{itl}_p50"))),
-                    Cell(f.ms(r.get(f"{itl}_p99"))),
+                    Cell(_gap(r, f"{itl}_p50")),
+                    Cell(_gap(r, f"{itl}_p99")),
                 ]
                 for r in rows
             ]
@@ -197,6 +238,7 @@ def build(inp: Inputs) -> Section | None:
                     "server sends several tokens per event, so it is not ITL per token."
                 ]
             )
+            notes += _coalesced_note(rows)
             wsec.add(
                 Table(f"Concurrency, {workload}, TP {tp} on {host}", cols, out, notes, small=True)
             )

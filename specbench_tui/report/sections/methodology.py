@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length_definition, traits
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Bullets,
@@ -19,21 +20,34 @@ from specbench_tui.report.blocks import (
     code,
     text,
 )
-from specbench_tui.report.frames import baseline, label, requests
+from specbench_tui.report.frames import (
+    baseline,
+    decode_left_out_by_kind,
+    group_engines,
+    label,
+    requests,
+)
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.stats import METHOD
 
 FIGURES = (
     ("TTFT", "request sent to first token."),
-    ("Decode tok/s", "per request, (output tokens - 1) / (e2e - TTFT): TTFT excluded."),
+    ("Decode tok/s", "token-weighted: sum(output tokens - 1) / sum(e2e - TTFT) over the requests "
+     "of a unit (repeat, session, or the cell of a concurrency level), TTFT excluded; a config's "
+     "figure is the mean over its units. Requests with one token or a zero decode window (every "
+     "token in the read of the first) have no decode time and are left out, counted below."),
     ("End-to-end tok/s", "per request, output tokens / e2e: TTFT included."),
-    ("Cell throughput", "all output tokens of a cell over the cell's wall time."),
+    ("Cell throughput", "all output tokens of a cell over its measured window: for concurrency "
+     "the request span (first request sent to last byte received), else the sum of the "
+     "requests' spans; warm-up, cache flushes, garbage collection and writes stay out."),
     ("TPOT", "per request, (e2e - TTFT) / (output tokens - 1)."),
-    ("ITL per token", "inter-token latency from token-count deltas between streamed chunks."),
-    ("Chunk gap", "time between streamed chunks (SSE events); a speculative server sends several "
-     "tokens per chunk, so it is not ITL."),
-    ("Accept length", "tokens per verification step: request mean of completion tokens / verify "
-     "steps, and token-weighted (all tokens over all steps)."),
+    ("ITL per token", "a read that brings k tokens after a gap g gives k latencies of g / k; "
+     "tokens per chunk from the server's running count (SGLang) or the token ids of each chunk "
+     "(vLLM)."),
+    ("Chunk gap", "time between streamed chunks (SSE events) that came in different reads; a "
+     "speculative server sends several tokens per chunk, so it is not ITL."),
+    ("Speed-up", "ratio of two configs' decode tok/s with Fieller's 95% interval; 'too few "
+     "units' where the means are too uncertain to bound it."),
 )  # fmt: skip
 
 
@@ -203,12 +217,37 @@ def build(inp: Inputs) -> Section:
             ]
         )
     )
+    figures = [*FIGURES, ("Accept length", _accept_definition(inp))]
     sec.add(
         Table(
             "Figures, named once",
             [Column("Figure", "l"), Column("Definition", "p", 0.7)],
-            [[Cell(n, bold=True), Cell(d)] for n, d in FIGURES],
+            [[Cell(n, bold=True), Cell(d)] for n, d in figures],
             small=True,
         )
     )
+    left = decode_left_out_by_kind(inp)
+    if left:
+        sec.add(
+            Bullets(
+                [
+                    text(
+                        bold("Left out of decode tok/s. "),
+                        "; ".join(f"{kind}: {why}" for kind, why in left.items()) + ".",
+                    )
+                ]
+            )
+        )
     return sec
+
+
+def _accept_definition(inp: Inputs) -> str:
+    """Each engine's own definition, for the engines this campaign ran."""
+    engines = sorted(set(group_engines(inp).values())) or [DEFAULT_ENGINE]
+    defs = "; ".join(f"{traits(e).label}: {accept_length_definition(e)}" for e in engines)
+    return (
+        f"mean accepted tokens per verify step, bonus token included, as the engine defines it "
+        f"({defs}), over the counts summed over a cell's (or a row's) requests, which is what "
+        "the engine's own counters give; the plain mean of the requests' accept lengths is "
+        "shown beside it as 'request mean'."
+    )

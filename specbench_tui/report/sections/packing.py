@@ -59,7 +59,7 @@ def build(inp: Inputs) -> Section | None:
                     Cell(f"{r['workload']}{level}"),
                     Cell(f.with_ci(r["packed_tok_s"], r["packed_lo"], r["packed_hi"], f.toks)),
                     Cell(f.with_ci(r["solo_tok_s"], r["solo_lo"], r["solo_hi"], f.toks)),
-                    Cell(f.with_ci(r["ratio"], r["ratio_lo"], r["ratio_hi"], f.speedup)),
+                    Cell(f.ratio(r["ratio"], r["ratio_lo"], r["ratio_hi"], r["ratio_too_few"])),
                     Cell("differs" if r["differs"] else "within noise"),
                 ]
             )

@@ -4,9 +4,12 @@ recorded them, and the client's figures; a disagreement beyond a tolerance is ca
 
 The comparison is made per cell and then averaged over the cells of a group and kind, so a
 long cell does not outweigh a short one and each log figure is set against the client's figure
-of the same cell. What the client's comparable figure is depends on the workload: one request
-at a time, the server's generation throughput is a request's decode speed; under concurrency
-it is the whole cell's throughput.
+of the same cells: a cell the log says nothing about (no stats line fell wholly inside it,
+report/server_log.py) is left out of that comparison, not compared with its neighbours'
+lines. The client's accept length is the engine's own definition over the cell's requests
+(what its counters give); the client's speed is the cell's throughput (all output tokens over
+its measured window), which is what a server's generation throughput over a stretch of the
+cell counts too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ import polars as pl
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Bullets, Cell, Column, Para, Section, Table, text
-from specbench_tui.report.frames import accept_frame, cell_figures, config_rank, label, requests
+from specbench_tui.report.frames import (
+    ACCEPT_COLUMNS,
+    accept_frame,
+    cell_figures,
+    config_rank,
+    label,
+    requests,
+)
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.server_log import log_figures
 
@@ -42,15 +52,13 @@ def _rel(a: Any, b: Any) -> float | None:
 
 
 def view_frame(inp: Inputs) -> pl.DataFrame:
-    """Per group and kind: client and server figures averaged over the group's cells."""
+    """Per group and kind: client and server figures averaged over the group's cells (the
+    client's beside each log figure over the same cells: ``*_logged``)."""
     req = requests(inp)
     if req.height == 0:
         return pl.DataFrame()
-    client = accept_frame(req, ["group", "cell_id", "kind"]).join(
-        req.group_by("cell_id").agg(pl.col("decode_tok_s").mean().alias("client_decode")),
-        on="cell_id",
-        how="left",
-    )
+    keys = ["group", "cell_id", "kind"]
+    client = accept_frame(req.select(*keys, *ACCEPT_COLUMNS), keys)
     cells = cell_figures(inp)
     extra = [
         c for c in ("throughput_tok_s", COUNTER_ACCEPT, ACCEPTANCE_CHECK) if c in cells.columns
@@ -67,19 +75,25 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
         log_figures(inp).drop("group", "kind").with_columns(pl.col("cell_id").cast(pl.Categorical))
     )
     both = client.join(logs, on="cell_id", how="left").with_columns(
-        pl.when(pl.col("kind") == "concurrency")
-        .then(pl.col("throughput_tok_s"))
-        .otherwise(pl.col("client_decode"))
-        .alias("client_speed")
+        pl.col("throughput_tok_s").alias("client_speed")
     )
+    has_accept = pl.col("log_accept_len").is_not_null()
+    has_speed = pl.col("log_gen_throughput").is_not_null()
     return both.group_by("group", "kind").agg(
         pl.col("accept_len_mean").mean(),
         pl.col("accept_len_weighted").mean(),
+        pl.col("accept_len_weighted").filter(has_accept).mean().alias("accept_len_logged"),
         pl.col(COUNTER_ACCEPT).mean().alias("counter_accept_len"),
+        pl.col("accept_len_weighted")
+        .filter(pl.col(COUNTER_ACCEPT).is_not_null())
+        .mean()
+        .alias("accept_len_countered"),
         pl.col("log_accept_len").mean(),
         pl.col("client_speed").mean(),
+        pl.col("client_speed").filter(has_speed).mean().alias("client_speed_logged"),
         pl.col("log_gen_throughput").mean(),
         pl.col("log_lines").sum(),
+        (has_accept | has_speed).sum().alias("cells_logged"),
         pl.col(ACCEPTANCE_CHECK)
         .filter(pl.col(ACCEPTANCE_CHECK).str.starts_with("disagree"))
         .first()
@@ -91,24 +105,25 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
 def disagreements(r: dict[str, Any]) -> list[str]:
     """What differs beyond its tolerance in one row of the view."""
     out = []
-    d = _rel(r.get("log_accept_len"), r.get("accept_len_weighted"))
+    d = _rel(r.get("log_accept_len"), r.get("accept_len_logged"))
     if d is not None and d > ACCEPT_TOL:
         out.append(
-            f"log accept length {f.accept(r['log_accept_len'])} vs client token-weighted "
-            f"{f.accept(r['accept_len_weighted'])} ({d:.0%} apart, tolerance {ACCEPT_TOL:.0%})"
+            f"log accept length {f.accept(r['log_accept_len'])} vs client "
+            f"{f.accept(r['accept_len_logged'])} ({d:.0%} apart, tolerance {ACCEPT_TOL:.0%})"
         )
-    d = _rel(r.get("counter_accept_len"), r.get("accept_len_weighted"))
+    d = _rel(r.get("counter_accept_len"), r.get("accept_len_countered"))
     if d is not None and d > COUNTER_TOL:
         out.append(
             f"counter accept length {f.accept(r['counter_accept_len'])} vs client "
-            f"token-weighted {f.accept(r['accept_len_weighted'])} ({d:.0%} apart, tolerance "
+            f"{f.accept(r['accept_len_countered'])} ({d:.0%} apart, tolerance "
             f"{COUNTER_TOL:.0%})"
         )
-    d = _rel(r.get("log_gen_throughput"), r.get("client_speed"))
+    d = _rel(r.get("log_gen_throughput"), r.get("client_speed_logged"))
     if d is not None and d > THROUGHPUT_TOL:
         out.append(
-            f"log gen throughput {f.toks(r['log_gen_throughput'])} vs client "
-            f"{f.toks(r['client_speed'])} tok/s ({d:.0%} apart, tolerance {THROUGHPUT_TOL:.0%})"
+            f"log gen throughput {f.toks(r['log_gen_throughput'])} vs client cell throughput "
+            f"{f.toks(r['client_speed_logged'])} tok/s ({d:.0%} apart, tolerance "
+            f"{THROUGHPUT_TOL:.0%})"
         )
     if r.get("engine_check"):
         out.append(f"engine-side check: {r['engine_check']}")
@@ -127,13 +142,16 @@ def build(inp: Inputs) -> Section | None:
     sec.add(
         Para(
             text(
-                "Per service group and workload kind. The client's accept length comes from "
-                "each request's own counts; the server log's is the mean of the stats lines the "
-                "server printed while the group's cells ran (SGLang 'Decode batch' lines, vLLM "
-                "'SpecDecoding metrics'), warm-up requests within a cell included. The client's "
-                "speed is decode tok/s per request for single-stream and agentic cells, and cell "
-                "throughput for concurrency cells; the server's is its logged generation "
-                "throughput. "
+                "Per service group and workload kind. The client's accept length is the "
+                "engine's own definition over each cell's requests (what its counters give); "
+                "the server log's pools the stats lines whose whole stretch lay inside a cell "
+                "(SGLang 'Decode batch' lines, vLLM 'SpecDecoding metrics'), weighted by the "
+                "verify steps behind each, warm-up requests within a cell included. The "
+                "client's speed is the cell's throughput (output tokens over its measured "
+                "window); the server's is its logged generation throughput over the same "
+                "stretches, weighted by their tokens. A cell shorter than the server's "
+                "logging interval may have no line of its own: it is left out of the log "
+                "comparison (the cells compared are counted). "
                 + (
                     "Counter accept length is from the engine's Prometheus counter deltas over "
                     "each cell's measured window. "
@@ -161,15 +179,15 @@ def build(inp: Inputs) -> Section | None:
         cols = [
             Column("Config", "l"),
             Column("Kind", "l"),
-            Column("Cells"),
+            Column("Cells (logged)"),
             Column("Client accept (req. mean)"),
-            Column("Client accept (token-wt.)"),
+            Column("Client accept"),
             Column("Log accept len"),
         ]
         if has_counters:
             cols.append(Column("Counter accept len"))
         cols += [
-            Column("Client tok/s"),
+            Column("Client cell tok/s"),
             Column("Log gen tok/s"),
             Column("Log lines"),
             Column("", "l"),
@@ -182,7 +200,7 @@ def build(inp: Inputs) -> Section | None:
             cells = [
                 Cell(label(inp, r["config"])),
                 Cell(r["kind"]),
-                Cell(str(r["cells"])),
+                Cell(f"{r['cells']} ({r['cells_logged']})"),
                 Cell(f.accept(r["accept_len_mean"])),
                 Cell(f.accept(r["accept_len_weighted"])),
                 Cell(f.accept(r["log_accept_len"]), bold=any("log accept" in b for b in bad)),

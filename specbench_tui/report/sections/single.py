@@ -21,7 +21,9 @@ from specbench_tui.report.blocks import (
     text,
 )
 from specbench_tui.report.frames import (
+    ACCEPT_COLUMNS,
     SCOPE,
+    accept_frame,
     baseline,
     config_rank,
     label,
@@ -39,7 +41,7 @@ from specbench_tui.report.sections.common import (
     speedup_cell,
     workload_section,
 )
-from specbench_tui.report.stats import from_moments
+from specbench_tui.report.stats import mean_ci
 
 
 def _extra(inp: Inputs, kind: str) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -196,7 +198,7 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
     params = budget_params(inp)
     if not params:
         return []
-    cols = ["host", "workload", "kind", "tp", "config", "cell_id", "unit", "accept_length"]
+    cols = ["host", "workload", "kind", "tp", "config", "cell_id", "unit", *ACCEPT_COLUMNS]
     df = subset(inp, cols).filter(
         (pl.col("kind") == "single")
         & (pl.col("host") == host)
@@ -205,9 +207,15 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
     )
     acc = {}
     if df.height:
-        for r in unit_moments(df, ["tp", "config"], value="accept_length").to_dicts():
-            m = from_moments(r["mean"], r["sd"], r["n"])
-            acc[(r["tp"], r["config"])] = m
+        # Each repeat's accept length as the engine defines it, then the mean over repeats.
+        per_unit: dict[tuple[int, str], list[float]] = {}
+        for r in accept_frame(df, ["tp", "config", "unit"]).to_dicts():
+            if r["accept_len_weighted"] is not None:
+                per_unit.setdefault((r["tp"], r["config"]), []).append(r["accept_len_weighted"])
+        for k, values in per_unit.items():
+            m = mean_ci(values)
+            if m is not None:
+                acc[k] = m
     charts = []
     for base, key in sorted({(b, k) for b, k, _ in params.values()}):
         members = {c: v for c, (b, k, v) in params.items() if (b, k) == (base, key)}
@@ -231,7 +239,7 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
                 f"{base}: accept length against {key} ({workload}, {host})",
                 "lines",
                 key,
-                "accept length (request mean)",
+                "accept length",
                 al,
                 xlog=True,
             )

@@ -89,7 +89,9 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
         sp = (
             "1.00x (baseline)"
             if top["baseline"]
-            else f.with_ci(top["speedup"], top["speedup_lo"], top["speedup_hi"], f.speedup)
+            else f.ratio(
+                top["speedup"], top["speedup_lo"], top["speedup_hi"], top.get("speedup_too_few")
+            )
         )
         rows.append(
             [
