@@ -30,8 +30,8 @@ from specbench_tui.hosts.host import Host
 from specbench_tui.plan.chat_template import MODEL_FILES, ChatTemplate, template_from_files
 from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup
-from tests.conftest import ROOT, free_port
-from tests.test_engines_vllm import need_vllm
+from tests.conftest import free_port
+from tests.test_engines_vllm import build_tiny_model, need_vllm
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
 
@@ -60,14 +60,7 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     python = need_vllm()
     tmp = tmp_path_factory.mktemp("vllm-prompts")
-    model = tmp / "tiny-qwen3"
-    subprocess.run(
-        [python, "-m", "specbench_tui.engines.tiny_model", str(model)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    model = build_tiny_model(python, tmp / "tiny-qwen3")
     port = free_port()
     log = (tmp / "server.log").open("w")
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
