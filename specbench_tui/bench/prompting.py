@@ -76,3 +76,7 @@ class Prompting:
 
 #: Where no template was looked for (unit tests, a client made by hand): ChatML.
 DEFAULT_PROMPTING = Prompting(fallback_template("no template given to the client"))
+
+#: The messages to ``/v1/chat/completions``, for the client benchmarks that measure the chat
+#: route against other tools' clients.
+CHAT = Prompting(DEFAULT_PROMPTING.template, on="server")
