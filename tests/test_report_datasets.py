@@ -106,6 +106,7 @@ def test_cells_split_by_category_and_temperature(campaign: Path) -> None:
         for t in (0, 1)
     )
     assert set(cells["status"]) == {"done"}
+    assert sorted(set(single["temperature"])) == [0.0, 1.0]  # cells.parquet splits by it
     rows = pl.read_parquet(campaign / "requests.parquet")
     # MT-Bench in the agentic workload: a session of each question's two turns.
     talk = rows.filter((pl.col("workload") == "talk") & (pl.col("config") == "ar"))
