@@ -100,3 +100,35 @@ def test_a_slurm_job_gets_the_plans_template_file(write_plan: Callable[..., Path
     files = plan_files(load_plan(path))
     assert files["t/x.jinja"] == "{{ messages[0]['content'] }}"
     assert "plan.toml" in files
+
+
+def test_temperature_list_is_an_axis_and_sampling_reaches_the_body(
+    write_plan: Callable[..., Path],
+) -> None:
+    from specbench_tui.bench.client import BenchClient, Sampling
+
+    one = {c.name: c for c in expand(load_plan(write_plan(MINIMAL_PLAN, "one.toml"))).cells}
+    axis = write_plan(
+        MINIMAL_PLAN + "temperature = [0, 1]\ntop_p = 0.9\ntop_k = 20\nseed = 7\n", "axis.toml"
+    )
+    cells = {c.name: c for c in expand(load_plan(axis)).cells}
+    t0, t1 = cells["sim.ar.tp1/single/chat/32/t0"], cells["sim.ar.tp1/single/chat/32/t1"]
+    assert (t0.temperature, t1.temperature) == (0.0, 1.0) and t0.id != t1.id
+    assert (t1.top_p, t1.top_k, t1.sampling_seed) == (0.9, 20, 7)
+    assert "sim.ar.tp1/single/chat/32" in one  # one temperature: the names stay as they were
+    sampling = Sampling(t1.temperature, t1.top_p, t1.top_k, t1.sampling_seed)
+    msgs = [{"role": "user", "content": "x"}]
+    path, body = BenchClient("http://h", "sglang")._body(msgs, 8, sampling)
+    assert path == "/generate"
+    assert body["sampling_params"] == {
+        "max_new_tokens": 8,
+        "temperature": 1.0,
+        "top_p": 0.9,
+        "top_k": 20,
+        "sampling_seed": 7,
+    }
+    path, body = BenchClient("http://h", "openai")._body(msgs, 8, sampling)
+    assert path == "/v1/completions"
+    assert (body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (1.0, 0.9, 20, 7)
+    _, greedy = BenchClient("http://h", "openai")._body(msgs, 8, Sampling())
+    assert greedy["temperature"] == 0.0 and not {"top_p", "top_k", "seed"} & set(greedy)
