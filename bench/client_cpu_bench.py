@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specbench_tui.bench.client import BenchClient  # noqa: E402
-from specbench_tui.engines.streams import stream_parser  # noqa: E402
+from specbench_tui.engines.registry import adapter  # noqa: E402
 from specbench_tui.results.records import Measurement  # noqa: E402
 from tests.support.replay import KINDS, SIZES, events, openai_stream, sglang_stream  # noqa: E402
 
@@ -75,7 +75,7 @@ def parser_cpu(kind: str, n: int, per_chunk: int, total_tokens: int) -> float:
     reps = max(2, total_tokens // n)
     c0 = time.process_time()
     for _ in range(reps):
-        p = stream_parser(api, mode)  # type: ignore[arg-type]
+        p = adapter("sglang").stream_parser(api, mode)  # type: ignore[arg-type]
         for i, pl in enumerate(payloads):
             p.feed(pl, i * 0.001)
         p.finish(Measurement(), 1.0)

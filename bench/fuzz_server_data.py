@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 from specbench_tui.bench.client import Completion  # noqa: E402
 from specbench_tui.bench.figures import fill_rates  # noqa: E402
 from specbench_tui.engine.store import ResultsStore  # noqa: E402
-from specbench_tui.engines.streams import MAX_COUNT, StreamError, stream_parser  # noqa: E402
+from specbench_tui.engines.registry import adapter  # noqa: E402
+from specbench_tui.engines.streams import MAX_COUNT, StreamError  # noqa: E402
 from specbench_tui.results.layout import ResultsLayout  # noqa: E402
 from specbench_tui.results.records import RequestRecord  # noqa: E402
 
@@ -56,15 +57,17 @@ HOSTILE: list[Any] = [
 ]
 
 
-def _streams() -> list[tuple[str, list[bytes]]]:
-    """(api, SSE data payloads) of every real stream on disk."""
+def _streams() -> list[tuple[str, str, list[bytes]]]:
+    """(engine, api, SSE data payloads) of every real stream on disk."""
     out = []
     for path in sorted((FIXTURES / "sglang").glob("*.sse")):
         api = "openai" if "openai" in path.name else "sglang"
-        out.append((api, _payloads(path.read_bytes())))
+        out.append(("sglang", api, _payloads(path.read_bytes())))
     for path in sorted((FIXTURES / "vllm-0.32-cpu").glob("*.raw")):
-        out.append(("openai", _payloads(path.read_bytes())))
-    return [s for s in out if s[1]]
+        out.append(("vllm", "openai", _payloads(path.read_bytes())))
+    for path in sorted((FIXTURES / "trtllm").glob("*.sse")):
+        out.append(("trtllm", "openai", _payloads(path.read_bytes())))
+    return [s for s in out if s[2]]
 
 
 def _payloads(body: bytes) -> list[bytes]:
@@ -143,8 +146,9 @@ def main() -> int:
     rows: list[RequestRecord] = []
     t0 = time.perf_counter()
     for case in range(args.cases):
-        api, payloads = rng.choice(streams)
-        parser = stream_parser(api, rng.choice(("auto", "cumulative", "incremental")))
+        engine, api, payloads = rng.choice(streams)
+        mode = rng.choice(("auto", "cumulative", "incremental"))
+        parser = adapter(engine).stream_parser(api, mode)  # type: ignore[arg-type]
         done = Completion()
         try:
             for k, p in enumerate(_mutate(rng, payloads)):

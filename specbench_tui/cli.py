@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specbench_tui.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, InputError
+from specbench_tui.errors import (
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PIPE,
+    InputError,
+)
+from specbench_tui.stdout import is_closed_pipe, silence
 
 DEMO_PLAN = Path("plans/demo.toml")
 
@@ -71,7 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--only", metavar="PATTERN", help="run only cells whose id or name matches")
     p.add_argument(
-        "--rerun-failed", action="store_true", help="run again the cells that failed last time"
+        "--rerun-failed",
+        action="store_true",
+        help="resume, and run again the cells that failed (every cell not yet done or "
+        "skipped runs)",
     )
     p.add_argument(
         "--rerun",
@@ -82,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim", action="store_true", help="rehearse the plan on the embedded simulated host"
     )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
+    p.add_argument(
+        "--plan-schema",
+        action="store_true",
+        help="print the plan format as a JSON Schema (docs/plan-format.md says it for people)",
+    )
     p.add_argument(
         "--job",
         metavar="FILE",
@@ -113,16 +129,22 @@ def main(argv: list[str] | None = None) -> int:
         from specbench_tui.fetch_prompts import main as prompts_main
 
         return prompts_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args: argparse.Namespace | None = None
     try:
-        return _dispatch(args)
+        args = build_parser().parse_args(argv)  # --help and --version print too
+        code = _dispatch(args)
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+        return code
     except InputError as exc:
-        print(f"specbench-tui: {exc}", file=sys.stderr)
+        _say(f"specbench-tui: {exc}")
         return exc.exit_code  # 2, or the status of a campaign that failed before it ran
     except KeyboardInterrupt:
-        print("specbench-tui: interrupted", file=sys.stderr)
+        _say("specbench-tui: interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:
+        if is_closed_pipe(exc):  # `| head`: the reader left, as Unix tools take it
+            silence()
+            return EXIT_PIPE
         # A bug in this tool, never "some cells failed" (exit 1): say so, ask for a report,
         # and keep the traceback where the report can take it from (a console's stderr is
         # gone once the screen is restored).
@@ -142,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def _say(line: str) -> None:
+    """One line on stderr; none where stderr's reader has gone too."""
+    try:
+        print(line, file=sys.stderr)
+    except BrokenPipeError:
+        silence()
 
 
 def _innermost(exc: BaseException) -> str:
@@ -225,6 +255,13 @@ def _send(control: object, words: list[str]) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.plan_schema:
+        from specbench_tui.plan.reference import json_schema
+
+        if args.plan is not None:
+            raise InputError("--plan-schema takes no plan")
+        print(json.dumps(json_schema(), indent=2))
+        return EXIT_OK
     if args.json and not args.dry_run:
         raise InputError("--json goes with --dry-run")
     if args.check and not args.dry_run:
@@ -264,6 +301,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.dry_run:
         from specbench_tui.engine.selection import matches
         from specbench_tui.plan.review import render_json, render_text, review
+        from specbench_tui.printable import printable
 
         only = args.only
         select = (lambda cell: matches(cell, only)) if only else None
@@ -284,11 +322,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             # dumps, not dump: dump streams through the pure-Python encoder.
             sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
         else:
-            print(render_text(r))
+            print(printable(render_text(r)))
             if checked is not None:
                 print("\nPreflight:")
                 for h in checked:
-                    print("\n".join(h.lines()))
+                    print(printable("\n".join(h.lines())))
         problems = [f"host {h.host}: {p}" for h in checked or () for p in h.problems]
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -6,6 +6,7 @@ EXIT_INPUT = 2  # invalid input: plan, arguments, host key, unwritable results
 EXIT_STORAGE = 3  # the results could not be written mid-run (disk full that did not clear)
 EXIT_INTERNAL = 70  # a bug in this tool (a traceback is printed)
 EXIT_INTERRUPTED = 130  # aborted by the operator or a signal
+EXIT_PIPE = 141  # the reader of stdout went away (a closed pipe: `| head`), as 128 + SIGPIPE
 
 
 class InputError(Exception):

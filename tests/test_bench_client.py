@@ -33,6 +33,8 @@ from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.records import RequestRecord
 
+pytestmark = pytest.mark.system
+
 # Tokens per speculative step, cycled: several tokens per chunk, as a speculative server sends.
 STEPS = (3, 1, 4, 2, 5)
 

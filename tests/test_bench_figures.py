@@ -17,7 +17,7 @@ from specbench_tui.bench.figures import (
     token_gaps,
 )
 from specbench_tui.bench.metrics import summarize
-from specbench_tui.engines.streams import OpenAIStream, SglangStream
+from specbench_tui.engines.registry import adapter
 from specbench_tui.results.records import RequestRecord
 
 
@@ -90,7 +90,7 @@ def _chat(content: str, ids: list[int] | None) -> bytes:
 
 
 def test_a_parser_marks_chunks_of_one_read_and_counts_vllm_token_ids_per_chunk() -> None:
-    p = OpenAIStream()
+    p = adapter("vllm").stream_parser("openai")
     p.feed(_chat("a", [5]), 0.10, read=1)
     p.feed(_chat("bcd", [6, 7, 8]), 0.15, read=2)
     p.feed(_chat("ef", [9, 10]), 0.15001, read=2)  # came in the same read
@@ -103,7 +103,7 @@ def test_a_parser_marks_chunks_of_one_read_and_counts_vllm_token_ids_per_chunk()
     assert r.coalesced_gaps == [1]
     assert r.decode_s == pytest.approx(0.06) and r.decode_tok_s == pytest.approx(5 / 0.06)
     # SGLang: every content chunk in the first read is a zero decode window.
-    q = SglangStream("incremental")
+    q = adapter("sglang").stream_parser("sglang", "incremental")
     for i, t in enumerate((0.2, 0.20001, 0.20002)):
         meta = {"completion_tokens": 4 * (i + 1), "finish_reason": None}
         q.feed({"text": "x", "output_ids": [1, 2, 3, 4], "meta_info": meta}, t, read=1)

@@ -23,6 +23,8 @@ from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup
 from tests.conftest import free_port
 
+pytestmark = pytest.mark.system
+
 LOGS: list[Path] = []
 
 
@@ -178,6 +180,7 @@ async def test_sim_log_lines_parse(sim: str) -> None:
     assert all("new_token" in s for s in prefill)
 
 
+@pytest.mark.timing
 async def test_client_timing_matches_what_the_simulator_scheduled(sim: str) -> None:
     """The client's TTFT and inter-chunk gaps against the server's own emission times."""
     import statistics

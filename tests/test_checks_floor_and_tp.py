@@ -176,7 +176,7 @@ def _diverge_at(messages: list[dict[str, str]]) -> int:
     return 8 + hashlib.sha256(DEFAULT_PROMPTING.text(messages).encode()).digest()[12] % 40
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_no_repeats_the_probe_is_the_floor(write_plan, tmp_path) -> None:
     path = write_plan(PLAN.replace('"8"]', LOSSY))
     c, code = await _run(path, tmp_path)
@@ -196,7 +196,7 @@ async def test_no_repeats_the_probe_is_the_floor(write_plan, tmp_path) -> None:
     assert "never (6 compared)" in md
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_the_floor_probe_can_be_turned_off(write_plan, tmp_path) -> None:
     text = PLAN.replace('"8"]', LOSSY).replace(
         "greedy_equivalence = true", "greedy_equivalence = true\nnoise_floor = false"
@@ -217,7 +217,7 @@ def test_a_bad_noise_floor_value_is_one_line(write_plan) -> None:
     assert "\n" not in msg and "checks.noise_floor" in msg and "boolean" in msg
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_a_config_that_diverges_at_one_tp_size_fails_there(write_plan, tmp_path) -> None:
     # The baseline runs at TP 1 only; dflash at TP 1 and TP 2, lossy on its TP 2 server.
     text = (
@@ -254,7 +254,7 @@ AGENTIC = MINIMAL_PLAN.replace(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_agentic_turns_are_compared_and_a_lossy_config_fails(write_plan, tmp_path) -> None:
     assert "agentic" in AGENTIC and "single" not in AGENTIC
     c, code = await _run(write_plan(AGENTIC.replace('"8"]', LOSSY)), tmp_path)

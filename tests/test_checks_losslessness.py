@@ -119,7 +119,7 @@ def _diverge_at(plan_path: Path) -> dict[str, int]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_a_lossy_config_fails_at_the_right_token_and_gates(write_plan, tmp_path) -> None:
     path = write_plan(PLAN.replace('"8"]', '"8", "--sim-fault", "diverge"]'))
     c, code = await _run(path, tmp_path)
@@ -138,7 +138,7 @@ async def test_a_lossy_config_fails_at_the_right_token_and_gates(write_plan, tmp
     assert checks["ar"] is None and "dflash" in checks["dflash"]
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_no_fault_every_config_passes(write_plan, tmp_path) -> None:
     c, code = await _run(write_plan(PLAN), tmp_path)
     assert code == 0
@@ -152,7 +152,7 @@ async def test_no_fault_every_config_passes(write_plan, tmp_path) -> None:
     assert probe.status == "pass" and probe.detail["requests"] == 8
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_state_that_leaks_after_a_long_request_is_found(write_plan, tmp_path) -> None:
     text = PLAN.replace('"8"]', '"8", "--sim-fault", "leak:1000"]').replace(
         "greedy_equivalence = true", "greedy_equivalence = true\nstate_leak = true"

@@ -24,7 +24,7 @@ from specbench_tui.tui.detail import _figures
 from tests.conftest import MINIMAL_PLAN
 from tests.test_bench_client import gil_hog
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 async def test_a_starved_client_is_flagged_in_every_view(write_plan, tmp_path: Path) -> None:

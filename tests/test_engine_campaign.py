@@ -19,7 +19,7 @@ from specbench_tui.sim.config import parse_args
 from specbench_tui.sim.model import PerfModel
 from tests.conftest import MINIMAL_PLAN, ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 PLAN = MINIMAL_PLAN.replace(
     "max_tokens = [32]\n",

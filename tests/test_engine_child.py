@@ -16,7 +16,7 @@ from specbench_tui.engine.commands import Command
 from specbench_tui.errors import InputError
 from specbench_tui.results.layout import ResultsLayout
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 def _start(plan: Path, results: Path) -> EngineProcess:

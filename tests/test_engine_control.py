@@ -24,7 +24,7 @@ from specbench_tui.results.events import CellFinished, Event
 from specbench_tui.results.layout import ResultsLayout
 from tests.conftest import MINIMAL_PLAN, ROOT, start_headless
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 PLAN = MINIMAL_PLAN.replace("max_tokens = [32]\n", "max_tokens = [32, 48, 64]\nrepeats = 2\n")
 
@@ -185,6 +185,42 @@ def test_rerun_failed_runs_exactly_the_failed_cells(write_plan, tmp_path: Path) 
     assert again.returncode == 1 and "0 to run" in again.stdout
 
 
+def test_rerun_failed_also_runs_what_a_killed_run_never_reached(write_plan, tmp_path) -> None:
+    """A run killed after one group failed and before the other finished: --rerun-failed runs
+    the failed cells again and completes the cells the killed run never ran or cut short."""
+    text = PLAN.replace('label = "AR"', 'label = "AR"\nargs = ["--sim-fault", "crash-at-start"]')
+    path = write_plan(text.replace("speed = 50", "speed = 10"))
+    proc = start_headless(path, tmp_path)
+    root = tmp_path / "t"
+    try:
+        deadline = time.monotonic() + 60
+        while not any(e["event"] == "cell_finished" for e in events(root)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no cell finished"
+            time.sleep(0.1)
+    finally:
+        proc.kill()  # kill -9: the log has no end, the rest of dflash never ran
+        proc.wait()
+    first = events(root)
+    failed = {e["cell_id"] for e in first if e["event"] == "cell_failed"}
+    done = {e["cell_id"] for e in first if e["event"] == "cell_finished"}
+    planned = {c["id"] for e in first if e["event"] == "campaign_started" for c in e["cells"]}
+    assert len(failed) == 3 and 1 <= len(done) < 3
+    cmd = [sys.executable, "-m", "specbench_tui", str(path), "--headless", "--results"]
+    again = subprocess.run(
+        [*cmd, str(tmp_path), "--rerun-failed"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert again.returncode == 1, again.stdout[-2000:] + again.stderr[-2000:]
+    second = events(root)[len(first) :]
+    assert {e["cell_id"] for e in second if e["event"] == "cell_failed"} == failed
+    finished = done | {e["cell_id"] for e in second if e["event"] == "cell_finished"}
+    assert finished == planned - failed  # every cell the killed run left is done now
+    assert not done & {e["cell_id"] for e in second if e["event"] == "cell_started"}
+
+
 def test_headless_attach_pause_detach_and_finish(write_plan, tmp_path: Path) -> None:
     path = write_plan(PLAN.replace("speed = 50", "speed = 6"))
     proc = start_headless(path, tmp_path)
@@ -309,6 +345,7 @@ def test_only_runs_the_matching_cells(write_plan, tmp_path: Path) -> None:
     assert none.returncode == 2 and "matches no cell" in none.stderr
 
 
+@pytest.mark.timing
 async def test_abort_cuts_a_long_start_up_and_leaves_cells_to_resume(
     write_plan, tmp_path: Path
 ) -> None:

@@ -82,7 +82,7 @@ def _assert_all_done_once(events: list[dict], groups: int) -> None:
     assert end["exit_code"] == 0
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_two_sim_hosts_on_one_port_each_take_their_own(write_plan, tmp_path: Path) -> None:
     plan = write_plan(TWO_SIM.replace("samples = 2", "samples = 1"))
     proc = _headless(plan, tmp_path / "res")
@@ -137,7 +137,7 @@ max_tokens = [24]
 """
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_two_ssh_aliases_of_one_sshd_never_share_a_port(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     """``sbtwin`` is a second alias of ``sbtest``'s sshd: the same machine under two names."""
     config = tmp_path / "ssh_config"

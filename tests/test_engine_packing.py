@@ -86,7 +86,7 @@ def _placements(root: Path) -> list[tuple[str, float, float, tuple[int, ...], in
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_long_packed_run_never_shares_a_gpu_or_a_port(write_plan, tmp_path: Path) -> None:
     path = write_plan(PACKED)
     r = review(load_plan(path), tmp_path)
@@ -108,7 +108,7 @@ def test_a_long_packed_run_never_shares_a_gpu_or_a_port(write_plan, tmp_path: Pa
     assert {c.status for c in state.cells.values()} == {"done"}
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_kill_9_during_a_packed_run_loses_and_repeats_nothing(write_plan, tmp_path: Path) -> None:
     path = write_plan(PACKED)
     proc = _headless(path, tmp_path)

@@ -85,10 +85,17 @@ def test_select_cells_resume_only_and_rerun(write_plan) -> None:
     # a resume: ended cells stay ended; interrupted (running) and pending ones run
     resumed = _state(**{a: "done", b: "failed", c: "running", d: "skipped"})
     assert select_cells(resumed, cells) == [c]
-    # --rerun-failed: the failed ones only
-    assert select_cells(resumed, cells, rerun_failed=True) == [b]
-    with pytest.raises(InputError, match="no failed cells to rerun"):
-        select_cells(_state(**{a: "done"}), cells, rerun_failed=True, where="res/t")
+    # --rerun-failed: a resume plus the failed ones (never-run and interrupted cells too)
+    assert select_cells(resumed, cells, rerun_failed=True) == [b, c]
+    queued = _state(**{a: "failed", b: "done"})  # c and d never ran: a crashed rerun's cells
+    assert select_cells(queued, cells, rerun_failed=True) == [a, c, d]
+    with pytest.raises(InputError, match="no failed cells to rerun, and none left to run"):
+        select_cells(
+            _state(**{a: "done", b: "done", c: "skipped", d: "done"}),
+            cells,
+            rerun_failed=True,
+            where="res/t",
+        )
     # --only narrows, by glob on the id or the name, or a part of the name
     dflash = [x.id for x in cells if x.config == "dflash"]
     assert select_cells(_state(), cells, only="*dflash*") == dflash

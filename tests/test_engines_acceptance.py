@@ -11,8 +11,9 @@ import pytest
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.engine.headless import format_event
 from specbench_tui.engines.acceptance import cell_acceptance
-from specbench_tui.engines.counters import Counters, WindowResult, parse_counters
-from specbench_tui.engines.streams import vllm_spec_counts
+from specbench_tui.engines.counters import Counters, WindowResult
+from specbench_tui.engines.registry import adapter
+from specbench_tui.engines.vllm import vllm_spec_counts
 from specbench_tui.report.frames import comparison
 from specbench_tui.report.inputs import load_inputs
 from specbench_tui.results.events import CellFinished
@@ -40,8 +41,8 @@ def batch() -> tuple[list[RequestRecord], WindowResult, dict]:
                 accept_length=c.get("accept_length"),
             )
         )
-    before = parse_counters("vllm", (VLLM / "metrics_after_single.txt").read_text())
-    after = parse_counters("vllm", (VLLM / "metrics_after_batch8.txt").read_text())
+    before = adapter("vllm").parse_counters((VLLM / "metrics_after_single.txt").read_text())
+    after = adapter("vllm").parse_counters((VLLM / "metrics_after_batch8.txt").read_text())
     return records, WindowResult(after.minus(before), settled=True), data
 
 
@@ -106,7 +107,7 @@ def test_null_for_a_non_speculative_config() -> None:
     records, window, _ = batch()
     acc = cell_acceptance(records, window, engine="vllm", speculative=False)
     assert all(v is None for v in acc.values())
-    nospec = parse_counters("vllm", (VLLM / "metrics_nospec_idle.txt").read_text())
+    nospec = adapter("vllm").parse_counters((VLLM / "metrics_nospec_idle.txt").read_text())
     assert nospec.verify_steps is None and nospec.generation_tokens is not None
 
 

@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.system
 
 
 def test_speculation_asked_but_not_running_fails_the_group(write_plan, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -103,12 +103,17 @@ def test_vllm_config_line() -> None:
     ],
 )
 def test_vllm_requested_speculation(command: list[str], on: bool, algorithm: str | None) -> None:
-    asked = vllm.requested_speculation(command)
+    asked = vllm.ADAPTER.requested_speculation(command)
     assert (asked.on, asked.algorithm) == (on, algorithm)
 
 
 def test_sglang_requested_speculation() -> None:
-    asked = sglang.requested_speculation(["--speculative-algorithm", "DDTREE", "--tp-size", "2"])
+    asked = sglang.ADAPTER.requested_speculation(
+        ["--speculative-algorithm", "DDTREE", "--tp-size", "2"]
+    )
     assert asked.on and asked.algorithm == "DDTREE"
-    assert sglang.requested_speculation(["--speculative-algorithm=EAGLE3"]).algorithm == "EAGLE3"
-    assert not sglang.requested_speculation(["--tp-size", "2"]).on
+    assert (
+        sglang.ADAPTER.requested_speculation(["--speculative-algorithm=EAGLE3"]).algorithm
+        == "EAGLE3"
+    )
+    assert not sglang.ADAPTER.requested_speculation(["--tp-size", "2"]).on

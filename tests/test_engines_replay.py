@@ -12,6 +12,7 @@ from specbench_tui.bench.client import BenchClient
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.inspect import inspect_server
+from specbench_tui.engines.registry import adapter
 from specbench_tui.results.cells import ServiceGroup
 from tests.support.replay import FIXTURES, Replay, serve
 
@@ -78,7 +79,7 @@ async def test_client_reads_every_sglang_mode_exactly(
 
 async def test_client_sends_the_served_model_name(replay: tuple[Replay, str]) -> None:
     r, url = replay
-    async with BenchClient(url + "/vllm", "openai", model="tiny") as client:
+    async with BenchClient(url + "/vllm", "openai", engine="vllm", model="tiny") as client:
         done = await client.generate("hi", max_tokens=64, timeout_s=10)
     async with BenchClient(url + "/openai", "openai") as client:
         sg = await client.generate("hi", max_tokens=10, timeout_s=10)
@@ -206,7 +207,7 @@ async def test_simulated_hosts_are_not_held_to_the_plan(replay: tuple[Replay, st
 async def test_sglang_counters_give_the_cell_accept_length(replay: tuple[Replay, str]) -> None:
     r, url = replay
     r.doc("/metrics", (SGLANG / "metrics_before.txt").read_text(), "text/plain")
-    window = CounterWindow("sglang", url, settle_timeout_s=1.0)
+    window = CounterWindow(adapter("sglang"), url, settle_timeout_s=1.0)
     await window.measure()
     async with BenchClient(url + "/incremental", "sglang") as client:
         done = await client.generate("x", max_tokens=10, timeout_s=10)
@@ -231,7 +232,7 @@ async def test_sglang_counters_give_the_cell_accept_length(replay: tuple[Replay,
 async def test_window_that_never_settles_says_so(replay: tuple[Replay, str]) -> None:
     r, url = replay
     r.doc("/metrics", (SGLANG / "metrics_before.txt").read_text(), "text/plain")
-    window = CounterWindow("sglang", url, settle_timeout_s=0.3)
+    window = CounterWindow(adapter("sglang"), url, settle_timeout_s=0.3)
     await window.measure()
     window.expect(999)  # tokens the counters never show
     await window.pause()
@@ -242,7 +243,7 @@ async def test_window_that_never_settles_says_so(replay: tuple[Replay, str]) -> 
 
 async def test_window_without_metrics_has_a_reason(replay: tuple[Replay, str]) -> None:
     _, url = replay
-    window = CounterWindow("vllm", url)
+    window = CounterWindow(adapter("vllm"), url)
     await window.measure()
     await window.pause()
     result = window.result()

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from specbench_tui.engines.streams import StreamError, stream_parser
+from specbench_tui.engines.registry import adapter
+from specbench_tui.engines.streams import StreamError, StreamParser
 from specbench_tui.results.records import Measurement
 from tests.support.replay import FIXTURES, payloads
 
@@ -15,11 +16,16 @@ VLLM = FIXTURES / "vllm"
 ISSUE_TEXT = "\n\n11. aa"  # the pieces "\n","\n","1","1."," a","a" joined
 
 
+def stream_parser(api: str, mode: str = "auto", engine: str = "sglang") -> StreamParser:
+    return adapter(engine).stream_parser(api, mode)  # type: ignore[arg-type]
+
+
 def parse(
     path: str, api: str, mode: str = "auto", *, as_bytes: bool = False
 ) -> tuple[Measurement, str, object]:
     body = (FIXTURES / path).read_bytes()
-    parser = stream_parser(api, mode)  # type: ignore[arg-type]
+    # The fixtures' directory names the engine whose bytes they are.
+    parser = stream_parser(api, mode, "vllm" if path.startswith("vllm") else "sglang")
     for i, p in enumerate(payloads(body)):
         parser.feed(p.encode() if as_bytes else p, 0.01 * (i + 1))
     out = Measurement()
@@ -129,7 +135,7 @@ def test_vllm_nospec_stream_has_no_acceptance() -> None:
 
 def test_vllm_error_event_mid_stream() -> None:
     body = (VLLM / "chat_stream_sigterm.sse").read_bytes()
-    parser = stream_parser("openai")
+    parser = stream_parser("openai", engine="vllm")
     with pytest.raises(StreamError, match="EngineCore encountered an issue"):
         for p in payloads(body):
             parser.feed(p, 0.1)

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import IN_CI, ROOT, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 VLLM_PYTHON = os.environ.get("SPECBENCH_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
 CAMPAIGN_TIMEOUT_S = 1800

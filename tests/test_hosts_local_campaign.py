@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 PLAN = """\
 [campaign]
@@ -76,6 +76,7 @@ def events_of(root: Path) -> list[dict]:
     return [json.loads(x) for x in (root / "events.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.timing
 def test_local_host_without_gpu_telemetry_finishes_without_a_gpu_wait(tmp_path: Path) -> None:
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi: its telemetry is not 'none'")

@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from support.host_events import Recorded
 
 from specbench_tui.hosts.host import SimHost
@@ -16,6 +17,8 @@ from specbench_tui.hosts.local_leftovers import (
     find_local_leftovers,
     results_owner,
 )
+
+pytestmark = pytest.mark.system
 
 
 def _marked(owner: str, host: str, group: str, tool_pid: int) -> subprocess.Popen[bytes]:

@@ -16,6 +16,8 @@ from specbench_tui.hosts.service import READY_LINE
 from specbench_tui.hosts.telemetry import GpusNotFreeError
 from specbench_tui.results.cells import ServiceGroup
 
+pytestmark = pytest.mark.system
+
 pytest.importorskip("specbench_tui.sim.server")
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,6 +25,8 @@ from specbench_tui.hosts.ssh import (
 from specbench_tui.hosts.telemetry import TelemetryReader
 from specbench_tui.results.cells import ServiceGroup
 
+pytestmark = pytest.mark.system
+
 
 def connection(sshd: Sshd, dest: str = "sbtest", **kw: object) -> SshConnection:  # noqa: F811
     return SshConnection(dest, **{**sshd.connect_args(), **kw})  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from conftest import ROOT
 from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 from support.ssh_scenarios import HeadlessRun, PlanValues, events_of, servers_left, tally
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 def long_request_started(events: list[dict]) -> bool:
@@ -25,6 +25,7 @@ def long_request_started(events: list[dict]) -> bool:
     return bool(finished) and any(e["event"] == "cell_started" for e in events[finished[0] + 1 :])
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "abort"])
 def test_abort_cancels_the_request_in_flight(sshd: Sshd, tmp_path: Path, how: str) -> None:  # noqa: F811
     model = tmp_path / "model"
@@ -76,7 +77,8 @@ def test_abort_cancels_the_request_in_flight(sshd: Sshd, tmp_path: Path, how: st
     )
     done, failed, left = tally(run.root, f"{how} during a request of minutes", str(model))
     assert code == 130, run.output()
-    assert cancelled_s < 5.0, f"the request in flight was cancelled only after {cancelled_s:.1f}s"
+    # Against a request of minutes; 15 s leaves room for a machine at load 10.
+    assert cancelled_s < 15.0, f"the request in flight was cancelled only after {cancelled_s:.1f}s"
     events = events_of(run.root)
     (queued,) = [e for e in events if e["event"] == "cell_queued"]
     assert queued["by"] == "aborted"

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, free_port
 from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 PLAN = """\
 [campaign]
@@ -151,6 +151,7 @@ def test_unknown_host_key_is_refused_with_exit_2(sshd: Sshd, tmp_path: Path) -> 
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+@pytest.mark.timing
 def test_campaign_over_ssh_whose_python3_has_no_pynvml(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     """The normal GPU server: pynvml only in a venv, not in the login's python3. Here the
     login is plain (nothing simulated) and the machine has no NVIDIA driver either: the chain

@@ -19,7 +19,7 @@ from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 from support.ssh_scenarios import HeadlessRun, PlanValues, kill_pids, servers_left, tally
 from support.systemd_host import SystemdHost, systemd_host  # noqa: F401 (the fixture)
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 def payload(tag: str, canary: str | None = None) -> str:

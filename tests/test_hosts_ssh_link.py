@@ -15,7 +15,7 @@ from sshd_fixture import Sshd, killable_sshd  # noqa: F401 (the fixture)
 
 from specbench_tui.hosts.ssh import SshConnection, SshError, SshResultLost
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 def connection(sshd: Sshd, states: list[tuple[str, str]], **kw: object) -> SshConnection:
@@ -91,6 +91,7 @@ async def test_away_past_the_reconnect_timeout_is_unreachable_then_back(
         await ssh.close()
 
 
+@pytest.mark.timing
 async def test_host_key_changed_while_away_stops_reconnecting_at_once(
     killable_sshd: Sshd,  # noqa: F811
 ) -> None:

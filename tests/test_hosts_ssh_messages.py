@@ -22,6 +22,8 @@ from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.ssh import SshConnectError, SshConnection, SshRefused
 
+pytestmark = pytest.mark.system
+
 FAKE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 
 

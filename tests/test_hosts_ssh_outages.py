@@ -28,7 +28,7 @@ from support.ssh_scenarios import (
     tally,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 GROUPS = ("box.ar.tp1", "box.dflash.tp1")
 # Cells of a few seconds and servers that take 3 s to stop, so each phase can be hit.
@@ -162,6 +162,7 @@ def test_host_away_past_its_reconnect_timeout_fails_its_cells_then_resumes(
         kill_pids(servers_left(values.model))
 
 
+@pytest.mark.timing
 def test_abort_while_the_host_is_away_does_not_wait_for_it(
     killable_sshd: Sshd,  # noqa: F811
     tmp_path: Path,

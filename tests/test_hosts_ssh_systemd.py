@@ -33,7 +33,7 @@ from specbench_tui.hosts.systemd import (
 )
 from specbench_tui.results.cells import ServiceGroup
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 @pytest.fixture

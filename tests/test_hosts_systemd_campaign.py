@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, free_port
 from support.systemd_host import SystemdHost, systemd_host  # noqa: F401 (the fixture)
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 PLAN = """\
 [campaign]

@@ -28,7 +28,7 @@ from support.ssh_scenarios import (
 )
 from support.systemd_host import SystemdHost, systemd_host  # noqa: F401 (the fixture)
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 GROUPS = ("box.ar.tp1", "box.dflash.tp1")
 SLOW = ["--sim-fault", "slow:60", "--sim-fault", "slow-stop:3"]
@@ -128,6 +128,7 @@ def test_tool_killed_and_resumed(host: SystemdHost, tmp_path: Path) -> None:
         kill_pids(servers_left(values.model))
 
 
+@pytest.mark.timing
 def test_sigterm_cancels_a_request_of_minutes(host: SystemdHost, tmp_path: Path) -> None:
     values = plan_values(host, tmp_path, "sd-abort")
     values.args = ["--sim-fault", "slow:300"]
@@ -150,7 +151,7 @@ def test_sigterm_cancels_a_request_of_minutes(host: SystemdHost, tmp_path: Path)
         done, failed, left = tally(
             run.root, "systemd, SIGTERM during a request of minutes", values.model
         )
-        assert code == 130 and cancelled_s < 5.0
+        assert code == 130 and cancelled_s < 15.0  # a request of minutes; room for load 10
         assert (done, failed, left) == (0, 0, 0)
         assert units_of(host, values.name) == []
     finally:

@@ -137,6 +137,7 @@ async def test_reader_runs_the_piped_agent(tmp_path: Path) -> None:
     assert reader.skipped_lines == 0 and reader.last_error is None
 
 
+@pytest.mark.system
 async def test_wait_gpus_free_succeeds_and_fails_clearly(tmp_path: Path) -> None:
     write_gpu(tmp_path, 0, dead_pid())
     write_gpu(tmp_path, 1, os.getpid(), mem=81234)
@@ -210,6 +211,7 @@ async def test_reader_skips_bad_lines_and_reports_death_once() -> None:
     assert reader.restarts >= 4
 
 
+@pytest.mark.system
 async def test_reader_reports_missing_nvml_once(tmp_path: Path) -> None:
     problems: list[str] = []
     reader = TelemetryReader(
@@ -257,6 +259,7 @@ async def test_reader_with_real_pynvml_and_no_driver(monkeypatch: pytest.MonkeyP
     assert reader.last_error is not None
 
 
+@pytest.mark.system
 async def test_sim_host_facade(tmp_path: Path) -> None:
     notices: list[tuple[str, str]] = []
     host = make_host(
@@ -282,6 +285,7 @@ async def test_sim_host_facade(tmp_path: Path) -> None:
     assert not state.exists()
 
 
+@pytest.mark.system
 async def test_agent_outage_reads_as_unverified_not_busy(tmp_path: Path) -> None:
     """The agent keeps dying (its NVML init fails): a missing reading is not a busy GPU, so
     the wait gives up verifying instead of failing the group."""
@@ -358,6 +362,7 @@ def no_pynvml_python(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.system
 def test_agent_in_nvidia_smi_mode(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     smi_env(monkeypatch, tmp_path, "load")
     python = no_pynvml_python(tmp_path)
@@ -378,6 +383,7 @@ def test_agent_in_nvidia_smi_mode(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert rows[0]["util_pct"] == 99 and rows[0]["processes"][0]["pid"] == 564
 
 
+@pytest.mark.system
 async def test_nvidia_smi_mode_gpu_wait_returns_once_the_load_is_gone(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -485,6 +491,8 @@ def local_group(port: int, python: str = sys.executable) -> ServiceGroup:
     )
 
 
+@pytest.mark.timing
+@pytest.mark.system
 async def test_local_host_without_gpu_telemetry_does_not_wait(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -170,13 +170,49 @@ CASES: list[tuple[str, str, str, str]] = [
         "unknown engine",
         "port = {port}",
         'port = {port}\nengine = "tgi"',
-        r"server\.engine: .*'sglang' or 'vllm'",
+        r"server\.engine: unknown engine 'tgi'; known: 'sglang', 'vllm', 'trtllm'$",
     ),
     (
         "vllm has no native api",
         "port = {port}",
         'port = {port}\nengine = "vllm"\napi = "sglang"',
         r"server\.api: api = 'sglang' but config 'ar' runs on vLLM, which serves only 'openai'",
+    ),
+    # A bad value is named with its value; a value of the wrong type is refused, never
+    # converted (a quoted number, a float for an integer, a bool for a count).
+    (
+        "value out of bounds",
+        "samples = 2",
+        "samples = 0",
+        r"workloads\.single\.samples: input should be greater than or equal to 1 \(got 0\)$",
+    ),
+    (
+        "value not among the choices",
+        "sim = true",
+        'sim = true\nservices = "proc"',
+        r"hosts\.sim\.services: input should be 'systemd' or 'process' \(got 'proc'\)$",
+    ),
+    (
+        "kind not among the choices",
+        'kind = "single"',
+        'kind = "singel"',
+        r"workloads\.single\.kind: 'kind' must be one of .* \(got 'singel'\)$",
+    ),
+    ("quoted integer", "samples = 2", 'samples = "2"', r"samples: .*integer \(got str '2'\)$"),
+    ("float for an integer", "samples = 2", "samples = 2.0", r"integer \(got float 2\.0\)$"),
+    ("bool for an integer", "gpus = 4", "gpus = true", r"hosts\.sim\.gpus: .* \(got bool True\)$"),
+    ("quoted port", "port = {port}", 'port = "8000"', r"server\.port: .* \(got str '8000'\)$"),
+    (
+        "quoted item of a list",
+        "max_tokens = [32]",
+        'max_tokens = [32, "64"]',
+        r"workloads\.single\.max_tokens\[1\]: .*integer \(got str '64'\)$",
+    ),
+    (
+        "quoted number",
+        "max_tokens = [32]",
+        'max_tokens = [32]\ntemperature = "0"',
+        r"workloads\.single\.temperature: .*number \(got str '0'\)$",
     ),
     (
         "json flag with single braces",
@@ -217,6 +253,7 @@ def test_missing_plan_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "no such plan file" in err
 
 
+@pytest.mark.system
 def test_cli_process_exit_code_and_no_traceback(write_plan: Callable[..., Path]) -> None:
     path = write_plan(MINIMAL_PLAN.replace("tp = [1]", "tp = [16]"))
     proc = subprocess.run(

@@ -128,7 +128,8 @@ def test_report_has_the_per_dataset_table_at_both_temperatures(campaign: Path) -
     ):
         assert f"{d} speed-up" in head and f"{d} tau" in head, head
     assert "Mean speed-up" in head and "Mean tau" in head
-    body = md[md.index(head) :].split("\n\n")[0].splitlines()[2:]
+    lines = md[md.index(head) :].splitlines()[2:]
+    body = lines[: next(i for i, ln in enumerate(lines) if not ln.startswith("|"))]
     rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in body]
     by = {(r[0].strip("*"), r[1]): r for r in rows}
     assert set(by) == {("AR", "0"), ("DFlash", "0"), ("AR", "1"), ("DFlash", "1")}

@@ -18,7 +18,7 @@ from support.results_builder import ResultsBuilder
 
 from specbench_tui.cli import main
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 def test_demo_report_pdf_has_every_section_chart_and_table(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ PLAN = (
 )
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_packed_cells_are_marked_and_the_control_compared_apart(write_plan, tmp_path: Path) -> None:
     plan = write_plan(PLAN)
     proc = subprocess.run(

@@ -523,6 +523,7 @@ def test_tex_failure_costs_only_the_pdf(
     assert "exited with status 1" in log and "Undefined control sequence" in log
 
 
+@pytest.mark.system
 def test_pdflatex_builds_the_pdf(
     results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

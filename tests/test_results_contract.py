@@ -79,7 +79,7 @@ def test_the_results_package_imports_nothing_above_it() -> None:
     assert bad == {}, f"the results contract must stand on its own: {bad}"
 
 
-@pytest.mark.slow
+@pytest.mark.system
 async def test_an_aborted_campaign_has_a_never_run_row_per_cell_it_did_not_run(
     write_plan, tmp_path: Path
 ) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import MINIMAL_PLAN, ROOT, free_port
+from conftest import MINIMAL_PLAN, ROOT, free_port, tier_runs
 
 from specbench_tui.report.render import TEX_ENGINES
 from specbench_tui.results.files import CRASH_ENV, RECORD_PREFIX, TMP_SUFFIX, read_events
@@ -141,14 +141,14 @@ def crash_cases(recorded: dict[str, list[str]]) -> list[tuple[str, str]]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "boundary" not in metafunc.fixturenames:
         return
-    if "not slow" in (metafunc.config.getoption("markexpr") or ""):
+    if not tier_runs(metafunc.config, "system"):  # the default tier: no recording runs
         metafunc.parametrize("scenario,boundary", [("clean", "unrecorded")])  # deselected anyway
         return
     cases = crash_cases(recorded())
     metafunc.parametrize("scenario,boundary", cases, ids=[f"{s}:{b}" for s, b in cases])
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_the_record_has_every_kind_of_boundary() -> None:
     """The recording itself: the failures' boundaries and every view are in the lists, and
     the views that concatenate every part are not written per cell."""
@@ -175,7 +175,7 @@ def test_the_record_has_every_kind_of_boundary() -> None:
     assert clean["views:cells"] == CELLS + 1 and clean["part"] == CELLS
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_kill_at_a_write_boundary_then_resume(tmp_path: Path, scenario: str, boundary: str) -> None:
     sc = SCENARIOS[scenario]
     plan = _write_plan(tmp_path, sc.plan)

@@ -84,7 +84,7 @@ class _Headless:
         return code
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_disk_that_fills_mid_run_holds_the_campaign_until_space_returns(
     write_plan, small_disk: Path
 ) -> None:
@@ -105,7 +105,7 @@ def test_a_disk_that_fills_mid_run_holds_the_campaign_until_space_returns(
     assert text.endswith("\n") and all(line.startswith("{") for line in text.splitlines())
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_disk_that_stays_full_ends_the_run_with_its_own_status(
     write_plan, small_disk: Path
 ) -> None:
@@ -120,6 +120,7 @@ def test_a_disk_that_stays_full_ends_the_run_with_its_own_status(
     assert all(line.startswith("{") and line.endswith("}") for line in text.splitlines())
 
 
+@pytest.mark.system
 def test_a_full_disk_before_the_start_is_one_line(write_plan, small_disk: Path) -> None:
     _fill(small_disk)
     cmd = [sys.executable, "-m", "specbench_tui", str(write_plan()), "--headless"]

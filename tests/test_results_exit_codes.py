@@ -51,7 +51,7 @@ def _one_clear_line(proc: subprocess.CompletedProcess[str], *words: str) -> str:
     return line
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_read_only_results_directory_is_one_line_and_exit_2(write_plan, tmpfs: Path) -> None:
     plan = write_plan(MINIMAL_PLAN.replace(*FAST))
     first = _headless(plan, tmpfs)  # a campaign that ran here while it could be written
@@ -76,7 +76,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_an_internal_bug_is_exit_70_with_its_traceback_kept(write_plan, tmp_path: Path) -> None:
     plan = write_plan(MINIMAL_PLAN.replace(*FAST))
     results = tmp_path / "results"

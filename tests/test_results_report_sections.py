@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import MINIMAL_PLAN, ROOT, free_port
+from conftest import MINIMAL_PLAN, ROOT, free_port, tiny_model
 from support.results_builder import ResultsBuilder
 
 from specbench_tui.report.blocks import Table
@@ -45,7 +45,7 @@ def _section(md: str, title: str) -> str:
     return md[start : end if end != -1 else None]
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_simulated_host_records_its_gpu_model(write_plan, tmp_path: Path) -> None:
     plan = write_plan(MINIMAL_PLAN.replace("speed = 50", "speed = 200"))
     cmd = [sys.executable, "-m", "specbench_tui", str(plan), "--headless", "--results"]
@@ -76,7 +76,7 @@ gpus = 1
 
 [server]
 python = "{python}"
-model = "tiny-model"
+model = "{model}"
 port = {port}
 launch = ["{{python}}", "-m", "specbench_tui.sim", "--model-path", "{{model}}", "--tp-size",
           "{{tp}}", "--host", "127.0.0.1", "--port", "{{port}}", "--speed", "200"]
@@ -96,14 +96,16 @@ max_tokens = [16]
 """
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_an_nvidia_smi_host_records_the_h200_model_and_driver(tmp_path: Path) -> None:
     """A local host read through nvidia-smi: the stand-in replays a real H200's answers
     (driver 580.159.04); the venv's pynvml finds no driver here, so NVML is passed over."""
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has a real nvidia-smi: its GPUs are not the capture's")
     plan = tmp_path / "plan.toml"
-    plan.write_text(LOCAL_PLAN.format(python=sys.executable, port=free_port()))
+    plan.write_text(
+        LOCAL_PLAN.format(python=sys.executable, port=free_port(), model=tiny_model(tmp_path))
+    )
     state = tmp_path / "smi-state"
     state.write_text("idle")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECBENCH_SIM_")}
@@ -254,7 +256,25 @@ def test_the_summary_calls_a_campaign_that_ended_with_cells_never_run_partial(
     assert "interrupted: the log has no end" in status
     assert "1 pending" in cells and "never run" not in cells
 
-    b = _two_of_three(tmp_path / "whole")
+    b = _two_of_three(tmp_path / "ended-failed")
     b.finished("c3", [dict(prompt_id="p", repeat=0)])
     status, _ = _status(b.write())
+    assert "**finished: 2 of 3 planned cells done (1 failed: see Every planned cell)**" in status
+
+    b = ResultsBuilder(tmp_path / "whole")
+    for cid in ("c1", "c2"):
+        b.cell(cid, "ar", 1, "single", "single", max_tokens=int(cid[1]) * 32)
+        b.finished(cid, [dict(prompt_id="p", repeat=0)])
+    status, _ = _status(b.write())
     assert "**finished: every planned cell ran**" in status
+
+    # Every cell ended, but not every one ran: the status says so, as the cell table does.
+    b = _two_of_three(tmp_path / "ended")
+    b.skipped("c3", "its server never started")
+    status, cells = _status(b.write())
+    assert "every planned cell ran" not in status
+    assert (
+        "**finished: 1 of 3 planned cells done (1 failed, 1 skipped: see Every planned cell)**"
+        in status
+    )
+    assert "3 planned: 1 done, 1 failed, 1 skipped" in cells

@@ -25,7 +25,7 @@ from slurm_fixture import clean_slurm, slurm  # noqa: F401 (the fixtures)
 from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 from support.slurm_cluster import SlurmCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 VENV = Path(sys.prefix)
 

@@ -26,6 +26,8 @@ from specbench_tui.results.events import CampaignStarted, Event
 from specbench_tui.results.files import read_events
 from specbench_tui.results.layout import ResultsLayout
 
+pytestmark = pytest.mark.system
+
 PLAN = f"""\
 [campaign]
 name = "folded"

@@ -161,6 +161,7 @@ def test_the_job_script_quotes_the_plan_and_asks_for_the_groups_gpus(tmp_path: P
     assert slurm_time(90061.2) == "1-01:01:02" and slurm_time(59) == "00:00:59"
 
 
+@pytest.mark.system
 def test_dry_run_shows_every_groups_batch_job(tmp_path: Path) -> None:
     path = plan_with(tmp_path)
 

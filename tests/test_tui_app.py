@@ -18,6 +18,8 @@ from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
 from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
 from specbench_tui.tui.themes import PACKAGE_THEMES
 
+pytestmark = pytest.mark.console
+
 SIZE = (120, 40)
 
 

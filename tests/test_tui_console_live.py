@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log
 from textual.widgets._footer import FooterKey
@@ -41,6 +42,8 @@ from specbench_tui.tui.results_source import COLUMNS
 from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
 from specbench_tui.tui.scripted import ScriptedControl, packed_campaign, sample_campaign
 from specbench_tui.tui.toasts import ToastBatcher
+
+pytestmark = pytest.mark.console
 
 SIZE = (120, 40)
 SMALL = (80, 24)

@@ -16,7 +16,7 @@ from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.tui.app import ConsoleApp
 from tests.conftest import MINIMAL_PLAN
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.console, pytest.mark.system]
 
 
 async def test_keys_steer_a_real_campaign(write_plan, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.scripted import ScriptedControl
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.console, pytest.mark.system]
 
 
 async def _until(pilot: Pilot[int], what: str, ok, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]

@@ -22,6 +22,8 @@ from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.results_source import COLUMNS
 from specbench_tui.tui.scripted import ScriptedControl, packed_campaign, sample_campaign
 
+pytestmark = pytest.mark.console
+
 SIZES = {"120x40": (120, 40), "80x24": (80, 24)}
 
 

@@ -60,6 +60,7 @@ def test_later_directory_overrides_and_names_resolve(tmp_path: Path) -> None:
     assert resolve_theme_name(None, themes) is None
 
 
+@pytest.mark.console
 @pytest.mark.parametrize("theme", ["dark", "light", "ansi16"])
 async def test_every_theme_renders_the_console(theme: str) -> None:
     events = sample_campaign()

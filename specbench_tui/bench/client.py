@@ -1,12 +1,13 @@
-"""Streaming HTTP client for SGLang's native ``/generate`` and the OpenAI chat API.
+"""Streaming HTTP client for any engine's API: the engine's adapter (``engines/``) builds each
+request and parses its stream; this sends it and times it.
 
 One :class:`BenchClient` (one :class:`~specbench_tui.bench.transport.SseTransport`, pooled
 connections sized for the cell's concurrency) sends every request of a cell. Each request is
 timed with ``time.perf_counter_ns`` from the moment its headers go to the socket (connection
 set-up is the client's time, not the server's); every SSE ``data:`` payload is stamped as it
 is cut out of the stream and goes, with that stamp and the number of the read that brought
-it, to a stream parser from ``engines/streams.py``, which decodes only what is new in it, so
-the client does not slow down what it measures.
+it, to the engine adapter's stream parser, which decodes only what is new in it, so the
+client does not slow down what it measures.
 
 Failures never raise: a timeout, an HTTP error, a refused connection or a stream that stops
 early come back as :attr:`Completion.error`, a short sentence the operator can act on, because
@@ -29,17 +30,11 @@ import aiohttp
 from specbench_tui.bench.figures import Span, fill_rates
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.transport import SseTransport
-from specbench_tui.engines.streams import (
-    StreamError,
-    StreamMode,
-    StreamParser,
-    error_text,
-    stream_parser,
-)
+from specbench_tui.engines.adapter import Message, RequestSpec
+from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
+from specbench_tui.engines.streams import StreamError, StreamMode, StreamParser, error_text
 from specbench_tui.results.cells import Api
 from specbench_tui.results.records import Measurement
-
-Message = dict[str, str]
 
 _ERROR_BODY_CHARS = 200
 FLUSH_PATH = "/flush_cache"
@@ -47,32 +42,13 @@ FLUSH_PATH = "/flush_cache"
 
 @dataclass(frozen=True)
 class Sampling:
-    """A request's sampling parameters; None leaves one to the server's default.
-
-    SGLang's native API takes them in ``sampling_params`` (the seed as ``sampling_seed``), the
-    OpenAI routes at the top level of the body (vLLM reads ``top_k`` and ``seed`` there too).
-    """
+    """A request's sampling parameters; None leaves one to the server's default (the
+    engine's adapter puts them where its API takes them)."""
 
     temperature: float = 0.0
     top_p: float | None = None
     top_k: int | None = None
     seed: int | None = None
-
-    def _set(self) -> dict[str, Any]:
-        return {
-            k: v
-            for k, v in (("top_p", self.top_p), ("top_k", self.top_k), ("seed", self.seed))
-            if v is not None
-        }
-
-    def sglang(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"temperature": self.temperature, **self._set()}
-        if "seed" in out:
-            out["sampling_seed"] = out.pop("seed")
-        return out
-
-    def openai(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, **self._set()}
 
 
 @dataclass
@@ -130,29 +106,39 @@ class BenchClient:
     """A streaming client bound to one server.
 
     ``concurrency`` sizes the connection pool so that a concurrency cell never waits on the
-    pool (which would show up as false queueing delay in TTFT). ``model`` is the served model
-    name an OpenAI request carries (vLLM refuses any other); ``stream_mode`` is SGLang's
-    ``/generate`` stream mode when the server said which (``auto`` tells from the stream).
+    pool (which would show up as false queueing delay in TTFT). ``engine`` names the adapter
+    that builds requests and reads streams (the plan's ``engine``); ``api`` is one of its
+    APIs, by default its first. ``model`` is the served model name a chat request carries
+    (some engines refuse any other); ``stream_mode`` is the stream mode of an API that has
+    several, when the server said which (``auto`` tells from the stream). ``prompting``
+    turns a conversation into the request's prompt (bench/prompting.py): the model's chat
+    template rendered here for the text routes, or the messages for a chat route the server
+    renders. ``speculative``:
+    whether the server runs speculative decoding; without it a request's speculative fields
+    stay null whatever its stream says (an engine may count one token per iteration for every
+    request, which is no acceptance to report).
     """
 
     def __init__(
         self,
         base_url: str,
-        api: Api = "sglang",
+        api: Api | None = None,
         *,
+        engine: str = DEFAULT_ENGINE,
         concurrency: int = 1,
         model: str | None = None,
         prompting: Prompting = DEFAULT_PROMPTING,
         stream_mode: StreamMode = "auto",
-        token_ids: bool = False,
         cache_salt: bool = False,
+        speculative: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.token_ids = token_ids  # ask an OpenAI route for token ids (vLLM return_token_ids)
-        # A salt of its own per request (vLLM's cache_salt): no request reuses another's
-        # cached prefix, so TTFT includes the prompt's prefill.
+        self.engine = adapter(engine)
+        # A salt of its own per request: no request reuses another's cached prefix, so TTFT
+        # includes the prompt's prefill (engines whose cold cache is a salt).
         self.cache_salt = cache_salt
-        self.api: Api = api
+        self.speculative = speculative
+        self.api: Api = api or self.engine.default_api
         self.model = model
         self.stream_mode: StreamMode = stream_mode
         self.prompting = prompting
@@ -170,8 +156,8 @@ class BenchClient:
         await self._transport.aclose()
 
     async def flush_cache(self) -> str | None:
-        """Empty the server's prefix cache (SGLang ``POST /flush_cache``, which refuses while
-        requests run); None when it did, else why not, in one line."""
+        """Empty the server's prefix cache (``POST /flush_cache``, on engines whose cold cache
+        is a flush; SGLang refuses it while requests run); None when it did, else why not."""
         try:
             status, body = await self._transport.post(FLUSH_PATH)
         except Exception as exc:
@@ -196,14 +182,14 @@ class BenchClient:
         """
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        path, body = self._body(messages, max_tokens, sampling or Sampling())
+        path, body = self.request_body(messages, max_tokens, sampling or Sampling())
         payload = json.dumps(body, separators=(",", ":")).encode()
         out = Completion(
             started_at=time.time(),
             chat_template_sha256=self.prompting.template_sha256,
             chat_template_kwargs=self.prompting.kwargs_json,
         )
-        parser = stream_parser(self.api, self.stream_mode)
+        parser = self.engine.stream_parser(self.api, self.stream_mode)
         # The clock restarts when the request's headers go out (after a connection was taken
         # or opened); until then it counts from here, so a failed connect still has an e2e.
         clock = [time.perf_counter_ns()]
@@ -226,42 +212,37 @@ class BenchClient:
             out.error = out.error or str(exc)
         except Exception as exc:  # whatever else the server's bytes do: this request only
             out.error = out.error or f"bad server data: {type(exc).__name__}: {exc}"[:240]
+        if not self.speculative:
+            out.spec_verify_ct = out.spec_accepted_tokens = out.spec_draft_tokens = None
+            out.spec_accept_histogram = None
+            out.accept_length = None
         fill_rates(out, parser.content_tokens, one_read=parser.one_read)
         out.text = parser.text
         out.request_id = parser.request_id
         out.output_ids = parser.ids
         return out
 
-    def _body(
+    def request_body(
         self, messages: list[Message], max_tokens: int, sampling: Sampling
     ) -> tuple[str, dict[str, Any]]:
-        """The route and body of one request: the rendered text for the native API and the
-        OpenAI completions route, the messages for a chat route the server renders."""
+        """The route and body of one request, as the engine's adapter builds them: the
+        rendered text for the text routes, the messages where the server renders them."""
         prompting = self.prompting
-        if self.api == "sglang":
-            params: dict[str, Any] = {"max_new_tokens": max_tokens, **sampling.sglang()}
-            text = prompting.text(messages)
-            return "/generate", {"text": text, "sampling_params": params, "stream": True}
-        body: dict[str, Any] = {"max_tokens": max_tokens, **sampling.openai()}
-        if prompting.on == "server":
-            path = "/v1/chat/completions"
-            body["messages"] = messages
-            if prompting.kwargs:
-                body["chat_template_kwargs"] = prompting.kwargs_dict
-        else:
-            path = "/v1/completions"
-            body["prompt"] = prompting.text(messages)
-            if prompting.text_prompt == "verbatim":
-                body["add_special_tokens"] = False  # the template wrote them already
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-        if self.model is not None:  # without it a server uses its one model (vLLM does)
-            body["model"] = self.model
-        if self.token_ids:
-            body["return_token_ids"] = True
-        if self.cache_salt:
-            body["cache_salt"] = secrets.token_hex(8)
-        return path, body
+        server_renders = prompting.on == "server"
+        spec = RequestSpec(
+            max_tokens=max_tokens,
+            prompt=None
+            if server_renders
+            else prompting.text(messages, bos_added=self.engine.text_prompt == "adds_bos"),
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            seed=sampling.seed,
+            chat_template_kwargs=prompting.kwargs_dict if server_renders else None,
+            model=self.model,
+            cache_salt=secrets.token_hex(8) if self.cache_salt else None,
+        )
+        return self.engine.request(self.api, messages, spec)
 
     async def _stream(
         self,

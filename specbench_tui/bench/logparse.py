@@ -1,11 +1,10 @@
 """Numbers from server log lines, for live series and the report.
 
-The engines' own statistics lines are parsed without configuration, by the engine modules:
-SGLang's ``Decode batch`` / ``Prefill batch`` lines (``engines/sglang.py``) and vLLM's
-``Engine 000: Avg prompt throughput ...`` / ``SpecDecoding metrics: ...`` lines
-(``engines/vllm.py``), into the same keys (``gen_throughput``, ``accept_len``,
-``running_req``, ...), so one live graph serves both. Each format has a substring no other
-line has, so every line is simply offered to both parsers.
+The engines' own statistics lines are parsed without configuration, by their adapters
+(``EngineAdapter.parse_stats_line``: SGLang's ``Decode batch`` lines, vLLM's ``Engine 000:
+Avg prompt throughput ...`` lines...), into the same keys (``gen_throughput``, ``accept_len``,
+``running_req``, ...), so one live graph serves every engine. Each format has a substring no
+other line has, so every line is simply offered to every adapter, the first answer wins.
 
 The plan's ``[logs]`` patterns run on every line; their named groups come out under the group
 names (a pattern without named groups gives its first group, or 1.0, under the pattern name).
@@ -20,12 +19,14 @@ from collections import Counter
 
 import regex
 
-from specbench_tui.engines import sglang, vllm
 from specbench_tui.engines.log_values import number
+from specbench_tui.engines.registry import adapters
 from specbench_tui.errors import InputError
 from specbench_tui.plan.log_patterns import PATTERN_TIMEOUT_S, compile_pattern
 
-READY_MARKER = sglang.READY_LINE.rstrip("!")
+_ENGINES = adapters()
+# Without their closing punctuation: builds differ in it.
+_READY_LINES = tuple(dict.fromkeys(a.ready_line.rstrip("!.") for a in _ENGINES))
 
 
 class LogParser:
@@ -46,8 +47,8 @@ class LogParser:
 
     @staticmethod
     def is_ready(line: str) -> bool:
-        """True on the start-up line (SGLang's or vLLM's) that says the server is up."""
-        return READY_MARKER in line or vllm.READY_LINE in line
+        """True on the start-up line (any engine's) that says the server is up."""
+        return any(ready in line for ready in _READY_LINES)
 
     def parse(self, line: str) -> dict[str, float] | None:
         """The numbers in one log line, or None when it carries none we know. Never raises."""
@@ -63,7 +64,12 @@ class LogParser:
             return None, []
 
     def _parse(self, line: str, matched: list[str]) -> dict[str, float] | None:
-        out: dict[str, float] = sglang.parse_stats_line(line) or vllm.parse_stats_line(line) or {}
+        out: dict[str, float] = {}
+        for engine in _ENGINES:
+            found = engine.parse_stats_line(line)
+            if found:
+                out = found
+                break
         for name, rx in self._patterns:
             try:
                 m = rx.search(line, timeout=PATTERN_TIMEOUT_S)

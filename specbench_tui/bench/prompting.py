@@ -6,9 +6,11 @@ continue exactly the same string, whichever engine serves it. ``chat_template_on
 sends the messages to ``/v1/chat/completions`` with the same kwargs instead, for a plan that
 means to measure the server's own rendering.
 
-One difference is the engine's and is kept here: a text route that tokenizes with special
-tokens (SGLang's) adds the model's BOS itself, so a BOS the template wrote at the start is taken
-off the text, and the server sees one BOS, as after its own chat rendering.
+One difference is the engine's (its adapter's ``text_prompt``) and is kept: a text route that
+tokenizes with special tokens (SGLang's) adds the model's BOS itself, so a BOS the template
+wrote at the start is taken off the text, and the server sees one BOS, as after its own chat
+rendering; an engine that takes the text as it is (vLLM, asked ``add_special_tokens: false``)
+gets the whole rendering.
 """
 
 from __future__ import annotations
@@ -21,17 +23,15 @@ from typing import Any, Literal
 from specbench_tui.plan.chat_template import ChatTemplate, fallback_template
 
 TemplateOn = Literal["client", "server"]
-TextPrompt = Literal["adds_bos", "verbatim"]
 
 
 @dataclass(frozen=True)
 class Prompting:
-    """The template, its kwargs, who renders it, and what the engine's text route does."""
+    """The template, its kwargs, and who renders it."""
 
     template: ChatTemplate
     kwargs: tuple[tuple[str, Any], ...] = ()
     on: TemplateOn = "client"
-    text_prompt: TextPrompt = "adds_bos"
 
     @property
     def kwargs_dict(self) -> dict[str, Any]:
@@ -56,22 +56,19 @@ class Prompting:
         """The whole conversation as the model sees it, ending in the assistant's turn."""
         return self.template.render(messages, self.kwargs_dict)
 
-    def text(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        """What a text route receives: the rendering, less a leading BOS the engine adds."""
+    def text(self, messages: Sequence[Mapping[str, Any]], *, bos_added: bool = True) -> str:
+        """What a text route receives: the rendering, less a leading BOS where the engine's
+        tokenizer adds one (``bos_added``) and the model's tokenizer config does not say it
+        adds none."""
         out = self.render(messages)
         bos = self.template.bos_token
-        if (
-            self.text_prompt == "adds_bos"
-            and self.template.add_bos_token is not False
-            and bos
-            and out.startswith(bos)
-        ):
+        if bos_added and self.template.add_bos_token is not False and bos and out.startswith(bos):
             out = out[len(bos) :]
         return out
 
     def with_kwargs(self, kwargs: Mapping[str, Any]) -> Prompting:
         """The same template with a cell's own kwargs (already merged over the config's)."""
-        return Prompting(self.template, tuple(sorted(kwargs.items())), self.on, self.text_prompt)
+        return Prompting(self.template, tuple(sorted(kwargs.items())), self.on)
 
 
 #: Where no template was looked for (unit tests, a client made by hand): ChatML.

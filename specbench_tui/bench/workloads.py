@@ -26,6 +26,7 @@ from specbench_tui.bench.figures import Span, measured_window
 from specbench_tui.bench.greedy import Output
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.engines.counters import CounterWindow
+from specbench_tui.engines.registry import adapter
 from specbench_tui.engines.streams import StreamMode
 from specbench_tui.plan.prompt_sets import Prompt, PromptLibrary, sample_prompts, session_tasks
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
@@ -339,8 +340,6 @@ async def run_cell(
     result: CellResult | None = None,
     model: str | None = None,
     stream_mode: StreamMode = "auto",
-    token_ids: bool = False,
-    cold_cache: str = "flush",
     counters: CounterWindow | None = None,
     watch: ClientWatch | None = None,
 ) -> CellResult:
@@ -360,16 +359,18 @@ async def run_cell(
     measured, GC kept out of the cell).
     """
     own = client is None
+    cold_cache = adapter(group.engine).cold_cache
     if client is None:
         client = BenchClient(
             base_url,
             group.api,
+            engine=group.engine,
             concurrency=cell.concurrency or 1,
             prompting=prompting.with_kwargs(dict(cell.chat_template_kwargs)),
             model=model,
             stream_mode=stream_mode,
-            token_ids=token_ids,
             cache_salt=cold_cache == "salt" and cell.prefix_cache == "cold",
+            speculative=group.speculative,
         )
     result = result if result is not None else CellResult()
     run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result, counters)

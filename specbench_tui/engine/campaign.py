@@ -35,6 +35,7 @@ from specbench_tui.hosts.factory import make_host
 from specbench_tui.hosts.host import Host, SshSettings
 from specbench_tui.hosts.local_leftovers import results_owner
 from specbench_tui.plan.document import Plan
+from specbench_tui.plan.estimate import recorded_estimate
 from specbench_tui.plan.expand import expand
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
@@ -266,8 +267,6 @@ class Campaign:
         """Drive the whole campaign; returns the exit status of the CLI contract."""
         ctx = self.ctx
         self._started = time.time()
-        for text in self.store.notices:
-            ctx.hub.notice(text, "warning")
         ctx.hub.emit(
             CampaignStarted(
                 campaign=self.spec.campaign.name,
@@ -282,6 +281,10 @@ class Campaign:
                 pid=os.getpid(),
             )
         )
+        for text in self.store.notices:  # after the run's start: every printer of it says them
+            ctx.hub.notice(text, "warning")
+        if self.options.job is None:  # a Slurm job runs one group of its campaign's estimate
+            self._record_estimate()
         for cid in self.selected:  # --rerun-failed, a rerun: an ended cell is queued again
             c = self.state.cells[cid]
             if c.status in ("done", "failed", "skipped"):
@@ -354,6 +357,22 @@ class Campaign:
         with contextlib.suppress(OSError):
             self.store.flush_telemetry(force=True)
         return code
+
+    def _record_estimate(self) -> None:
+        """The dry run's estimate for this run's plan, into the log: the report holds it
+        against what the cells took (report/estimate_check.py) and needs no plan for it."""
+        try:
+            ev = recorded_estimate(
+                self.spec,
+                self.plan.prompts,
+                list(self.groups),
+                list(self.cells.values()),
+                sim=self.ctx.simulated,
+            )
+        except (KeyError, ValueError) as exc:
+            self.hub.notice(f"the dry-run estimate cannot be recorded: {exc}", "warning")
+            return
+        self.hub.emit(ev)
 
     async def _write_report(self) -> None:
         """After campaign_finished, so the report knows how the campaign ended; in a thread,

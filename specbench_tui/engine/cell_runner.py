@@ -22,8 +22,8 @@ from specbench_tui.engine.run_control import GroupHandle, StorageFailed
 from specbench_tui.engine.verdict import Verdict, judge
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
-from specbench_tui.engines.inspect import ServerFacts
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.facts import ServerFacts
+from specbench_tui.engines.registry import adapter
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -131,7 +131,8 @@ async def run_one(
     result = CellResult()
     handle.cell, handle.stop = cell, None
     drops = svc.link_drops  # a change: the link to the host dropped during the cell
-    window = CounterWindow(facts.engine, svc.base_url) if facts.metrics else None
+    engine = adapter(facts.engine)
+    window = CounterWindow(engine, svc.base_url) if facts.metrics else None
     task = asyncio.ensure_future(
         run_cell(
             cell,
@@ -148,8 +149,6 @@ async def run_one(
             result=result,
             model=facts.served_model,
             stream_mode=facts.stream_mode,
-            token_ids=facts.engine == "vllm",
-            cold_cache=traits(facts.engine).cold_cache,
             counters=window,
             prompting=prompting or DEFAULT_PROMPTING,
         )
@@ -174,10 +173,10 @@ async def run_one(
     result.acceptance = cell_acceptance(
         result.records,
         window.result() if window is not None else None,
-        engine=facts.engine,
+        engine=engine.name,
         speculative=group.speculative,
     )
-    result.acceptance["engine"] = facts.engine
+    result.acceptance["engine"] = engine.name
     result.acceptance["engine_version"] = facts.version
     if result.errors and svc.alive() and svc.link_drops == drops:
         # Failed requests often mean the server is going down; its exit status may lag

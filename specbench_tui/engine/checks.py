@@ -27,7 +27,7 @@ from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.store import ResultsStore
-from specbench_tui.engines.inspect import ServerFacts
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.probes import (
     LEAK_OUTPUT_TOKENS,
@@ -163,9 +163,9 @@ async def probe_noise_floor(
     client = BenchClient(
         svc.base_url,
         group.api,
+        engine=group.engine,
         concurrency=batch,
         model=facts.served_model,
-        token_ids=facts.engine == "vllm",
         prompting=_probe_prompting(ctx, group, prompting),
     )
 
@@ -227,8 +227,8 @@ async def probe_state_leak(
     client = BenchClient(
         svc.base_url,
         group.api,
+        engine=group.engine,
         model=facts.served_model,
-        token_ids=facts.engine == "vllm",
         prompting=_probe_prompting(ctx, group, prompting),
     )
     try:

@@ -22,7 +22,8 @@ from specbench_tui.engine.checks import evaluate_greedy, probe_noise_floor, prob
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import AbortRequested
 from specbench_tui.engine.verdict import restart_allowed
-from specbench_tui.engines.inspect import ServerFacts, inspect_server
+from specbench_tui.engines.facts import ServerFacts
+from specbench_tui.engines.inspect import inspect_server
 from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError
 from specbench_tui.results.cells import ServiceGroup

@@ -9,7 +9,10 @@ from typing import TextIO
 
 from specbench_tui.bench.figures import decode_left_out
 from specbench_tui.engine.campaign import Campaign
+from specbench_tui.engine.commands import Command
+from specbench_tui.errors import EXIT_PIPE
 from specbench_tui.plan.durations import format_duration
+from specbench_tui.printable import printable
 from specbench_tui.results.events import (
     Aborted,
     CampaignFinished,
@@ -31,6 +34,7 @@ from specbench_tui.results.events import (
     TelemetryChosen,
 )
 from specbench_tui.results.state import CampaignState
+from specbench_tui.stdout import reader_gone, silence
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -118,11 +122,14 @@ def campaign_line(ev: CampaignStarted, state: CampaignState) -> str:
     )
 
 
-async def print_events(campaign: Campaign, out: TextIO) -> None:
+async def print_events(campaign: Campaign, out: TextIO) -> bool:
     """One line per lifecycle event of this run (the replay of earlier runs is folded in
-    silently, so the opening line can say what they left)."""
-    state = CampaignState()
+    silently, so the opening line can say what they left). When the reader of ``out`` goes
+    away (``--headless | head``) the campaign is aborted as SIGPIPE would end any Unix tool,
+    but cleanly: servers stopped, what was measured kept, a rerun resumes. True then."""
+    state = CampaignState(campaign.layout.rows_exist)  # as the engine's: rows set aside count
     this_run = False
+    reader_left = False
     async for ev in campaign.subscribe():
         state.apply(ev)
         if isinstance(ev, CampaignStarted) and ev.pid == os.getpid():
@@ -130,17 +137,25 @@ async def print_events(campaign: Campaign, out: TextIO) -> None:
             line: str | None = campaign_line(ev, state)
         else:
             line = format_event(ev) if this_run else None
-        if line is not None:
-            out.write(line + "\n")
+        if line is None or reader_left:
+            continue
+        try:
+            out.write(printable(line, one_line=True) + "\n")
             out.flush()
+        except BrokenPipeError:
+            if not reader_gone(out):
+                raise
+            reader_left = True
+            silence()
+            await campaign.send(Command("abort", by="SIGPIPE"))
+    return reader_left
 
 
 async def _main(campaign: Campaign, out: TextIO) -> int:
     campaign.install_signal_handlers()
     printer = asyncio.create_task(print_events(campaign, out))
     code = await campaign.run()
-    await printer
-    return code
+    return EXIT_PIPE if await printer else code
 
 
 def run_headless(campaign: Campaign, out: TextIO = sys.stdout) -> int:

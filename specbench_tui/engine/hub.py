@@ -30,6 +30,9 @@ from specbench_tui.results.state import CampaignState
 _END = object()
 #: Live events a subscriber may have queued before newer ones are dropped for it.
 SUBSCRIBER_BACKLOG = 5000
+#: Refused commands logged at once, and the seconds in which that many are allowed again.
+REFUSALS_BURST = 10
+REFUSALS_PER_S = 60.0
 
 
 class EventHub:
@@ -54,6 +57,9 @@ class EventHub:
         self._retry: asyncio.Task[None] | None = None
         self.storage_retry_s = storage_retry_s
         self.storage_wait_s = storage_wait_s
+        self._refusal_budget = float(REFUSALS_BURST)
+        self._refusal_at = time.monotonic()
+        self._refusals_unsaid = 0
 
     # --- publishing ---------------------------------------------------------------------------
 
@@ -68,6 +74,26 @@ class EventHub:
 
     def notice(self, text: str, level: str = "info") -> None:
         self.emit(Notice(level=level, text=text))
+
+    def refused(self, text: str) -> None:
+        """A command that did not apply, said as a warning; past ``REFUSALS_BURST`` in a row
+        within ``REFUSALS_PER_S`` only counted (each sender still gets its answer), so a
+        flood of bad commands cannot grow the log or cost a sync each; the next one said
+        carries the count."""
+        now = time.monotonic()
+        self._refusal_budget = min(
+            float(REFUSALS_BURST),
+            self._refusal_budget + (now - self._refusal_at) * REFUSALS_BURST / REFUSALS_PER_S,
+        )
+        self._refusal_at = now
+        if self._refusal_budget < 1.0:
+            self._refusals_unsaid += 1
+            return
+        self._refusal_budget -= 1.0
+        if self._refusals_unsaid:
+            n, self._refusals_unsaid = self._refusals_unsaid, 0
+            text += f" ({n} more refused command{'s' * (n != 1)} before this not logged)"
+        self.notice(text, "warning")
 
     def _fan_out(self, ev: Event) -> None:
         for q in self._subs:

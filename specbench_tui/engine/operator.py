@@ -43,7 +43,10 @@ class OperatorCommands:
                 "(run the plan again with --rerun-failed to rerun its failed cells)",
             )
         reply: Reply = handler(command)
-        self.hub.notice(reply.text, "info" if reply.ok else "warning")
+        if reply.ok:
+            self.hub.notice(reply.text)
+        else:
+            self.hub.refused(reply.text)
         return reply
 
     # --- the whole run ---------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Which cells run this time: a pure decision from what the log says and what was asked.
 
 - By default every planned cell the log has not ended runs (new, interrupted or queued ones).
-- ``--rerun-failed`` runs the failed ones and nothing else.
+- ``--rerun-failed`` resumes and runs the failed ones again: every cell the log has not
+  ended, plus the failed ones (after a crashed or interrupted run, its cells are queued or
+  never ran, not failed, and must not be left behind).
 - ``--only PATTERN`` narrows either choice to cells whose id or name matches the glob (or
   whose name contains it).
 - ``rerun`` (a console's rerun after the end) adds cells by id whatever their status; the
@@ -43,12 +45,13 @@ def select_cells(
         known = state.cells.get(c.id)
         return known.status if known is not None else "pending"
 
-    if rerun_failed:
-        chosen = [c for c in cells if status(c) == "failed"]
-        if not chosen:
-            raise InputError(f"{where}: no failed cells to rerun")
-    else:
-        chosen = [c for c in cells if status(c) in ("pending", "running")]
+    wanted = ("pending", "running", "failed") if rerun_failed else ("pending", "running")
+    chosen = [c for c in cells if status(c) in wanted]
+    if rerun_failed and not chosen:
+        raise InputError(
+            f"{where}: no failed cells to rerun, and none left to run (every cell is done "
+            "or skipped); --rerun IDS runs chosen cells again"
+        )
     if only:
         if not any(matches(c, only) for c in cells):
             raise InputError(

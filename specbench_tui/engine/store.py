@@ -38,11 +38,18 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.errors import InputError
+from specbench_tui.results.damaged import (
+    BAD_LINES,
+    move_aside,
+    set_aside_bad_lines,
+    unreadable_part,
+)
 from specbench_tui.results.events import CellFailed, CellFinished, CellQueued, CellSkipped, Event
 from specbench_tui.results.files import (
     StorageError,
     crash_point,
     event_line,
+    read_event_log,
     read_events,
     remove_torn,
     write_bytes_atomic,
@@ -153,8 +160,9 @@ class ResultsStore:
         for d in (root, self.layout.parts, self.layout.telemetry_parts):
             for p in remove_torn(d):
                 self.notices.append(f"removed {p.name}, a temporary file a crash left behind")
-        self.opening_events = read_events(self.layout.events)
+        self._read_log()
         self._set_aside_interrupted_parts()
+        self._set_aside_unreadable_parts()
         self._check_views()
         self._telemetry_seq = len(telemetry_files(self.layout))
         self._events_file = open(self.layout.events, "a", encoding="utf-8")  # noqa: SIM115
@@ -171,6 +179,47 @@ class ResultsStore:
         write_bytes_atomic(self.layout.plan, plan_text.encode())
         crash_point("plan")
 
+    def _read_log(self) -> None:
+        """The log's events; lines that are not events are copied to ``unreadable/`` and
+        said, and a last line a crash cut short gets its end of line, so the next event
+        starts a line of its own instead of joining the torn one."""
+        log = read_event_log(self.layout.events)
+        self.opening_events = log.events
+        if log.bad:
+            set_aside_bad_lines(self.layout, log)
+            self.notices.append(
+                f"{log.summary(self.layout.events)}; the lines are copied to "
+                f"{self.layout.set_aside.name}/{BAD_LINES}"
+            )
+        if log.torn:
+            try:
+                with open(self.layout.events, "ab") as f:
+                    f.write(b"\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise StorageError(self.layout.events, exc) from exc
+
+    def _set_aside_unreadable_parts(self) -> None:
+        """A part of an ended attempt that cannot be read (cut short, garbled, foreign) is
+        moved to ``unreadable/`` with its texts: the reducer then finds the attempt's rows
+        missing, so a finished cell is pending again and runs again, and every other cell
+        keeps its rows."""
+        names = {e.cell_id: e.cell for e in self.opening_events if isinstance(e, CellFinished)}
+        for part in part_files(self.layout):
+            why = unreadable_part(part)
+            if not why:
+                continue
+            key = self.layout.part_key(part)
+            target = move_aside(self.layout, part)
+            if key is not None and self.layout.texts_path(*key).exists():
+                move_aside(self.layout, self.layout.texts_path(*key))
+            cell = names.get(key[0], key[0]) if key is not None else part.name
+            self.notices.append(
+                f"parts/{part.name} could not be read ({why}); moved to "
+                f"{target.relative_to(self.layout.root)}; cell {cell} runs again"
+            )
+
     def _check_views(self) -> None:
         """Views are rebuilt, never read back; one that is damaged is moved aside first (and
         said), so nothing a reader might still want is overwritten in silence. A telemetry
@@ -184,10 +233,7 @@ class ResultsStore:
                 else:  # can be gigabytes: its footer (a torn or foreign file has none)
                     pl.read_parquet_schema(view)
             except Exception as exc:
-                self.layout.set_aside.mkdir(exist_ok=True)
-                stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-                target = self.layout.set_aside / f"{view.name}.{stamp}"
-                os.replace(view, target)
+                target = move_aside(self.layout, view)
                 self.notices.append(
                     f"{view.name} could not be read ({type(exc).__name__}); moved to "
                     f"{target.relative_to(self.layout.root)} and rebuilt from the event log "
@@ -343,7 +389,8 @@ class ResultsStore:
             except BlockingIOError:
                 return None
             store = cls(layout)
-            store.opening_events = read_events(layout.events)
+            store._read_log()
+            store._set_aside_unreadable_parts()
             store._check_views()
             store.write_views(store.state())
             return store.notices

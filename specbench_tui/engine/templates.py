@@ -12,7 +12,6 @@ from pathlib import Path
 
 from specbench_tui.bench.prompting import Prompting
 from specbench_tui.engine.hub import EventHub
-from specbench_tui.engines.registry import traits
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.host import Host
 from specbench_tui.plan.chat_template import (
@@ -43,9 +42,7 @@ class GroupTemplates:
         if template is None:
             template = await self._find(group, host)
             self._found[key] = template
-        return Prompting(
-            template, on=group.chat_template_on, text_prompt=traits(group.engine).text_prompt
-        )
+        return Prompting(template, on=group.chat_template_on)
 
     async def _find(self, group: ServiceGroup, host: Host) -> ChatTemplate:
         model = group.model.rstrip("/")

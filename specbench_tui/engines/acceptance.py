@@ -1,9 +1,10 @@
-"""A cell's acceptance, derived here from raw counts, one convention for both engines.
+"""A cell's acceptance, derived here from raw counts, one convention for every engine.
 
 Per request the engines give verify steps, accepted and proposed draft tokens, a histogram of
 drafts accepted per step, and an accept length, each engine's own definition and the one its
-counters give (``engines/registry.py`` ``accept_length``: SGLang completion tokens / verify
-steps, vLLM 1 + accepted drafts / verify steps). Per cell:
+counters give (``EngineAdapter.accept_length``, by name ``engines/registry.py``
+``accept_length``: SGLang completion tokens / verify steps, vLLM and TensorRT-LLM 1 + accepted
+drafts / verify steps). Per cell:
 
 ``accept_length_mean``
     the plain mean of the requests' accept lengths (computed with the other per-request
@@ -61,9 +62,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def request_side(records: Sequence[Measurement], engine: str) -> dict[str, Any]:
-    """Pooled figures of the successful requests, counted the way the engine's counters count:
-    vLLM's count only verify steps (1 + accepted drafts each), SGLang's every completion token
-    (a request that ended on its first token adds a token and no step)."""
+    """Pooled figures of the successful requests, counted the way the engine's counters
+    count (its adapter's definition)."""
     ok = [r for r in records if r.error is None]
     spec = [r for r in ok if r.spec_verify_ct and r.accept_length is not None]
     out: dict[str, Any] = dict.fromkeys(COLUMNS[:6])

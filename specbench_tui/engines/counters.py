@@ -7,18 +7,9 @@ are left out. The engine's counters move when a request finishes (SGLang) or as 
 out (vLLM); a read is taken once the generation-token counter has caught up with the tokens
 the client has seen, so no fixed sleep is needed, and a read that does not settle is said so.
 
-Counters (all samples of a family summed over their label sets, e.g. engines and ranks):
-
-vLLM
-    ``vllm:spec_decode_num_drafts_total`` (verify steps with a draft),
-    ``vllm:spec_decode_num_accepted_tokens_total``, ``vllm:spec_decode_num_draft_tokens_total``,
-    ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position}`` and
-    ``vllm:generation_tokens_total``.
-SGLang (``--enable-metrics``)
-    ``sglang:spec_verify_calls_total`` (grows by a request's ``spec_verify_ct`` when it
-    finishes) and ``sglang:generation_tokens_total`` (by its ``completion_tokens``). Builds
-    without the verify counter expose only windowed gauges (``sglang:spec_accept_length``),
-    which are not used.
+Which counters an engine has, and how they read, is the engine adapter's
+(``EngineAdapter.parse_counters``; all samples of a family summed over their label sets, e.g.
+engines and ranks).
 """
 
 from __future__ import annotations
@@ -26,13 +17,17 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from specbench_tui.engines import sglang, vllm
 
-METRICS_PATH = "/metrics"
+class CounterSource(Protocol):
+    """What reading the counters needs of an engine (its adapter)."""
+
+    metrics_path: str
+
+    def parse_counters(self, text: str) -> Counters: ...
 
 
 @dataclass(frozen=True)
@@ -85,43 +80,10 @@ class Counters:
 _ZERO = Counters(0.0, 0.0, 0.0, 0.0, ())
 
 
-def parse_counters(engine: str, text: str) -> Counters:
-    """The counters of one ``/metrics`` page (Prometheus text format)."""
-    totals: dict[str, float] = {}
-    positions: dict[int, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            if engine == "vllm" and name == vllm.PER_POSITION:
-                try:
-                    pos = int(sample.labels.get("position", ""))
-                except ValueError:
-                    continue
-                positions[pos] = positions.get(pos, 0.0) + float(sample.value)
-            elif name.endswith("_total"):
-                totals[name] = totals.get(name, 0.0) + float(sample.value)
-    if engine == "vllm":
-        return Counters(
-            generation_tokens=totals.get(vllm.GENERATION_TOKENS),
-            verify_steps=totals.get(vllm.DRAFTS),
-            accepted_tokens=totals.get(vllm.ACCEPTED),
-            draft_tokens=totals.get(vllm.DRAFT_TOKENS),
-            per_position=(
-                tuple(positions.get(i, 0.0) for i in range(max(positions) + 1))
-                if positions
-                else None
-            ),
-        )
-    return Counters(
-        generation_tokens=totals.get(sglang.GENERATION_TOKENS),
-        verify_steps=totals.get(sglang.VERIFY_CALLS),
-    )
-
-
-async def scrape(engine: str, base_url: str, client: httpx.AsyncClient) -> Counters:
-    resp = await client.get(base_url.rstrip("/") + METRICS_PATH)
+async def scrape(engine: CounterSource, base_url: str, client: httpx.AsyncClient) -> Counters:
+    resp = await client.get(base_url.rstrip("/") + engine.metrics_path)
     resp.raise_for_status()
-    return parse_counters(engine, resp.text)
+    return engine.parse_counters(resp.text)
 
 
 @dataclass
@@ -149,7 +111,7 @@ class CounterWindow:
 
     def __init__(
         self,
-        engine: str,
+        engine: CounterSource,
         base_url: str,
         *,
         settle_timeout_s: float = 5.0,
@@ -214,7 +176,8 @@ class CounterWindow:
         try:
             return await self._settled_read()
         except (httpx.HTTPError, ValueError) as exc:
-            self._problem = f"cannot read {METRICS_PATH}: {type(exc).__name__}: {exc}"[:240]
+            path = self.engine.metrics_path
+            self._problem = f"cannot read {path}: {type(exc).__name__}: {exc}"[:240]
             return None
 
     async def _settled_read(self) -> Counters:

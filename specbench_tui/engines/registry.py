@@ -1,54 +1,63 @@
-"""The engines a plan may name, and the traits of each: the one place that knows them all."""
+"""The engines a plan may name: the one place that knows them all.
+
+Adding an engine is its module (``engines/<engine>.py``, an :class:`EngineAdapter`) and one
+line in :data:`_ADAPTERS`. The functions below answer for an engine by its name, for the code
+that holds a name (a group, a results row) rather than an adapter.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from specbench_tui.engines import sglang, vllm
+from specbench_tui.engines import sglang, trtllm, vllm
+from specbench_tui.engines.adapter import EngineAdapter
 from specbench_tui.engines.log_values import LogCounts
-from specbench_tui.engines.traits import ENGINE_NAMES, EngineTraits
 
-_TRAITS: dict[str, EngineTraits] = {"sglang": sglang.TRAITS, "vllm": vllm.TRAITS}
-
-AcceptLength = Callable[[float | None, float | None, float | None], float | None]
-#: Each engine's accept length from summed counts (tokens, verify steps, accepted drafts): the
-#: definition its own counters and logs use, for requests, cells, the report and the console.
-_ACCEPT: dict[str, AcceptLength] = {"sglang": sglang.accept_length, "vllm": vllm.accept_length}
-_DEFINITIONS: dict[str, str] = {
-    "sglang": sglang.ACCEPT_LENGTH_DEFINITION,
-    "vllm": vllm.ACCEPT_LENGTH_DEFINITION,
+_ADAPTERS: dict[str, EngineAdapter] = {
+    a.name: a for a in (sglang.ADAPTER, vllm.ADAPTER, trtllm.ADAPTER)
 }
-_LOG_WINDOW: dict[str, Callable[[dict[str, float], float], LogCounts | None]] = {
-    "sglang": sglang.log_window,
-    "vllm": vllm.log_window,
-}
-#: The engine the simulator speaks, and the one results without an engine recorded assume.
-DEFAULT_ENGINE = "sglang"
+
+ENGINE_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
+
+#: The engine of a plan that names none, and the one results without an engine recorded
+#: assume.
+DEFAULT_ENGINE = sglang.ADAPTER.name
+
+#: The engine whose wire format the embedded simulator speaks (``specbench_tui/sim``): a
+#: rehearsal of any plan runs its groups as this engine's.
+SIMULATED_ENGINE = sglang.ADAPTER.name
+
+#: Every client API some engine serves (the plan's ``api``), in a stable order.
+API_NAMES: tuple[str, ...] = tuple(dict.fromkeys(api for a in _ADAPTERS.values() for api in a.apis))
 
 
-def traits(engine: str) -> EngineTraits:
-    """The traits of an engine by its plan name (``sglang`` or ``vllm``)."""
-    found = _TRAITS.get(engine)
+def adapter(engine: str) -> EngineAdapter:
+    """The adapter of an engine by its plan name. An empty name (a results log written
+    before groups recorded their engine) is the default engine."""
+    found = _ADAPTERS.get(engine or DEFAULT_ENGINE)
     if found is None:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
     return found
+
+
+def adapters() -> tuple[EngineAdapter, ...]:
+    """Every engine's adapter, in registry order (log lines are offered to each)."""
+    return tuple(_ADAPTERS.values())
 
 
 def accept_length(
     engine: str, tokens: float | None, steps: float | None, accepted: float | None
 ) -> float | None:
     """The accept length of ``engine`` (an empty name: :data:`DEFAULT_ENGINE`) from counts
-    summed over what it covers: output tokens, verify steps and accepted draft tokens."""
-    return _ACCEPT[engine or DEFAULT_ENGINE](tokens, steps, accepted)
+    summed over what it covers: output tokens, verify steps and accepted draft tokens
+    (``EngineAdapter.accept_length``)."""
+    return adapter(engine).accept_length(tokens, steps, accepted)
 
 
 def accept_length_definition(engine: str) -> str:
     """The definition in words, as the report's methodology and the README name it."""
-    return _DEFINITIONS[engine or DEFAULT_ENGINE]
+    return adapter(engine).accept_length_definition
 
 
 def log_window(engine: str, stats: dict[str, float], seconds: float) -> LogCounts | None:
     """What one of ``engine``'s periodic stats lines says about its stretch (tokens, steps,
-    seconds), for pooling a cell's lines by their tokens; ``seconds`` is the stretch as the
-    stamps give it."""
-    return _LOG_WINDOW[engine or DEFAULT_ENGINE](stats, seconds)
+    seconds), for pooling a cell's lines by their tokens (``EngineAdapter.log_window``)."""
+    return adapter(engine).log_window(stats, seconds)

@@ -1,4 +1,5 @@
-"""SGLang: launch defaults, what a command asks for, its log lines and ``/server_info``.
+"""SGLang's adapter: launch defaults, what a command asks for, the native ``/generate`` API,
+its log lines, ``/server_info``, its counters and its acceptance definition.
 
 Formats follow SGLang's own source (sgl-project/sglang): the scheduler's ``Decode batch`` and
 ``Prefill batch`` lines (``srt/observability/scheduler_metrics_mixin.py``, formerly
@@ -34,11 +35,45 @@ GDN models, new fields such as ``#mamba-slot: 3/100``), so the field list is not
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from specbench_tui.engines.adapter import (
+    MODELS_PATH,
+    OPENAI_API,
+    EngineAdapter,
+    ForcedAccept,
+    Message,
+    RequestSpec,
+    Speculation,
+    check_accept_length,
+    flag_value,
+    get_json,
+    get_text,
+    has_flag,
+    stamp_time,
+)
+from specbench_tui.engines.counters import Counters
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import LogCounts, norm_key, number
-from specbench_tui.engines.traits import EngineTraits, Speculation, flag_value
+from specbench_tui.engines.sglang_stream import (
+    ACCEPT_LENGTH_DEFINITION,
+    SglangChatStream,
+    SglangStream,
+    accept_length,
+)
+from specbench_tui.engines.streams import StreamMode, StreamParser
+from specbench_tui.results.cells import ServiceGroup
+
+#: The native API's plan name (``api = "sglang"``): ``POST /generate`` with text in.
+NATIVE_API = "sglang"
+GENERATE_PATH = "/generate"
 
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -51,72 +86,13 @@ SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 GENERATION_TOKENS = "sglang:generation_tokens_total"
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 
-# meta_info field names across builds; the first one present wins.
-ACCEPTED_DRAFT_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
-PROPOSED_DRAFT_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
-HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+_STAMP = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?[ \]]")
 
 # SGLang renames some algorithms while parsing its arguments.
 _ALGORITHM_ALIASES = {"NEXTN": "EAGLE"}
 
 
-def requested_speculation(command: Sequence[str]) -> Speculation:
-    algo = flag_value(command, "--speculative-algorithm", "--speculative_algorithm")
-    if not algo:
-        return Speculation(on=False)
-    return Speculation(on=True, algorithm=algo)
-
-
-def same_algorithm(asked: str, running: str) -> bool:
-    a, r = asked.upper(), running.upper()
-    return _ALGORITHM_ALIASES.get(a, a) == _ALGORITHM_ALIASES.get(r, r)
-
-
-TRAITS = EngineTraits(
-    name="sglang",
-    label="SGLang",
-    default_launch=(
-        "{python}",
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        "{model}",
-        "--tp-size",
-        "{tp}",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
-    ),
-    default_api="sglang",
-    apis=("sglang", "openai"),
-    ready_line=READY_LINE,
-    # /health_generate runs a real one-token generation, so it answers 200 only once the model
-    # is loaded and the scheduler works. Behind the OpenAI API the server may also be a proxy
-    # in front of SGLang, which may have only the other two.
-    health_paths={
-        "sglang": ("/health_generate",),
-        "openai": ("/health_generate", "/health", "/v1/models"),
-    },
-    requested_speculation=requested_speculation,
-)
-
-
 # --- acceptance -------------------------------------------------------------------------------
-
-ACCEPT_LENGTH_DEFINITION = "completion tokens / verify steps"
-
-
-def accept_length(
-    tokens: float | None, steps: float | None, accepted: float | None = None
-) -> float | None:
-    """SGLang's accept length: completion tokens per verify step (``meta_info``
-    ``completion_tokens / spec_verify_ct``; its counters ``generation_tokens_total /
-    spec_verify_calls_total``), the bonus token of each step included. Over several requests
-    (or a counter window) the counts are summed first. Accepted drafts are not needed."""
-    if not steps or tokens is None:
-        return None
-    return tokens / steps
 
 
 def log_window(stats: dict[str, float], seconds: float) -> LogCounts | None:
@@ -197,3 +173,163 @@ def server_info_facts(info: dict[str, Any]) -> dict[str, Any]:
         "metrics": bool(info["enable_metrics"]) if "enable_metrics" in info else None,
         "served_model": info.get("served_model_name"),
     }
+
+
+# --- the adapter ------------------------------------------------------------------------------
+
+
+def _counters(text: str) -> Counters:
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
+    return Counters(
+        generation_tokens=totals.get(GENERATION_TOKENS),
+        verify_steps=totals.get(VERIFY_CALLS),
+    )
+
+
+class SglangAdapter(EngineAdapter):
+    """SGLang (``python -m sglang.launch_server``)."""
+
+    name = "sglang"
+    label = "SGLang"
+    default_launch = (
+        "{python}",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "{model}",
+        "--tp-size",
+        "{tp}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+    )
+    apis = (NATIVE_API, OPENAI_API)
+    ready_line = READY_LINE
+    # POST /flush_cache before a cold request (SGLang refuses it while requests run).
+    cold_cache = "flush"
+
+    def health_paths(self, api: str) -> tuple[str, ...]:
+        """``/health_generate`` runs a real one-token generation, so it answers 200 only once
+        the model is loaded and the scheduler works. Behind the OpenAI API the server may
+        also be a proxy in front of SGLang, which may have only the other two."""
+        if api == NATIVE_API:
+            return ("/health_generate",)
+        return ("/health_generate", "/health", MODELS_PATH)
+
+    def api_label(self, api: str, *, server_renders: bool = False) -> str:
+        if api == NATIVE_API:
+            return "native /generate"
+        return super().api_label(api, server_renders=server_renders)
+
+    def requested_speculation(self, command: Sequence[str]) -> Speculation:
+        algo = flag_value(command, "--speculative-algorithm", "--speculative_algorithm")
+        if not algo:
+            return Speculation(on=False)
+        return Speculation(on=True, algorithm=algo)
+
+    def model_path(self, command: Sequence[str]) -> str | None:
+        return flag_value(command, "--model-path", "--model")
+
+    def same_algorithm(self, asked: str, running: str) -> bool:
+        """SGLang renames some algorithms while parsing its arguments (NEXTN is EAGLE)."""
+        a, r = asked.upper(), running.upper()
+        return _ALGORITHM_ALIASES.get(a, a) == _ALGORITHM_ALIASES.get(r, r)
+
+    def forced_accept(self, command: Sequence[str], accept_length: float) -> ForcedAccept:
+        """SGLang's simulated acceptance: every verify step accepts as if the draft matched
+        the expected length, with the drafter's real tokens (``SGLANG_SIMULATE_ACC_*``)."""
+        check_accept_length(accept_length)
+        if not self.requested_speculation(command).on:
+            raise ValueError("forced acceptance needs a command with --speculative-algorithm")
+        return ForcedAccept(
+            command=tuple(command),
+            env=(
+                ("SGLANG_SIMULATE_ACC_LEN", f"{accept_length:g}"),
+                ("SGLANG_SIMULATE_ACC_METHOD", "match-expected"),
+                ("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token"),
+            ),
+        )
+
+    def request(self, api: str, messages: list[Message], spec: RequestSpec) -> tuple[str, dict]:
+        if api != NATIVE_API:
+            return super().request(api, messages, spec)
+        # /generate takes text only: the client always renders it here (a plan cannot ask
+        # the server to render for this route). The seed is ``sampling_seed``.
+        params = {"max_new_tokens": spec.max_tokens, **spec.sampling("sampling_seed")}
+        return GENERATE_PATH, {"text": spec.prompt or "", "sampling_params": params, "stream": True}
+
+    def stream_parser(self, api: str, mode: StreamMode = "auto") -> StreamParser:
+        return SglangStream(mode) if api == NATIVE_API else SglangChatStream()
+
+    parse_stats_line = staticmethod(parse_stats_line)
+    parse_counters = staticmethod(_counters)
+    accept_length = staticmethod(accept_length)
+    accept_length_definition = ACCEPT_LENGTH_DEFINITION
+    log_window = staticmethod(log_window)
+
+    def log_stamp(self, line: str, year: int) -> tuple[datetime, float] | None:
+        """``[2026-01-01 12:00:00 TP0] ...`` (a fraction of a second on some builds)."""
+        return stamp_time(_STAMP.match(line))
+
+    async def inspect(
+        self,
+        facts: ServerFacts,
+        client: httpx.AsyncClient,
+        base: str,
+        log_lines: Sequence[str],
+    ) -> None:
+        info: Any = None
+        for path in SERVER_INFO_PATHS:
+            with contextlib.suppress(httpx.HTTPError):
+                info = await get_json(client, base + path)
+            if isinstance(info, dict):
+                break
+        if not isinstance(info, dict):
+            facts.notes.append("the server answered no server info; what runs is not confirmed")
+            return
+        f = server_info_facts(info)
+        facts.version = f["version"]
+        facts.speculative = f["speculative"]
+        facts.algorithm = f["algorithm"]
+        facts.tp = f["tp"]
+        facts.stream_mode = f["stream_mode"] or "auto"
+        if f["metrics"]:
+            # The counters appear on the page only once a request has moved them, so the page
+            # answering is all that can be checked now.
+            with contextlib.suppress(httpx.HTTPError):
+                facts.metrics = await get_text(client, base + self.metrics_path) is not None
+
+    def notes(self, group: ServiceGroup, facts: ServerFacts) -> list[str]:
+        out = []
+        if group.api == NATIVE_API and facts.stream_mode == "cumulative":
+            # Each chunk resends the whole text so far: the bytes a request reads, and the
+            # client's CPU for it, grow with the square of its output (bench/client_cpu_bench.py).
+            out.append(
+                "SGLang streams cumulatively (every chunk resends the whole text): long outputs "
+                "cost the client CPU that grows with their square; start SGLang with "
+                "--incremental-streaming-output to stream deltas"
+            )
+        if group.speculative and not facts.metrics:
+            enabled = has_flag(group.command, "--enable-metrics")
+            why = "" if enabled else " (start SGLang with --enable-metrics)"
+            if group.api == OPENAI_API:
+                out.append(
+                    "no accept length at all: SGLang's OpenAI stream carries no meta_info and "
+                    f"the cell counters are off{why}"
+                )
+            else:
+                out.append(f"cell acceptance from requests only; no counters{why}")
+        return out
+
+    def missing_accept_length(self, api: str) -> str:
+        if api == OPENAI_API:
+            return 'SGLang\'s OpenAI-compatible stream carries no meta_info (api = "sglang" has it)'
+        return super().missing_accept_length(api)
+
+
+ADAPTER = SglangAdapter()

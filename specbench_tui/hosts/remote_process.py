@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
     NoticeCallback,
@@ -183,6 +184,7 @@ class RemoteProcessService(RemoteService):
         self.workdir = workdir.rstrip("/") or "/"
         self.pid: int | None = None
         self._offset = 0  # bytes of the remote log consumed
+        self._lines = LineSplitter()  # the log's lines, the one in progress kept
 
     # --- remote file names ----------------------------------------------------------------
 
@@ -309,6 +311,7 @@ class RemoteProcessService(RemoteService):
         self._exit_code = None
         self.pid = None
         self._offset = 0
+        self._lines = LineSplitter()
 
     async def _attach(self, pid: int) -> None:
         """Follow the server with pid (and process group) ``pid``: forward, log, watch."""
@@ -443,7 +446,9 @@ class RemoteProcessService(RemoteService):
     # --- log following ---------------------------------------------------------------------
 
     async def _follow_log(self) -> None:
-        """``tail -F`` from the offset reached; after a dropped connection, resume there."""
+        """``tail -F`` from the offset reached; after a dropped connection, resume there.
+        The offset counts every byte read, and the splitter keeps the line in progress
+        across a reconnect, so a line is neither lost nor read twice (nor its cost squared)."""
         while True:
             cmd = f"tail -c +{self._offset + 1} -F {self.remote_log} 2>/dev/null"
             try:
@@ -456,7 +461,6 @@ class RemoteProcessService(RemoteService):
                 log.info("%s: log tail: %s", self.group.id, e)
                 await asyncio.sleep(1.0)
                 continue
-            buf = b""
             try:
                 while True:
                     try:
@@ -465,10 +469,8 @@ class RemoteProcessService(RemoteService):
                         break
                     if not chunk:
                         break
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
-                    for raw in lines:
-                        self._offset += len(raw) + 1
+                    self._offset += len(chunk)  # the line in progress stays in the splitter
+                    for raw in self._lines.feed(chunk):
                         self._handle_raw(raw)
             finally:
                 proc.close()

@@ -22,20 +22,16 @@ from typing import IO
 
 import httpx
 
-from specbench_tui.engines import sglang
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
 log = logging.getLogger(__name__)
 
-READY_LINE = sglang.READY_LINE
+#: The default engine's ready line (the simulator prints it too).
+READY_LINE = adapter(DEFAULT_ENGINE).ready_line
 
 LineCallback = Callable[[str], None]
-
-# Endpoints that say "this server can generate" (first 200 wins), per engine and API: the
-# engine's own (engines/), else these, for an OpenAI-compatible server of unknown kind.
-FALLBACK_HEALTH_PATHS = ("/health_generate", "/health", "/v1/models")
 
 
 class ServiceError(Exception):
@@ -93,9 +89,9 @@ class Service(ABC):
         self._base_url = (base_url or f"http://127.0.0.1:{group.port}").rstrip("/")
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._ready_seen = asyncio.Event()
-        engine = traits(group.engine)
+        engine = adapter(group.engine)
         self._ready_line = engine.ready_line
-        self._health_paths = engine.health_paths.get(group.api, FALLBACK_HEALTH_PATHS)
+        self._health_paths = engine.health_paths(group.api)
         self._callback_failed = False
         self.started_at: float | None = None  # time.monotonic() of the last start()
         self.ready_after_s: float | None = None  # start-up time of the last wait_ready()

@@ -40,6 +40,7 @@ import asyncssh
 
 from specbench_tui.errors import InputError
 from specbench_tui.hosts import ssh_diagnose
+from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.hosts.service import ServiceError, format_duration
 from specbench_tui.hosts.shell import env_prefix, quote_command, until_channel_closed
 from specbench_tui.hosts.telemetry import AgentProcess, AgentRunner, agent_source
@@ -532,7 +533,7 @@ class SshConnection:
         line = env_prefix(env or {}) + line if env else line
         proc = await self.start_process(until_channel_closed(line))
         try:
-            buf = b""
+            lines = LineSplitter()
             while True:
                 try:
                     chunk = await proc.stdout.read(65536)
@@ -540,12 +541,11 @@ class SshConnection:
                     break
                 if not chunk:
                     break
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for raw in lines:
+                for raw in lines.feed(chunk):
                     yield raw.decode("utf-8", errors="replace").rstrip("\r")
-            if buf:
-                yield buf.decode("utf-8", errors="replace")
+            rest = lines.end()
+            if rest is not None:
+                yield rest.decode("utf-8", errors="replace")
         finally:
             proc.close()
 
@@ -660,19 +660,18 @@ class _SshAgentProcess(AgentProcess):
                 self._stderr = (self._stderr + chunk)[-4000:]
 
     async def lines(self) -> AsyncIterator[str]:
-        buf = b""
+        lines = LineSplitter()
         while True:
             try:
                 chunk = await self._proc.stdout.read(65536)
             except (asyncssh.Error, ConnectionError):
                 return
             if not chunk:
-                if buf:
-                    yield buf.decode("utf-8", errors="replace")
+                rest = lines.end()
+                if rest is not None:
+                    yield rest.decode("utf-8", errors="replace")
                 return
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for raw in lines:
+            for raw in lines.feed(chunk):
                 yield raw.decode("utf-8", errors="replace").rstrip("\r")
 
     async def wait(self) -> int | None:

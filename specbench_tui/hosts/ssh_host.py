@@ -12,6 +12,7 @@ import contextlib
 import os
 from collections.abc import Collection, Iterable, Sequence
 
+from specbench_tui.engines.registry import adapter
 from specbench_tui.errors import InputError
 from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.host import (
@@ -45,17 +46,6 @@ from specbench_tui.results.events import HostState
 LEFTOVER_STOP_GRACE_S = 30.0
 # Run on the host: a port its kernel hands out as free now.
 FREE_PORT = "import socket;s=socket.socket();s.bind(('0.0.0.0',0));print(s.getsockname()[1])"
-
-
-def _model_path(group: ServiceGroup) -> str | None:
-    """The model a server loads, read off its command line (SGLang's ``--model-path``)."""
-    cmd = list(group.command)
-    for i, arg in enumerate(cmd):
-        if arg in ("--model-path", "--model") and i + 1 < len(cmd):
-            return cmd[i + 1]
-        if arg.startswith("--model-path="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 class SshHost(Host):
@@ -224,7 +214,7 @@ class SshHost(Host):
         for g in groups:
             if g.command:
                 checks.setdefault(g.command[0], "interpreter")
-            model = _model_path(g)
+            model = adapter(g.engine).model_path(g.command)
             if model:
                 checks.setdefault(model, "model")
         out = []

@@ -12,7 +12,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
 from specbench_tui.plan.model import ConfigSpec, ParamValue, PlanSpec
 
 
@@ -30,7 +30,7 @@ class ResolvedConfig:
     api: str
     ready_timeout_s: float
     params: tuple[tuple[str, ParamValue], ...]
-    engine: str = "sglang"
+    engine: str = DEFAULT_ENGINE
     served_model_name: str | None = None
     chat_template: str | None = None  # the plan's template file (as the plan spells it)
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()  # [server]'s, then the config's
@@ -78,17 +78,18 @@ def expanded_name(base: str, combo: tuple[tuple[str, ParamValue], ...]) -> str:
 def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
     """All configs after params expansion, in plan order.
 
-    A config's engine is its own ``engine``, else the ``[server]`` one, else SGLang. The
+    A config's engine is its own ``engine``, else the ``[server]`` one, else the default
+    engine (``engines/registry.py``). The
     ``[server]`` launch template and api apply to configs of the ``[server]`` engine only; a
     config of another engine gets that engine's defaults unless it sets its own.
     """
     server = spec.server
-    server_engine = server.engine or "sglang"
+    server_engine = server.engine or DEFAULT_ENGINE
     out: list[ResolvedConfig] = []
     for base, cfg in spec.configs.items():
         engine = cfg.engine or server_engine
         same = engine == server_engine
-        eng = traits(engine)
+        eng = adapter(engine)
         for combo in param_combinations(cfg):
             values = {k: _format_value(v) for k, v in combo}
             name = expanded_name(base, combo)

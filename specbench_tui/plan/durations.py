@@ -7,6 +7,7 @@ import re
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+MAX_SECONDS = 365 * 86400.0
 
 
 def parse_duration(value: object, *, allow_zero: bool = False) -> float:
@@ -26,6 +27,8 @@ def parse_duration(value: object, *, allow_zero: bool = False) -> float:
         raise ValueError(f'{value!r} is not a duration; write e.g. "90s", "15m" or "1h30m"')
     if not math.isfinite(seconds):
         raise ValueError(f"{value!r} is not a finite duration")
+    if seconds > MAX_SECONDS:  # a timer that far out overflows the event loop's clock
+        raise ValueError(f"a duration must be at most 365d (got {value!r})")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         what = "more than zero" if not allow_zero else "zero or more"
         raise ValueError(f"a duration must be {what} (got {value!r})")

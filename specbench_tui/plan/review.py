@@ -13,7 +13,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.registry import adapter
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
@@ -61,14 +61,14 @@ class Review:
         """The estimate for the selected cells: theirs, and a start-up per group they need."""
         if self.selected is None:
             return self.estimate.total_s
+        per_cell = self.estimate.per_cell_s
         cells = [c for c in self.expansion.cells if c.id in self.selected]
         groups = {c.group for c in cells}
-        startup = {
-            g.id: self.estimate.per_group_s[g.id]
-            - sum(self.estimate.per_cell_s[c.id] for c in self.expansion.cells if c.group == g.id)
-            for g in self.expansion.groups
-        }
-        return sum(self.estimate.per_cell_s[c.id] for c in cells) + sum(startup[g] for g in groups)
+        in_cells: dict[str, float] = {}  # one pass: a sum per group over every cell is O(n^2)
+        for c in self.expansion.cells:
+            in_cells[c.group] = in_cells.get(c.group, 0.0) + per_cell[c.id]
+        startup = {g: self.estimate.per_group_s[g] - in_cells.get(g, 0.0) for g in groups}
+        return sum(per_cell[c.id] for c in cells) + sum(startup.values())
 
 
 def review(
@@ -153,14 +153,9 @@ def render_text(r: Review) -> str:
                 if g.speculative
                 else "no speculation"
             )
-            engine = ("simulated " if g.host_kind == "sim" else "") + traits(g.engine).label
-            api = (
-                "native /generate"
-                if g.api == "sglang"
-                else "OpenAI chat API (the server renders the template)"
-                if g.chat_template_on == "server"
-                else "OpenAI completions API"
-            )
+            eng = adapter(g.engine)
+            engine = ("simulated " if g.host_kind == "sim" else "") + eng.label
+            api = eng.api_label(g.api, server_renders=g.chat_template_on == "server")
             out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
@@ -258,10 +253,11 @@ def render_json(r: Review) -> dict[str, Any]:
         d["selected"] = r.is_selected(x.id)
         cells.append(d)
     groups = []
+    per_group = Counter(x.group for x in exp.cells)  # counted once: a count per group is O(n^2)
     for g in exp.groups:
         d = g.to_json()
         d["estimate_s"] = round(est.per_group_s[g.id], 3)
-        d["cells"] = sum(1 for x in exp.cells if x.group == g.id)
+        d["cells"] = per_group[g.id]
         sl = spec.hosts[g.host].slurm
         if g.host_kind == "slurm" and sl is not None:
             d["slurm"] = _job(r, sl, g)

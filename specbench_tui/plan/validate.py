@@ -10,9 +10,9 @@ import re
 import string
 from typing import Any
 
-from specbench_tui.engines.registry import traits
+from specbench_tui.engines.registry import adapter
 from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
-from specbench_tui.plan.configs import names_matching, resolve_configs
+from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.log_patterns import compile_pattern
 from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, SSH_DESTINATION, PlanSpec
@@ -23,9 +23,34 @@ _SSH = re.compile(SSH_DESTINATION)
 
 
 def check_plan(plan: Plan) -> list[PlanError]:
+    """Every problem of a plan that its model alone cannot see, table by table."""
     spec = plan.spec
-    errs: list[PlanError] = []
+    errs = _check_names(spec) + _check_hosts(spec) + _check_config_tables(spec)
+    if errs:
+        return errs  # the rest needs resolvable configs
+    configs = resolve_configs(spec)
+    return (
+        _check_engines(spec, configs)
+        + _check_expanded_names(configs)
+        + _check_matrix(spec, configs)
+        + _check_workloads(plan, configs)
+        + check_templates(plan, configs)
+        + check_prompt_sets(plan)
+        + _check_baseline(spec, configs)
+        + _check_logs(spec)
+        + _check_programs(spec)
+        + _check_model(spec, configs)
+    )
 
+
+def _matrix_hosts(spec: PlanSpec) -> list[str]:
+    m = spec.matrix
+    return m.hosts if m.hosts is not None else list(spec.hosts)
+
+
+def _check_names(spec: PlanSpec) -> list[PlanError]:
+    """Host, config and workload names end up in file names, unit names and shells."""
+    errs: list[PlanError] = []
     for table, names in (
         ("hosts", spec.hosts),
         ("configs", spec.configs),
@@ -41,7 +66,12 @@ def check_plan(plan: Plan) -> list[PlanError]:
                         "use letters, digits, '_', '.' and '-'",
                     )
                 )
+    return errs
 
+
+def _check_hosts(spec: PlanSpec) -> list[PlanError]:
+    """``[hosts.NAME]``: one kind each, GPU ids that agree, SSH destinations."""
+    errs: list[PlanError] = []
     for name, host in spec.hosts.items():
         chosen = [
             k
@@ -83,7 +113,12 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     "destination; write an alias, user@host or user@host:port",
                 )
             )
+    return errs
 
+
+def _check_config_tables(spec: PlanSpec) -> list[PlanError]:
+    """``[server]`` and ``[configs.NAME]`` as written: params and placeholders."""
+    errs: list[PlanError] = []
     for name, cfg in spec.configs.items():
         for key, values in cfg.params.items():
             if not values:
@@ -113,12 +148,14 @@ def check_plan(plan: Plan) -> list[PlanError]:
         + [("args", t) for t in spec.server.args],
         set(PLACEHOLDERS) | {k for c in spec.configs.values() for k in c.params},
     )
-    if errs:
-        return errs  # the rest needs resolvable configs
+    return errs
 
-    configs = resolve_configs(spec)
+
+def _check_engines(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
+    """Each config against its engine: an API it serves, a command it can read."""
+    errs: list[PlanError] = []
     for c in configs:
-        eng = traits(c.engine)
+        eng = adapter(c.engine)
         if c.api not in eng.apis:
             own = spec.configs[c.base].api is not None
             errs.append(
@@ -129,8 +166,21 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     f"set api = {eng.default_api!r} or leave api out",
                 )
             )
-    errs += check_templates(plan, configs)
-    errs += check_prompt_sets(plan)
+    if all(spec.hosts[h].kind == "sim" for h in _matrix_hosts(spec) if h in spec.hosts):
+        return errs  # the simulator runs instead of the engine: its command is not read
+    for c in configs:
+        values = {"config": c.name, "python": c.python, "model": c.model, **dict(c.params)}
+        command = [substitute(t, values) for t in (*c.launch, *c.args)]
+        problem = adapter(c.engine).check_command(command)
+        if problem is not None:
+            own = spec.configs[c.base].args or spec.configs[c.base].launch
+            errs.append(PlanError(("configs", c.base) if own else ("server",), problem))
+    return errs
+
+
+def _check_expanded_names(configs: list[ResolvedConfig]) -> list[PlanError]:
+    """No two configs expand to one name."""
+    errs: list[PlanError] = []
     first: dict[str, str] = {}
     for c in configs:
         if c.name in first:
@@ -143,12 +193,17 @@ def check_plan(plan: Plan) -> list[PlanError]:
             )
         else:
             first[c.name] = c.base
+    return errs
 
+
+def _check_matrix(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
+    """``[matrix]``: configs and hosts that exist, TP that fits, exclusions that exist."""
+    errs: list[PlanError] = []
     m = spec.matrix
     for i, ref in enumerate(m.configs):
         if not names_matching(ref, configs):
             errs.append(PlanError(("matrix", "configs", i), _unknown("config", ref, spec.configs)))
-    hosts = m.hosts if m.hosts is not None else list(spec.hosts)
+    hosts = _matrix_hosts(spec)
     for i, h in enumerate(hosts):
         if h not in spec.hosts:
             errs.append(PlanError(("matrix", "hosts", i), _unknown("host", h, spec.hosts)))
@@ -181,7 +236,14 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     _unknown("workload", ex.workload, spec.workloads),
                 )
             )
+    return errs
 
+
+def _check_workloads(plan: Plan, configs: list[ResolvedConfig]) -> list[PlanError]:
+    """``[workloads.NAME]``: configs and TP sizes of the matrix (its prompt sets:
+    ``check_prompts``)."""
+    spec, m = plan.spec, plan.spec.matrix
+    errs: list[PlanError] = []
     for wname, w in spec.workloads.items():
         for i, ref in enumerate(w.configs or []):
             if not names_matching(ref, configs):
@@ -198,7 +260,13 @@ def check_plan(plan: Plan) -> list[PlanError]:
                         f"TP {tp} is not in matrix.tp {m.tp}; the workload can only restrict it",
                     )
                 )
+    return errs
 
+
+def _check_baseline(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
+    """``[campaign] baseline``: one config of the matrix."""
+    m = spec.matrix
+    errs: list[PlanError] = []
     in_matrix = {n for ref in m.configs for n in names_matching(ref, configs)}
     if spec.campaign.baseline is not None:
         b = spec.campaign.baseline
@@ -218,7 +286,12 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     f"matrix.configs {m.configs}; speedups need it measured",
                 )
             )
+    return errs
 
+
+def _check_logs(spec: PlanSpec) -> list[PlanError]:
+    """``[logs]``: patterns that compile, with named groups."""
+    errs: list[PlanError] = []
     for name, pattern in spec.logs.items():
         try:
             rx = compile_pattern(pattern)
@@ -232,7 +305,12 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     "has no named group; write e.g. 'accept len: (?P<accept_len>[0-9.]+)'",
                 )
             )
+    return errs
 
+
+def _check_programs(spec: PlanSpec) -> list[PlanError]:
+    """Program paths without control characters."""
+    errs: list[PlanError] = []
     for where, program in _programs(spec):
         if any(ord(c) < 32 and c != "\t" for c in program):
             errs.append(
@@ -242,7 +320,13 @@ def check_plan(plan: Plan) -> list[PlanError]:
                     "path cannot (systemd refuses to run one)",
                 )
             )
+    return errs
 
+
+def _check_model(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
+    """A model path wherever a real host runs the servers."""
+    hosts = _matrix_hosts(spec)
+    errs: list[PlanError] = []
     needs_model = any(spec.hosts[h].kind != "sim" for h in hosts if h in spec.hosts)
     if needs_model and not any(c.model for c in configs):
         errs.append(PlanError(("server", "model"), "missing: real hosts need the model path"))

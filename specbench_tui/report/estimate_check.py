@@ -1,7 +1,7 @@
-"""How far the dry-run estimate (plan/estimate.py) was off: the same estimate computed again
-for the cells and groups the campaign planned, set against the time they actually took; and
-the ``[estimate]`` table these results suggest, so that a results directory seeds the next
-plan's estimate."""
+"""How far the dry-run estimate (plan/estimate.py) was off: the estimate the campaign recorded
+when it started (``estimate_recorded`` in its log), set against the time the cells and groups
+actually took; and the ``[estimate]`` table these results suggest, so that a results
+directory seeds the next plan's estimate."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from specbench_tui.errors import InputError
-from specbench_tui.plan.estimate import estimate, host_speeds
-from specbench_tui.plan.loader import load_plan
 from specbench_tui.report.frames import baseline, requests
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import compared
@@ -47,23 +44,16 @@ class EstimateCheck:
 
 
 def check_estimate(inp: Inputs) -> EstimateCheck | None:
-    """None (with a note) when the plan as run cannot be read or nothing is done yet."""
+    """None (with a note) when the campaign recorded no estimate, or nothing is done yet."""
     st = inp.state
-    try:
-        plan = load_plan(inp.layout.plan)
-    except InputError as exc:
-        inp.notes.append(f"the dry-run estimate cannot be checked: {exc}")
-        return None
+    est = st.estimate
     groups = [g.group for g in st.groups.values() if g.group is not None]
-    cells = [c.cell for c in st.cells.values() if c.cell is not None]
-    if not groups or not cells:
+    if not groups or not st.cells:
         return None
-    try:
-        est = estimate(
-            plan.spec, plan.prompts, groups, cells, speed=host_speeds(plan.spec, sim=st.simulated)
+    if est is None:
+        inp.notes.append(
+            "the dry-run estimate cannot be checked: this campaign's log does not record it"
         )
-    except (KeyError, ValueError) as exc:
-        inp.notes.append(f"the dry-run estimate cannot be checked: {exc}")
         return None
     done = [c for c in st.cells.values() if c.status == "done" and c.duration_s is not None]
     started = [g for g in st.groups.values() if g.startup_s is not None]
@@ -96,10 +86,7 @@ def seed_estimate(inp: Inputs) -> dict[str, str]:
     the share of max_tokens generated and the mean server start-up, in real time (a simulated
     host's speed-up taken out). Keys without data are left out."""
     st = inp.state
-    try:
-        speeds = host_speeds(load_plan(inp.layout.plan).spec, sim=st.simulated)
-    except InputError:
-        speeds = {}
+    speeds = st.estimate.host_speeds if st.estimate is not None else {}
     cmp = compared(inp).filter(pl.col("kind") == "single")
     base = baseline(inp)
     out: dict[str, str] = {}

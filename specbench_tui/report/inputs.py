@@ -24,10 +24,11 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.errors import InputError
-from specbench_tui.results.files import read_events
+from specbench_tui.results.damaged import set_aside_notes
+from specbench_tui.results.files import read_event_log
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.schema import REQUEST_SCHEMA, TELEMETRY_SCHEMA
-from specbench_tui.results.state import CampaignState
+from specbench_tui.results.state import CampaignState, RowsExist
 from specbench_tui.results.views import counted_attempts, part_files, telemetry_files
 
 #: Request columns the report reads, where the file has them. The optional ones are added by
@@ -161,25 +162,56 @@ def _empty_requests() -> pl.DataFrame:
     )
 
 
-def read_requests(layout: ResultsLayout, state: CampaignState, notes: list[str]) -> pl.DataFrame:
+def _read_parts(paths: list[Path], notes: list[str]) -> tuple[pl.DataFrame, list[Path]]:
+    """The parts' rows, and the parts that could not be read. All at once where every part
+    reads; one by one otherwise, so an unreadable part costs its own rows and a note naming
+    it, not the report."""
+    try:
+        return pl.concat([_scan(p) for p in paths], how="vertical").collect(), []
+    except Exception:  # polars says a torn file in several ways; find which part it is
+        pass
+    frames, bad = [], []
+    for p in paths:
+        try:
+            frames.append(_scan(p).collect())
+        except Exception as exc:
+            bad.append(p)
+            why = (str(exc).strip().splitlines() or ["no detail"])[0][:200]
+            notes.append(
+                f"parts/{p.name} could not be read ({type(exc).__name__}: {why}): its cell's "
+                "rows are left out and the cell counts as not done (a run of the plan sets "
+                "the file aside in unreadable/ and runs the cell again)"
+            )
+    if not frames:
+        return _empty_requests(), bad
+    return pl.concat(frames, how="vertical"), bad
+
+
+def read_requests(
+    layout: ResultsLayout, state: CampaignState, notes: list[str]
+) -> tuple[pl.DataFrame, set[tuple[str, int]]]:
     """Rows of each finished cell's counted attempt: from its part file (the truth), else from
-    ``requests.parquet`` (a directory copied without its parts)."""
+    ``requests.parquet`` (a directory copied without its parts); and the (cell, attempt) of
+    each part that could not be read."""
     counted = counted_attempts(state)
     parts = {layout.part_key(p): p for p in part_files(layout)}
     have = [parts[k] for k in counted.items() if k in parts]
     left = sum(1 for k in parts if k is not None and counted.get(k[0]) != k[1])
     if have:
-        try:
-            df = pl.concat([_scan(p) for p in have], how="vertical").collect()
-        except Exception as exc:  # an unreadable part costs a note, not the report
-            notes.append(f"request parts could not be read ({type(exc).__name__}: {exc})")
-            return _empty_requests()
+        df, bad = _read_parts(have, notes)
+        unreadable = {k for k in (layout.part_key(p) for p in bad) if k is not None}
         if left:
             notes.append(
                 f"{left} part files of earlier attempts or unfinished cells were left out "
                 "(only each finished cell's counted attempt is aggregated)"
             )
-        return df
+        return df, unreadable
+    return _read_requests_view(layout, counted, notes), set()
+
+
+def _read_requests_view(
+    layout: ResultsLayout, counted: dict[str, int], notes: list[str]
+) -> pl.DataFrame:
     if not layout.requests.exists():
         if counted:
             notes.append("requests.parquet is missing and parts/ holds no counted rows")
@@ -227,6 +259,13 @@ def read_telemetry(layout: ResultsLayout, notes: list[str]) -> pl.DataFrame | No
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+def _readable(layout: ResultsLayout, unreadable: set[tuple[str, int]]) -> RowsExist:
+    def rows_exist(cid: str, attempt: int) -> bool:
+        return (cid, attempt) not in unreadable and layout.rows_exist(cid, attempt)
+
+    return rows_exist
+
+
 def load_inputs(root: Path) -> Inputs:
     """Read everything a report (or the console's results table) uses from
     ``<results>/<campaign>/``; a directory with no event log is one clear error."""
@@ -239,14 +278,21 @@ def load_inputs(root: Path) -> Inputs:
     # A directory copied without its parts/ (only the views): trust the log's finished cells
     # and read their rows from requests.parquet.
     rows_exist = layout.rows_exist if layout.parts.is_dir() else None
-    state = CampaignState.from_events(read_events(layout.events), rows_exist)
+    log = read_event_log(layout.events)
+    if log.bad:
+        notes.append(log.summary(layout.events))
+    state = CampaignState.from_events(log.events, rows_exist)
+    requests, unreadable = read_requests(layout, state, notes)
+    if unreadable and rows_exist is not None:  # those cells' rows are not there to count
+        state = CampaignState.from_events(log.events, _readable(layout, unreadable))
+    notes += set_aside_notes(layout)
     labels, order = _labels(state)
     return Inputs(
         root=root,
         layout=layout,
         plan=plan,
         state=state,
-        requests=read_requests(layout, state, notes),
+        requests=requests,
         telemetry=read_telemetry(layout, notes),
         labels=labels,
         config_order=order,

@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 
 from specbench_tui.errors import InputError
+from specbench_tui.printable import printable
 from specbench_tui.report.blocks import Chart, Column, Point
 from specbench_tui.report.build import Report, build_report
 from specbench_tui.report.tables_csv import write_tables
@@ -227,10 +228,11 @@ def _tex_env() -> jinja2.Environment:
 
 
 def md_escape(value: Any) -> str:
-    """Text safe inside a Markdown table cell: no pipe ends the cell, no star starts emphasis.
+    """Text safe inside a Markdown table cell: no pipe ends the cell, no star starts emphasis,
+    no control character reaches a terminal that shows the file (``printable``).
     Whitespace runs become one space; a space at either end is kept (spans join on it)."""
     raw = str(value)
-    text = " ".join(raw.split())
+    text = printable(" ".join(raw.split()))
     if text and raw[:1].isspace():
         text = " " + text
     if text and raw[-1:].isspace():
@@ -251,7 +253,7 @@ def md_bold(value: Any) -> str:
 
 def md_code(value: Any) -> str:
     """Text inside a Markdown code span: backticks and pipes cannot end it or the cell."""
-    return " ".join(str(value).split()).replace("`", "'").replace("|", "\\|")
+    return printable(" ".join(str(value).split())).replace("`", "'").replace("|", "\\|")
 
 
 def _md_env(numbers: dict[int, int]) -> jinja2.Environment:

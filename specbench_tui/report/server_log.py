@@ -11,8 +11,9 @@ previous line of its kind and the line itself both fall inside the cell's window
 ``cell_started`` to ``cell_finished``), the stamps' resolution (a second) taken off the window.
 A short cell may get no line at all: then it has no log figure, rather than a neighbour's.
 
-Placing a line in time: servers print local wall-clock time to the second (SGLang
-``[2026-01-01 12:00:00 TP0]``, vLLM ``INFO 01-01 12:00:00``), while the events are UTC. The
+Placing a line in time: servers print local wall-clock time, each engine in its own form
+(``EngineAdapter.log_stamp``: SGLang ``[2026-01-01 12:00:00 TP0]``, vLLM ``INFO 01-01
+12:00:00``), while the events are UTC. The
 server's clock is measured at each start: each start in the kept log begins with the
 campaign's own header (``----- <UTC ISO time> starting ...``), and the time zone is the
 difference to the first stamped line after it, rounded to a quarter hour; beyond the zone,
@@ -36,13 +37,10 @@ from pathlib import Path
 import polars as pl
 
 from specbench_tui.bench.logparse import LogParser
-from specbench_tui.engines.registry import log_window
+from specbench_tui.engines.registry import adapters, log_window
 from specbench_tui.report.inputs import Inputs
 
-_SGLANG_TS = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?[ \]]")
-_VLLM_TS = re.compile(
-    r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?"
-)
+_ENGINES = adapters()
 _HEADER = re.compile(r"^----- (\S+) starting ")
 _QUARTER_H = 900.0
 #: How far a server's clock may seem off from what its ready line and the ready event can
@@ -77,25 +75,13 @@ class StatsLine:
 
 def _stamp(line: str, year: int) -> tuple[float, float] | None:
     """The line's own time stamp as naive seconds (its clock's wall time read as UTC), and
-    the stamp's resolution."""
-    m = _SGLANG_TS.match(line)
-    if m:
-        y, mo, d, h, mi, s = map(int, m.groups()[:6])
-        frac = m.group(7)
-    else:
-        m = _VLLM_TS.search(line)
-        if not m:
-            return None
-        mo, d, h, mi, s = map(int, m.groups()[:5])
-        frac = m.group(6)
-        y = year
-    try:
-        t = datetime(y, mo, d, h, mi, s, tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-    if frac:
-        return t + float(frac), 10.0 ** -(len(frac) - 1)
-    return t, 1.0
+    the stamp's resolution, in whichever engine's form it is (``EngineAdapter.log_stamp``)."""
+    for engine in _ENGINES:
+        found = engine.log_stamp(line, year)
+        if found is not None:
+            when, res = found
+            return when.replace(tzinfo=UTC).timestamp(), res
+    return None
 
 
 def _header_time(line: str) -> float | None:

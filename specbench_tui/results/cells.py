@@ -6,11 +6,13 @@ them without pydantic, and so that they serialise to the dry-run JSON as they ar
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from specbench_tui.results.jsontypes import FieldTypeError, check_fields, conforms
+
 WorkloadKind = Literal["single", "agentic", "concurrency"]
-Api = Literal["sglang", "openai"]
+Api = str  # one of an engine's APIs, by its plan name (engines/registry.py API_NAMES)
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,9 @@ class ServiceGroup:
     packed: bool = False
     # Runs only with every GPU of the host free: the unpacked control of a packed group.
     exclusive: bool = False
-    engine: str = "sglang"  # "sglang" | "vllm": what runs (the simulator speaks SGLang)
+    # The engine by its plan name (engines/registry.py); "" in logs written before groups
+    # recorded it, which read as the default engine.
+    engine: str = ""
     served_model_name: str | None = None  # the plan's override of the name requests carry
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
     model: str = ""  # the model directory on the host (where its chat template is read)
@@ -44,7 +48,8 @@ class ServiceGroup:
     chat_template_on: str = "client"  # who renders the template: "client" or "server"
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        # Shallow, as Cell.to_json: asdict() deep-copies, which dominates a big dry run.
+        d = {name: getattr(self, name) for name in _GROUP_FIELDS}
         d["gpu_ids"] = list(self.gpu_ids)
         d["command"] = list(self.command)
         d["env"] = dict(self.env)
@@ -59,9 +64,14 @@ class ServiceGroup:
         a log written by another version of the tool still reads.
         """
         d = _known(cls, obj)
+        check_fields(cls, d, skip=("env",))
+        env = d.get("env", ())
+        if not (
+            isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
+        ) and not conforms(env, tuple[tuple[str, str], ...]):
+            raise FieldTypeError(f"'env' is {type(env).__name__}, not an object of strings")
         d["gpu_ids"] = tuple(int(g) for g in d.get("gpu_ids", ()))
         d["command"] = tuple(str(a) for a in d.get("command", ()))
-        env = d.get("env", ())
         d["env"] = tuple(sorted(env.items())) if isinstance(env, dict) else tuple(map(tuple, env))
         d["stop_before"] = tuple(d.get("stop_before", ()))
         for key, default in _GROUP_DEFAULTS.items():
@@ -122,6 +132,9 @@ class Cell:
     def from_json(cls, obj: dict[str, Any]) -> Cell:
         """Rebuild a cell from its JSON; unknown keys are ignored (see ServiceGroup.from_json)."""
         d = _known(cls, obj)
+        check_fields(cls, d, skip=("params",))
+        if not isinstance(d.get("params", {}), dict | list):
+            raise FieldTypeError(f"'params' is {type(d['params']).__name__}, not an object")
         d["prompts"] = tuple(d.get("prompts", ()))
         params = d.get("params", ())
         d["params"] = tuple(params.items()) if isinstance(params, dict) else tuple(params)
@@ -135,6 +148,7 @@ class Cell:
 
 
 _CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
+_GROUP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ServiceGroup))
 # What an old log may lack: enough to rebuild a cell or group that can be shown and reported.
 _CELL_DEFAULTS: dict[str, Any] = {
     "name": "",
@@ -155,7 +169,7 @@ _GROUP_DEFAULTS: dict[str, Any] = {
     "label": "",
     "tp": 0,
     "port": 0,
-    "api": "sglang",
+    "api": "",
     "ready_timeout_s": 900.0,
     "speculative": False,
 }

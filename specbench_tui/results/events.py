@@ -8,13 +8,13 @@ streamed, since their data lands in the parquet files.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from specbench_tui.results.cells import Cell, ServiceGroup
+from specbench_tui.results.jsontypes import check_fields
 
 _REGISTRY: dict[str, type[Event]] = {}
 
@@ -49,22 +49,37 @@ class Event:
     def from_json(obj: dict[str, Any]) -> Event:
         """Rebuild an event. An unknown name is kept as a generic event, and fields this
         version does not know are dropped, never an error: a log written by another version
-        of the tool still replays."""
+        of the tool still replays. A known event whose fields do not have their types (or
+        lack a required one, or its time) comes back as an ``InvalidEvent`` saying why, which
+        no fold acts on: readers set it aside and say so instead of failing on it later."""
         obj = dict(obj)
         name = obj.pop("event", "event")
         ts = obj.pop("ts", None)
-        cls = _REGISTRY.get(name)
+        cls = _REGISTRY.get(name) if isinstance(name, str) else None
         if cls is None:
-            ev: Event = UnknownEvent(event=str(name), data=obj)
+            if not isinstance(name, str):
+                return InvalidEvent(event=repr(name), data=obj, why="its event name is not text")
+            ev: Event = UnknownEvent(event=name, data=obj)
         else:
             known = {f.name for f in fields(cls)}
+            given = {k: v for k, v in obj.items() if k in known}
             try:
-                ev = cls(**cls.decode({k: v for k, v in obj.items() if k in known}))
-            except (TypeError, ValueError, KeyError, AttributeError):
-                ev = UnknownEvent(event=str(name), data=obj)
+                check_fields(cls, given)
+                ev = cls(**cls.decode(given))
+            except TypeError as exc:  # a required field is missing
+                missing = [f.name for f in fields(cls) if f.name not in given and f.name != "ts"]
+                why = f"{missing[0]!r} is missing" if missing else str(exc)
+                return InvalidEvent(event=name, data=obj, why=why)
+            except (ValueError, KeyError, AttributeError) as exc:
+                return InvalidEvent(event=name, data=obj, why=str(exc))
         if isinstance(ts, str):
-            with contextlib.suppress(ValueError):
+            try:
                 ev.ts = parse_iso(ts)
+            except (ValueError, OverflowError):
+                if cls is not None:
+                    return InvalidEvent(event=name, data=obj, why=f"'ts' is {ts!r}, not a time")
+        elif cls is not None:
+            return InvalidEvent(event=name, data=obj, why="'ts' is missing or not a time")
         return ev
 
     @classmethod
@@ -81,6 +96,14 @@ class UnknownEvent(Event):
 
     def to_json(self) -> dict[str, Any]:
         return {"ts": iso_utc(self.ts), "event": self.event, **self.data}
+
+
+@dataclass(kw_only=True)
+class InvalidEvent(UnknownEvent):
+    """A line that names a known event but does not fit it (``why`` says how): read, never
+    folded, so one damaged line costs that line and not every open of the campaign."""
+
+    why: str = ""
 
 
 # --- campaign lifecycle -------------------------------------------------------------------
@@ -114,6 +137,21 @@ class CampaignStarted(Event):
         d["groups"] = [ServiceGroup.from_json(g) for g in d.get("groups") or []]
         d["cells"] = [Cell.from_json(c) for c in d.get("cells") or []]
         return d
+
+
+@dataclass(kw_only=True)
+class EstimateRecorded(Event):
+    """The dry-run estimate of the run that starts (plan/estimate.py), kept so that the
+    report holds it against the time the cells took without reading the plan again:
+    ``total_s`` the whole plan's wall time, ``startup_s`` every group's server start-up
+    together, ``per_cell_s`` each cell's time, ``host_speeds`` how much faster than real
+    time each host ran (a simulator; 1.0 on a real host)."""
+
+    name: ClassVar[str] = "estimate_recorded"
+    total_s: float = 0.0
+    startup_s: float = 0.0
+    per_cell_s: dict[str, float] = field(default_factory=dict)
+    host_speeds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)

@@ -10,11 +10,12 @@ import json
 import os
 import signal
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from specbench_tui.results.events import Event
+from specbench_tui.results.events import Event, InvalidEvent
 
 TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
@@ -126,23 +127,78 @@ def remove_torn(directory: Path) -> list[Path]:
     return removed
 
 
-def read_events(path: Path) -> list[Event]:
-    """Every event of a log, in order. A line that is not a JSON object (a torn last line
-    after a crash, or garbage) is skipped."""
-    out: list[Event] = []
+@dataclass(frozen=True)
+class BadLine:
+    """A line of the event log that is not an event: its number (from 1), its text and why."""
+
+    number: int
+    text: str
+    why: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"line": self.number, "why": self.why, "text": self.text}
+
+
+@dataclass
+class EventLog:
+    """An event log as read: its events in order, and the lines that are not events."""
+
+    events: list[Event] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+    torn: bool = False  # the last line has no end of line (a write a crash cut short)
+
+    def summary(self, path: Path) -> str:
+        """One sentence naming the bad lines, for a notice or a report's note."""
+        first = self.bad[0]
+        more = f" and {len(self.bad) - 1} more" if len(self.bad) > 1 else ""
+        return (
+            f"{path.name} line {first.number}{more} could not be read as an event "
+            f"({first.why}); read without {'it' if len(self.bad) == 1 else 'them'}"
+        )
+
+
+def read_event_log(path: Path) -> EventLog:
+    """Every event of a log, in order, and every line that is not one: not JSON, not an
+    object, or a known event whose fields do not have their types (``InvalidEvent``). A
+    last line with no end of line (a crash mid-write) marks the log ``torn``; it is an event
+    when it still parses as one."""
+    log = EventLog()
     try:
-        f = path.open(encoding="utf-8", errors="replace")
+        f = path.open("rb")
     except FileNotFoundError:
-        return out
+        return log
     with f:
-        for line in f:
-            try:
-                obj = json.loads(line)
-            except ValueError:
+        for number, raw in enumerate(f, 1):
+            text = raw.decode("utf-8", errors="replace")
+            if not text.strip():
                 continue
-            if isinstance(obj, dict):
-                out.append(Event.from_json(obj))
-    return out
+            why = ""
+            cut = not raw.endswith(b"\n")
+            log.torn = log.torn or cut
+            try:
+                obj = json.loads(text)
+            except RecursionError:
+                why = "nested too deeply"
+            except ValueError:
+                why = "cut short: no end of line" if cut else "not JSON"
+            else:
+                if not isinstance(obj, dict):
+                    why = "not a JSON object"
+                else:
+                    ev = Event.from_json(obj)
+                    if isinstance(ev, InvalidEvent):
+                        why = f"{ev.event}: {ev.why}"
+                    else:
+                        log.events.append(ev)
+            if why:
+                log.bad.append(BadLine(number, text.rstrip("\n"), why))
+    return log
+
+
+def read_events(path: Path) -> list[Event]:
+    """Every event of a log, in order; lines that are not events are left out (see
+    ``read_event_log`` for what they were)."""
+    return read_event_log(path).events
 
 
 def event_line(ev: Event) -> str:

@@ -42,6 +42,7 @@ from specbench_tui.results.events import (
     CellSkipped,
     CellStarted,
     CheckVerdict,
+    EstimateRecorded,
     Event,
     GpusUnverified,
     GroupFinished,
@@ -209,6 +210,9 @@ class CampaignState:
         self.host_states: dict[str, HostState] = {}
         # The latest state of each group's batch job on a Slurm host, by group id.
         self.jobs: dict[str, SlurmJobChanged] = {}
+        # The dry-run estimate the latest run started with (None: a log from before it was
+        # recorded).
+        self.estimate: EstimateRecorded | None = None
         self._by_name: dict[str, str] = {}
 
     # --- folding --------------------------------------------------------------------------
@@ -236,6 +240,9 @@ class CampaignState:
     @classmethod
     def _handlers(cls) -> dict[type, Callable[[Any, Any], None]]:
         return DURABLE_HANDLERS
+
+    def _estimate_recorded(self, ev: EstimateRecorded) -> None:
+        self.estimate = ev
 
     def _campaign_started(self, ev: CampaignStarted) -> None:
         self.runs += 1
@@ -577,4 +584,5 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     Resumed: CampaignState._resumed,
     Aborted: CampaignState._aborted,
     CampaignFinished: CampaignState._campaign_finished,
+    EstimateRecorded: CampaignState._estimate_recorded,
 }

@@ -1,5 +1,5 @@
-"""The server log of the current service group: SGLang stats lines shown compactly (the
-figures the operator watches first), the plan's ``[logs]`` pattern matches marked with what
+"""The server log of the current service group: the engine's statistics lines shown compactly
+(the figures the operator watches first), the plan's ``[logs]`` pattern matches marked with what
 they extracted, searchable (a filter), wrappable, and freezable without pausing anything.
 
 Built on Textual's ``Log``, which renders only the visible lines: appending a few thousand
@@ -23,6 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Input, Log
 
+from specbench_tui.engines.registry import adapters
 from specbench_tui.results.events import LogLine
 from specbench_tui.tui.look import Palette, palette_for
 
@@ -64,12 +65,12 @@ _KNOWN = {
     "prefill": frozenset(k for k, *_ in _PREFILL),
 }
 _NOT_SHOWN = frozenset({"decode", "prefill", "cuda_graph"})
-_SGLANG = _KNOWN["decode"] | _KNOWN["prefill"] | _NOT_SHOWN
+_ENGINE_KEYS = _KNOWN["decode"] | _KNOWN["prefill"] | _NOT_SHOWN
 
 _PREFIX = re.compile(r"^\[(?:\d{4}-\d{2}-\d{2} )?(\d{2}:\d{2}:\d{2})([^\]]*)\]\s*")
 _BAD = re.compile(r"error|exception|traceback|out of memory|killed|fatal", re.IGNORECASE)
 _WARN = re.compile(r"warn", re.IGNORECASE)
-_READY = re.compile(r"fired up and ready to roll")
+_READY = re.compile("|".join(re.escape(a.ready_line) for a in adapters()))
 #: A web server's access line for a request that went well: routine, so shown dim.
 _ACCESS_OK = re.compile(r'"(?:GET|POST) [^"]*" 2\d\d')
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
@@ -101,23 +102,22 @@ def compact_stats(prefix: str, stats: dict[str, float], kind: str) -> str:
 
 
 def display_line(ev: LogLine) -> str:
-    """The text shown for a line: SGLang's ``[YYYY-MM-DD hh:mm:ss TPn]`` prefix loses its
-    date; a ``Decode batch``/``Prefill batch`` line becomes its parsed figures; a line the
+    """The text shown for a line: a ``[YYYY-MM-DD hh:mm:ss TPn]`` prefix (SGLang's) loses its
+    date; an engine's statistics line becomes its parsed figures; a line the
     plan's ``[logs]`` patterns matched starts with what they extracted."""
     line = ev.line
     m = _PREFIX.match(line)
     prefix = f"[{m.group(1)}{m.group(2)}] " if m else ""
     stats = ev.stats or {}
     kind = ""
-    if stats:  # the parser marks the kind; a line from elsewhere may only name it
-        if "decode" in stats or "Decode batch" in line:
-            kind = "decode"
-        elif "prefill" in stats or "Prefill batch" in line:
-            kind = "prefill"
+    if "decode" in stats:  # the engine's parser marks the kind of its statistics lines
+        kind = "decode"
+    elif "prefill" in stats:
+        kind = "prefill"
     text = compact_stats(prefix, stats, kind) if kind else prefix + (line[m.end() :] if m else line)
     if not ev.matches:
         return text
-    found = " ".join(f"{k} {_fmt(v)}" for k, v in stats.items() if k not in _SGLANG)
+    found = " ".join(f"{k} {_fmt(v)}" for k, v in stats.items() if k not in _ENGINE_KEYS)
     return f"{PATTERN_MARK}{found or ','.join(ev.matches)}{PATTERN_END}{text}"
 
 

@@ -1,21 +1,27 @@
 """A replay server: sends recorded or synthesized SSE bytes over a real HTTP socket.
 
-SGLang cannot run on these machines, so the client is tested against the byte formats of its
-source (``tests/fixtures/sglang/``, each file names the upstream file it follows). The server
-sends a stream one SSE event per write, as a real server flushes each chunk, and serves the
-GET endpoints (``/server_info``, ``/metrics``, ``/v1/models``, ``/version``) from files.
+SGLang and TensorRT-LLM cannot run on these machines, so the client is tested against the byte
+formats of their source (``tests/fixtures/sglang/``, ``tests/fixtures/trtllm/``, each file names
+the upstream file it follows). The server sends a stream one SSE event per write, as a real
+server flushes each chunk, and serves the GET endpoints (``/server_info``, ``/metrics``,
+``/v1/models``, ``/version``) from files, or from a function of the streams served so far (a
+counter page that grows as requests finish, as the engine's does).
 
 Routes: ``POST {prefix}/generate``, ``POST {prefix}/v1/chat/completions`` and ``POST
-{prefix}/v1/completions`` answer with the stream registered for ``prefix``; ``GET {prefix}{path}`` with the document registered there.
+{prefix}/v1/completions`` answer with the stream registered for ``prefix``; ``GET
+{prefix}{path}`` with the document registered there.
 Run as ``python tests/support/replay.py PORTFILE`` it serves the synthetic streams of
-:func:`synthetic_routes` (what ``bench/client_cpu_bench.py`` measures) in a process of its own.
+:func:`synthetic_routes` (what ``bench/client_cpu_bench.py`` measures) in a process of its own;
+``--vllm-nospec`` and ``--trtllm`` make it a stand-in server (see :func:`main`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +41,20 @@ class Replay:
 
     def __init__(self) -> None:
         self.streams: dict[str, bytes] = {}
-        self.docs: dict[str, tuple[bytes, str]] = {}
+        self.docs: dict[str, tuple[bytes | Callable[[], bytes], str]] = {}
         self.requests: list[dict[str, Any]] = []  # request bodies, for assertions
+        self.served = 0  # streams sent to their end
 
     def stream(self, prefix: str, body: bytes) -> None:
         self.streams[prefix.rstrip("/")] = body
 
-    def doc(self, path: str, body: bytes | str, content_type: str = "application/json") -> None:
+    def doc(
+        self,
+        path: str,
+        body: bytes | str | Callable[[], bytes],
+        content_type: str = "application/json",
+    ) -> None:
+        """``body``: the document, or a function that makes it at each GET."""
         data = body.encode() if isinstance(body, str) else body
         self.docs[path] = (data, content_type)
 
@@ -61,6 +74,7 @@ class Replay:
         await resp.prepare(request)
         for ev in events(body):
             await resp.write(ev)
+        self.served += 1  # the engine counts a request as it finishes, before the body ends
         await resp.write_eof()
         return resp
 
@@ -68,7 +82,8 @@ class Replay:
         doc = self.docs.get(request.path)
         if doc is None:
             raise web.HTTPNotFound()
-        return web.Response(body=doc[0], content_type=doc[1].split(";")[0])
+        body = doc[0]() if callable(doc[0]) else doc[0]
+        return web.Response(body=body, content_type=doc[1].split(";")[0])
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -206,15 +221,49 @@ def vllm_without_speculation(replay: Replay) -> None:
     replay.stream("", (vllm / "chat_stream_64_nospec.sse").read_bytes())
 
 
+_COUNTER = re.compile(r"^(\w+_total)(\{[^}]*\})? (\S+)$")
+
+
+def counters_after(page: str, requests: int) -> bytes:
+    """A Prometheus page recorded after one request, as it reads after ``requests`` of them:
+    every counter times ``requests``; before the first, a labelled counter has no sample at all
+    (prometheus_client writes one only once it is incremented), so only the gauges remain."""
+    out = []
+    for line in page.splitlines():
+        m = _COUNTER.match(line)
+        if m is None:
+            out.append(line)
+        elif requests:
+            out.append(f"{m.group(1)}{m.group(2) or ''} {float(m.group(3)) * requests}")
+    return ("\n".join(out) + "\n").encode()
+
+
+def trtllm_serve(replay: Replay, stream: str = "chat_stream_spec.sse") -> None:
+    """What a TensorRT-LLM ``trtllm-serve`` with EAGLE and ``return_perf_metrics`` answers
+    (``tests/fixtures/trtllm``): its counters grow by the recorded request's as each finishes."""
+    trt = FIXTURES / "trtllm"
+    page = (trt / "prometheus_one_request.txt").read_text()
+    replay.doc("/health", b"", "text/plain")
+    replay.doc("/v1/models", (trt / "models.json").read_bytes())
+    replay.doc("/version", (trt / "version.json").read_bytes())
+    replay.doc("/prometheus/metrics", lambda: counters_after(page, replay.served), "text/plain")
+    replay.stream("", (trt / stream).read_bytes())
+
+
 def main(argv: list[str]) -> None:
     """``PORTFILE [PER_CHUNK]``: the benchmark's synthetic streams on a free port.
     ``--vllm-nospec --port P [any server flags]``: a stand-in for a vLLM server that runs
-    without speculation whatever its flags say, logging the real server's start-up lines."""
-    if argv and argv[0] == "--vllm-nospec":
+    without speculation whatever its flags say, logging the real server's start-up lines.
+    ``--trtllm --port P [any server flags]``: a stand-in for ``trtllm-serve`` with EAGLE
+    (:func:`trtllm_serve`), logging its start-up lines."""
+    if argv and argv[0] in ("--vllm-nospec", "--trtllm"):
         port = int(argv[argv.index("--port") + 1])
-        for line in (FIXTURES / "vllm" / "startup_nospec.log").read_text().splitlines():
+        vllm = argv[0] == "--vllm-nospec"
+        log = FIXTURES / ("vllm/startup_nospec.log" if vllm else "trtllm/startup.log")
+        for line in log.read_text().splitlines():
             print(line, flush=True)
-        web.run_app(_app(vllm_without_speculation), host="127.0.0.1", port=port, print=None)
+        fill = vllm_without_speculation if vllm else trtllm_serve
+        web.run_app(_app(fill), host="127.0.0.1", port=port, print=None)
         return
     port_file = Path(argv[0])
     per_chunk = int(argv[1]) if len(argv) > 1 else 1

@@ -10,6 +10,9 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.errors import InputError
+from specbench_tui.plan.estimate import recorded_estimate
+from specbench_tui.plan.loader import load_plan
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
     Aborted,
@@ -271,6 +274,25 @@ class ResultsBuilder:
             self.layout.telemetry_parts / "000001.parquet"
         )
 
+    def _estimate(self) -> list[Event]:
+        """What a run records when it starts: the estimate of the plan as run, if there is
+        one that loads."""
+        if not self.layout.plan.exists():
+            return []
+        try:
+            plan = load_plan(self.layout.plan)
+            ev = recorded_estimate(
+                plan.spec,
+                plan.prompts,
+                list(self.groups.values()),
+                list(self.cells.values()),
+                sim=self.simulated,
+            )
+        except (InputError, KeyError, ValueError):
+            return []
+        ev.ts = T0
+        return [ev]
+
     def write(
         self,
         *,
@@ -295,7 +317,7 @@ class ResultsBuilder:
             simulated=self.simulated,
             ts=T0,
         )
-        events: list[Event] = [start, *self.events]
+        events: list[Event] = [start, *self._estimate(), *self.events]
         if finished:
             events.append(CampaignFinished(campaign=self.campaign, wall_s=wall_s, ts=self._tick()))
         text = "".join(event_line(e) for e in events)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from specbench_tui.engines.registry import adapter
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
 from specbench_tui.report.frames import ACCEPT_COLUMNS, accept_frame, config_rank, label, subset
@@ -45,12 +46,7 @@ def without_accept_length(inp: Inputs, acc: pl.DataFrame) -> list[str]:
         key = (g.host, g.tp, g.config)
         if not g.speculative or key in have or key not in ran:
             continue
-        if g.engine == "sglang" and g.api == "openai":
-            why = 'SGLang\'s OpenAI-compatible stream carries no meta_info (api = "sglang" has it)'
-        elif g.engine == "vllm":
-            why = "vLLM reports it per request only with --per-request-spec-decode-metrics summary"
-        else:
-            why = "the server reported no verify steps"
+        why = adapter(g.engine).missing_accept_length(g.api)
         out.append(
             f"{label(inp, g.config)} (TP {g.tp} on {g.host}): no per-request accept length; {why}."
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length_definition, traits
+from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length_definition, adapter
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Bullets,
@@ -244,7 +244,7 @@ def build(inp: Inputs) -> Section:
 def _accept_definition(inp: Inputs) -> str:
     """Each engine's own definition, for the engines this campaign ran."""
     engines = sorted(set(group_engines(inp).values())) or [DEFAULT_ENGINE]
-    defs = "; ".join(f"{traits(e).label}: {accept_length_definition(e)}" for e in engines)
+    defs = "; ".join(f"{adapter(e).label}: {accept_length_definition(e)}" for e in engines)
     return (
         f"mean accepted tokens per verify step, bonus token included, as the engine defines it "
         f"({defs}), over the counts summed over a cell's (or a row's) requests, which is what "

@@ -46,6 +46,14 @@ def status_text(inp: Inputs) -> str:
     st = inp.state
     status = st.run_status(live=inp.live)
     out = STATUS_WORDS.get(status, status)
+    n = st.counts
+    if status == "finished" and n.done < n.total:  # failed or skipped cells did not all run
+        ended = ", ".join(
+            f"{k} {w}" for k, w in ((n.failed, "failed"), (n.skipped, "skipped")) if k
+        )
+        out = (
+            f"finished: {n.done} of {n.total} planned cells done ({ended}: see Every planned cell)"
+        )
     if status == "aborted" and st.abort_reason:
         out += f" ({st.abort_reason})"
     return out
