@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
+from specbench_tui.engines.registry import adapter
 from specbench_tui.engines.tiny_model import CHAT_TEMPLATE as THINKING
 from specbench_tui.errors import InputError
 from specbench_tui.hosts.shell import parse_read_files, read_files_command
@@ -134,10 +135,11 @@ def test_text_routes_get_one_bos() -> None:
     t = template_from_file(BOS_TEMPLATE, "t", files, "/m")
     full = t.render(CONVERSATION[:1])
     assert full.startswith("<s>")
-    sglang = Prompting(t, text_prompt="adds_bos")  # its tokenizer adds the BOS itself
-    vllm = Prompting(t, text_prompt="verbatim")  # the request says add_special_tokens false
-    assert sglang.text(CONVERSATION[:1]) == full.removeprefix("<s>")
-    assert vllm.text(CONVERSATION[:1]) == full
+    p = Prompting(t)
+    # SGLang's tokenizer adds the BOS itself; vLLM's request says add_special_tokens false.
+    assert adapter("sglang").text_prompt == "adds_bos" and adapter("vllm").text_prompt == "verbatim"
+    assert p.text(CONVERSATION[:1], bos_added=True) == full.removeprefix("<s>")
+    assert p.text(CONVERSATION[:1], bos_added=False) == full
     no_bos = template_from_file(
         BOS_TEMPLATE,
         "t",
@@ -148,7 +150,7 @@ def test_text_routes_get_one_bos() -> None:
         },
         "/m",
     )
-    assert Prompting(no_bos, text_prompt="adds_bos").text(CONVERSATION[:1]).startswith("<s>")
+    assert Prompting(no_bos).text(CONVERSATION[:1], bos_added=True).startswith("<s>")
 
 
 def test_kwargs_are_recorded_in_one_spelling() -> None:

@@ -212,7 +212,7 @@ CASES: list[tuple[str, str, str, str]] = [
         "quoted number",
         "max_tokens = [32]",
         'max_tokens = [32]\ntemperature = "0"',
-        r"workloads\.single\.temperature: .*number \(got str '0'\)$",
+        r"workloads\.single\.temperature(\[0\])?: .*number \(got str '0'\)$",
     ),
     (
         "json flag with single braces",

@@ -118,7 +118,7 @@ def test_temperature_list_is_an_axis_and_sampling_reaches_the_body(
     assert "sim.ar.tp1/single/chat/32" in one  # one temperature: the names stay as they were
     sampling = Sampling(t1.temperature, t1.top_p, t1.top_k, t1.sampling_seed)
     msgs = [{"role": "user", "content": "x"}]
-    path, body = BenchClient("http://h", "sglang")._body(msgs, 8, sampling)
+    path, body = BenchClient("http://h", "sglang").request_body(msgs, 8, sampling)
     assert path == "/generate"
     assert body["sampling_params"] == {
         "max_new_tokens": 8,
@@ -127,8 +127,8 @@ def test_temperature_list_is_an_axis_and_sampling_reaches_the_body(
         "top_k": 20,
         "sampling_seed": 7,
     }
-    path, body = BenchClient("http://h", "openai")._body(msgs, 8, sampling)
+    path, body = BenchClient("http://h", "openai", engine="vllm").request_body(msgs, 8, sampling)
     assert path == "/v1/completions"
     assert (body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (1.0, 0.9, 20, 7)
-    _, greedy = BenchClient("http://h", "openai")._body(msgs, 8, Sampling())
+    _, greedy = BenchClient("http://h", "openai", engine="vllm").request_body(msgs, 8, Sampling())
     assert greedy["temperature"] == 0.0 and not {"top_p", "top_k", "seed"} & set(greedy)

@@ -138,7 +138,7 @@ print(json.dumps([
 @pytest.mark.parametrize("conv", list(CONVERSATIONS))
 def test_vllm_tokenizes_our_text_as_its_own_rendering(server: Server, conv: str, kw: str) -> None:
     messages, kwargs = CONVERSATIONS[conv], KWARGS[kw]
-    text = Prompting(server.template, text_prompt="verbatim").with_kwargs(kwargs).text(messages)
+    text = Prompting(server.template).with_kwargs(kwargs).text(messages, bos_added=False)
     theirs = httpx.post(
         server.url + "/tokenize",
         json={
@@ -212,7 +212,7 @@ async def test_client_and_server_rendering_measure_the_same_prompts(
     vLLM: the same prompt tokens and, greedy, the same output, turn after turn (a later turn
     carries the earlier answers, so a difference anywhere would show in every turn after)."""
     cell = _cell(kind, KWARGS[kw])
-    base = Prompting(server.template, text_prompt="verbatim")
+    base = Prompting(server.template)
     rows = {}
     for on in ("client", "server"):
         result = await run_cell(
@@ -224,8 +224,6 @@ async def test_client_and_server_rendering_measure_the_same_prompts(
             seed=0,
             prompts=PromptLibrary(tmp_path),
             model=SERVED,
-            token_ids=True,
-            cold_cache="salt",
             prompting=replace(base, on=on),
         )
         assert result.complete and result.errors == 0, [r.error for r in result.records]

@@ -318,7 +318,9 @@ def _all_is_none(v: Any) -> Any:
 
 
 def _one_is_a_list(v: Any) -> Any:
-    return [v] if isinstance(v, int | float) and not isinstance(v, bool) else v
+    """One value where a list may be: the list of it (a value of the wrong type is then said
+    as the item it is)."""
+    return v if isinstance(v, list) else [v]
 
 
 class WorkloadBase(Strict):

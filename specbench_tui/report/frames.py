@@ -133,8 +133,9 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
     tokens, seconds = decode_parts_expr()
     engines = group_engines(inp)
     cell = pl.col("cell_id").cast(pl.String)
+    named = cell.replace_strict(workload_names(inp), default=None, return_dtype=pl.String)
     ok = ok.with_columns(
-        cell.replace_strict(workload_names(inp), default=pl.col("workload").cast(pl.String))
+        pl.coalesce(named, pl.col("workload").cast(pl.String))
         .cast(pl.Categorical)
         .alias("workload"),
         cell.replace_strict(cell_temperatures(inp), default=None, return_dtype=pl.Float64).alias(

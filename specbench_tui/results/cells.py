@@ -132,9 +132,10 @@ class Cell:
     def from_json(cls, obj: dict[str, Any]) -> Cell:
         """Rebuild a cell from its JSON; unknown keys are ignored (see ServiceGroup.from_json)."""
         d = _known(cls, obj)
-        check_fields(cls, d, skip=("params",))
-        if not isinstance(d.get("params", {}), dict | list):
-            raise FieldTypeError(f"'params' is {type(d['params']).__name__}, not an object")
+        check_fields(cls, d, skip=("params", "chat_template_kwargs"))
+        for key in ("params", "chat_template_kwargs"):  # objects in JSON, pairs here
+            if not isinstance(d.get(key, {}), dict | list):
+                raise FieldTypeError(f"{key!r} is {type(d[key]).__name__}, not an object")
         d["prompts"] = tuple(d.get("prompts", ()))
         params = d.get("params", ())
         d["params"] = tuple(params.items()) if isinstance(params, dict) else tuple(params)
