@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import re
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,9 +38,11 @@ from specbench_tui.results.events import GpuSample, LogLine, RequestDone
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.header import CampaignHeader
-from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.support.scripted import ScriptedControl, sample_campaign  # noqa: E402
+
 GROUP = "sim.ddtree-16.tp1"
 CELL = "ddt1agent"
 

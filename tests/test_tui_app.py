@@ -15,8 +15,8 @@ from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.log_pane import LogPane
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
-from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
 from specbench_tui.tui.themes import PACKAGE_THEMES
+from tests.support.scripted import ScriptedControl, sample_campaign
 
 pytestmark = pytest.mark.console
 
@@ -40,6 +40,16 @@ async def settle(pilot: Pilot[int], app: ConsoleApp) -> None:
         if not len(app.inbox) and app.frames and app.inbox.received >= 1:
             break
     await pilot.pause(0.06)
+
+
+async def answered(pilot: Pilot[int], app: ConsoleApp, control: ScriptedControl, n: int) -> None:
+    """Until the control has answered ``n`` commands (the console sends from a worker) and
+    the screen caught up with what the answers published."""
+    for _ in range(200):
+        if len(control.replies) >= n:
+            break
+        await pilot.pause(0.02)
+    await settle(pilot, app)
 
 
 def header_text(app: ConsoleApp) -> str:
@@ -80,7 +90,7 @@ async def test_pause_resume_and_refusal_shown() -> None:
         assert commands(control)[-1] == ("resume", None)
         assert "RUNNING" in header_text(app)
         app.action_resume()  # from the palette: nothing to resume
-        await settle(pilot, app)
+        await answered(pilot, app, control, 3)
         assert control.replies[-1].ok is False
         assert any("nothing to resume" in n for n in notes(app))
 
@@ -123,7 +133,10 @@ async def test_rerun_failed_and_retry_group() -> None:
         await settle(pilot, app)
         assert commands(control) == [("rerun_failed", None), ("retry_group", "sim.ddtree-16.tp1")]
         assert all(r.ok for r in control.replies)
-        assert any("queued 1 cell" in n for n in notes(app))
+        assert any("queued 1 failed cell again" in n for n in notes(app))
+        assert any("restarting the server of sim.ddtree-16.tp1" in n for n in notes(app))
+        # The group's running cell runs again whole once its server is back.
+        assert app.progress.cells["ddt1agent"].status == "pending"
 
 
 async def test_abort_is_confirmed() -> None:

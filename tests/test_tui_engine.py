@@ -125,7 +125,7 @@ async def test_a_console_campaign_serves_its_socket_and_reruns_after_the_end(
     from specbench_tui.engine.control_socket import AttachedControl, attach_control
     from specbench_tui.engine.replay import ReplayControl
     from specbench_tui.tui.plan_tree import NodeRef, PlanTree
-    from specbench_tui.tui.relaunch import InProcessRelaunch
+    from tests.support.relaunch import InProcessRelaunch
 
     plan = load_plan(write_plan(MINIMAL_PLAN.replace("speed = 50", "speed = 20")))
     layout = ResultsLayout.for_campaign(tmp_path, plan.spec.campaign.name)
@@ -195,7 +195,7 @@ async def test_a_console_campaign_serves_its_socket_and_reruns_after_the_end(
 def test_selection_adds_cells_to_rerun_whatever_their_status() -> None:
     from specbench_tui.engine.selection import select_cells
     from specbench_tui.results.state import CampaignState
-    from specbench_tui.tui.scripted import sample_campaign
+    from tests.support.scripted import sample_campaign
 
     state = CampaignState.from_events(sample_campaign(finish=True))
     cells = [c.cell for c in state.cells.values() if c.cell is not None]

@@ -25,7 +25,7 @@ from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.progress import CampaignProgress
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
-from specbench_tui.tui.scripted import ScriptedControl
+from tests.support.scripted import ScriptedControl
 
 pytestmark = [pytest.mark.console, pytest.mark.system]
 

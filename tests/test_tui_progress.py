@@ -28,8 +28,8 @@ from specbench_tui.results.events import (
 )
 from specbench_tui.results.progress import CampaignProgress, format_clock
 from specbench_tui.tui.inbox import EventInbox
-from specbench_tui.tui.scripted import T0, packed_campaign, sample_campaign
 from specbench_tui.tui.toasts import host_news
+from tests.support.scripted import T0, packed_campaign, sample_campaign
 
 
 def _progress(events: list[Event]) -> CampaignProgress:

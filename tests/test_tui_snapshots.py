@@ -20,7 +20,7 @@ from specbench_tui.results.events import HostState
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.results_source import COLUMNS
-from specbench_tui.tui.scripted import ScriptedControl, packed_campaign, sample_campaign
+from tests.support.scripted import ScriptedControl, packed_campaign, sample_campaign
 
 pytestmark = pytest.mark.console
 

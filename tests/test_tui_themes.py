@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from specbench_tui.tui.app import ConsoleApp
-from specbench_tui.tui.scripted import ScriptedControl, sample_campaign
 from specbench_tui.tui.themes import (
     PACKAGE_THEMES,
     load_all_themes,
     load_themes,
     resolve_theme_name,
 )
+from tests.support.scripted import ScriptedControl, sample_campaign
 
 REPO_THEMES = Path(__file__).resolve().parents[1] / "themes"
 

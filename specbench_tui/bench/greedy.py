@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specbench_tui.engines.registry import adapters
 from specbench_tui.results.cells import Cell
 
 #: A divergence before this token is "from the first tokens": a broken config, not numerics.
@@ -28,8 +29,9 @@ FIRST_TOKENS = 16
 #: Characters of each continuation kept around a divergence.
 CONTEXT_CHARS = 60
 DETERMINISTIC_HINT = (
-    "for bit-exact comparisons run the engine in its deterministic mode where it has one "
-    "(SGLang: --enable-deterministic-inference; vLLM: VLLM_BATCH_INVARIANT=1)"
+    "for bit-exact comparisons run the engine in its deterministic mode where it has one ("
+    + "; ".join(f"{a.label}: {a.deterministic_mode}" for a in adapters() if a.deterministic_mode)
+    + ")"
 )
 
 
@@ -227,12 +229,15 @@ def _turn(context: str) -> int:
 
 
 def self_comparisons(samples: list[Sample]) -> list[Finding]:
-    """The baseline against itself: a prompt run again (repeats) or batched (a concurrency
-    cell) against its first single-stream run."""
-    firsts = [s for s in samples if s.kind == "single" and s.repeat == 0]
-    others = [
-        s for s in samples if not (s.kind == "single" and s.repeat == 0) and s.kind != "agentic"
-    ]
+    """The baseline against itself: a prompt run again (repeats, and the plan's later
+    ``runs`` on a restarted server) or batched (a concurrency cell) against its first
+    single-stream run."""
+
+    def first(s: Sample) -> bool:
+        return s.kind == "single" and s.repeat == 0 and s.cell.run == 1
+
+    firsts = [s for s in samples if first(s)]
+    others = [s for s in samples if not first(s) and s.kind != "agentic"]
     out = []
     for s, t, prefix in _pairs(others, firsts):
         out.append(Finding(s, t, first_divergence(s.output, t.output, prefix=prefix)))

@@ -16,11 +16,11 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.engine.checks import evaluate_greedy
-from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.commands import CampaignControl, Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
 from specbench_tui.engine.host_events import HubEvents
 from specbench_tui.engine.host_scheduler import HostScheduler
@@ -51,10 +51,11 @@ from specbench_tui.results.state import CampaignState
 __all__ = ["Campaign", "CampaignOptions"]
 
 
-class Campaign:
-    """A prepared campaign; ``run()`` drives it, ``subscribe()``/``send()`` observe and steer."""
+class Campaign(CampaignControl):
+    """A prepared campaign; ``run()`` drives it, ``subscribe()``/``send()`` observe and steer.
+    Closing a console on it ends the campaign (it runs in the console's loop)."""
 
-    detached = False  # closing a console on it ends the campaign (it runs in the console)
+    owns_engine: ClassVar[bool] = True
 
     def __init__(self, plan: Plan, layout: ResultsLayout, options: CampaignOptions) -> None:
         self.plan = plan
@@ -139,6 +140,10 @@ class Campaign:
         return self.ctx.state
 
     # -- the control interface ------------------------------------------------------------------
+
+    @property
+    def results_root(self) -> Path:
+        return self.layout.root
 
     def subscribe(self) -> AsyncIterator[Event]:
         return self.hub.subscribe()
@@ -305,17 +310,18 @@ class Campaign:
             self._control_server = await serve_control(self, self.layout.control_socket)
         try:
             await self._run_hosts()
-            if not self.control.aborted:
-                for host in sorted({g.host for g in self.groups}):  # the last word on each config
-                    await evaluate_greedy(ctx, host)
+            # The last word on each config, an aborted run's too: what its cells measured is
+            # judged, so a lossy config is flagged however the campaign ended.
+            for host in sorted({g.host for g in self.groups}):
+                await evaluate_greedy(ctx, host, final=True)
         except StorageFailed:
             storage_failed = True
         finally:
             await self._shutdown()
             await ctx.log_lines.stop()
         code = self._finish(storage_failed)
-        if self.options.write_report:
-            await self._write_report()
+        if self.options.write_views:
+            await self._write_outputs()
         self._close()
         return code
 
@@ -374,15 +380,17 @@ class Campaign:
             return
         self.hub.emit(ev)
 
-    async def _write_report(self) -> None:
-        """After campaign_finished, so the report knows how the campaign ended; in a thread,
-        since a TeX run takes seconds and consoles still follow the event stream."""
-        from specbench_tui.report.render import render_report
-
+    async def _write_outputs(self) -> None:
+        """The views, and the report when the options have a writer for it: after
+        campaign_finished, so the report knows how the campaign ended; in a thread, since a
+        TeX run takes seconds and consoles still follow the event stream."""
+        report = self.options.report
         try:
             await self.store.settle_views()
             await asyncio.to_thread(self.store.write_views, self.state)  # nothing changes it now
-            written = await asyncio.to_thread(render_report, self.layout.root)
+            if report is None:
+                return
+            written = await asyncio.to_thread(report, self.layout.root)
         except Exception as exc:  # a report problem must not change the exit status
             self.hub.notice(
                 f"report not written: {exc}; retry with --report {self.layout.root}", "warning"

@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from specbench_tui.engine.control_socket import AttachedControl, ShortPath
 from specbench_tui.errors import InputError
@@ -102,7 +103,8 @@ def _failed_start(log_path: Path, offset: int, code: int) -> InputError:
 class OwnedControl(AttachedControl):
     """The socket of a campaign this console started: leaving the console ends it."""
 
-    detached = False
+    detached: ClassVar[bool] = False
+    owns_engine: ClassVar[bool] = True
 
     def __init__(self, path: Path, process: EngineProcess) -> None:
         super().__init__(path)

@@ -3,9 +3,11 @@ a test. One interface for all of them: ``CampaignControl``."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from specbench_tui.results.events import Event
 
@@ -56,11 +58,35 @@ class Reply:
     text: str
 
 
-class CampaignControl(Protocol):
-    """A running campaign as a console sees it: events to follow, commands to send."""
+class CampaignControl(ABC):
+    """A campaign as a console sees it: events to follow, commands to send, and what the
+    console must know of it. The console asks these and nothing else.
 
+    ``detached``: closing a console on it leaves the campaign running (else it ends it);
+    ``read_only``: nothing runs it, so no command can apply (a results log replayed);
+    ``owns_engine``: the console runs or waits for the engine (:meth:`start_engine`), and
+    what the log held when it opened is history; ``note``: a line to show when a console
+    opens on it ("" for none).
+    """
+
+    detached: ClassVar[bool] = False
+    read_only: ClassVar[bool] = False
+    owns_engine: ClassVar[bool] = False
+    note: str = ""
+
+    @property
+    def results_root(self) -> Path | None:
+        """The campaign's results directory, where the control knows it."""
+        return None
+
+    @abstractmethod
     def subscribe(self) -> AsyncIterator[Event]:
         """Every event so far (replay), then new ones as they happen, until the campaign ends."""
-        ...
 
+    @abstractmethod
     async def send(self, command: Command) -> Reply: ...
+
+    async def start_engine(self) -> int | None:
+        """Run (or wait for) the campaign's engine and return its exit status, on a control
+        that owns it; None at once on any other."""
+        return None

@@ -4,7 +4,9 @@ into."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbench_tui.engine.hub import EventHub
@@ -40,7 +42,11 @@ class CampaignOptions:
     abort_grace_s: float = 1.0  # how long an abort lets requests in flight finish
     # Inside a Slurm batch job: run only the job's group and cells, on its allocation.
     job: JobShare | None = None
-    write_report: bool = True  # views and report at the end (a job leaves them to its campaign)
+    # Views at the end (a Slurm job leaves them to its campaign), and what writes the report
+    # of the results directory then: the command line passes the report's renderer; None
+    # writes none (``--report DIR`` renders it later).
+    write_views: bool = True
+    report: Callable[[Path], list[Path]] | None = None
 
 
 @dataclass

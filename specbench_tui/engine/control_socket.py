@@ -20,7 +20,7 @@ import socket
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from specbench_tui.engine.commands import CampaignControl, Command, Reply
 from specbench_tui.errors import InputError
@@ -193,10 +193,10 @@ async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.Abstra
     return server
 
 
-class AttachedControl:
-    """A running campaign seen through its control socket (implements CampaignControl)."""
+class AttachedControl(CampaignControl):
+    """A running campaign seen through its control socket."""
 
-    detached = True  # closing a console on it leaves the campaign running
+    detached: ClassVar[bool] = True  # closing a console on it leaves the campaign running
 
     def __init__(self, path: Path) -> None:
         self.path = path

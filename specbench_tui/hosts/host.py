@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from specbench_tui.engines.registry import adapter
 from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.local_leftovers import (
     SERVER_MARK_ENV,
@@ -519,6 +520,7 @@ class Host:
                     report.problems.append(f"interpreter {python} not found")
                 else:
                     report.facts.append(f"server command {python} found")
+            self._check_models(groups, report)
         for port in sorted({g.port for g in groups}):
             if port_in_use(port):
                 report.ports.append(
@@ -529,6 +531,25 @@ class Host:
                 report.ports.append(f"{port} free")
         await self.add_telemetry(report)
         return report
+
+    @staticmethod
+    def _check_models(groups: Iterable[ServiceGroup], report: HostReport) -> None:
+        """Each server's model on this machine (relative paths from here, where local servers
+        start). A path (``/``, ``.`` or ``~`` first) that is missing is a problem; any other
+        name that is not here is what engines take as a model id (``Qwen/Qwen3-8B``, ``gpt2``)
+        and may download, so it is said, not refused."""
+        for model in dict.fromkeys(
+            m for g in groups if (m := adapter(g.engine).model_path(g.command))
+        ):
+            if Path(model).expanduser().exists():
+                report.facts.append(f"model {model} found")
+            elif model.startswith(("/", ".", "~")):
+                report.problems.append(f"model {model} not found")
+            else:
+                report.warnings.append(
+                    f"model {model} is no path here: the server takes it as a model id (and "
+                    "may download it)"
+                )
 
     async def add_telemetry(self, report: HostReport) -> None:
         """The telemetry mode into a check's report, warned about when there is none (every

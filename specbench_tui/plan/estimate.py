@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate
-from specbench_tui.plan.probes import LEAK_RUNS, floor_probe_size, group_probes, runs_floor_probe
+from specbench_tui.plan.probes import (
+    LEAK_RUNS,
+    floor_probe_size,
+    group_probes,
+    runs_floor_probe,
+    runs_leak_probe,
+)
 from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.events import EstimateRecorded
@@ -88,9 +94,11 @@ def _probes_said(spec: PlanSpec, groups: list[ServiceGroup]) -> str | None:
             f"the noise-floor probe on {len(floor)} baseline group{'s' * (len(floor) != 1)} "
             f"({2 * prompts} requests alone and {batch} batched, up to {max_tokens} tokens)"
         )
-    if spec.checks.state_leak and groups:
+    leak = [g for g in groups if runs_leak_probe(spec, g)]
+    if leak:
         n = sum(run.requests for run in LEAK_RUNS)
-        parts.append(f"the state-leak probe on every group ({n} requests)")
+        every = "every group" if len(leak) == len(groups) else "every group of the first run"
+        parts.append(f"the state-leak probe on {every} ({n} requests)")
     return "checks' probes at the end of groups: " + "; ".join(parts) if parts else None
 
 

@@ -6,7 +6,10 @@ service holds, comes last). GPUs are taken from the top of the host's ids, so sm
 stay clear of GPU 0, where foreign services usually sit.
 
 A cell's id hashes what it measures (the resolved server command with the port left out, the
-environment, host, TP, GPUs and the workload slice), never its position in the plan.
+environment, host, TP, GPUs, the workload slice and, past the first, which of the plan's
+``runs`` it belongs to), never its position in the plan. With ``runs = N`` each group is
+expanded N times (``<host>.<config>.tp<tp>``, then ``...r2`` to ``...rN``), each a server
+start of its own.
 """
 
 from __future__ import annotations
@@ -61,25 +64,24 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
         host = spec.hosts[host_name]
         first: tuple[ServiceGroup, ResolvedConfig] | None = None
         for tp in sorted(spec.matrix.tp):
-            for cname in matrix_configs:
-                if _excluded(spec, host=host_name, config=configs[cname], tp=tp, workload=None):
-                    continue
-                group = _group(
-                    spec,
-                    host_name,
-                    host,
-                    configs[cname],
-                    tp,
-                    sim=sim,
-                    packed=pack,
-                    plan_dir=plan.dir,
-                )
-                group_cells = _cells(spec, group, configs[cname], lib)
-                if not group_cells:
-                    continue
-                groups.append(group)
-                cells.extend(group_cells)
-                first = first or (group, configs[cname])
+            # Every config once, then every config again (``runs``): a run's servers are
+            # restarted, and a drift over the hours of a campaign falls on every config alike.
+            for run in range(1, spec.campaign.runs + 1):
+                for cname in matrix_configs:
+                    cfg = configs[cname]
+                    if _excluded(spec, host=host_name, config=cfg, tp=tp, workload=None):
+                        continue
+                    group = _group(
+                        spec, host_name, host, cfg, tp, sim=sim, packed=pack, plan_dir=plan.dir
+                    )
+                    if run > 1:
+                        group = replace(group, id=f"{group.id}.r{run}", run=run)
+                    group_cells = _cells(spec, group, cfg, lib)
+                    if not group_cells:
+                        continue
+                    groups.append(group)
+                    cells.extend(group_cells)
+                    first = first or (group, cfg)
         if pack and spec.campaign.pack_control and first is not None:
             # The control: the host's first group once more, alone on the host.
             group, cfg = first
@@ -239,6 +241,7 @@ def _cells(
             kind=w.kind,
             timeout_s=w.timeout,
             params=cfg.params,
+            run=group.run,
         )
         temps = w.temperatures
         for temp in temps:
@@ -351,5 +354,7 @@ def _cell(
         "kind": common["kind"],
         **measured,
     }
+    if common["run"] > 1:  # run 1 keeps the id a plan without ``runs`` gives it
+        identity["run"] = common["run"]
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=list).encode())
     return Cell(id=digest.hexdigest()[:12], name=name, **common, **fields)

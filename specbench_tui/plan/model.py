@@ -126,6 +126,9 @@ class CampaignSpec(Strict):
     pack: bool = False
     # With pack: run each host's first group once more alone, so the report can compare.
     pack_control: bool = False
+    # Each group run this many times, its server started afresh each time: the report's
+    # intervals then span run-to-run variation, not only the repeats inside one run.
+    runs: int = Field(default=1, ge=1, le=100)
 
 
 class SlurmSpec(Strict):

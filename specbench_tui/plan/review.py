@@ -188,6 +188,12 @@ def render_text(r: Review) -> str:
         + ", ".join(f"{n} {k}" for k, n in kinds.items())
         + f"), {est.requests} requests, "
         f"{len(exp.groups)} server starts"
+        + (
+            f" ({spec.campaign.runs} runs: every group {spec.campaign.runs} times, a fresh "
+            "server each)"
+            if spec.campaign.runs > 1
+            else ""
+        )
     )
     out.append(
         f"estimated wall time {format_duration(est.total_s)} "

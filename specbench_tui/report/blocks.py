@@ -82,6 +82,8 @@ class Table:
     # The table's data for tables/*.csv, unformatted (numbers as numbers, intervals as their
     # own columns); None: the CSV holds the cells' text.
     csv: list[dict[str, Any]] | None = None
+    # Leading columns that name a row (repeated in each part where a wide table is split).
+    key_columns: int = 1
 
 
 def row(*cells: str | Cell, bold_all: bool = False) -> list[Cell]:

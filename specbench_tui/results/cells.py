@@ -46,6 +46,7 @@ class ServiceGroup:
     model: str = ""  # the model directory on the host (where its chat template is read)
     chat_template: str | None = None  # the plan's template file, absolute (None: the model's)
     chat_template_on: str = "client"  # who renders the template: "client" or "server"
+    run: int = 1  # which of the plan's ``[campaign] runs`` (a fresh server each)
 
     def to_json(self) -> dict[str, Any]:
         # Shallow, as Cell.to_json: asdict() deep-copies, which dominates a big dry run.
@@ -119,6 +120,7 @@ class Cell:
     top_k: int | None = None
     sampling_seed: int | None = None
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    run: int = 1  # which of the plan's ``[campaign] runs`` (its group's server started afresh)
 
     def to_json(self) -> dict[str, Any]:
         # A shallow copy: asdict() deep-copies, which dominates a 10,000-cell dry run.

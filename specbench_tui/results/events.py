@@ -372,8 +372,10 @@ class CheckVerdict(Event):
 
     ``status``: ``pass``; ``fail`` (the config is broken: it diverged beyond the baseline's
     own noise, or leaked state); ``noise`` (it diverged, but late and within the noise floor
-    the baseline shows against itself: numerics, not a bug). A ``fail`` marks every cell of
-    the config as failed-check in every view and makes the exit status 1.
+    the baseline shows against itself: numerics, not a bug); ``unchecked`` (a reader's
+    judgement, never logged: the config has outputs no verdict covers, so it is never ranked
+    best). A ``fail`` marks every cell of the config as failed-check in every view and makes
+    the exit status 1.
     """
 
     name: ClassVar[str] = "check_verdict"
@@ -381,7 +383,7 @@ class CheckVerdict(Event):
     config: str
     host: str = ""
     tp: int = 0
-    status: str = "pass"  # pass | fail | noise
+    status: str = "pass"  # pass | fail | noise | unchecked
     text: str = ""  # one line for the operator
     # The evidence: first divergence (cell_id, prompt, token index, the two continuations),
     # counts compared/diverged, the noise floor it was judged against.

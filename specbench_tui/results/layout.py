@@ -68,6 +68,12 @@ class ResultsLayout:
         return self.root / "unreadable"
 
     @property
+    def manifest(self) -> Path:
+        """What each group ran on and with (tool, host, engine, GPUs, model), as recorded
+        when its server was ready."""
+        return self.root / "manifest.json"
+
+    @property
     def engine_log(self) -> Path:
         """What a campaign run for a console printed (its headless lines, in a child process)."""
         return self.root / "engine.log"

@@ -463,6 +463,17 @@ class CampaignState:
     def failed_checks(self) -> list[CheckVerdict]:
         return [v for v in self.checks.values() if v.status == "fail"]
 
+    def unchecked(self) -> list[CheckVerdict]:
+        """Configs with outputs that no verdict covers (never ranked best)."""
+        return [v for v in self.checks.values() if v.status == "unchecked"]
+
+    def add_judged(self, verdicts: Iterable[CheckVerdict]) -> None:
+        """Fold in verdicts a reader judged from the stored outputs (not events of the log,
+        so the log's clock and counts are left as they are)."""
+        for v in verdicts:
+            self.checks[(v.check, v.host, v.config, v.tp)] = v
+        self._mark_checks()
+
     def _telemetry_chosen(self, ev: TelemetryChosen) -> None:
         self.telemetry[ev.host] = ev
 

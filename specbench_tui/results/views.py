@@ -42,6 +42,7 @@ def cell_rows(state: CampaignState, *, simulated: bool | None = None) -> list[di
             "concurrency": planned.concurrency if planned else None,
             # A matrix axis where a workload lists several (``temperature = [0, 1]``).
             "temperature": planned.temperature if planned else None,
+            "run": planned.run if planned else 1,  # which of the plan's ``[campaign] runs``
             "attempt": c.attempt,
             "status": view_status(state, c.status),
             "reason": c.reason or None,

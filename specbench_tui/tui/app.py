@@ -40,35 +40,19 @@ from textual.widgets.tree import TreeNode
 from specbench_tui.engine.commands import CampaignControl
 from specbench_tui.results.events import (
     CampaignFinished,
-    CampaignStarted,
-    CellFailed,
-    CellFinished,
-    CellQueued,
-    CellSkipped,
-    CellStarted,
-    CheckVerdict,
     Event,
-    GpuSample,
-    GroupFinished,
-    GroupStarted,
-    HostState,
-    LogLine,
-    Notice,
-    RequestDone,
-    ServiceFailed,
-    ServiceReady,
-    TelemetryChosen,
 )
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.progress import CampaignProgress
 from specbench_tui.tui import keymap
 from specbench_tui.tui.campaign_keys import CampaignKeys
 from specbench_tui.tui.detail import DetailPane
+from specbench_tui.tui.frame import FrameChanges, fold_batch
 from specbench_tui.tui.gpu_history import GpuHistory
 from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.health import HealthPane
 from specbench_tui.tui.inbox import EventInbox
-from specbench_tui.tui.log_pane import LogPane, display_line
+from specbench_tui.tui.log_pane import LogPane
 from specbench_tui.tui.palette import ConsoleCommands
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.plots import LiveData, PlotsPane
@@ -78,7 +62,7 @@ from specbench_tui.tui.results_source import comparison
 from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
 from specbench_tui.tui.summary import exit_summary
 from specbench_tui.tui.themes import DEFAULT_THEME, load_all_themes, resolve_theme_name
-from specbench_tui.tui.toasts import Toast, ToastBatcher, host_news
+from specbench_tui.tui.toasts import Toast, ToastBatcher
 
 #: Exit status when the console is closed before the campaign finished (as for Ctrl-C).
 EXIT_INTERRUPTED = 130
@@ -94,6 +78,9 @@ REPLAY_AGE_S = 30.0
 QUIT_GRACE_S = 20.0
 #: After a cell finished, the results table is recomputed this much later, once for a burst.
 RESULTS_DELAY_S = 1.0
+#: While the results pane is hidden (the plots hold its slot during a run) the table is still
+#: recomputed, at most this often, so the pane is never empty when it comes into view at the end.
+HIDDEN_RESULTS_S = 10.0
 
 #: Panes the number keys toggle, in screen order.
 PANE_TITLES: dict[str, str] = {
@@ -106,24 +93,6 @@ PANE_TITLES: dict[str, str] = {
 }
 #: Panes that share the middle of the right column: showing one hides the other.
 SLOT = ("plots", "results")
-
-_LIFECYCLE = (
-    CampaignStarted,
-    CampaignFinished,
-    GroupStarted,
-    GroupFinished,
-    ServiceReady,
-    ServiceFailed,
-    CellStarted,
-    CellFinished,
-    CellFailed,
-    CellSkipped,
-    CellQueued,
-    CheckVerdict,
-)
-_CELL_EVENTS = (CellStarted, CellFinished, CellFailed, CellSkipped, CellQueued)
-#: Events after which the results table may have changed.
-_RESULTS_EVENTS = (CellFinished, CheckVerdict, CampaignFinished, CellQueued)
 
 
 class PlanNavigated(events.Event):
@@ -243,15 +212,15 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._leave_after_engine = False
         self._history_before = 0.0  # events before this (epoch s) are history after a restart
         self._results_due: float | None = None  # monotonic time the table is to be recomputed
+        self._results_at: float | None = None  # monotonic time of the last recomputation
         self._results_mtime: float | None = None
         self._results_busy = False
         self.engine_exit_code: int | None = None
         self._user_display: dict[str, bool] = {}
         self._user_wrap: bool | None = None
         self._startup_notes: list[tuple[str, str]] = []
-        note = getattr(control, "note", "")
-        if note:
-            self._startup_notes.append((note, "information"))
+        if control.note:
+            self._startup_notes.append((control.note, "information"))
         self.console_themes, errors = load_all_themes(theme_dirs)
         for th in self.console_themes.values():
             self.register_theme(th)
@@ -273,16 +242,16 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     @property
     def read_only(self) -> bool:
-        return bool(getattr(self.control, "read_only", False))
+        return self.control.read_only
 
     @property
     def detached(self) -> bool:
-        return bool(getattr(self.control, "detached", False))
+        return self.control.detached
 
     def results_root(self) -> Path | None:
         """The campaign's results directory: what the control knows (its path is right
         from any working directory), else what the campaign said when it started."""
-        root = getattr(self.control, "results_root", None)
+        root = self.control.results_root
         if root is None and self.relaunch is not None:
             root = self.relaunch.results_root
         if root is None and self.progress.results_dir:
@@ -334,7 +303,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.set_interval(FRAME_S, self._frame)
         self.set_interval(PLOT_S, self._redraw_plots)
         self.set_interval(CLOCK_S, self._tick)
-        if callable(getattr(self.control, "start_engine", None)):
+        if self.control.owns_engine:
             # a campaign this console starts: whatever its log already holds is history,
             # however recent (an earlier run that ended a moment ago raises no toast)
             self._history_before = time.time()
@@ -406,13 +375,13 @@ class ConsoleApp(CampaignKeys, App[int]):
             self.stream_ended = True
 
     def start_engine(self) -> None:
-        """An in-process campaign runs in the console's event loop (its ``start_engine``);
-        a detached control has no such method and needs nothing here."""
-        if callable(getattr(self.control, "start_engine", None)):
+        """A campaign this console owns runs in (or is waited for from) the console's event
+        loop (its ``start_engine``); an attached or replayed one needs nothing here."""
+        if self.control.owns_engine:
             self._run_engine(self.control)
 
     @work(group="engine")
-    async def _run_engine(self, control: Any) -> None:
+    async def _run_engine(self, control: CampaignControl) -> None:
         try:
             code = await control.start_engine()
         except Exception as exc:
@@ -449,125 +418,81 @@ class ConsoleApp(CampaignKeys, App[int]):
             self._show_toast(toast)
 
     def apply_batch(self, batch: list[Event]) -> None:
-        """Apply one frame's events: state first, then only the widgets they touched."""
+        """Apply one frame's events: state first (``tui/frame.py``, pure), then only the
+        widgets they touched."""
+        was_ended = self.ended
+        logpane = self.main.query_one(LogPane)
+        changes = fold_batch(self.progress, batch, logpane.group, self._is_live)
+        self._paint_frame(changes, batch)
+        if self.ended != was_ended:
+            self._apply_size(self.size.width, self.size.height)  # the slot's default changed
+
+    def _paint_frame(self, changes: FrameChanges, batch: list[Event]) -> None:
+        """Update the widgets a frame's changes name (the painter of ``apply_batch``)."""
         p = self.progress
+        now = time.monotonic()
         tree = self.main.query_one(PlanTree)
         logpane = self.main.query_one(LogPane)
-        lines: list[str] = []
-        cells: set[str] = set()
-        groups: set[str] = set()
-        rebuilt = lifecycle = gpus = checks = False
-        was_ended = self.ended
-        now = time.monotonic()
-        for ev in batch:
-            if isinstance(ev, HostState):
-                before = p.host_states.get(ev.host)
-                p.apply(ev)
-                tree.relabel_host(ev.host)
-                gpus = True  # the health pane says which host is away
-                news = host_news(ev.host, before.state if before else "", ev.state, ev.reason)
-                if news is not None and self._is_live(ev):
-                    severity, title, noun, text = news
-                    self.toasts.add(text, now, severity=severity, title=title, noun=noun)
-                continue
-            p.apply(ev)
-            if isinstance(ev, LogLine):
-                if logpane.group is None:
-                    logpane.set_group(ev.group)
-                if ev.group == logpane.group:
-                    lines.append(display_line(ev))
-                continue
-            if isinstance(ev, RequestDone):
-                self._request_cells.add(ev.cell_id)  # repainted at the plot rate, not per frame
-                continue
-            if isinstance(ev, GpuSample):
-                gpus = True
-                continue
-            if isinstance(ev, TelemetryChosen):  # the reducer keeps it; the pane shows it
-                gpus = True
-                continue
-            if isinstance(ev, _LIFECYCLE):
-                lifecycle = True
-            if isinstance(ev, _RESULTS_EVENTS) and self._results_due is None:
-                self._results_due = now + RESULTS_DELAY_S
-            if isinstance(ev, CampaignStarted):
-                rebuilt = True
-                self.live.clear()
-                cells.clear()
-                groups.clear()
-                self._results_due = now + RESULTS_DELAY_S
-            elif isinstance(ev, GroupStarted):
-                logpane.add(lines)
-                lines = []
-                logpane.set_group(ev.group)
-                groups.add(ev.group)
-            elif isinstance(ev, ServiceReady | GroupFinished):
-                groups.add(ev.group)
-            elif isinstance(ev, ServiceFailed):
-                groups.add(ev.group)
-                if self._is_live(ev):
-                    self.toasts.add(
-                        f"{ev.group}: {ev.reason}",
-                        now,
-                        severity="error",
-                        title="server failed",
-                        noun=("server failed to start", "servers failed to start"),
-                    )
-            elif isinstance(ev, _CELL_EVENTS):
-                cells.add(ev.cell_id)
-                if isinstance(ev, CellFailed) and self._is_live(ev):
-                    self.toasts.add(
-                        f"{ev.cell or ev.cell_id}: {ev.reason}",
-                        now,
-                        severity="error",
-                        title="cell failed",
-                        noun=("cell failed", "cells failed"),
-                    )
-            elif isinstance(ev, CheckVerdict):
-                checks = True
-                if ev.status == "fail" and self._is_live(ev):
-                    self.toasts.add(
-                        f"{ev.config} TP{ev.tp}: {ev.text or ev.check}",
-                        now,
-                        severity="error",
-                        title=f"{ev.check} check failed",
-                        noun=("config failed a check", "configs failed a check"),
-                    )
-            elif isinstance(ev, Notice) and self._is_live(ev):
-                if self.toasts.answer(ev.text, "notice", now):
-                    sev = {"warning": "warning", "error": "error"}.get(ev.level, "information")
-                    noun = {"error": ("error", "errors"), "warning": ("warning", "warnings")}.get(
-                        sev, ("note", "notes")
-                    )
-                    self.toasts.add(ev.text, now, severity=sev, noun=noun)
-            elif isinstance(ev, CampaignFinished) and self._is_live(ev):
-                self._announce_end(ev)
+        for host in changes.hosts:
+            tree.relabel_host(host)
+        self._request_cells |= changes.request_cells
+        if changes.started:
+            self.live.clear()
+            self._results_due = now + RESULTS_DELAY_S
+        elif changes.results and self._results_due is None:
+            self._results_due = now + RESULTS_DELAY_S
+        for t in changes.toasts:
+            self.toasts.add(t.text, now, severity=t.severity, title=t.title, noun=t.noun)  # type: ignore[arg-type]
+        for ev in changes.notices:
+            if self.toasts.answer(ev.text, "notice", now):
+                sev = {"warning": "warning", "error": "error"}.get(ev.level, "information")
+                noun = {"error": ("error", "errors"), "warning": ("warning", "warnings")}.get(
+                    sev, ("note", "notes")
+                )
+                self.toasts.add(ev.text, now, severity=sev, noun=noun)  # type: ignore[arg-type]
+        if changes.ended is not None:
+            self._announce_end(changes.ended)
+        self._paint_log(logpane, changes.log)
         self.gpu_history.ingest(batch)
-        logpane.add(lines)
         logpane.dropped = self.inbox.dropped
         self.live.ingest(batch, p.started_at)
-        if rebuilt or (tree.only_failed and lifecycle and tree.failing(p) != tree.shown_failures):
-            self._rebuild_tree()
-        elif checks:
-            tree.relabel_all()
-        else:
-            for cid in cells:
-                tree.relabel_cell(cid)
-            for gid in groups:
-                tree.relabel_group(gid)
-                for cid in p.groups[gid].cells if gid in p.groups else []:
-                    tree.relabel_cell(cid)
+        self._paint_tree(tree, changes)
         if self.follow:
             self._follow_current()
         self.frames += 1
         clock = self.clock()
         self.main.query_one(CampaignHeader).show(p, clock, live=not self.read_only)
-        if gpus or lifecycle:
+        if changes.gpus or changes.lifecycle:
             self.main.query_one(HealthPane).show(p, clock, self.gpu_history)
-        if lifecycle:
+        if changes.lifecycle:
             self._show_detail()
-        if self.ended != was_ended:
-            self._apply_size(self.size.width, self.size.height)  # the slot's default changed
+
+    @staticmethod
+    def _paint_log(logpane: LogPane, ops: list[str | tuple[str, str]]) -> None:
+        lines: list[str] = []
+        for op in ops:
+            if isinstance(op, str):
+                lines.append(op)
+            else:
+                logpane.add(lines)
+                lines = []
+                logpane.set_group(op[1])
+        logpane.add(lines)
+
+    def _paint_tree(self, tree: PlanTree, changes: FrameChanges) -> None:
+        p = self.progress
+        refilter = tree.only_failed and changes.lifecycle and tree.failing(p) != tree.shown_failures
+        if changes.started or refilter:
+            self._rebuild_tree()
+        elif changes.checks:
+            tree.relabel_all()
+        else:
+            for cid in changes.cells:
+                tree.relabel_cell(cid)
+            for gid in changes.groups:
+                tree.relabel_group(gid)
+                for cid in p.groups[gid].cells if gid in p.groups else []:
+                    tree.relabel_cell(cid)
 
     def _rebuild_tree(self) -> None:
         tree = self.main.query_one(PlanTree)
@@ -668,7 +593,8 @@ class ConsoleApp(CampaignKeys, App[int]):
     def _results_tick(self) -> None:
         """Once a second: recompute the table when a cell finished a moment ago, or when the
         cells view on disk changed (the engine writes it when a cell ends, off its loop;
-        the request view only now and then), and only while the pane is shown."""
+        the request view only now and then); while the pane is hidden, at most every
+        ``HIDDEN_RESULTS_S``, so that it shows a table the moment it is shown."""
         root = self.results_root()
         if self.results_source is None or root is None:
             return
@@ -678,12 +604,15 @@ class ConsoleApp(CampaignKeys, App[int]):
                 self._results_mtime = mtime
                 self._results_due = self._results_due or time.monotonic()
         due = self._results_due
-        if due is None or time.monotonic() < due or self._results_busy:
+        now = time.monotonic()
+        if due is None or now < due or self._results_busy:
             return
-        if not self.main.query_one("#results").display:
-            return
+        hidden = not self.main.query_one("#results").display
+        if hidden and self._results_at is not None and now - self._results_at < HIDDEN_RESULTS_S:
+            return  # kept current while hidden, but not at every cell's end
         self._results_due = None
         self._results_busy = True
+        self._results_at = now
         self._compute_results(root)
 
     @work(thread=True, group="results", exclusive=True)

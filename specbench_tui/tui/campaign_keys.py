@@ -80,7 +80,7 @@ class CampaignKeys(_Base):
     def ended(self) -> bool:
         """The campaign's latest run has ended (finished or aborted, or nothing runs it)."""
         p = self.progress
-        return p.finished or bool(getattr(self.control, "read_only", False))
+        return p.finished or self.control.read_only
 
     def _not_restartable(self) -> bool:
         """After the end, with nothing to restart with: say how, and True."""

@@ -3,9 +3,8 @@
 A console that started its campaign keeps what it needs to start the engine again (the plan,
 the results directory, the options) and, when the operator asks for cells after the end (r, R,
 g, or resume after an abort), starts a new run on the same results: ``ChildRelaunch`` in a
-child process, as the command line starts the first (engine/child.py), ``InProcessRelaunch``
-in the console's own loop (for tests and embedding). The new run replays the whole log, so the
-console sees the same campaign continue.
+child process, as the command line starts the first (engine/child.py). The new run replays the
+whole log, so the console sees the same campaign continue.
 
 An attached console has nothing to relaunch: the campaign belongs to another process.
 """
@@ -14,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from specbench_tui.engine.commands import CampaignControl
 
 if TYPE_CHECKING:
-    from specbench_tui.engine.context import CampaignOptions
-    from specbench_tui.plan.document import Plan
     from specbench_tui.results.layout import ResultsLayout
 
 
@@ -39,38 +36,6 @@ class Relaunch(Protocol):
         ``rerun``: ids of cells to run again whatever their status; with neither, the
         run takes what is left (cells never run). Raises InputError with the reason."""
         ...
-
-
-@dataclass
-class InProcessRelaunch:
-    plan: Plan
-    layout: ResultsLayout
-    options: CampaignOptions
-
-    @property
-    def results_root(self) -> Path:
-        return self.layout.root
-
-    async def start(
-        self, *, rerun: Sequence[str] = (), rerun_failed: bool = False
-    ) -> CampaignControl:
-        from specbench_tui.engine.campaign import Campaign
-
-        options = replace(
-            self.options,
-            fresh=False,  # never move the results aside again
-            only=None,
-            rerun_failed=rerun_failed,
-            rerun=tuple(rerun),
-        )
-        # prepare reads the whole log: off the loop the console draws with
-        campaign: Any = await asyncio.to_thread(Campaign.prepare, self.plan, self.layout, options)
-        try:
-            await campaign.check_hosts()
-        except BaseException:
-            campaign.store.close()
-            raise
-        return campaign  # type: ignore[no-any-return]
 
 
 @dataclass

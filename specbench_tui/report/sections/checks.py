@@ -90,7 +90,8 @@ def build(inp: Inputs) -> Section:
     if verdicts:
         sec.add(
             Table(
-                "Check verdicts recorded by the campaign",
+                "Check verdicts: recorded by the campaign, or (marked *) judged from the "
+                "outputs it stored, where it ended before judging them",
                 [
                     Column("Check", "l"),
                     Column("Host", "l"),
@@ -105,7 +106,10 @@ def build(inp: Inputs) -> Section:
                         Cell(v.host),
                         Cell(label(inp, v.config)),
                         Cell(str(v.tp)),
-                        Cell(v.status, bold=v.status == "fail"),
+                        Cell(
+                            v.status + (" *" if v.detail.get("judged") else ""),
+                            bold=v.status == "fail",
+                        ),
                         Cell(v.text),
                     ]
                     for v in verdicts

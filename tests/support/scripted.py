@@ -1,22 +1,19 @@
-"""A ``CampaignControl`` that plays a scripted campaign, for tests, the console bench and a look
-at the console without the engine.
-
-It answers commands the way the engine contract says (a ``Reply`` for each, ``ok=False`` with
-the reason when nothing applies) and publishes the events the engine would, so key presses in a
-test have a visible effect. It keeps its own ``CampaignProgress`` to decide, exactly as any
-observer would: it never needs more than the event stream.
-"""
+"""A ``CampaignControl`` that plays a scripted campaign, for the console's tests and bench: a
+fixed, realistic event stream (``sample_campaign``, ``packed_campaign``) instead of a running
+engine, with the engine's own answers to the operator's commands."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from fnmatch import fnmatchcase
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.commands import CampaignControl, Command, Reply
+from specbench_tui.engine.operator import OperatorCommands
+from specbench_tui.engine.run_control import GroupHandle, RunControl
+from specbench_tui.engine.verdict import judge
+from specbench_tui.errors import EXIT_INTERRUPTED
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
-    Aborted,
     CampaignFinished,
     CampaignStarted,
     CellFailed,
@@ -30,9 +27,8 @@ from specbench_tui.results.events import (
     GroupStarted,
     LogLine,
     Notice,
-    Paused,
     RequestDone,
-    Resumed,
+    ServiceFailed,
     ServiceReady,
 )
 from specbench_tui.results.progress import CampaignProgress
@@ -41,10 +37,16 @@ from specbench_tui.results.progress import CampaignProgress
 T0 = 1_760_000_000.0
 
 
-class ScriptedControl:
-    """Replays ``events`` to every subscriber, then whatever ``publish`` adds, until ``close``."""
+class ScriptedControl(CampaignControl):
+    """Replays ``events`` to every subscriber, then whatever ``publish`` adds, until ``close``.
 
-    detached = False  # an in-process campaign: closing the console ends it
+    Commands are answered by the engine's own operator commands (``engine/operator.py``) over
+    the same state, with a run control whose group handles follow the events, so a test of a
+    key sees what the engine would answer. A running cell asked to stop (a skip, a pause, a
+    group restart, an abort) then ends as the engine's verdict says (``engine/verdict.py``);
+    an abort ends the campaign. ``engine``: what ``start_engine`` runs, for a control that
+    stands for a campaign the console owns (it gets the control, returns the exit status).
+    """
 
     def __init__(
         self,
@@ -52,26 +54,40 @@ class ScriptedControl:
         *,
         close_after_replay: bool = False,
         clock_step: float = 0.5,
-        echo: bool = False,
+        engine: Callable[[ScriptedControl], Awaitable[int]] | None = None,
     ) -> None:
         self.history: list[Event] = []
         self.commands: list[Command] = []
         self.replies: list[Reply] = []
         self.progress = CampaignProgress()
+        self.run_control = RunControl()
+        self.operator = OperatorCommands(
+            self,  # type: ignore[arg-type]  # the hub's face: state, emit, notice
+            self.run_control,
+            lambda: self.progress.finished,
+        )
         self._queues: list[asyncio.Queue[Event | None]] = []
         self._closed = False
         self._clock_step = clock_step
-        self.echo = echo  # publish each answer as a notice too, as the engine does
+        self._engine = engine
         for ev in events or []:
             self.publish(ev)
         if close_after_replay:
             self.close()
+
+    @property
+    def owns_engine(self) -> bool:  # type: ignore[override]
+        return self._engine is not None
+
+    async def start_engine(self) -> int | None:
+        return await self._engine(self) if self._engine is not None else None
 
     # --- producer side ---------------------------------------------------------------------
 
     def publish(self, ev: Event) -> None:
         self.history.append(ev)
         self.progress.apply(ev)
+        self._follow(ev)
         for q in self._queues:
             q.put_nowait(ev)
 
@@ -85,6 +101,43 @@ class ScriptedControl:
         """Scripted time: just after the last event, so replies stay deterministic."""
         last = self.history[-1].ts if self.history else T0
         return last + self._clock_step
+
+    # --- what the operator commands read and write: the hub's face ---------------------------
+
+    @property
+    def state(self) -> CampaignProgress:
+        return self.progress
+
+    def emit(self, ev: Event) -> None:
+        ev.ts = self._now()
+        self.publish(ev)
+
+    def notice(self, text: str, level: str = "info") -> None:
+        self.emit(Notice(level=level, text=text))
+
+    def refused(self, text: str) -> None:
+        """A refused command, said as a warning (the hub's rate limit is the hub's own
+        business: a test sends a few commands, never a flood)."""
+        self.notice(text, "warning")
+
+    def _follow(self, ev: Event) -> None:
+        """Keep the run control's group handles where the events say the groups are."""
+        groups = self.run_control.groups
+        if isinstance(ev, GroupStarted):
+            g = self.progress.groups.get(ev.group)
+            if g is not None and g.group is not None:
+                groups[ev.group] = GroupHandle(group=g.group)
+        elif isinstance(ev, GroupFinished | ServiceFailed):
+            groups.pop(ev.group, None)
+        elif isinstance(ev, CellStarted):
+            c = self.progress.cells.get(ev.cell_id)
+            h = groups.get(ev.group)
+            if h is not None and c is not None:
+                h.cell, h.stop = c.cell, None
+        elif isinstance(ev, CellFinished | CellFailed | CellSkipped | CellQueued):
+            for h in groups.values():
+                if h.cell is not None and h.cell.id == ev.cell_id:
+                    h.cell = None
 
     # --- CampaignControl -------------------------------------------------------------------
 
@@ -107,108 +160,56 @@ class ScriptedControl:
 
     async def send(self, command: Command) -> Reply:
         self.commands.append(command)
-        reply = self._handle(command)
+        reply = await self.operator.send(command)
         self.replies.append(reply)
-        if self.echo and not self._closed:
-            self.publish(Notice(level="info" if reply.ok else "warning", text=reply.text))
+        self._stop_asked_cells()
         return reply
 
-    # --- a small engine's worth of answers -------------------------------------------------
-
-    def _targets(self, target: str | None) -> list[str]:
-        p = self.progress
-        if target is None:
-            return [p.current_cell] if p.current_cell else []
-        if target in p.cells:
-            return [target]
-        if target in p.groups:
-            return list(p.groups[target].cells)
-        return [c.id for c in p.cells.values() if fnmatchcase(c.name, target)]
-
-    def _handle(self, cmd: Command) -> Reply:
-        p = self.progress
-        if p.finished and cmd.action not in ("rerun", "rerun_failed"):
-            return Reply(False, "the campaign has finished")
-        ts = self._now()
-        if cmd.action == "pause":
-            if p.paused:
-                return Reply(False, "already paused")
-            self.publish(Paused(by=cmd.by, ts=ts))
-            return Reply(True, "paused: the running cell finishes, nothing new starts")
-        if cmd.action == "resume":
-            if not p.paused:
-                return Reply(False, "nothing to resume: the campaign is running")
-            self.publish(Resumed(by=cmd.by, ts=ts))
-            return Reply(True, "resumed")
-        if cmd.action == "abort":
-            self.publish(Aborted(by=cmd.by, reason="operator abort", ts=ts))
-            c = p.counts
-            self.publish(
+    def _stop_asked_cells(self) -> None:
+        """What the engine does next with a cell asked to stop: its verdict (the requests
+        it had in flight finished, the server alive), and after an abort the end."""
+        for h, cell in self.run_control.running_cells():
+            if h.stop is None:
+                continue
+            c = self.progress.cells[cell.id]
+            v = judge(
+                requests=0,
+                errors=[],
+                complete=False,
+                stop=h.stop,
+                server_alive=True,
+                exit_code=None,
+                max_error_share=0.5,
+            )
+            if v.outcome == "skipped":
+                self.emit(
+                    CellSkipped(
+                        cell_id=c.id,
+                        group=c.group,
+                        cell=c.name,
+                        attempt=c.attempt,
+                        reason=v.reason,
+                        by="operator",
+                    )
+                )
+            else:
+                self.emit(
+                    CellQueued(
+                        cell_id=c.id, group=c.group, cell=c.name, attempt=c.attempt + 1, by=v.reason
+                    )
+                )
+        if self.run_control.aborted and not self.progress.finished:
+            n = self.progress.counts
+            self.emit(
                 CampaignFinished(
-                    campaign=p.campaign,
-                    finished=c.done,
-                    failed=c.failed,
-                    skipped=c.skipped,
-                    exit_code=130,
-                    ts=ts,
+                    campaign=self.progress.campaign,
+                    finished=n.done,
+                    failed=n.failed,
+                    skipped=n.skipped,
+                    exit_code=EXIT_INTERRUPTED,
                 )
             )
             self.close()
-            return Reply(True, "aborting: the running cell is stopped, results so far are kept")
-        if cmd.action == "skip":
-            ids = [
-                i for i in self._targets(cmd.target) if p.cells[i].status in ("pending", "running")
-            ]
-            if not ids:
-                return Reply(False, f"nothing to skip: {cmd.target or 'no cell is running'}")
-            for i in ids:
-                c = p.cells[i]
-                self.publish(
-                    CellSkipped(
-                        cell_id=i,
-                        group=c.group,
-                        cell=c.name,
-                        attempt=max(c.attempt, 1),
-                        by=cmd.by,
-                        reason=f"skipped by {cmd.by}",
-                        ts=ts,
-                    )
-                )
-            return Reply(True, f"skipped {len(ids)} cell(s)")
-        if cmd.action in ("rerun", "rerun_failed"):
-            if cmd.action == "rerun_failed":
-                ids = [c.id for c in p.failed_cells()]
-                if not ids:
-                    return Reply(False, "no failed cells to rerun")
-            else:
-                if cmd.target is None:
-                    return Reply(False, "rerun needs a cell: select one in the plan tree")
-                ids = [
-                    i
-                    for i in self._targets(cmd.target)
-                    if p.cells[i].status in ("done", "failed", "skipped")
-                ]
-                if not ids:
-                    return Reply(False, f"nothing to rerun in {cmd.target}: not run yet")
-            for i in ids:
-                c = p.cells[i]
-                self.publish(
-                    CellQueued(
-                        cell_id=i,
-                        group=c.group,
-                        cell=c.name,
-                        attempt=c.attempt + 1,
-                        by=cmd.by,
-                        ts=ts,
-                    )
-                )
-            return Reply(True, f"queued {len(ids)} cell(s) again")
-        if cmd.action == "retry_group":
-            gid = cmd.target or p.current_group
-            if not gid or gid not in p.groups:
-                return Reply(False, "no service group to retry")
-            return Reply(True, f"restarting {gid} after the running cell")
-        return Reply(False, f"unknown command {cmd.action}")
 
 
 # --- a realistic scripted campaign -------------------------------------------------------
