@@ -68,6 +68,18 @@ class Completion(Measurement):
     span: Span | None = None
 
 
+CONNECTION_REFUSED = "connection refused"
+CLOSED_EARLY = "server closed the stream early"
+_CANNOT_CONNECT = "cannot connect"
+
+
+def went_away(error: str) -> bool:
+    """Whether a request's error says the server went away (nothing listens, or the
+    connection was cut before the answer ended), as opposed to an answer it gave (an HTTP
+    error, bad data) or one it was too slow to give (a timeout)."""
+    return error in (CONNECTION_REFUSED, CLOSED_EARLY) or error.startswith(_CANNOT_CONNECT)
+
+
 def _describe_http_error(status: int, body: bytes) -> str:
     text = body.decode("utf-8", "replace").strip()
     with contextlib.suppress(ValueError):
@@ -84,11 +96,11 @@ def _describe_exception(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, aiohttp.ClientConnectorError):
         root = exc.os_error
         if isinstance(root, ConnectionRefusedError) or "refused" in str(root).lower():
-            return "connection refused"
+            return CONNECTION_REFUSED
         if isinstance(root, socket.gaierror):
             return f"unknown host: {root.strerror or root}"
         msg = getattr(root, "strerror", None) or str(root)
-        return f"cannot connect: {msg}"[:240] if msg else "cannot connect"
+        return f"{_CANNOT_CONNECT}: {msg}"[:240] if msg else _CANNOT_CONNECT
     if isinstance(
         exc,
         aiohttp.ServerDisconnectedError
@@ -96,7 +108,7 @@ def _describe_exception(exc: BaseException, timeout_s: float) -> str:
         | aiohttp.ClientOSError
         | ConnectionError,
     ):
-        return "server closed the stream early"
+        return CLOSED_EARLY
     if isinstance(exc, StreamError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"[:240]
@@ -267,4 +279,4 @@ class BenchClient:
         if parser.end_t is None:
             parser.end_t = (end.end_ns - clock[0]) * 1e-9
         if not parser.done and not parser.finished:
-            raise StreamError("server closed the stream early")
+            raise StreamError(CLOSED_EARLY)

@@ -169,6 +169,8 @@ class EngineAdapter(ABC):
     # leading BOS off the text) or "verbatim" (the request asks for the text as it is).
     text_prompt: ClassVar[Literal["adds_bos", "verbatim"]] = "adds_bos"
     metrics_path: ClassVar[str] = METRICS_PATH
+    #: The counter whose deltas give a cell's verify steps, as a reason names it when missing.
+    verify_counter: ClassVar[str] = "verify-step counter"
     #: How to run the engine bit-exact across batch sizes, where it can be (a flag or an
     #: environment setting, as the operator writes it); None where it cannot.
     deterministic_mode: ClassVar[str | None] = None
@@ -298,8 +300,10 @@ class EngineAdapter(ABC):
         """Why a speculative config's requests carried no accept length (the report)."""
         return "the server reported no verify steps"
 
-    def dead_engine(self, status: int, body: str) -> str | None:
-        """An HTTP error answer that says the engine itself died, in words; else None."""
+    def dead_engine(self, error: str) -> str | None:
+        """When a request's error text (an HTTP error answer, or an error event in its
+        stream) is the engine's own word that it can no longer serve, that word for a notice;
+        else None. Its server is then dead however its process looks."""
         return None
 
     # --- the acceptance definition ------------------------------------------------------------

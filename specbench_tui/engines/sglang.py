@@ -213,6 +213,11 @@ class SglangAdapter(EngineAdapter):
     ready_line = READY_LINE
     # POST /flush_cache before a cold request (SGLang refuses it while requests run).
     cold_cache = "flush"
+    verify_counter = VERIFY_CALLS
+    # No dead_engine answer of its own: a child process that fails sends SIGQUIT to the
+    # server, which kills its whole process tree (``srt/managers/tokenizer_manager.py``,
+    # ``SignalHandler.running_phase_sigquit_handler``), so a client sees the connection go,
+    # which the transport's signs (``bench.client.went_away``) cover.
     deterministic_mode = "--enable-deterministic-inference"
 
     def health_paths(self, api: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from specbench_tui.report.sections import (
     concurrency,
     datasets,
     environment,
+    faults,
     methodology,
     packing,
     server_view,
@@ -65,6 +66,7 @@ def build_from(inp: Inputs) -> Report:
         checks.build(inp),
         telemetry.build(inp),
         accounting.build(inp),
+        faults.build(inp),
         environment.build(inp),
     ]
     # The summary last, so that it lists every note the other sections left; it prints first.

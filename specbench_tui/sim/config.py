@@ -158,7 +158,7 @@ def _parse_fault(spec: str) -> Fault:
     name, _, arg = spec.partition(":")
     if name in ("diverge", "crash-at-start", "never-ready"):
         return Fault(name)
-    if name in ("crash-after", "slow", "leak", "slow-stop", "diverge-tp"):
+    if name in ("crash-after", "crash-once-after", "slow", "leak", "slow-stop", "diverge-tp"):
         try:
             value = float(arg)
         except ValueError:
@@ -168,7 +168,7 @@ def _parse_fault(spec: str) -> Fault:
         return Fault(name, value)
     raise SimArgsError(
         f"unknown --sim-fault {spec!r}; known: diverge, crash-at-start, never-ready, "
-        "crash-after:N, slow:X, leak:N, slow-stop:S, diverge-tp:N"
+        "crash-after:N, crash-once-after:N, slow:X, leak:N, slow-stop:S, diverge-tp:N"
     )
 
 

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -153,6 +154,14 @@ class SimServer:
         self._created = int(time.time())
         crash = cfg.fault("crash-after")
         self._crash_after = int(crash.value) if crash else None
+        # crash-once-after: the same, in the first life of the server on its port only (the
+        # GPU state directory remembers it), so a restarted server serves on.
+        once = cfg.fault("crash-once-after")
+        self._crash_mark = None
+        if once is not None and cfg.gpu_state_dir:
+            self._crash_mark = Path(cfg.gpu_state_dir) / f"crashed-once-{cfg.port}"
+            if not self._crash_mark.exists():
+                self._crash_after = int(once.value)
 
     def _load(self) -> float:
         """How busy the GPUs are, for the telemetry files: 0 idle, up to 1 at a full batch."""
@@ -549,6 +558,8 @@ class SimServer:
     def _crash(self) -> None:
         """Die like a scheduler hitting a fatal CUDA error: no cleanup, files left behind."""
         self.crashed = True
+        if self._crash_mark is not None:
+            self._crash_mark.touch()
         self.log.line(
             "Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory "
             "access was encountered"
@@ -769,8 +780,8 @@ async def serve(cfg: SimConfig, log: ServerLog) -> int:
 
 USAGE = """\
 usage: python -m specbench_tui.sim [SGLang launch_server arguments] [--speed F] [--seed N]
-       [--sim-fault diverge|diverge-tp:N|crash-at-start|never-ready|crash-after:N|slow:X|
-                    slow-stop:S]
+       [--sim-fault diverge|diverge-tp:N|crash-at-start|never-ready|crash-after:N|
+                    crash-once-after:N|slow:X|slow-stop:S]
        [--sim-gpu-state DIR]
        [--sim-require-model] [--sim-burst N] [--sim-record FILE]
 
