@@ -92,7 +92,12 @@ def _part(cell: Cell, rows: int, repeats: int, seed: int) -> pl.DataFrame:
         .alias("output_sha256"),
         pl.lit(None, dtype=pl.String).alias("error"),
     )
-    return df.collect().cast(REQUEST_SCHEMA)  # type: ignore[arg-type]
+    out = df.collect()
+    # Columns the request row gained after this bench was written stay null, as in old files.
+    out = out.with_columns(
+        pl.lit(None, dtype=t).alias(c) for c, t in REQUEST_SCHEMA.items() if c not in out.columns
+    )
+    return out.select(list(REQUEST_SCHEMA)).cast(REQUEST_SCHEMA)  # type: ignore[arg-type]
 
 
 SEED_PLAN = Path(__file__).resolve().parent.parent / "plans" / "ddtree-qwen36-ct200.toml"

@@ -55,6 +55,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import polars as pl
+
 from specbench_tui.results.records import Measurement
 
 
@@ -159,12 +161,10 @@ def decode_total(records: Iterable[Measurement]) -> DecodeTotal:
     return DecodeTotal(tokens, math.fsum(seconds), counted, one, zero)
 
 
-def decode_parts_expr() -> tuple[object, object]:
+def decode_parts_expr() -> tuple[pl.Expr, pl.Expr]:
     """:func:`decode_total` as two polars expressions over request rows: (tokens, seconds) of
     each row that counts, null for the others, to be summed per unit or per cell. Rows of
     results written before ``decode_s`` existed fall back as :func:`decode_window` does."""
-    import polars as pl
-
     n, e2e, ttft = pl.col("output_tokens"), pl.col("e2e_s"), pl.col("ttft_s")
     window = pl.coalesce(pl.col("decode_s"), pl.when(e2e > ttft).then(e2e - ttft))
     counts = (n >= 2) & window.is_not_null() & (window > 0)

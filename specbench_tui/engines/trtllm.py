@@ -240,6 +240,7 @@ class TrtllmAdapter(EngineAdapter):
 
     name = "trtllm"
     label = "TensorRT-LLM"
+    packages = ("tensorrt_llm", "tensorrt", "torch", "transformers")
     default_launch = (
         "{python}",
         "-m",

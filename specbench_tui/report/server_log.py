@@ -205,6 +205,7 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
     if "server_log" in inp.cache:
         return inp.cache["server_log"]
     rows: list[dict[str, object]] = []
+    read = 0  # stats lines in the kept logs, given to a cell or not
     for gid, g in inp.state.groups.items():
         path = inp.layout.log_of(gid)
         if not path.exists():
@@ -216,7 +217,9 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
         engine = g.engine or (g.group.engine if g.group is not None else "")
         pooled: dict[str, list[float]] = {}
         kinds: dict[str, str] = {}
-        for w, ln in assign(read_log(path, stats_parser(engine), ready), windows):
+        lines = read_log(path, stats_parser(engine), ready)
+        read += len(lines)
+        for w, ln in assign(lines, windows):
             counts = log_window(engine, ln.stats, ln.at - (ln.since or ln.at))
             acc = pooled.setdefault(w.cell_id, [0.0, 0.0, 0.0, 0.0, 0.0])
             kinds[w.cell_id] = w.kind
@@ -250,4 +253,12 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
     }
     out = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     inp.cache["server_log"] = out
+    inp.cache["server_log_read"] = read
     return out
+
+
+def stats_lines_read(inp: Inputs) -> int:
+    """How many stats lines the kept logs of finished cells' groups hold, whether or not a
+    cell got them (:func:`log_figures` counts them)."""
+    log_figures(inp)
+    return int(inp.cache.get("server_log_read", 0))

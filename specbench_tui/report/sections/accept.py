@@ -1,6 +1,7 @@
-"""Accept length per host, TP and workload kind, never pooled across them: the request mean
-(each request's completion tokens over its verify steps, averaged) and the token-weighted
-figure (all output tokens over all verify steps: what a step delivers on average). The two
+"""Accept length per host, TP and workload kind, never pooled across them: the engine's own
+definition over the counts summed over the requests (SGLang completion tokens / verify steps,
+vLLM 1 + accepted drafts / verify steps: what its counters give, and what a step delivers on
+average) and, beside it, the request mean (each request's accept length, averaged). The two
 differ whenever short and long requests accept differently, so both are shown."""
 
 from __future__ import annotations
@@ -10,7 +11,14 @@ import polars as pl
 from specbench_tui.engines.registry import adapter
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
-from specbench_tui.report.frames import ACCEPT_COLUMNS, accept_frame, config_rank, label, subset
+from specbench_tui.report.frames import (
+    ACCEPT_COLUMNS,
+    accept_frame,
+    config_rank,
+    label,
+    marked,
+    subset,
+)
 from specbench_tui.report.inputs import Inputs
 
 KINDS = ("single", "agentic", "concurrency")
@@ -18,14 +26,15 @@ KINDS = ("single", "agentic", "concurrency")
 
 def accept_by_kind(inp: Inputs) -> pl.DataFrame:
     """Per host, TP, kind and config (speculative requests only)."""
-    df = subset(
-        inp,
-        ["host", "tp", "kind", "config", *ACCEPT_COLUMNS],
-        pl.col("accept_length").is_not_null(),
-    )
+    df = subset(inp, ["host", "tp", "kind", "config", *ACCEPT_COLUMNS])
     if df.height == 0:
         return df
-    return accept_frame(df, ["host", "tp", "kind", "config"])
+    # Every request counts (an SGLang request that ended on its first token adds a token and
+    # no step, as in its counters); configs without speculation have no figure and no row.
+    acc = accept_frame(df, ["host", "tp", "kind", "config"])
+    return acc.filter(
+        pl.col("accept_len_weighted").is_not_null() | pl.col("accept_len_mean").is_not_null()
+    )
 
 
 def without_accept_length(inp: Inputs, acc: pl.DataFrame) -> list[str]:
@@ -70,17 +79,19 @@ def build(inp: Inputs) -> Section | None:
     sec.add(
         Para(
             text(
-                "Accepted tokens per verification step, from the server's own counts for each "
-                "request (completion tokens / verify steps), per TP and workload kind. "
-                "Request mean: the mean of the per-request ratios. Token-weighted: all output "
-                "tokens over all verify steps."
+                "Accepted tokens per verification step, bonus token included, from the "
+                "server's own counts for each request, per TP and workload kind. Accept length: "
+                "the engine's own definition over the counts summed over the requests (SGLang: "
+                "completion tokens / verify steps; vLLM: 1 + accepted drafts / verify steps), "
+                "which is what its counters give. Request mean: the mean of the requests' "
+                "accept lengths."
                 + (" Acceptance rate: accepted over drafted tokens." if has_rate else "")
             )
         )
     )
     cols = [Column("Config", "l")]
     for k in kinds:
-        cols += [Column(f"{k} req. mean"), Column(f"{k} token-wt.")]
+        cols += [Column(f"{k} accept"), Column(f"{k} req. mean")]
         if has_rate:
             cols.append(Column(f"{k} acc. rate"))
     for host, tp in sorted({(r["host"], r["tp"]) for r in acc.to_dicts()}):
@@ -92,12 +103,12 @@ def build(inp: Inputs) -> Section | None:
         configs = sorted({c for c, _ in part}, key=lambda c: (order.get(c, len(order)), c))
         rows = []
         for c in configs:
-            cells = [Cell(label(inp, c))]
+            cells = [Cell(marked(inp, c, host, [tp]))]
             for k in kinds:
                 r = part.get((c, k), {})
                 cells += [
-                    Cell(f.accept(r.get("accept_len_mean"))),
                     Cell(f.accept(r.get("accept_len_weighted"))),
+                    Cell(f.accept(r.get("accept_len_mean"))),
                 ]
                 if has_rate:
                     cells.append(Cell(f.share(r.get("acceptance_rate"))))

@@ -21,7 +21,7 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
-from specbench_tui.report.frames import config_rank, label, subset, unit_moments
+from specbench_tui.report.frames import config_rank, marked, subset, unit_moments
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import (
     MARKS_EXPLAINED,
@@ -70,7 +70,7 @@ def _chart(
             for t in per[(host, tp, workload, c)]
             if t["context"] is not None
         ]
-        series.append(Series(label(inp, c), pts, color=order.get(c, 0)))
+        series.append(Series(marked(inp, c, host, [tp]), pts, color=order.get(c, 0)))
     return Chart(kind="lines", xlabel="context (prompt tokens)", series=series, **kw)
 
 
@@ -131,7 +131,7 @@ def build(inp: Inputs) -> Section | None:
                         Column("n"),
                         Column("Decode tok/s [95% CI]"),
                         Column("Speed-up [95% CI]"),
-                        Column("Accept len (token-wt.)"),
+                        Column("Accept len"),
                         Column("TTFT first turn ms"),
                         Column("TTFT last turn ms"),
                         Column("Context last turn"),

@@ -26,10 +26,11 @@ from specbench_tui.report.frames import (
     cell_figures,
     config_rank,
     label,
+    marked,
     requests,
 )
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.server_log import log_figures
+from specbench_tui.report.server_log import log_figures, stats_lines_read
 
 #: Relative differences beyond which the two views disagree. The log's accept length is a
 #: rolling figure over a window of decode steps, and its throughput counts idle time within its
@@ -163,8 +164,20 @@ def build(inp: Inputs) -> Section | None:
             )
         )
     )
-    if not has_log:
+    read = stats_lines_read(inp)
+    if not has_log and not read:
         sec.add(Para(text("No stats lines were found in the kept server logs."), "warning"))
+    elif not has_log:
+        sec.add(
+            Para(
+                text(
+                    f"The kept server logs hold {f.plural(read, 'stats line')}, but none "
+                    "describes a stretch wholly inside one cell: the cells are shorter than "
+                    "the server's logging interval (vLLM prints every 10 s), so the log has "
+                    "no figure of its own for any cell."
+                )
+            )
+        )
     rows_all = []
     for r in view.to_dicts():
         g = groups.get(r["group"])
@@ -198,7 +211,7 @@ def build(inp: Inputs) -> Section | None:
             who = f"{label(inp, r['config'])}, TP {tp}, {r['kind']} on {host}"
             issues += [f"{who}: {b}" for b in bad]
             cells = [
-                Cell(label(inp, r["config"])),
+                Cell(marked(inp, r["config"], host, [tp])),
                 Cell(r["kind"]),
                 Cell(f"{r['cells']} ({r['cells_logged']})"),
                 Cell(f.accept(r["accept_len_mean"])),

@@ -27,6 +27,7 @@ from specbench_tui.report.frames import (
     baseline,
     config_rank,
     label,
+    marked,
     rank,
     subset,
     unit_moments,
@@ -47,13 +48,14 @@ from specbench_tui.report.stats import mean_ci
 def _extra(inp: Inputs, kind: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     """TTFT median, end-to-end tok/s and the prefix-cache share per comparison key."""
     keys = [*SCOPE, "config"]
-    cols = ["ttft_s", "e2e_tok_s", "cached_tokens", "prompt_tokens"]
+    cols = ["ttft_s", "output_tokens", "e2e_s", "cached_tokens", "prompt_tokens"]
     df = subset(inp, [*keys, *cols], pl.col("kind") == kind)
     if df.height == 0:
         return {}
     agg = df.group_by(keys).agg(
         pl.col("ttft_s").median().alias("ttft_p50"),
-        pl.col("e2e_tok_s").mean().alias("e2e_tok_s"),
+        # Token-weighted, as decode tok/s is: all tokens over all end-to-end time.
+        (pl.col("output_tokens").sum() / pl.col("e2e_s").sum()).alias("e2e_tok_s"),
         (
             pl.col("cached_tokens").sum().cast(pl.Float64)
             / pl.col("prompt_tokens").sum().cast(pl.Float64)
@@ -72,8 +74,8 @@ def tp_table(inp: Inputs, rows: list[dict[str, Any]], kind: str, caption: str) -
         Column("Requests"),
         Column("Decode tok/s [95% CI]"),
         Column("Speed-up [95% CI]"),
+        Column("Accept len"),
         Column("Accept len (req. mean)"),
-        Column("Accept len (token-wt.)"),
         Column("TTFT p50 ms"),
         Column("E2E tok/s"),
         Column("", "l"),
@@ -88,8 +90,8 @@ def tp_table(inp: Inputs, rows: list[dict[str, Any]], kind: str, caption: str) -
                 Cell(f.count(r["requests"])),
                 decode_cell(r),
                 speedup_cell(r),
-                Cell(f.accept(r["accept_len_mean"])),
                 Cell(f.accept(r["accept_len_weighted"])),
+                Cell(f.accept(r["accept_len_mean"])),
                 Cell(f.ms(x.get("ttft_p50"))),
                 Cell(f.toks(x.get("e2e_tok_s"))),
                 Cell(note(r)),
@@ -122,7 +124,7 @@ def speedup_chart(rows: list[dict[str, Any]], title: str, inp: Inputs) -> Chart:
         xlabel="",
         ylabel="speed-up over " + (label(inp, base) if base else "the baseline"),
         series=series,
-        categories=[label(inp, c) for c in configs],
+        categories=[marked(inp, c, rows[0]["host"], tps) for c in configs] if rows else [],
         hline=1.0,
         ymin=0.0,
         wide=True,
@@ -161,7 +163,7 @@ def _point_table(inp: Inputs, df: pl.DataFrame, host: str, tp: int, workload: st
         for h in heads
     ]
     rows = [
-        [Cell(label(inp, c))] + [Cell(f.speedup(values.get((c, h)))) for h in heads]
+        [Cell(marked(inp, c, host, [tp]))] + [Cell(f.speedup(values.get((c, h)))) for h in heads]
         for c in configs
     ]
     return Table(
@@ -234,9 +236,13 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
                 if m is not None:
                     apts.append(Point(v, m.mean, m.lo, m.hi))
             al.append(Series(f"TP {tp}", sorted(apts, key=lambda p: p.x), color=i))
+        flagged = sorted(
+            {marked(inp, c, host, tps) for c in members} - {label(inp, c) for c in members}
+        )
+        said = f"; {', '.join(flagged)}" if flagged else ""
         charts.append(
             Chart(
-                f"{base}: accept length against {key} ({workload}, {host})",
+                f"{base}: accept length against {key} ({workload}, {host}){said}",
                 "lines",
                 key,
                 "accept length",
@@ -246,7 +252,7 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
         )
         charts.append(
             Chart(
-                f"{base}: speed-up against {key} ({workload}, {host})",
+                f"{base}: speed-up against {key} ({workload}, {host}){said}",
                 "lines",
                 key,
                 "speed-up (decode tok/s)",
