@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, tiny_model
 
 pytestmark = pytest.mark.system
 
@@ -31,7 +31,7 @@ stop_before = ["ddtree-qwen.service"]
 
 [server]
 python = "{python}"
-model = "tiny-model"
+model = "{model}"
 port = {port}
 launch = ["{{python}}", "-m", "specbench_tui.sim", "--model-path", "{{model}}", "--tp-size",
           "{{tp}}", "--host", "127.0.0.1", "--port", "{{port}}", "--speed", "50"]
@@ -82,7 +82,7 @@ def test_local_host_without_gpu_telemetry_finishes_without_a_gpu_wait(tmp_path: 
         pytest.skip("this machine has nvidia-smi: its telemetry is not 'none'")
     plan = tmp_path / "plan.toml"
     port = free_port()
-    plan.write_text(PLAN.format(python=sys.executable, port=port))
+    plan.write_text(PLAN.format(python=sys.executable, port=port, model=tiny_model(tmp_path)))
     t0 = time.monotonic()
     # a proxy in the environment: health checks and the bench client must both ignore it
     proc = headless(plan, tmp_path / "res")
@@ -107,7 +107,7 @@ def test_local_host_without_gpu_telemetry_finishes_without_a_gpu_wait(tmp_path: 
 def test_busy_base_port_on_a_local_host_takes_a_free_one(tmp_path: Path) -> None:
     plan = tmp_path / "plan.toml"
     port = free_port()
-    plan.write_text(PLAN.format(python=sys.executable, port=port))
+    plan.write_text(PLAN.format(python=sys.executable, port=port, model=tiny_model(tmp_path)))
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", port))
         blocker.listen()
@@ -122,7 +122,7 @@ def test_busy_base_port_on_a_local_host_takes_a_free_one(tmp_path: Path) -> None
 def test_dry_run_check_shows_the_telemetry_chain(tmp_path: Path) -> None:
     plan = tmp_path / "plan.toml"
     port = free_port()
-    plan.write_text(PLAN.format(python=sys.executable, port=port))
+    plan.write_text(PLAN.format(python=sys.executable, port=port, model=tiny_model(tmp_path)))
     proc = subprocess.run(
         [sys.executable, "-m", "specbench_tui", str(plan), "--dry-run", "--check"],
         capture_output=True,
@@ -148,3 +148,22 @@ def test_dry_run_check_shows_the_telemetry_chain(tmp_path: Path) -> None:
     (host,) = doc["preflight"]
     assert host["host"] == "here" and host["telemetry"]["source"] in ("none", "nvml", "nvidia-smi")
     assert host["ports"] == [f"{port} free"] and host["problems"] == []
+
+
+def test_dry_run_check_names_a_local_model_that_is_missing(tmp_path: Path) -> None:
+    """The model path is checked on a local host as on an SSH one: missing is exit 2 with
+    the path, before any server would wait out its ready timeout; a hub id is only said."""
+    missing = tmp_path / "gone" / "Qwen3-8B"
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.format(python=sys.executable, port=free_port(), model=missing))
+    cmd = [sys.executable, "-m", "specbench_tui", str(plan), "--dry-run", "--check"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"specbench-tui: preflight: host here: model {missing} not found"
+    )
+    assert "Traceback" not in proc.stderr
+    plan.write_text(PLAN.format(python=sys.executable, port=free_port(), model="Qwen/Qwen3-8B"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "model Qwen/Qwen3-8B is no path here" in proc.stdout

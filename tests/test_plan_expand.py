@@ -98,7 +98,15 @@ def test_dry_run_text(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_dry_run_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(SEED), "--dry-run", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    # One document, a line per item of its lists: `head` shows its start, not 248 KB at once.
+    lines = out.splitlines()
+    assert lines[0] == "{" and lines[1].startswith('"campaign":{') and lines[-1] == "}"
+    assert '"cells":[' in lines and max(len(x) for x in lines) < 5000
+    start = lines.index('"cells":[') + 1
+    cell_lines = lines[start : start + len(doc["cells"])]
+    assert [json.loads(x.rstrip(",")) for x in cell_lines] == doc["cells"]
     assert doc["campaign"]["name"] == "ddtree-qwen36-ct200"
     assert len(doc["groups"]) == 24 and len(doc["cells"]) == 480
     cell = doc["cells"][0]
@@ -177,8 +185,8 @@ def test_dry_run_names_engine_api_and_speculation(capsys: pytest.CaptureFixture[
     assert main([str(PLANS / "vllm-cpu.toml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "host cpu (local, process, 1 GPUs)" in out
-    assert "vLLM, OpenAI chat API, no speculation" in out
-    assert "vLLM, OpenAI chat API, speculative (ngram)" in out
+    assert "vLLM, OpenAI completions API, no speculation" in out
+    assert "vLLM, OpenAI completions API, speculative (ngram)" in out
     assert main([str(PLANS / "vllm-cpu.toml"), "--dry-run", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(g["engine"], g["speculative"], g["spec_algorithm"]) for g in doc["groups"]] == [

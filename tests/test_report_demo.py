@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import IN_CI, PLANS, ROOT, free_port, need_program
-from support.report_pdf import check_pdf
+from support.report_pdf import check_pdf, overfull_boxes
 from support.results_builder import ResultsBuilder
 
 from specbench_tui.cli import main
@@ -40,6 +40,7 @@ def test_demo_report_pdf_has_every_section_chart_and_table(tmp_path: Path) -> No
     root = tmp_path / "res" / "demo"
     assert (root / "report.pdf").exists(), (root / "report.tex.log").read_text()
     text = check_pdf(root, min_pages=10)
+    assert overfull_boxes(root / "report.tex", tmp_path / "tex") == []  # every table fits
     flat = " ".join(text.split())
     for title in (
         "Single-stream decoding",

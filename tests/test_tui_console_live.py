@@ -193,12 +193,75 @@ async def test_results_table_builds_live_per_tp_sortable_and_marked() -> None:
         assert next(r["config"] for r in pane.shown_rows) == "ar"
 
 
+async def test_a_config_no_verdict_covers_is_marked_unchecked() -> None:
+    base = dict(host="sim", workload="single", prompt_set="code", max_tokens=64, repeats=3)
+    rows = frame(
+        [
+            {**base, "tp": 1, "config": "ar", "baseline": True, "tok_s": 40.0, "speedup": 1.0},
+            {
+                **base,
+                "tp": 1,
+                "config": "eagle",
+                "tok_s": 200.0,
+                "speedup": 5.0,
+                "unchecked": "eagle: unchecked: waiting for ar's outputs at TP 1; not ranked",
+            },
+        ]
+    )
+    app, _ = make_app(results_source=CountingSource(rows))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("6")
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if app.main.query_one("#results-table", DataTable).row_count == 2:
+                break
+        table = app.main.query_one("#results-table", DataTable)
+        cells = [str(table.get_row_at(i)[0]) for i in range(2)]
+        assert any(c.startswith("◇ eagle") for c in cells)
+        assert not any(c.startswith("★") for c in cells)
+        speed = [str(table.get_row_at(i)[4]) for i in range(2)]
+        assert any("unchecked" in x for x in speed)
+
+
 async def test_results_pane_is_where_one_looks_after_the_end() -> None:
     app, _ = make_app(finish=True, results_source=CountingSource(table_rows()))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         assert app.main.query_one("#results").display
         assert not app.main.query_one("#plots").display
+
+
+async def test_the_results_are_kept_while_hidden_so_the_end_shows_them_at_once() -> None:
+    """During a run the plots hold the slot and the results pane is hidden; the table is kept
+    current anyway (not at every cell), so the pane that takes the slot at the end is never
+    empty while a first computation runs."""
+    source = CountingSource(table_rows())
+    app, control = make_app(results_source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert not app.main.query_one("#results").display
+        control.publish(CellFinished(cell_id="ddt1agent", group="sim.ddtree-16.tp1"))
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if source.calls:
+                break
+        assert source.calls, "not computed while hidden"
+        await pilot.pause(0.2)
+        table = app.main.query_one("#results-table", DataTable)
+        assert table.row_count == 3
+        computed = len(source.calls)
+        for _ in range(3):  # more cells end: not recomputed at once while hidden
+            control.publish(CellFinished(cell_id="ddt1agent", group="sim.ddtree-16.tp1"))
+            await pilot.pause(0.5)
+        assert len(source.calls) == computed
+        control.publish(CampaignFinished(campaign="demo", finished=16, exit_code=0))
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if app.main.query_one("#results").display:
+                break
+        assert app.main.query_one("#results").display
+        assert table.row_count == 3  # the table it kept, before any new computation
 
 
 def test_comparison_adapter_reads_the_report_frame(tmp_path: Path) -> None:

@@ -229,12 +229,15 @@ def _turn(context: str) -> int:
 
 
 def self_comparisons(samples: list[Sample]) -> list[Finding]:
-    """The baseline against itself: a prompt run again (repeats) or batched (a concurrency
-    cell) against its first single-stream run."""
-    firsts = [s for s in samples if s.kind == "single" and s.repeat == 0]
-    others = [
-        s for s in samples if not (s.kind == "single" and s.repeat == 0) and s.kind != "agentic"
-    ]
+    """The baseline against itself: a prompt run again (repeats, and the plan's later
+    ``runs`` on a restarted server) or batched (a concurrency cell) against its first
+    single-stream run."""
+
+    def first(s: Sample) -> bool:
+        return s.kind == "single" and s.repeat == 0 and s.cell.run == 1
+
+    firsts = [s for s in samples if first(s)]
+    others = [s for s in samples if not first(s) and s.kind != "agentic"]
     out = []
     for s, t, prefix in _pairs(others, firsts):
         out.append(Finding(s, t, first_divergence(s.output, t.output, prefix=prefix)))

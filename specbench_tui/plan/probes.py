@@ -4,7 +4,7 @@ the dry run's estimate counts, kept in one place so the two cannot drift apart.
 The noise-floor probe runs on each baseline group (``[checks] greedy_equivalence`` and
 ``noise_floor``): its prompts twice alone, then batched. The state-leak probe
 (``[checks] state_leak``) runs on every group: a short prompt alone, again, after a long
-unrelated request, and once more.
+unrelated request, and once more. With ``[campaign] runs`` both run in the first run only.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ def floor_probe_size(spec: PlanSpec) -> tuple[int, int, int]:
     levels = [
         lvl
         for w in spec.workloads.values()
-        if isinstance(w, ConcurrencyWorkload) and w.temperature == 0
+        if isinstance(w, ConcurrencyWorkload) and 0 in w.temperatures
         for lvl in w.levels
     ]
     lengths: list[int] = []
     for w in spec.workloads.values():
-        if getattr(w, "temperature", 0) == 0:
+        if 0 in w.temperatures:
             m = w.max_tokens
             lengths.extend(m if isinstance(m, list) else [m])
     batch = max(levels) if levels else FLOOR_BATCH
@@ -59,12 +59,22 @@ def floor_probe_size(spec: PlanSpec) -> tuple[int, int, int]:
 
 
 def runs_floor_probe(spec: PlanSpec, group: ServiceGroup) -> bool:
-    """Whether the noise-floor probe runs at the end of ``group``: a baseline group, with the
-    greedy check and its floor on."""
+    """Whether the noise-floor probe runs at the end of ``group``: a baseline group of the
+    first of the plan's ``runs``, with the greedy check and its floor on (the baseline's
+    later runs are themselves compared with its first)."""
     checks = spec.checks
     return bool(
-        checks.greedy_equivalence and checks.noise_floor and group.config == spec.campaign.baseline
+        checks.greedy_equivalence
+        and checks.noise_floor
+        and group.config == spec.campaign.baseline
+        and group.run == 1
     )
+
+
+def runs_leak_probe(spec: PlanSpec, group: ServiceGroup) -> bool:
+    """Whether the state-leak probe runs at the end of ``group``: every group of the first
+    run, with ``[checks] state_leak`` on."""
+    return spec.checks.state_leak and group.run == 1
 
 
 def group_probes(spec: PlanSpec, group: ServiceGroup) -> list[ProbeRun]:
@@ -73,6 +83,6 @@ def group_probes(spec: PlanSpec, group: ServiceGroup) -> list[ProbeRun]:
     if runs_floor_probe(spec, group):
         prompts, batch, max_tokens = floor_probe_size(spec)
         runs += [ProbeRun(2 * prompts, 1, max_tokens), ProbeRun(batch, batch, max_tokens)]
-    if spec.checks.state_leak:
+    if runs_leak_probe(spec, group):
         runs += LEAK_RUNS
     return runs

@@ -2,6 +2,13 @@
 two engines, with the change of each figure against the first campaign and whether it is beyond
 noise (Welch's test on the units of the two campaigns, 5%).
 
+Noise here is what changes from one run of a server to the next: a campaign with the plan's
+``[campaign] runs`` has one unit per run (each a fresh server), and its figures' spread is
+that variation. A campaign of one run knows only the spread of the repeats inside that run,
+which a restart, a warmer GPU or another node can exceed many times over; its comparisons say
+"within-run only" and never "beyond noise". Rows present in one campaign only are listed in a
+table of their own, never dropped.
+
 Rows are matched on TP, workload kind, workload, concurrency level and config, and on the host
 too where the campaigns share host names; campaigns on different hosts are compared config by
 config and the report says so. Each campaign's figures are its own comparison frame
@@ -32,6 +39,7 @@ from specbench_tui.report.blocks import (
     text,
 )
 from specbench_tui.report.build import Report, title_of
+from specbench_tui.report.frames import FAILED_MARK, UNCHECKED_MARK
 from specbench_tui.report.inputs import Inputs, load_inputs
 from specbench_tui.report.sections.common import compared
 from specbench_tui.report.sections.summary import cells_text, status_text
@@ -84,10 +92,16 @@ def build_comparison(roots: list[Path]) -> Report:
     )
     notes = [
         text(
-            "Decode tok/s per request: mean over each campaign's units (repeats; sessions for "
-            "agentic) with its 95% Student-t interval. The change is the ratio to campaign A "
-            "with its 95% interval (Fieller); beyond noise where that interval excludes 1 "
-            "(a t-test at 5%). Concurrency levels are single cells: no verdict."
+            "Decode tok/s per request: mean over each campaign's units with its 95% "
+            "Student-t interval; the unit is a run (a fresh server each, ",
+            code("[campaign] runs"),
+            ") where a campaign has two or more, else a repeat (a session for agentic). The "
+            "change is the ratio to campaign A with its 95% interval (Fieller); beyond noise "
+            "where that interval excludes 1 (a t-test at 5%) and both campaigns' units are "
+            "runs. Where either has a single run its interval knows only the repeats inside "
+            "that run, not what changes from one server start to the next: such a change "
+            "says 'within-run only', whatever its interval. A concurrency level of one run "
+            "is a single cell: no verdict.",
         )
     ]
     if not by_host:
@@ -100,13 +114,15 @@ def build_comparison(roots: list[Path]) -> Report:
     if any(i.state.simulated for i in inps):
         notes.append(text(bold("Simulated: "), "some campaigns ran on the simulated host."))
     sec.add(Bullets(notes))
-    rows = _matched(frames, keys)
+    rows, alone = _matched(frames, keys)
     if not rows:
         sec.add(Para(text("The campaigns have no config, TP and workload in common."), "warning"))
     for kind in ("single", "agentic", "concurrency"):
         part = [r for r in rows if r["key"]["kind"] == kind]
         if part:
             sec.add(*_kind_blocks(kind, part, len(inps)))
+    if alone:
+        sec.add(_alone_table(alone, len(inps)))
     labels = " · ".join(f"{_letter(i)} = {r.name}" for i, r in enumerate(roots))
     return Report(
         title=f"{len(roots)} campaigns side by side",
@@ -122,20 +138,31 @@ def _per_campaign(inp: Inputs, i: int) -> Section:
     return s
 
 
-def _matched(frames: list[pl.DataFrame], keys: list[str]) -> list[dict[str, Any]]:
-    """One entry per key present in campaign A and at least one other."""
+def _matched(
+    frames: list[pl.DataFrame], keys: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The keys present in campaign A and at least one other (compared), and every other key
+    (in one campaign only, or in several but not in A): listed, never dropped. Each entry is
+    ``{"key": ..., "rows": [the row of each campaign, or None]}``."""
     index = []
     for fr in frames:
         index.append({tuple(r[k] for k in keys): r for r in fr.to_dicts()})
-    out = []
-    for k, a in index[0].items():
-        others = [ix.get(k) for ix in index[1:]]
-        if any(o is not None for o in others):
-            out.append({"key": dict(zip(keys, k, strict=True)), "rows": [a, *others]})
-    return out
+    every: dict[tuple[Any, ...], None] = {}
+    for ix in index:
+        every.update(dict.fromkeys(ix))
+    matched, alone = [], []
+    for k in every:
+        rows = [ix.get(k) for ix in index]
+        entry = {"key": dict(zip(keys, k, strict=True)), "rows": rows}
+        if rows[0] is not None and any(o is not None for o in rows[1:]):
+            matched.append(entry)
+        else:
+            alone.append(entry)
+    return matched, alone
 
 
 def _change(a: dict[str, Any], b: dict[str, Any] | None) -> tuple[str, str, Any]:
+    """The ratio of B's figure to A's, with its interval, and the verdict on it."""
     if b is None:
         return "—", "", None
     ra, rb = _mean(a), _mean(b)
@@ -143,11 +170,81 @@ def _change(a: dict[str, Any], b: dict[str, Any] | None) -> tuple[str, str, Any]
     if ratio is None:
         return "—", "", None
     txt = f.with_ci(ratio.value, ratio.lo, ratio.hi, f.speedup)
-    if a["kind"] == "concurrency" or a["n"] < 2 or b["n"] < 2:
-        verdict = "single run" if a["kind"] == "concurrency" else "too few units"
+    across = bool(a.get("between_runs")) and bool(b.get("between_runs"))
+    if a["kind"] == "concurrency" and not across:
+        verdict = "single run"
+    elif a["n"] < 2 or b["n"] < 2:
+        verdict = "too few units"
+    elif not across:
+        verdict = "within-run only" + (" (differs within a run)" if ratio.beyond_one else "")
     else:
         verdict = "beyond noise" if ratio.beyond_one else "within noise"
     return txt, verdict, ratio
+
+
+def _name(rows: list[dict[str, Any] | None]) -> str:
+    """A config's label, marked where it failed a check (or is unchecked) in any campaign."""
+    present = [x for x in rows if x is not None]
+    marks = []
+    for i, x in enumerate(rows):
+        if x is not None and (x.get("failed_check") or x.get("unchecked")):
+            what = FAILED_MARK if x.get("failed_check") else UNCHECKED_MARK
+            marks.append(f"{what} in {_letter(i)}")
+    return present[0]["label"] + (f" [{', '.join(marks)}]" if marks else "")
+
+
+def _alone_table(entries: list[dict[str, Any]], n: int) -> Table:
+    """The rows not compared: each with the campaigns it is in and its figure there."""
+    body = []
+    order = {"single": 0, "agentic": 1, "concurrency": 2}
+    for e in sorted(
+        entries,
+        key=lambda e: (
+            order.get(e["key"]["kind"], 3),
+            str(e["key"].get("host") or ""),
+            e["key"]["tp"],
+            str(e["key"]["workload"]),
+            e["key"]["concurrency"] or 0,
+            str(e["key"]["config"]),
+        ),
+    ):
+        present = [x for x in e["rows"] if x is not None]
+        first = present[0]
+        hosts = sorted({str(x["host"]) for x in present})
+        level = f" ({first['concurrency']} clients)" if first["kind"] == "concurrency" else ""
+        body.append(
+            [
+                Cell("/".join(hosts)),
+                Cell(_name(e["rows"])),
+                Cell(str(first["tp"])),
+                Cell(f"{first['workload']}{level}"),
+                Cell(", ".join(_letter(i) for i, x in enumerate(e["rows"]) if x is not None)),
+                *(
+                    Cell(
+                        f.with_ci(
+                            x["decode_tok_s"], x["decode_tok_s_lo"], x["decode_tok_s_hi"], f.toks
+                        )
+                        if x
+                        else "—"
+                    )
+                    for x in e["rows"]
+                ),
+            ]
+        )
+    return Table(
+        "Rows not compared: present in one campaign only (or not in A), with their decode tok/s",
+        [
+            Column("Host", "l"),
+            Column("Config", "l"),
+            Column("TP"),
+            Column("Workload", "l"),
+            Column("In", "l"),
+            *(Column(f"{_letter(i)} decode tok/s") for i in range(n)),
+        ],
+        body,
+        small=True,
+        key_columns=4,
+    )
 
 
 def _kind_blocks(kind: str, rows: list[dict[str, Any]], n: int) -> list[Any]:
@@ -165,7 +262,8 @@ def _kind_blocks(kind: str, rows: list[dict[str, Any]], n: int) -> list[Any]:
     for r in rows:
         a = r["rows"][0]
         hosts = sorted({str(x["host"]) for x in r["rows"] if x})
-        line = [Cell("/".join(hosts)), Cell(a["label"]), Cell(str(a["tp"])), Cell(a["workload"])]
+        name = _name(r["rows"])
+        line = [Cell("/".join(hosts)), Cell(name), Cell(str(a["tp"])), Cell(a["workload"])]
         if kind == "concurrency":
             line.append(Cell(str(a["concurrency"])))
         for x in r["rows"]:
@@ -180,13 +278,17 @@ def _kind_blocks(kind: str, rows: list[dict[str, Any]], n: int) -> list[Any]:
             txt, verdict, ratio = _change(a, x)
             line += [Cell(txt, bold=verdict == "beyond noise"), Cell(verdict)]
             if ratio is not None and kind != "concurrency" and a["workload"] == charted:
-                if a["label"] not in configs:
-                    configs.append(a["label"])
-                chart_points.setdefault((i, a["tp"]), []).append((a["label"], ratio))
+                if name not in configs:
+                    configs.append(name)
+                chart_points.setdefault((i, a["tp"]), []).append((name, ratio))
         body.append(line)
     blocks.append(
         Table(
-            f"{title}: decode tok/s per campaign and the change against A", cols, body, small=True
+            f"{title}: decode tok/s per campaign and the change against A",
+            cols,
+            body,
+            small=True,
+            key_columns=5 if kind == "concurrency" else 4,
         )
     )
     charts = []

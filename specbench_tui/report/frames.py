@@ -18,11 +18,14 @@ Figures, named once (specs/cli-and-results.md) and nowhere else under another na
 
 Statistics (report/stats.py): the unit is a repeat. A single-stream repeat is one pass over
 the workload's prompts (the ``repeat`` column); an agentic unit is a session; a concurrency
-cell is one unit (its requests overlap, so they are not independent). A config's figure is the
+cell is one unit (its requests overlap, so they are not independent). Where the plan's
+``[campaign] runs`` gave a comparison key cells of two or more runs (a fresh server each),
+the unit is the run instead, so the interval spans run-to-run variation. A config's figure is the
 mean over its units of each unit's token-weighted decode tok/s, with a Student-t 95% interval;
 a speed-up is the ratio of two such means with Fieller's interval, against the baseline config
 on the same host, TP, workload and (for concurrency) level. Results of different hosts are
-never pooled.
+never pooled. A config that failed a correctness check, or whose outputs no check covers
+(unchecked, bench/greedy_judge.py), is never best.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import polars as pl
 from specbench_tui.bench.figures import DecodeTotal, decode_parts_expr
 from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.inputs import known_configs as known_configs_of
 from specbench_tui.report.stats import Mean, Ratio, distinguishable, from_moments, ratio_ci
 
 #: The keys a comparison is made within: results of different hosts, TP sizes, workloads and
@@ -47,30 +51,12 @@ SCOPE: tuple[str, ...] = ("host", "tp", "kind", "workload", "concurrency")
 
 def baseline(inp: Inputs) -> str | None:
     """The plan's baseline config; a parametrized base name stands for its first expansion."""
-    if "baseline" in inp.cache:
-        return inp.cache["baseline"]
-    ref = (inp.plan.get("campaign") or {}).get("baseline")
-    known = known_configs(inp)
-    out: str | None = None
-    if ref:
-        ref = str(ref)
-        expanded = [n for n in known if n.startswith(ref + "-")]
-        out = ref if ref in known or not expanded else expanded[0]
-    inp.cache["baseline"] = out
-    return out
+    return inp.baseline
 
 
 def known_configs(inp: Inputs) -> list[str]:
     """Every config the log or the rows name, in plan order (the baseline first)."""
-    names = list(inp.config_order)
-    for c in inp.state.cells.values():
-        if c.config and c.config not in names:
-            names.append(c.config)
-    if inp.requests.height:
-        for c in inp.requests["config"].unique().cast(pl.String).to_list():
-            if c is not None and c not in names:
-                names.append(c)
-    return names
+    return known_configs_of(inp.config_order, inp.state, inp.requests)
 
 
 def label(inp: Inputs, config: str) -> str:
@@ -132,6 +118,16 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
     )
     tokens, seconds = decode_parts_expr()
     engines = group_engines(inp)
+    cell = pl.col("cell_id").cast(pl.String)
+    named = cell.replace_strict(workload_names(inp), default=None, return_dtype=pl.String)
+    ok = ok.with_columns(
+        pl.coalesce(named, pl.col("workload").cast(pl.String))
+        .cast(pl.Categorical)
+        .alias("workload"),
+        cell.replace_strict(cell_temperatures(inp), default=None, return_dtype=pl.Float64).alias(
+            "temperature"
+        ),
+    )
     out = ok.with_columns(
         pl.coalesce(pl.col("decode_tok_s"), decode).alias("decode_tok_s"),
         tokens.alias(DECODE_PARTS[0]),
@@ -147,9 +143,48 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
         pl.col("concurrency").fill_null(0),
         pl.col("group").cast(pl.String).is_in(list(packed)).alias("packed"),
         pl.col("group").cast(pl.String).is_in(list(controls)).alias("control"),
+        _run_of(inp).alias("run"),
+    )
+    # Where a comparison key has rows of two or more of the plan's ``runs``, the unit is the
+    # run (a fresh server each): its interval is the run-to-run variation, which the repeats
+    # inside one run cannot show.
+    runs = pl.col("run").n_unique().over([*SCOPE, "config"])
+    out = out.with_columns(
+        (runs >= 2).alias("between_runs"),
+    ).with_columns(
+        pl.when(pl.col("between_runs")).then(pl.col("run")).otherwise(pl.col("unit")).alias("unit")
     )
     inp.cache["all_requests"] = out
     return out
+
+
+def cell_temperatures(inp: Inputs) -> dict[str, float]:
+    """Cell id -> the temperature its requests were sampled at."""
+    return {cid: c.cell.temperature for cid, c in inp.state.cells.items() if c.cell is not None}
+
+
+def workload_names(inp: Inputs) -> dict[str, str]:
+    """Cell id -> the workload as the report names it: a workload that ran at several
+    temperatures is one workload per temperature (``single T=1``), so every table and chart
+    splits by it and never pools sampled with greedy requests."""
+    temps: dict[str, set[float]] = {}
+    for c in inp.state.cells.values():
+        if c.cell is not None:
+            temps.setdefault(c.workload, set()).add(c.cell.temperature)
+    out = {}
+    for cid, c in inp.state.cells.items():
+        several = c.cell is not None and len(temps.get(c.workload, ())) > 1
+        out[cid] = f"{c.workload} T={c.cell.temperature:g}" if several and c.cell else c.workload
+    return out
+
+
+def _run_of(inp: Inputs) -> pl.Expr:
+    """Which of the plan's ``[campaign] runs`` each request's cell belongs to (1 without)."""
+    cells = inp.state.cells.items()
+    later = {cid: c.cell.run for cid, c in cells if c.cell is not None and c.cell.run > 1}
+    if not later:
+        return pl.lit(1, dtype=pl.Int64)
+    return pl.col("cell_id").cast(pl.String).replace_strict(later, default=1, return_dtype=pl.Int64)
 
 
 def group_engines(inp: Inputs) -> dict[str, str]:
@@ -225,12 +260,54 @@ def failed_checks(inp: Inputs) -> dict[tuple[str, str, int], str]:
     return out
 
 
+def unchecked(inp: Inputs) -> dict[tuple[str, str, int], str]:
+    """(host, config, tp) -> why no verdict covers that config's outputs (it failed none)."""
+    failed = failed_checks(inp)
+    return {
+        (v.host, v.config, v.tp): v.text
+        for v in inp.state.unchecked()
+        if (v.host, v.config, v.tp) not in failed
+    }
+
+
+#: The mark of a config that failed a correctness check, and of one no verdict covers: said
+#: beside its name in every table and chart.
+FAILED_MARK = "failed check"
+UNCHECKED_MARK = "unchecked"
+
+
+def check_marks(inp: Inputs) -> dict[tuple[str, str, int], str]:
+    """(host, config, tp) -> ``FAILED_MARK`` or ``UNCHECKED_MARK``; absent: checked and
+    passed, or no check applies."""
+    if "check_marks" not in inp.cache:
+        marks = dict.fromkeys(unchecked(inp), UNCHECKED_MARK)
+        marks.update(dict.fromkeys(failed_checks(inp), FAILED_MARK))
+        inp.cache["check_marks"] = marks
+    return inp.cache["check_marks"]
+
+
+def marked(inp: Inputs, config: str, host: str, tps: Iterable[int]) -> str:
+    """A config's label with its check mark, where it has one at any of ``tps`` on ``host``
+    (naming the TP sizes when not all of them): ``DFlash [failed check]``,
+    ``DDTree [failed check at TP 4]``."""
+    tps = sorted(set(tps))
+    marks = check_marks(inp)
+    name = label(inp, config)
+    for mark in (FAILED_MARK, UNCHECKED_MARK):
+        at = [tp for tp in tps if marks.get((host, config, tp)) == mark]
+        if at:
+            where = "" if len(at) == len(tps) else " at TP " + ", ".join(map(str, at))
+            return f"{name} [{mark}{where}]"
+    return name
+
+
 def cell_figures(inp: Inputs) -> pl.DataFrame:
     """One row per finished cell: identity and the figures of its summary (cell throughput,
     TPOT, chunk gap, ITL per token where recorded, counter deltas where recorded)."""
     if "cells" in inp.cache:
         return inp.cache["cells"]
     rows = []
+    names = workload_names(inp)
     for c in inp.state.cells.values():
         if c.status != "done":
             continue
@@ -242,7 +319,8 @@ def cell_figures(inp: Inputs) -> pl.DataFrame:
                 "host": c.host,
                 "config": c.config,
                 "tp": c.tp,
-                "workload": c.workload,
+                "workload": names.get(c.id, c.workload),
+                "temperature": planned.temperature if planned else None,
                 "kind": c.kind,
                 "prompt_set": planned.prompt_set if planned else None,
                 "max_tokens": planned.max_tokens if planned else None,
@@ -309,6 +387,7 @@ class Ranked:
     figure: Mean
     speedup: Ratio | None = None
     failed_check: str = ""
+    unchecked: str = ""  # why no verdict covers it (no check failed)
     best: bool = False  # the highest mean, told apart from the runner-up
     top_tie: bool = False  # cannot be told apart from the highest mean at this sample size
     requests: int = 0
@@ -326,19 +405,23 @@ def rank(
     Within each scope, the speed-up is the ratio to the baseline config's mean; the best is
     the config with the highest mean that did not fail a check, marked only when Welch's test
     tells it apart from the runner-up; the configs that cannot be told apart from it are
-    marked as tied. A config that failed a check is never best and never ranked.
+    marked as tied. A config that failed a check, or that no check covers, is never best and
+    never ranked.
     """
     base = baseline(inp)
     order = config_rank(inp)
     checks = failed_checks(inp)
+    open_checks = unchecked(inp)
     scoped: dict[tuple[Any, ...], list[Ranked]] = {}
     for r in moments.to_dicts():
         key = {k: r[k] for k in (*scope, "config")}
         key["config"] = str(key["config"])
+        where = (str(r.get("host") or ""), key["config"], r.get("tp"))
         item = Ranked(
             key=key,
             figure=from_moments(float(r["mean"]), r["sd"], int(r["n"])),
-            failed_check=checks.get((str(r.get("host") or ""), key["config"], r.get("tp")), ""),
+            failed_check=checks.get(where, ""),
+            unchecked=open_checks.get(where, ""),
             requests=int(r.get("requests") or 0),
         )
         scoped.setdefault(tuple(r[k] for k in scope), []).append(item)
@@ -349,7 +432,7 @@ def rank(
         for it in items:
             if ref is not None:
                 it.speedup = ratio_ci(it.figure, ref.figure)
-        eligible = [it for it in items if not it.failed_check]
+        eligible = [it for it in items if not (it.failed_check or it.unchecked)]
         if len(eligible) >= 2:
             eligible.sort(key=lambda it: it.figure.mean, reverse=higher_is_better)
             top, second = eligible[0], eligible[1]
@@ -391,10 +474,12 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "acceptance_rate",
     "cell_throughput_tok_s",
     "failed_check",
+    "unchecked",
     "check_reason",
     "best",
     "top_tie",
     "packed",
+    "between_runs",
 )
 
 
@@ -473,13 +558,18 @@ def comparison(inp: Inputs) -> pl.DataFrame:
       tokens, where the engine gave them): null without speculative decoding.
     - ``cell_throughput_tok_s``: concurrency rows only, all output tokens over the cell's
       measured window (the cell's own summary).
-    - ``failed_check`` (bool) and ``check_reason``: the config failed a correctness check at
-      this host and TP; such a row is never best.
+    - ``failed_check`` (bool): the config failed a correctness check at this host and TP;
+      ``unchecked`` (bool): it has outputs no verdict covers (its baseline never ran there, or
+      the campaign ended before a comparison); ``check_reason``: why, for either. Such a row
+      is never best.
     - ``best`` (bool): the highest decode tok/s in its scope, told apart from the runner-up
       (Welch, 5%); ``top_tie`` (bool): the highest, or not told apart from it at this sample
       size (no row of the scope is best then).
     - ``packed`` (bool): the row's cells ran packed, beside other servers on the host. A
       packed campaign's controls (``.solo``) are not rows here: see ``packing_effect``.
+    - ``between_runs`` (bool): the row has cells of two or more of the plan's ``runs``, so
+      its unit is the run (``n`` runs, each a fresh server) and its interval spans
+      run-to-run variation; otherwise the interval is within one run only.
 
     Rows come in scope order (host, TP, kind, workload, level), configs in plan order with the
     baseline first. It reads only what ``load_inputs`` already holds, so a console can call it
@@ -494,10 +584,9 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
     acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
     thr = _cell_throughput(inp)
-    ran_packed = {
-        tuple(r[k] for k in keys): bool(r["packed"])
-        for r in df.group_by(keys).agg(pl.col("packed").any()).to_dicts()
-    }
+    flags = df.group_by(keys).agg(pl.col("packed").any(), pl.col("between_runs").any())
+    ran_packed = {tuple(r[k] for k in keys): bool(r["packed"]) for r in flags.to_dicts()}
+    across = {tuple(r[k] for k in keys): bool(r["between_runs"]) for r in flags.to_dicts()}
     base = baseline(inp)
     rows = []
     for it in ranked:
@@ -525,10 +614,12 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "acceptance_rate": a.get("acceptance_rate"),
                 "cell_throughput_tok_s": thr.get(k) if it.key["kind"] == "concurrency" else None,
                 "failed_check": bool(it.failed_check),
-                "check_reason": it.failed_check or None,
+                "unchecked": bool(it.unchecked),
+                "check_reason": it.failed_check or it.unchecked or None,
                 "best": it.best,
                 "top_tie": it.top_tie,
                 "packed": ran_packed.get(k, False),
+                "between_runs": across.get(k, False),
             }
         )
     return pl.DataFrame(rows, schema=_comparison_schema(), orient="row")
@@ -548,29 +639,32 @@ def _comparison_schema() -> dict[str, Any]:
         n=pl.Int64,
         requests=pl.Int64,
         failed_check=pl.Boolean,
+        unchecked=pl.Boolean,
         check_reason=pl.String,
         best=pl.Boolean,
         top_tie=pl.Boolean,
         speedup_too_few=pl.Boolean,
         packed=pl.Boolean,
+        between_runs=pl.Boolean,
     )
     return types
 
 
 def _cell_throughput(inp: Inputs) -> dict[tuple[Any, ...], float]:
-    """Cell throughput of each concurrency cell, by comparison key."""
+    """Cell throughput of each concurrency cell, by comparison key (the mean over the
+    level's cells where the plan's ``runs`` gave it one per run)."""
     cells = cell_figures(inp)
     if cells.height == 0 or "throughput_tok_s" not in cells.columns:
         return {}
-    out = {}
+    got: dict[tuple[Any, ...], list[float]] = {}
     _, controls = group_kinds(inp)
     for r in cells.filter(pl.col("kind") == "concurrency").to_dicts():
         if r["group"] in controls:
             continue  # a control's: see packing_effect
         k = (r["host"], r["tp"], r["kind"], r["workload"], r["concurrency"], r["config"])
         if r.get("throughput_tok_s") is not None:
-            out[k] = float(r["throughput_tok_s"])
-    return out
+            got.setdefault(k, []).append(float(r["throughput_tok_s"]))
+    return {k: sum(v) / len(v) for k, v in got.items()}
 
 
 def scopes(

@@ -23,9 +23,10 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.greedy_judge import judge
 from specbench_tui.errors import InputError
 from specbench_tui.results.damaged import set_aside_notes
-from specbench_tui.results.files import read_event_log
+from specbench_tui.results.files import read_event_log, read_json_object
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.schema import REQUEST_SCHEMA, TELEMETRY_SCHEMA
 from specbench_tui.results.state import CampaignState, RowsExist
@@ -101,6 +102,11 @@ class Inputs:
     config_order: list[str]
     live: bool = False
     notes: list[str] = field(default_factory=list)
+    # The plan's baseline config (a parametrized base name: its first expansion); None
+    # without one.
+    baseline: str | None = None
+    # manifest.json: what each group ran on and with, by group id (empty: none recorded).
+    manifest: dict[str, Any] = field(default_factory=dict)
     # Frames derived once per read (report/frames.py), by name.
     cache: dict[str, Any] = field(default_factory=dict)
 
@@ -259,6 +265,74 @@ def read_telemetry(layout: ResultsLayout, notes: list[str]) -> pl.DataFrame | No
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+def known_configs(order: list[str], state: CampaignState, requests: pl.DataFrame) -> list[str]:
+    """Every config the log or the rows name, in plan order."""
+    names = list(order)
+    for c in state.cells.values():
+        if c.config and c.config not in names:
+            names.append(c.config)
+    if requests.height:
+        for c in requests["config"].unique().cast(pl.String).to_list():
+            if c is not None and c not in names:
+                names.append(c)
+    return names
+
+
+def resolve_baseline(plan: dict[str, Any], known: list[str]) -> str | None:
+    """The plan's baseline config; a parametrized base name stands for its first expansion."""
+    ref = (plan.get("campaign") or {}).get("baseline")
+    if not ref:
+        return None
+    ref = str(ref)
+    expanded = [n for n in known if n.startswith(ref + "-")]
+    return ref if ref in known or not expanded else expanded[0]
+
+
+#: Output texts already read, by path, with the (mtime, size) they were read at: a texts
+#: file is written whole once per attempt, so a console that reloads the results after
+#: every cell reads each one once.
+_TEXTS: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
+_TEXTS_LIMIT = 4096
+
+
+def read_texts(layout: ResultsLayout, cell_id: str, attempt: int) -> dict[str, Any]:
+    """One attempt's output texts (``parts/<cell>.a<k>.texts.json``); empty when missing."""
+    path = layout.texts_path(cell_id, attempt)
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = _TEXTS.get(path)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    obj = read_json_object(path)
+    if len(_TEXTS) >= _TEXTS_LIMIT:
+        _TEXTS.pop(next(iter(_TEXTS)))
+    _TEXTS[path] = (stamp, obj)
+    return obj
+
+
+def _judge_greedy(
+    plan: dict[str, Any], state: CampaignState, layout: ResultsLayout, base: str | None, live: bool
+) -> None:
+    """Fold into ``state`` the greedy verdicts judged from the stored outputs (see
+    bench/greedy_judge.py): whatever the campaign's end, a lossy config is flagged and one
+    nothing judged is unchecked. Not written to the log: a view, rebuilt on every read."""
+    if not (plan.get("checks") or {}).get("greedy_equivalence"):
+        return
+    state.add_judged(judge(state, base, lambda cid, a: read_texts(layout, cid, a), live=live))
+
+
+def _manifest(layout: ResultsLayout) -> dict[str, Any]:
+    groups = read_json_object(layout.manifest).get("groups")
+    return (
+        {str(k): v for k, v in groups.items() if isinstance(v, dict)}
+        if isinstance(groups, dict)
+        else {}
+    )
+
+
 def _readable(layout: ResultsLayout, unreadable: set[tuple[str, int]]) -> RowsExist:
     def rows_exist(cid: str, attempt: int) -> bool:
         return (cid, attempt) not in unreadable and layout.rows_exist(cid, attempt)
@@ -287,6 +361,9 @@ def load_inputs(root: Path) -> Inputs:
         state = CampaignState.from_events(log.events, _readable(layout, unreadable))
     notes += set_aside_notes(layout)
     labels, order = _labels(state)
+    live = is_live(layout)
+    base = resolve_baseline(plan, known_configs(order, state, requests))
+    _judge_greedy(plan, state, layout, base, live)
     return Inputs(
         root=root,
         layout=layout,
@@ -296,6 +373,8 @@ def load_inputs(root: Path) -> Inputs:
         telemetry=read_telemetry(layout, notes),
         labels=labels,
         config_order=order,
-        live=is_live(layout),
+        live=live,
         notes=notes,
+        baseline=base,
+        manifest=_manifest(layout),
     )

@@ -24,6 +24,8 @@ from specbench_tui.errors import InputError
 from specbench_tui.printable import printable
 from specbench_tui.report.blocks import Chart, Column, Point
 from specbench_tui.report.build import Report, build_report
+from specbench_tui.report.tables_csv import write_tables
+from specbench_tui.report.tex_fit import head_lines, layout
 from specbench_tui.results.files import StorageError, write_bytes_atomic
 
 log = logging.getLogger(__name__)
@@ -166,13 +168,12 @@ def _colspec(columns: list[Column]) -> TexRaw:
 
 
 def _head(title: str) -> TexRaw:
-    """A column heading on up to two lines, so narrow numeric columns stay narrow."""
-    title = str(title)
-    if len(title) <= 10 or " " not in title:
-        return TexRaw(tex_escape(title))
-    mid = len(title) // 2
-    cut = min((i for i, ch in enumerate(title) if ch == " "), key=lambda i: abs(i - mid))
-    a, b = title[:cut], title[cut + 1 :]
+    """A column heading on up to two lines (tex_fit.head_lines), so narrow numeric columns
+    stay narrow."""
+    lines = head_lines(str(title))
+    if len(lines) == 1:
+        return TexRaw(tex_escape(lines[0]))
+    a, b = lines
     return TexRaw(
         r"\begin{tabular}[b]{@{}c@{}}" + tex_escape(a) + r"\\{}" + tex_escape(b) + r"\end{tabular}"
     )
@@ -219,6 +220,7 @@ def _tex_env() -> jinja2.Environment:
         colspec=_colspec,
         head=_head,
         codebreak=_codebreak,
+        fit=layout,
     )
     return env
 
@@ -395,6 +397,10 @@ def _write(root: Path, stem: str, report: Report) -> list[Path]:
     except StorageError as exc:
         raise InputError(f"{exc}; render it elsewhere: copy the directory, then --report") from None
     written = [md_path, tex_path]
+    try:
+        write_tables(root, report.tables(), report.charts(), stem)
+    except (StorageError, OSError) as exc:  # the tables cost their CSVs, not the report
+        log.warning("tables/ not written: %s", exc)
     pdf_path = root / f"{stem}.pdf"
     if compile_pdf(tex_path, pdf_path, root / f"{stem}.tex.log"):
         written.append(pdf_path)

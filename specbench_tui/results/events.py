@@ -221,6 +221,7 @@ class ServiceReady(Event):
     served_model: str | None = None
     speculative: bool | None = None  # None: the server did not say
     algorithm: str | None = None
+    chat_template: str | None = None  # where the prompts' template came from, and its hash
 
 
 @dataclass(kw_only=True)
@@ -230,6 +231,25 @@ class ServiceFailed(Event):
     reason: str = ""
     log_tail: list[str] = field(default_factory=list)
     attempt: int = 1
+
+
+@dataclass(kw_only=True)
+class ServerDied(Event):
+    """A group's server died while the group needed it: its process exited (with any code),
+    the engine answered that it is dead, or a request was lost and its health check failed.
+    ``cell`` names the cell whose attempt it cut ("" between cells); ``restart`` is the
+    restart that follows (1, 2, ...), 0 when the group's restarts are spent."""
+
+    name: ClassVar[str] = "server_died"
+    group: str
+    host: str = ""
+    attempt: int = 1  # the server start that died
+    reason: str = ""
+    cell_id: str = ""
+    cell: str = ""
+    exit_code: int | None = None
+    restart: int = 0
+    log_tail: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -371,8 +391,10 @@ class CheckVerdict(Event):
 
     ``status``: ``pass``; ``fail`` (the config is broken: it diverged beyond the baseline's
     own noise, or leaked state); ``noise`` (it diverged, but late and within the noise floor
-    the baseline shows against itself: numerics, not a bug). A ``fail`` marks every cell of
-    the config as failed-check in every view and makes the exit status 1.
+    the baseline shows against itself: numerics, not a bug); ``unchecked`` (a reader's
+    judgement, never logged: the config has outputs no verdict covers, so it is never ranked
+    best). A ``fail`` marks every cell of the config as failed-check in every view and makes
+    the exit status 1.
     """
 
     name: ClassVar[str] = "check_verdict"
@@ -380,7 +402,7 @@ class CheckVerdict(Event):
     config: str
     host: str = ""
     tp: int = 0
-    status: str = "pass"  # pass | fail | noise
+    status: str = "pass"  # pass | fail | noise | unchecked
     text: str = ""  # one line for the operator
     # The evidence: first divergence (cell_id, prompt, token index, the two continuations),
     # counts compared/diverged, the noise floor it was judged against.

@@ -12,6 +12,7 @@ import signal
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -125,6 +126,16 @@ def remove_torn(directory: Path) -> list[Path]:
             _discard(p)
             removed.append(p)
     return removed
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object file written whole (a cell's output texts); empty when it is missing,
+    unreadable or not an object, so a reader judges what is there."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 @dataclass(frozen=True)

@@ -68,9 +68,22 @@ class ResultsLayout:
         return self.root / "unreadable"
 
     @property
+    def manifest(self) -> Path:
+        """What each group ran on and with (tool, host, engine, GPUs, model), as recorded
+        when its server was ready."""
+        return self.root / "manifest.json"
+
+    @property
     def engine_log(self) -> Path:
         """What a campaign run for a console printed (its headless lines, in a child process)."""
         return self.root / "engine.log"
+
+    @property
+    def servers(self) -> Path:
+        """One record per server started and not yet seen stopped (its process group and
+        session, or its unit): what the next run, ``--report`` and ``--cleanup`` stop when a
+        crash of the tool left it running."""
+        return self.root / "servers"
 
     @property
     def control_socket(self) -> Path:

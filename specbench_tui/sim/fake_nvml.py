@@ -198,3 +198,41 @@ def nvmlDeviceGetComputeRunningProcesses(handle: Handle) -> list[ProcessInfo]:
         return []
     used = max(0.0, _num(data, "mem_used_mib", 0) - IDLE_MIB)
     return [ProcessInfo(pid=int(data["pid"]), usedGpuMemory=int(used * MIB))]
+
+
+# --- what the run's manifest reads: fixed settings of the simulated board (no driver version:
+# a simulated host says it has none, as its telemetry line does) -------------------------------
+
+SIM_CUDA_DRIVER = 13000  # as nvmlSystemGetCudaDriverVersion: 1000 * major + 10 * minor
+SIM_CLOCKS_MHZ = {0: 2430, 1: 2430, 2: 14001}  # graphics, SM, memory (NVML's clock types)
+SIM_POWER_LIMIT_MW = 600_000
+
+
+def nvmlSystemGetCudaDriverVersion() -> int:
+    _require_init()
+    return SIM_CUDA_DRIVER
+
+
+def nvmlDeviceGetUUID(handle: Handle) -> str:
+    _require_init()
+    return f"GPU-5151{handle.index:04d}-0000-0000-0000-simulated000"
+
+
+def nvmlDeviceGetApplicationsClock(handle: Handle, clock_type: int) -> int:
+    _require_init()
+    if clock_type not in SIM_CLOCKS_MHZ:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return SIM_CLOCKS_MHZ[clock_type]
+
+
+def nvmlDeviceGetMaxClockInfo(handle: Handle, clock_type: int) -> int:
+    return nvmlDeviceGetApplicationsClock(handle, clock_type)
+
+
+def nvmlDeviceGetPowerManagementLimit(handle: Handle) -> int:
+    _require_init()
+    return SIM_POWER_LIMIT_MW
+
+
+def nvmlDeviceGetPowerManagementDefaultLimit(handle: Handle) -> int:
+    return nvmlDeviceGetPowerManagementLimit(handle)

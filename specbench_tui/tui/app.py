@@ -78,6 +78,9 @@ REPLAY_AGE_S = 30.0
 QUIT_GRACE_S = 20.0
 #: After a cell finished, the results table is recomputed this much later, once for a burst.
 RESULTS_DELAY_S = 1.0
+#: While the results pane is hidden (the plots hold its slot during a run) the table is still
+#: recomputed, at most this often, so the pane is never empty when it comes into view at the end.
+HIDDEN_RESULTS_S = 10.0
 
 #: Panes the number keys toggle, in screen order.
 PANE_TITLES: dict[str, str] = {
@@ -209,6 +212,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._leave_after_engine = False
         self._history_before = 0.0  # events before this (epoch s) are history after a restart
         self._results_due: float | None = None  # monotonic time the table is to be recomputed
+        self._results_at: float | None = None  # monotonic time of the last recomputation
         self._results_mtime: float | None = None
         self._results_busy = False
         self.engine_exit_code: int | None = None
@@ -589,7 +593,8 @@ class ConsoleApp(CampaignKeys, App[int]):
     def _results_tick(self) -> None:
         """Once a second: recompute the table when a cell finished a moment ago, or when the
         cells view on disk changed (the engine writes it when a cell ends, off its loop;
-        the request view only now and then), and only while the pane is shown."""
+        the request view only now and then); while the pane is hidden, at most every
+        ``HIDDEN_RESULTS_S``, so that it shows a table the moment it is shown."""
         root = self.results_root()
         if self.results_source is None or root is None:
             return
@@ -599,12 +604,15 @@ class ConsoleApp(CampaignKeys, App[int]):
                 self._results_mtime = mtime
                 self._results_due = self._results_due or time.monotonic()
         due = self._results_due
-        if due is None or time.monotonic() < due or self._results_busy:
+        now = time.monotonic()
+        if due is None or now < due or self._results_busy:
             return
-        if not self.main.query_one("#results").display:
-            return
+        hidden = not self.main.query_one("#results").display
+        if hidden and self._results_at is not None and now - self._results_at < HIDDEN_RESULTS_S:
+            return  # kept current while hidden, but not at every cell's end
         self._results_due = None
         self._results_busy = True
+        self._results_at = now
         self._compute_results(root)
 
     @work(thread=True, group="results", exclusive=True)

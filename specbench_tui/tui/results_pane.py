@@ -33,6 +33,7 @@ SORTS: tuple[tuple[str, str, bool], ...] = (
     ("max_tokens", "len", False),
 )
 BEST = "★"
+UNCHECKED = "◇"  # no verdict covers the config's outputs: never best
 
 
 def _num(v: Any, fmt: str) -> str:
@@ -171,10 +172,13 @@ class ResultsPane(Vertical):
         legend = []
         if any(r.get("failed_check") for r in rows):
             legend.append(f"{MARKS['failed_check']} failed a check: not a speed-up")
+        if any(r.get("unchecked") and not r.get("failed_check") for r in rows):
+            legend.append(f"{UNCHECKED} unchecked: no verdict on its outputs yet")
         if any(r.get("best") for r in rows):
             legend.append(f"{BEST} best, beyond the runner-up's interval")
         if len(repeats) == 1 and None not in repeats:
-            legend.append(f"{repeats.pop()} repeats each")
+            unit = "runs" if all(r.get("runs") for r in rows) else "repeats"
+            legend.append(f"{repeats.pop()} {unit} each")
         if not wide and any(r.get("baseline") for r in rows):
             legend.append("* baseline")
         if any(r.get("tok_s_lo") is not None for r in rows):
@@ -224,12 +228,23 @@ class ResultsPane(Vertical):
     def _cells(self, r: dict[str, Any], cols: list[tuple[str, str]], *, wide: bool) -> list[Text]:
         pal = palette_for(self.app)
         failed = bool(r.get("failed_check"))
+        open_check = bool(r.get("unchecked")) and not failed
         best = bool(r.get("best"))
         cells: list[Text] = []
         for key, _ in cols:
             if key == "config":
-                mark = MARKS["failed_check"] + " " if failed else BEST + " " if best else "  "
-                style = pal.warning if failed else pal.success + pal.bold if best else ""
+                mark = (
+                    MARKS["failed_check"] + " "
+                    if failed
+                    else UNCHECKED + " "
+                    if open_check
+                    else BEST + " "
+                    if best
+                    else "  "
+                )
+                style = (
+                    pal.warning if failed or open_check else pal.success + pal.bold if best else ""
+                )
                 label = str(r["config"])  # short, as the plan tree names it
                 if r.get("baseline"):
                     label += " (base)" if wide else "*"
@@ -247,7 +262,9 @@ class ResultsPane(Vertical):
                         text += f" ({TOO_FEW})" if wide else "?"
                 if failed and wide:  # narrow: the ⚠ on the config says it
                     text += " lossy"
-                cells.append(Text(text, style=pal.warning if failed else ""))
+                elif open_check and wide:
+                    text += " unchecked"
+                cells.append(Text(text, style=pal.warning if failed or open_check else ""))
             elif key in ("accept", "accept_mean"):
                 cells.append(Text(_num(r.get(key), "{:.2f}")))
             elif key == "point":

@@ -34,7 +34,8 @@ COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "config": pl.String,
     "label": pl.String,
     "baseline": pl.Boolean,
-    "repeats": pl.Int64,  # repeats behind the interval (0: no repeat column in the rows)
+    "repeats": pl.Int64,  # units behind the interval: repeats, or runs where ``runs``
+    "runs": pl.Boolean,  # the units are the plan's runs (a fresh server each), not repeats
     "requests": pl.Int64,
     "tok_s": pl.Float64,  # decode tok/s (token-weighted per repeat), mean over repeats
     "tok_s_lo": pl.Float64,
@@ -46,6 +47,7 @@ COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "accept": pl.Float64,  # accept length as the engine defines it (its counters' figure)
     "accept_mean": pl.Float64,  # the plain mean of the requests' accept lengths
     "failed_check": pl.String,  # why the config failed a correctness check, null if it did not
+    "unchecked": pl.String,  # why no verdict covers its outputs (never best), null if one does
     "best": pl.Boolean,  # fastest at its point, and distinguishable from the runner-up
 }
 
@@ -73,6 +75,7 @@ def comparison(root: Path) -> pl.DataFrame:
                 "label": r["label"],
                 "baseline": r["baseline"],
                 "repeats": r["n"],
+                "runs": bool(r["between_runs"]),
                 "requests": r["requests"],
                 "tok_s": r["decode_tok_s"],
                 "tok_s_lo": r["decode_tok_s_lo"],
@@ -86,6 +89,7 @@ def comparison(root: Path) -> pl.DataFrame:
                 "failed_check": (r["check_reason"] or "failed a check")
                 if r["failed_check"]
                 else None,
+                "unchecked": (r["check_reason"] or "unchecked") if r["unchecked"] else None,
                 "best": bool(r["best"]),
             }
         )

@@ -40,3 +40,21 @@ def check_pdf(root: Path, min_pages: int) -> str:
     for s in report.sections:
         assert s.title in text.replace("\n", " "), s.title
     return text
+
+
+def overfull_boxes(tex: Path, work: Path) -> list[str]:
+    """Compile ``tex`` with pdflatex in ``work`` (twice, as longtable needs) and return the
+    log's "Overfull" lines: material wider than its line, a table cut at the page edge."""
+    pdflatex = need_program("pdflatex")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "report.tex").write_text(tex.read_text())
+    for _ in range(2):
+        subprocess.run(
+            [pdflatex, "-interaction=nonstopmode", "-halt-on-error", "report.tex"],
+            cwd=work,
+            capture_output=True,
+            check=True,
+            timeout=300,
+        )
+    log = (work / "report.log").read_text(errors="replace")
+    return [line for line in log.splitlines() if line.startswith("Overfull")]

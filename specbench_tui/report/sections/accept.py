@@ -11,7 +11,14 @@ import polars as pl
 from specbench_tui.engines.registry import adapter
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
-from specbench_tui.report.frames import ACCEPT_COLUMNS, accept_frame, config_rank, label, subset
+from specbench_tui.report.frames import (
+    ACCEPT_COLUMNS,
+    accept_frame,
+    config_rank,
+    label,
+    marked,
+    subset,
+)
 from specbench_tui.report.inputs import Inputs
 
 KINDS = ("single", "agentic", "concurrency")
@@ -96,7 +103,7 @@ def build(inp: Inputs) -> Section | None:
         configs = sorted({c for c, _ in part}, key=lambda c: (order.get(c, len(order)), c))
         rows = []
         for c in configs:
-            cells = [Cell(label(inp, c))]
+            cells = [Cell(marked(inp, c, host, [tp]))]
             for k in kinds:
                 r = part.get((c, k), {})
                 cells += [

@@ -21,7 +21,7 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
-from specbench_tui.report.frames import config_rank, label, subset, unit_moments
+from specbench_tui.report.frames import config_rank, marked, subset, unit_moments
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import (
     MARKS_EXPLAINED,
@@ -70,7 +70,7 @@ def _chart(
             for t in per[(host, tp, workload, c)]
             if t["context"] is not None
         ]
-        series.append(Series(label(inp, c), pts, color=order.get(c, 0)))
+        series.append(Series(marked(inp, c, host, [tp]), pts, color=order.get(c, 0)))
     return Chart(kind="lines", xlabel="context (prompt tokens)", series=series, **kw)
 
 

@@ -9,19 +9,21 @@ import polars as pl
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Section
-from specbench_tui.report.frames import comparison
+from specbench_tui.report.frames import FAILED_MARK, UNCHECKED_MARK, comparison
 from specbench_tui.report.inputs import Inputs
 
 BEST_NOTE = "best"
 TIE_NOTE = "tied"
-CHECK_NOTE = "failed check"
+CHECK_NOTE = FAILED_MARK
+UNCHECKED_NOTE = UNCHECKED_MARK
 BASE_NOTE = "base"
 
 MARKS_EXPLAINED = (
     "Bold marks the best config of a table, only where Welch's test (5%) tells it apart from "
     "the runner-up; 'tied' marks the configs that cannot be told apart from the highest mean at "
     "this sample size (then none is best); 'base' marks the baseline. A config that failed a "
-    "correctness check is marked and never best."
+    "correctness check is marked 'failed check', one whose outputs no verdict covers "
+    "'unchecked'; neither is ever best."
 )
 
 
@@ -38,6 +40,8 @@ def note(r: dict[str, Any]) -> str:
         marks.append(BASE_NOTE)
     if r.get("failed_check"):
         marks.append(CHECK_NOTE)
+    elif r.get("unchecked"):
+        marks.append(UNCHECKED_NOTE)
     if r.get("best"):
         marks.append(BEST_NOTE)
     elif r.get("top_tie"):

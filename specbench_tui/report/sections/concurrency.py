@@ -31,11 +31,12 @@ from specbench_tui.report.frames import (
     baseline,
     cell_figures,
     config_rank,
-    label,
+    marked,
     subset,
 )
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import workload_section
+from specbench_tui.report.stats import from_moments
 
 KIND = "concurrency"
 _KEYS = ["host", "tp", "workload", "config", "concurrency"]
@@ -51,8 +52,10 @@ _CELL_FIGURES = (
 
 
 def level_frame(inp: Inputs) -> pl.DataFrame:
-    """One row per concurrency cell: the client's percentiles over its requests, its errors,
-    and the cell summary's throughput and inter-token figures."""
+    """One row per concurrency level of a config: the client's percentiles over each cell's
+    requests, its errors, and the cell summary's throughput and inter-token figures; with
+    the plan's ``runs``, the mean over the level's cells (one per run, ``runs``) and the 95%
+    interval of the cell throughput over them."""
     if "concurrency" in inp.cache:
         return inp.cache["concurrency"]
     cols = ["cell_id", "ttft_s", "tpot_s", "decode_tok_s", "output_tokens", "started_at", "e2e_s"]
@@ -61,8 +64,7 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
         inp.cache["concurrency"] = df
         return df
     q = pl.col
-    agg = df.group_by(_KEYS).agg(
-        q("cell_id").first(),
+    agg = df.group_by("cell_id", *_KEYS).agg(
         pl.len().alias("ok"),
         q("ttft_s").quantile(0.5, "linear").alias("ttft_p50"),
         q("ttft_s").quantile(0.99, "linear").alias("ttft_p99"),
@@ -75,14 +77,13 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
     )
     errs = (
         inp.requests.filter(pl.col("kind") == KIND)
-        .with_columns(pl.col("concurrency").fill_null(0))
-        .group_by(_KEYS)
+        .group_by("cell_id")
         .agg(
             pl.len().alias("sent"),
             (pl.col("error").is_not_null() & (pl.col("error") != "")).sum().alias("errors"),
         )
     )
-    agg = agg.join(errs, on=_KEYS, how="left")
+    agg = agg.join(errs, on="cell_id", how="left")
     cells = cell_figures(inp)
     want = [c for c in _CELL_FIGURES if c in cells.columns]
     if cells.height and want:
@@ -94,7 +95,8 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
     # Cell throughput from the cell's summary; tokens over the requests' span where it has none.
     agg = agg.with_columns(
         pl.coalesce("throughput_tok_s", q("tokens") / q("span_s")).alias("throughput_tok_s"),
-    ).with_columns((q("throughput_tok_s") / q("tp")).alias("tok_s_per_gpu"))
+    )
+    agg = _over_runs(agg).with_columns((q("throughput_tok_s") / q("tp")).alias("tok_s_per_gpu"))
     base = baseline(inp)
     if base:
         ref = agg.filter(q("config") == base).select(
@@ -106,6 +108,36 @@ def level_frame(inp: Inputs) -> pl.DataFrame:
         agg = agg.with_columns(pl.lit(None, dtype=pl.Float64).alias("load_speedup"))
     inp.cache["concurrency"] = agg
     return agg
+
+
+_SUMMED = ("ok", "sent", "errors", "tokens")
+
+
+def _over_runs(per_cell: pl.DataFrame) -> pl.DataFrame:
+    """A level's cells (one per run) as one row: counts summed, figures averaged, and the
+    cell throughput's 95% interval over the cells where there are two or more."""
+    figures = [c for c in per_cell.columns if c not in (*_KEYS, "cell_id", *_SUMMED)]
+    out = per_cell.group_by(_KEYS).agg(
+        pl.col("cell_id").first(),
+        pl.len().alias("runs"),
+        *(pl.col(c).sum() for c in _SUMMED if c in per_cell.columns),
+        *(pl.col(c).mean() for c in figures),
+        pl.col("throughput_tok_s").std().alias("_sd"),
+    )
+    rows = out.to_dicts()
+    lo, hi = [], []
+    for r in rows:
+        m = (
+            from_moments(r["throughput_tok_s"], r["_sd"], r["runs"])
+            if r["throughput_tok_s"] is not None
+            else None
+        )
+        lo.append(m.lo if m else None)
+        hi.append(m.hi if m else None)
+    return out.drop("_sd").with_columns(
+        pl.Series("throughput_lo", lo, dtype=pl.Float64),
+        pl.Series("throughput_hi", hi, dtype=pl.Float64),
+    )
 
 
 def _itl_name(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
@@ -159,7 +191,8 @@ def _series(
             for r in sorted(rows, key=lambda r: r["concurrency"])
             if r["config"] == c and r.get(y) is not None and r.get(x) is not None
         ]
-        name = label(inp, c) + (" p99" if dashed else "")
+        mine = [r for r in rows if r["config"] == c]
+        name = marked(inp, c, mine[0]["host"], {r["tp"] for r in mine}) + (" p99" if dashed else "")
         out.append(Series(name, pts, color=order.get(c, 0), dashed=dashed))
     return out
 
@@ -180,6 +213,13 @@ def build(inp: Inputs) -> Section | None:
                 "ratio of cell throughputs to the baseline at the same number of clients. "
                 "Percentiles are over the cell's requests. Each level is a single cell (one "
                 "unit), so these figures carry no interval and no config is marked best."
+                + (
+                    " With the plan's runs, each level has a cell per run (a fresh server "
+                    "each): its figures are means over them, and cell throughput carries its "
+                    "95% interval over runs."
+                    if int(lv["runs"].max() or 1) > 1
+                    else ""
+                )
             )
         )
     )
@@ -206,11 +246,15 @@ def build(inp: Inputs) -> Section | None:
             ]
             out = [
                 [
-                    Cell(label(inp, r["config"])),
+                    Cell(marked(inp, r["config"], host, [tp])),
                     Cell(str(r["concurrency"])),
                     Cell(f.count(r.get("sent"))),
                     Cell(f.count(r.get("errors")), bold=bool(r.get("errors"))),
-                    Cell(f.toks(r["throughput_tok_s"])),
+                    Cell(
+                        f.with_ci(
+                            r["throughput_tok_s"], r["throughput_lo"], r["throughput_hi"], f.toks
+                        )
+                    ),
                     Cell(f.speedup(r.get("load_speedup"))),
                     Cell(f.toks(r["decode_tok_s"])),
                     Cell(f.ms(r["ttft_p50"])),

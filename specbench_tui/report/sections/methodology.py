@@ -144,6 +144,7 @@ def build(inp: Inputs) -> Section:
     sec = Section("Methodology")
     base = baseline(inp)
     ws = _workloads(inp)
+    runs = max((c.cell.run for c in inp.state.cells.values() if c.cell is not None), default=1)
     rows = [
         [
             Cell(w["name"], code=True),
@@ -212,7 +213,17 @@ def build(inp: Inputs) -> Section:
                     "Single-stream: a repeat (one pass over the workload's prompts and output "
                     "lengths). Agentic: a session. Concurrency: a level is one cell, reported "
                     "without an interval. Results of different hosts, TP sizes and workload "
-                    "kinds are never pooled.",
+                    "kinds are never pooled."
+                    + (
+                        f" The plan ran every group {runs} times ([campaign] runs), each with "
+                        "a fresh server: where a figure has two or more runs its unit is the "
+                        "run (the mean over that run's units), so its interval spans "
+                        "run-to-run variation, a concurrency level's too."
+                        if runs > 1
+                        else " One run of each group: the intervals span the repeats within "
+                        "that run, not what changes from one server start to the next "
+                        "(set [campaign] runs for that)."
+                    ),
                 ),
             ]
         )

@@ -26,6 +26,7 @@ from specbench_tui.report.frames import (
     cell_figures,
     config_rank,
     label,
+    marked,
     requests,
 )
 from specbench_tui.report.inputs import Inputs
@@ -217,7 +218,7 @@ def build(inp: Inputs) -> Section | None:
             who = f"{label(inp, r['config'])}, TP {tp}, {r['kind']} on {host}"
             issues += [f"{who}: {b}" for b in bad]
             cells = [
-                Cell(label(inp, r["config"])),
+                Cell(marked(inp, r["config"], host, [tp])),
                 Cell(r["kind"]),
                 Cell(f"{r['cells']} ({r['cells_logged']})"),
                 Cell(f.accept(r["accept_len_mean"])),

@@ -27,6 +27,7 @@ from specbench_tui.report.frames import (
     baseline,
     config_rank,
     label,
+    marked,
     rank,
     subset,
     unit_moments,
@@ -123,7 +124,7 @@ def speedup_chart(rows: list[dict[str, Any]], title: str, inp: Inputs) -> Chart:
         xlabel="",
         ylabel="speed-up over " + (label(inp, base) if base else "the baseline"),
         series=series,
-        categories=[label(inp, c) for c in configs],
+        categories=[marked(inp, c, rows[0]["host"], tps) for c in configs] if rows else [],
         hline=1.0,
         ymin=0.0,
         wide=True,
@@ -162,7 +163,7 @@ def _point_table(inp: Inputs, df: pl.DataFrame, host: str, tp: int, workload: st
         for h in heads
     ]
     rows = [
-        [Cell(label(inp, c))] + [Cell(f.speedup(values.get((c, h)))) for h in heads]
+        [Cell(marked(inp, c, host, [tp]))] + [Cell(f.speedup(values.get((c, h)))) for h in heads]
         for c in configs
     ]
     return Table(
@@ -235,9 +236,13 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
                 if m is not None:
                     apts.append(Point(v, m.mean, m.lo, m.hi))
             al.append(Series(f"TP {tp}", sorted(apts, key=lambda p: p.x), color=i))
+        flagged = sorted(
+            {marked(inp, c, host, tps) for c in members} - {label(inp, c) for c in members}
+        )
+        said = f"; {', '.join(flagged)}" if flagged else ""
         charts.append(
             Chart(
-                f"{base}: accept length against {key} ({workload}, {host})",
+                f"{base}: accept length against {key} ({workload}, {host}){said}",
                 "lines",
                 key,
                 "accept length",
@@ -247,7 +252,7 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
         )
         charts.append(
             Chart(
-                f"{base}: speed-up against {key} ({workload}, {host})",
+                f"{base}: speed-up against {key} ({workload}, {host}){said}",
                 "lines",
                 key,
                 "speed-up (decode tok/s)",

@@ -23,7 +23,7 @@ from specbench_tui.report.blocks import (
     text,
 )
 from specbench_tui.report.estimate_check import EstimateCheck, seed_estimate
-from specbench_tui.report.frames import baseline, label, request_errors, requests
+from specbench_tui.report.frames import baseline, check_marks, label, request_errors, requests
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.accounting import problems, status_counts
 from specbench_tui.report.sections.common import compared, names
@@ -78,7 +78,7 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
     for (host, tp, _kind, workload), items in sorted(
         scopes.items(), key=lambda kv: (kv[0][0], kv[0][1], kinds.get(kv[0][2], 2), kv[0][3])
     ):
-        eligible = [r for r in items if not r["failed_check"]]
+        eligible = [r for r in items if not (r["failed_check"] or r["unchecked"])]
         if not eligible:
             continue
         top = max(eligible, key=lambda r: r["decode_tok_s"])
@@ -122,7 +122,7 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
             part = [r for r in lv.to_dicts() if (r["host"], r["tp"], r["workload"]) == r0]
             top_level = max(r["concurrency"] for r in part)
             at = [r for r in part if r["concurrency"] == top_level and r["throughput_tok_s"]]
-            bad = {c for (h, c, t) in _failed(inp) if h == r0[0] and t == r0[1]}
+            bad = {c for (h, c, t) in check_marks(inp) if h == r0[0] and t == r0[1]}
             at = [r for r in at if r["config"] not in bad]
             if not at:
                 continue
@@ -139,10 +139,6 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                 ]
             )
     return rows
-
-
-def _failed(inp: Inputs) -> set[tuple[str, str, int]]:
-    return {(v.host, v.config, v.tp) for v in inp.state.failed_checks()}
 
 
 def build(inp: Inputs, est: EstimateCheck | None) -> Section:
@@ -191,9 +187,9 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
                 text(
                     f"{len(lagged)} {'cell was' if len(lagged) == 1 else 'cells were'} measured "
                     "while the client's event loop lagged "
-                    "past its threshold; their timings include the client's own delay: "
-                    + ", ".join(lagged[:10])
-                    + (" ..." if len(lagged) > 10 else "")
+                    "past its threshold; their timings include the client's own delay: ",
+                    code(", ".join(lagged[:10])),
+                    " ..." if len(lagged) > 10 else "",
                 ),
                 "warning",
             )
@@ -234,6 +230,25 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
         )
     else:
         sec.add(Para(text("No config failed a correctness check.")))
+    open_checks = sorted(inp.state.unchecked(), key=lambda v: (v.host, v.tp, v.config))
+    if open_checks:
+        sec.add(
+            Para(
+                text(
+                    bold("Configs no correctness check covers"),
+                    " (unchecked: never ranked best, their speed-ups not known to be of the "
+                    "same answers):",
+                )
+            )
+        )
+        sec.add(
+            Bullets(
+                [
+                    text(f"{label(inp, v.config)}, TP {v.tp} on {v.host}: {v.text}")
+                    for v in open_checks
+                ]
+            )
+        )
     probs = [p for p in problems(inp) if p["status"] == "failed"]
     if probs:
         sec.add(Para(text(bold(f"{len(probs)} cells failed"), " (all in 'Every planned cell'):")))

@@ -1,0 +1,155 @@
+"""What each service group ran on and with, recorded at run time into ``manifest.json``: this
+tool (version, git commit, Python, the machine it ran on, the plan's hash) and, read on the
+server's host through the server's own interpreter (the GPU agent's ``--manifest``, piped over
+SSH like every host read), Python, OS and kernel, the engine's packages with their versions
+and commits, torch and CUDA, the driver, each GPU's model, application clocks and power limit,
+and the model directory's config files with their hashes.
+
+A manifest is a record, never a gate: a part that cannot be read says why in its place, and a
+probe that fails costs the manifest its host part, never the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from specbench_tui import __version__
+from specbench_tui.engine.context import RunContext
+from specbench_tui.engines.facts import ServerFacts
+from specbench_tui.engines.registry import adapter
+from specbench_tui.hosts import gpu_agent
+from specbench_tui.hosts.host import Host, server_pythons
+from specbench_tui.hosts.telemetry import AgentRunner
+from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.results.events import iso_utc
+
+#: How long the host probe may take (an interpreter start over SSH, package metadata, NVML).
+PROBE_TIMEOUT_S = 60.0
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    git = shutil.which("git")
+    if git is None:
+        return None
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        res = subprocess.run(
+            [git, "-C", str(cwd), *args],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            stdin=subprocess.DEVNULL,
+        )
+        if res.returncode == 0:
+            return res.stdout.strip()
+    return None
+
+
+@functools.cache
+def tool_facts() -> dict[str, Any]:
+    """This tool as it runs now: its version, the commit of the checkout it runs from (and
+    whether that checkout has changes not committed), its Python and its machine."""
+    here = Path(__file__).resolve().parent.parent  # the specbench_tui package
+    out: dict[str, Any] = {
+        "version": __version__,
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "os": gpu_agent.os_info(),
+    }
+    top = _git(["rev-parse", "--show-toplevel"], here)
+    if top and (Path(top) / "specbench_tui").resolve() == here:  # our own checkout
+        out["git_sha"] = _git(["rev-parse", "HEAD"], here)
+        status = _git(["status", "--porcelain", "--untracked-files=no"], here)
+        out["git_dirty"] = bool(status)
+    else:
+        info = gpu_agent.package_info("specbench_tui")
+        if info.get("commit"):
+            out["git_sha"] = info["commit"]
+    return out
+
+
+def _python(group: ServiceGroup, host: Host) -> str:
+    """The server's interpreter: the launch's first word where it is a Python, else the
+    first interpreter the host's telemetry would try."""
+    found = server_pythons([group])
+    return found[0] if found else host.python
+
+
+def probe_args(group: ServiceGroup) -> list[str]:
+    """The agent's arguments for the group's manifest: its GPUs, model and engine packages."""
+    return [
+        "--manifest",
+        "--gpus",
+        ",".join(str(g) for g in group.gpu_ids),
+        "--model",
+        adapter(group.engine).model_path(group.command) or "",
+        "--packages",
+        ",".join(adapter(group.engine).packages),
+    ]
+
+
+async def read_probe(runner: AgentRunner, args: list[str], python: str) -> dict[str, Any]:
+    """The agent's manifest line, through ``runner`` (a local process, or over SSH)."""
+    try:
+        agent = await asyncio.wait_for(runner.start(args), PROBE_TIMEOUT_S)
+    except Exception as e:  # no such interpreter, a dead link
+        return {"error": f"cannot run {python}: {type(e).__name__}: {e}"}
+
+    async def first_line() -> dict[str, Any]:
+        async for line in agent.lines():
+            with contextlib.suppress(ValueError):
+                obj = json.loads(line)
+                if isinstance(obj, dict):
+                    return obj
+        return {"error": f"{python}: the manifest probe printed nothing"}
+
+    try:
+        return await asyncio.wait_for(first_line(), PROBE_TIMEOUT_S)
+    except TimeoutError:
+        return {"error": f"{python}: the manifest probe did not answer in {PROBE_TIMEOUT_S:g} s"}
+    finally:
+        with contextlib.suppress(Exception):
+            await agent.terminate()
+
+
+async def probe_host(host: Host, group: ServiceGroup) -> dict[str, Any]:
+    """The group's manifest probe through the server's interpreter on its host."""
+    python = _python(group, host)
+    return await read_probe(host.runner_for(python), probe_args(group), python)
+
+
+async def record_manifest(
+    ctx: RunContext, group: ServiceGroup, host: Host, facts: ServerFacts, attempt: int
+) -> None:
+    """Probe the group's host and record its manifest entry (see the module docstring)."""
+    probe = await probe_host(host, group)
+    tool = await asyncio.to_thread(tool_facts)
+    entry = {
+        "recorded_at": iso_utc(time.time()),
+        "attempt": attempt,
+        "campaign": ctx.spec.campaign.name,
+        "plan_hash": ctx.state.plan_hash,
+        "tool": tool,
+        "host": group.host,
+        "host_kind": group.host_kind,
+        "config": group.config,
+        "tp": group.tp,
+        "run": group.run,
+        "gpu_ids": list(group.gpu_ids),
+        "command": list(group.command),
+        "env": dict(group.env),
+        "engine": facts.engine or group.engine,
+        "engine_version": facts.version,  # what the ready server itself reported
+        "served_model": facts.served_model,
+        "probe": probe,
+    }
+    await asyncio.to_thread(ctx.store.record_manifest, group.id, entry)
