@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.errors import (
+    EXIT_FAILED,
     EXIT_INPUT,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -57,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="render the report of DIR again; several DIRs: the campaigns side by side "
         "(comparison.md/.tex/.pdf in the first)",
+    )
+    mode.add_argument(
+        "--cleanup",
+        metavar="DIR",
+        type=Path,
+        help="stop every process a crashed run of the results in DIR left running on this "
+        "machine, and say which (a run still going keeps its servers)",
     )
     mode.add_argument(
         "--attach",
@@ -132,6 +140,11 @@ def _default_plan() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["prompts"]:  # specbench-tui prompts get|list: the standard prompt sets
+        from specbench_tui.fetch_prompts import main as prompts_main
+
+        return prompts_main(argv[1:])
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)  # --help and --version print too
@@ -264,6 +277,24 @@ def _rebuild_views(root: Path) -> None:
         print(f"specbench-tui: {text}", file=sys.stderr)
 
 
+def _cleanup(root: Path, *, quiet: bool) -> Any:
+    """Stop what a crashed run of ``root`` left running here; each line said on stderr
+    (``quiet``: nothing when nothing was left, as after ``--report``)."""
+    from specbench_tui.hosts.cleanup import cleanup_results
+
+    done = asyncio.run(cleanup_results(root))
+    for line in done.lines:
+        print(f"specbench-tui: {line}", file=sys.stderr)
+    if not quiet:
+        n = done.stopped
+        print(
+            f"specbench-tui: {root}: {n} process{'es' * (n != 1)} stopped"
+            + ("; some could not be stopped" if done.failed else ""),
+            file=sys.stderr,
+        )
+    return done
+
+
 def _send(control: object, words: list[str]) -> int:
     """One command to a running campaign; a refusal is bad input (exit 2) with its reason."""
     from specbench_tui.engine.commands import Command
@@ -292,6 +323,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise InputError("--json goes with --dry-run")
     if args.check and not args.dry_run:
         raise InputError("--check goes with --dry-run")
+    if args.cleanup is not None:
+        if args.plan is not None:
+            raise InputError("--cleanup takes a results directory, not a plan")
+        if not args.cleanup.is_dir():
+            raise InputError(f"{args.cleanup}: no such results directory")
+        done = _cleanup(args.cleanup, quiet=False)
+        return EXIT_FAILED if done.failed else EXIT_OK
     if args.report is not None:
         from specbench_tui.report.render import render_comparison, render_report
 
@@ -303,6 +341,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(path)
         if len(reports) == 1:
             _rebuild_views(reports[0])
+            _cleanup(reports[0], quiet=True)
         return EXIT_OK
     if args.send and args.attach is None:
         raise InputError("--send goes with --attach RESULTS_DIR")

@@ -21,7 +21,9 @@ from specbench_tui.engine.control_socket import attach_control
 from specbench_tui.errors import InputError
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.results.events import CellFinished, Event
+from specbench_tui.results.files import read_events
 from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.results.state import CampaignState
 from tests.conftest import MINIMAL_PLAN, ROOT, start_headless
 
 pytestmark = pytest.mark.system
@@ -43,6 +45,10 @@ async def wait_for(campaign: Campaign, pred: Callable[[Event], bool], timeout: f
         raise AssertionError("campaign ended first")
 
     return await asyncio.wait_for(scan(), timeout)
+
+
+def reduced(root: Path) -> CampaignState:
+    return CampaignState.from_events(read_events(root / "events.jsonl"))
 
 
 def events(root: Path) -> list[dict]:
@@ -143,16 +149,64 @@ async def test_server_dying_mid_cell_is_restarted_once_then_given_up(
     ar = [e for e in ev if e.get("group") == "sim.ar.tp1"]
     starts = [e for e in ar if e["event"] == "group_started"]
     assert [e["attempt"] for e in starts] == [1, 2]  # restarted once
+    # Each death sets the cell in flight aside (its rows kept), never fails it by itself.
+    deaths = [e for e in ar if e["event"] == "server_died"]
+    assert [(d["attempt"], d["restart"]) for d in deaths] == [(1, 1), (2, 0)]
+    assert all(d["cell_id"] and "exited with code 1" in d["reason"] for d in deaths)
+    queued = [e for e in ar if e["event"] == "cell_queued"]
+    assert [e["by"] for e in queued] == ["server died", "server died"]
+    # Only once the restarts are spent do the group's cells fail, with the reason.
     failed = [e for e in ar if e["event"] == "cell_failed"]
-    assert failed and "server exited" in failed[0]["reason"]
-    assert any("giving up on the group" in e["reason"] for e in failed)
-    assert all(e["log_tail"] for e in failed)
+    assert len(failed) == 3
+    assert all("giving up on the group" in e["reason"] for e in failed)
+    assert all("exited with code 1" in e["reason"] and e["log_tail"] for e in failed)
     notices = [e["text"] for e in ev if e["event"] == "notice"]
     assert any("restarting it" in t for t in notices)
     # The other group ran to the end.
     assert (
         sum(1 for e in ev if e["event"] == "cell_finished" and e["group"] == "sim.dflash.tp1") == 3
     )
+    state = reduced(c.layout.root)
+    assert len(state.groups["sim.ar.tp1"].deaths) == 2
+    assert state.groups["sim.ar.tp1"].interrupted == 2
+
+
+async def test_a_server_that_dies_once_costs_one_attempt_and_every_cell_is_done(
+    write_plan, tmp_path: Path
+) -> None:
+    # The AR server dies after its 3rd request, in its first life only: the cell it cut runs
+    # again on the restarted server, and no done cell holds a request lost to the dead one.
+    once = 'label = "AR"\nargs = ["--sim-fault", "crash-once-after:3"]'
+    text = PLAN.replace('label = "AR"', once).replace("speed = 50", "speed = 10")
+    c = prepare(write_plan(text), tmp_path)
+    assert await asyncio.wait_for(c.run(), 90) == 0
+    ev = events(c.layout.root)
+    ar = [e for e in ev if e.get("group") == "sim.ar.tp1"]
+    assert [e["attempt"] for e in ar if e["event"] == "group_started"] == [1, 2]
+    died = [e for e in ar if e["event"] == "server_died"]
+    assert len(died) == 1 and died[0]["restart"] == 1
+    cut = died[0]["cell_id"]
+    assert [e["by"] for e in ar if e["event"] == "cell_queued"] == ["server died"]
+    finished = {e["cell_id"]: e for e in ev if e["event"] == "cell_finished"}
+    assert len(finished) == 6 and finished[cut]["attempt"] == 2
+    assert all(e["errors"] == 0 for e in finished.values())
+    assert not [e for e in ev if e["event"] == "cell_failed"]
+    # The cut attempt's rows are kept, apart from the counted ones.
+    req = pl.read_parquet(c.layout.requests)
+    kept = req.filter((pl.col("cell_id") == cut) & (pl.col("attempt") == 1))
+    assert kept.height >= 1
+    counted = req.join(
+        pl.read_parquet(c.layout.cells).select("cell_id", "attempt"), on=["cell_id", "attempt"]
+    )
+    assert counted["error"].null_count() == counted.height  # no counted row lost a request
+    state = reduced(c.layout.root)
+    assert len(state.groups["sim.ar.tp1"].deaths) == 1
+    assert state.groups["sim.ar.tp1"].interrupted == 1
+    # The report counts them per group.
+    md = (c.layout.root / "report.md").read_text()
+    assert "1 server death(s) and 1 interrupted attempt(s) in 1 service group(s)" in md
+    row = next(line for line in md.splitlines() if "`sim.ar.tp1`" in line and "exited" in line)
+    assert [p.strip() for p in row.strip("|").split("|")][1:3] == ["1", "1"]
 
 
 def test_rerun_failed_runs_exactly_the_failed_cells(write_plan, tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def _scheduler(
             done.add(self.group.id)
 
     monkeypatch.setattr(host_scheduler, "GroupRunner", Runner)
-    monkeypatch.setattr(host_scheduler, "marked_processes", lambda *a: [])
+    monkeypatch.setattr(host_scheduler, "find_local_leftovers", lambda *a: [])
     ctx = SimpleNamespace(
         control=_Control(),
         pending=lambda g: [] if g.id in done else [g],

@@ -23,7 +23,6 @@ CLEAN: dict[str, Any] = {
     "complete": True,
     "stop": None,
     "server_alive": True,
-    "exit_code": None,
     "max_error_share": 0.2,
 }
 
@@ -34,11 +33,12 @@ def _judge(**kw: Any) -> Verdict:
 
 def test_judge_every_branch() -> None:
     assert _judge() == Verdict("done")
-    # the server died: failed whatever the rows say, with how far it got
-    died = _judge(server_alive=False, exit_code=-9, errors=["boom"] * 3)
-    assert died == Verdict(
-        "failed", "server exited (code -9) during the cell after 7 good request(s)"
-    )
+    # the server died (its process exited, or a request was lost to it): an infrastructure
+    # fault, never a result: set aside to run again on a new server, whatever the rows say
+    assert _judge(server_alive=False, errors=["boom"] * 3) == Verdict("requeue", "server died")
+    assert _judge(server_dead=True) == Verdict("requeue", "server died")
+    assert _judge(server_dead=True, errors=["connection refused"]).outcome == "requeue"
+    assert _judge(server_alive=False, complete=False).reason == "server died"
     # more failed requests than the plan allows: failed, naming the most common error
     many = _judge(errors=["timeout", "reset", "timeout"])
     assert many == Verdict("failed", "3 of 10 requests failed; most often: timeout")
@@ -55,8 +55,9 @@ def test_judge_every_branch() -> None:
     assert _judge(link_dropped=True, server_alive=False) == Verdict("requeue", "host unreachable")
     assert _judge(link_dropped=True, errors=["x"] * 9) == Verdict("requeue", "host unreachable")
     assert _judge(link_dropped=True, stop="skip") == Verdict("skipped", "skipped while running")
-    # a dead server outranks a skip: its rows are suspect either way
-    assert _judge(server_alive=False, stop="skip").outcome == "failed"
+    # the operator's skip outranks a dead server: nothing of the cell is counted either way
+    assert _judge(server_alive=False, stop="skip").outcome == "skipped"
+    assert _judge(server_dead=True, stop="skip").outcome == "skipped"
 
 
 def test_restart_allowed_counts_up_to_the_limit() -> None:

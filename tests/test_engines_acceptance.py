@@ -96,7 +96,15 @@ def test_failed_requests_or_one_source_only() -> None:
     assert acc["acceptance_check"].startswith("not compared: 1 request(s) failed")
     records[0].error = None
     acc = cell_acceptance(records, None, engine="vllm", speculative=True)
-    assert acc["acceptance_check"] == "requests only"
+    # "requests only" always says why the counters are missing
+    assert acc["acceptance_check"] == (
+        "requests only (no counters: the server's /metrics is off or did not answer)"
+    )
+    no_verify = WindowResult(Counters(generation_tokens=120.0), settled=True)
+    acc = cell_acceptance(records, no_verify, engine="sglang", speculative=True)
+    assert acc["acceptance_check"] == (
+        "requests only (no sglang:spec_verify_calls_total counter in the server's /metrics)"
+    )
     assert acc["accept_length_counters"] is None and acc["accept_length_weighted"] is not None
     bare = [RequestRecord(output_tokens=r.output_tokens) for r in records]
     acc = cell_acceptance(bare, window, engine="vllm", speculative=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,8 @@ if mode == "worker":
     worker = subprocess.Popen([sys.executable, "-c",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
     print(f"worker pid {worker.pid}", flush=True)
+if mode == "noport":  # starts, says so, and never binds its port
+    time.sleep(60)
 if mode == "exit":
     time.sleep(0.2)
     print("Loading weights\rLoading weights 50%\rLoading weights 100%", flush=True)
@@ -119,6 +122,36 @@ async def test_start_ready_stop_and_log(server_script: Path, tmp_path: Path) -> 
     await svc.wait_ready()
     await svc.stop(grace_s=5)
     assert log_path.read_text().count(READY_LINE) == 2
+
+
+async def test_a_port_answered_by_another_process_is_refused(
+    server_script: Path, tmp_path: Path
+) -> None:
+    # The server never binds (as one dying on EADDRINUSE would not); a healthy stranger takes
+    # the port after the start: its answers must not pass for this server's readiness.
+    port = free_port()
+    records = tmp_path / "servers"
+    svc = ProcessService(
+        make_group(server_script, port, mode="noport"), tmp_path / "p.log", records=records
+    )
+    await svc.start()
+    (record,) = records.glob("*.json")  # on record from the start
+    stranger = subprocess.Popen([sys.executable, str(server_script), str(port), "0", "ok"])
+    try:
+        deadline = time.monotonic() + 10
+        while not port_in_use(port) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        with pytest.raises(ServiceError) as exc:
+            await svc.wait_ready(timeout_s=20)
+        assert (
+            f"port {port} answers for another process, not this server: pid {stranger.pid}"
+            in exc.value.reason
+        )
+    finally:
+        stranger.kill()
+        stranger.wait()
+        await svc.stop(grace_s=1)
+    assert not record.exists()  # the stop saw nothing of it left
 
 
 @pytest.mark.timing

@@ -9,12 +9,24 @@ every cell done and none left. The systemd counterparts are in test_hosts_system
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from sshd_fixture import Sshd, killable_sshd  # noqa: F401 (the fixture)
-from support.link_faults import arm_drop, drop_fired
+from support.link_faults import (
+    FOREIGN,
+    FOREIGN_MARK_HASH,
+    NOTHING,
+    arm_drop,
+    arm_foreign,
+    arm_nothing,
+    drop_fired,
+    fired,
+)
 from support.ssh_scenarios import (
     HeadlessRun,
     Outage,
@@ -27,6 +39,11 @@ from support.ssh_scenarios import (
     servers_left,
     tally,
 )
+
+from specbench_tui.hosts.remote_process import WRAPPER
+from specbench_tui.hosts.remote_service import launch_mark
+from specbench_tui.plan.expand import expand
+from specbench_tui.plan.loader import load_plan
 
 pytestmark = pytest.mark.system
 
@@ -100,6 +117,145 @@ def test_reply_lost_during_a_start(killable_sshd: Sshd, tmp_path: Path) -> None:
         assert log.count("starting box.ar.tp1") == 1 and "the reply to the start was lost" in log
         assert not [e for e in events if e["event"] == "service_failed"]
         assert (done, failed, left) == (2, 0, 0)
+    finally:
+        kill_pids(servers_left(values.model))
+
+
+def test_reply_lost_before_the_start_happened(killable_sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    """The first start's link drops before anything was started: the pid file says nothing
+    came up, so it is started again, once, and the campaign goes on."""
+    values = plan_values(tmp_path, "never-started")
+    arm_nothing(killable_sshd.root)
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", killable_sshd.config, values.name
+    )
+    try:
+        code = run.wait(300)
+        done, failed, left = tally(run.root, "process, start never happened", values.model)
+        assert code == 0, run.output()
+        assert fired(killable_sshd.root, NOTHING)
+        events = events_of(run.root)
+        notes = [e["text"] for e in events if e["event"] == "notice"]
+        assert any(
+            f"{GROUPS[0]}: the link to sbtest dropped during the start and no server came up; "
+            "starting it again" in n
+            for n in notes
+        ), notes
+        log = (run.root / "logs" / f"{GROUPS[0]}.log").read_text()
+        assert "the reply to the start was lost and no server runs" in log
+        assert log.count("starting box.ar.tp1") == 2  # the lost one, then the one that ran
+        assert not [e for e in events if e["event"] == "service_failed"]
+        assert (done, failed, left) == (2, 0, 0)
+    finally:
+        kill_pids(servers_left(values.model))
+
+
+def test_reply_lost_and_the_server_found_is_not_ours(killable_sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    """The first start's reply is lost and the group's pid file names a server under another
+    launch mark (another command line): it is stopped, not followed, and ours is started."""
+    values = plan_values(tmp_path, "not-ours")
+    arm_foreign(killable_sshd.root)
+    arm_drop(killable_sshd.root)
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", killable_sshd.config, values.name
+    )
+    try:
+        code = run.wait(300)
+        done, failed, left = tally(run.root, "process, found a server not ours", values.model)
+        assert code == 0, run.output()
+        assert fired(killable_sshd.root, FOREIGN) and drop_fired(killable_sshd.root)
+        log = (run.root / "logs" / f"{GROUPS[0]}.log").read_text()
+        stopped = [ln for ln in log.splitlines() if "----- stopping pid" in ln]
+        assert len(stopped) == 1 and f":{FOREIGN_MARK_HASH})" in stopped[0], log
+        assert log.count("starting box.ar.tp1") == 2
+        events = events_of(run.root)
+        notes = [e["text"] for e in events if e["event"] == "notice"]
+        assert not any("following it" in n for n in notes), notes  # never followed
+        assert [e["group"] for e in events if e["event"] == "service_ready"] == list(GROUPS)
+        assert (done, failed, left) == (2, 0, 0)
+    finally:
+        kill_pids(servers_left(values.model))
+
+
+def test_a_leftover_that_fails_its_health_check_is_replaced(
+    killable_sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A crashed run of these results left the group's server running, exactly what the plan
+    starts (its launch mark says so) but no longer answering: it is stopped, not taken over,
+    and a new one runs the cells."""
+    values = plan_values(tmp_path, "sick-leftover")
+    plan = values.write(tmp_path / "plan.toml")
+    group = next(g for g in expand(load_plan(plan)).groups if g.id == GROUPS[0])
+    workdir = Path(values.workdir)
+    workdir.mkdir(parents=True)
+    # The leftover as a crashed run leaves it: the wrapper under the group's mark, its pid
+    # file, but a server that never answers (it sleeps).
+    sick = subprocess.Popen(
+        [
+            "setsid", "sh", "-c", WRAPPER, launch_mark(values.name, group, {}),
+            str(workdir / f"{group.id}.pid"), str(workdir / f"{group.id}.exit"),
+            "sleep", "600",
+        ],
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not (workdir / f"{group.id}.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        run = HeadlessRun(plan, tmp_path / "res", killable_sshd.config, values.name)
+        code = run.wait(300)
+        done, failed, left = tally(run.root, "process, leftover fails its health", values.model)
+        assert code == 0, run.output()
+        assert sick.wait(timeout=30) is not None  # stopped, not left behind
+        notes = [e["text"] for e in events_of(run.root) if e["event"] == "notice"]
+        assert any(
+            f"{GROUPS[0]}: stopped its server left running on sbtest by an earlier run "
+            f"(pid {sick.pid}): it does not answer its health check"
+            in n
+            and "starting a new one" in n
+            for n in notes
+        ), notes
+        assert not any("took over" in n for n in notes), notes
+        assert (done, failed, left) == (2, 0, 0)
+    finally:
+        if sick.poll() is None:
+            sick.kill()
+        kill_pids(servers_left(values.model))
+
+
+def test_cleanup_stops_what_a_killed_run_left_on_the_host(
+    killable_sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """kill -9 of this tool mid-cell leaves its server running on the host; ``--cleanup DIR``
+    (no plan, no resume) finds it on record in the results and stops it, naming each
+    process; the record goes with it, and a second cleanup finds nothing."""
+    values = plan_values(tmp_path, "cleanup")
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", killable_sshd.config, values.name
+    )
+    try:
+        run.wait_event("cell_started", group=GROUPS[0])
+        run.kill9()
+        left = servers_left(values.model)
+        assert left, "the server died with the tool: nothing to clean up"
+        (record,) = (run.root / "servers").glob(f"{GROUPS[0]}.ssh.json")
+        cmd = [sys.executable, "-m", "specbench_tui", "--cleanup", str(run.root)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        said = [ln for ln in proc.stderr.splitlines() if "left running on sbtest" in ln]
+        assert len(said) == 1 and f"stopped {GROUPS[0]}'s server" in said[0], proc.stderr
+        for pid in left:
+            assert f"(pid {pid})" in said[0], (said, left)
+        deadline = time.monotonic() + 10
+        while servers_left(values.model) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert servers_left(values.model) == []
+        assert not record.exists()
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert again.returncode == 0 and "0 processes stopped" in again.stderr
     finally:
         kill_pids(servers_left(values.model))
 

@@ -14,7 +14,14 @@ from test_hosts_ssh import sim_group
 from specbench_tui.engine.headless import format_event
 from specbench_tui.engine.verdict import judge
 from specbench_tui.hosts.leftovers import belongs, pid_files_script
-from specbench_tui.hosts.remote_service import launch_mark
+from specbench_tui.hosts.remote_service import (
+    launch_mark,
+    launch_owner,
+    live_owner,
+    mark_owner,
+    mark_what,
+    parse_owner,
+)
 from specbench_tui.hosts.shell import quote, remote_path
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.results.events import CellQueued, Event, HostState
@@ -50,8 +57,33 @@ def test_launch_mark_tells_same_from_different() -> None:
     assert not belongs("sh", "camp", "other.ar.tp1", {"remote.ar.tp1"})
 
 
+def test_a_launch_mark_names_its_owner_and_a_live_one_is_left_alone(tmp_path: Path) -> None:
+    g = sim_group(30000)
+    mine = str(tmp_path / "a" / "camp")
+    owner = launch_owner(mine)
+    mark = launch_mark("camp", g, {}, owner)
+    assert mark.startswith(launch_mark("camp", g, {}) + ":")  # what runs, then whose it is
+    assert mark_what(mark) == launch_mark("camp", g, {})
+    assert belongs(mark, "camp", "remote.ar.tp1", set())
+    parsed = mark_owner(mark)
+    assert parsed is not None and parsed.here and parsed.runs() and parsed.results == mine
+    # this very run (a resume of its results) may take it over; another run may not
+    assert live_owner(mark, mine) is None
+    assert live_owner(mark, str(tmp_path / "b" / "camp")) == parsed
+    # a run that ended (its pid gone) leaves its servers to whoever comes next
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ended = mark.replace(f".{parsed.pid}.", f".{gone.pid}.", 1)
+    assert live_owner(ended, str(tmp_path / "b" / "camp")) is None
+    # one started from another machine: nothing here can tell it ended, so it is left alone
+    far = mark.replace(parsed.machine, "0" * 12, 1)
+    assert live_owner(far, str(tmp_path / "b" / "camp")) is not None
+    assert live_owner(launch_mark("camp", g, {}), "x") is None  # no owner: an older tool's
+    assert parse_owner("junk") is None
+
+
 def test_a_cell_cut_by_the_link_is_set_aside_not_failed() -> None:
-    common = {"requests": 2, "complete": False, "exit_code": None, "max_error_share": 0.0}
+    common = {"requests": 2, "complete": False, "max_error_share": 0.0}
     cut = judge(
         errors=["connection reset"], stop=None, server_alive=True, link_dropped=True, **common
     )

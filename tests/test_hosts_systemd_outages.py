@@ -13,7 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.link_faults import arm_drop, drop_fired
+from support.link_faults import (
+    FOREIGN,
+    FOREIGN_MARK_HASH,
+    NOTHING,
+    arm_drop,
+    arm_foreign,
+    arm_nothing,
+    drop_fired,
+    fired,
+)
 from support.ssh_scenarios import (
     HeadlessRun,
     Outage,
@@ -114,6 +123,64 @@ def test_reply_lost_during_systemd_run(host: SystemdHost, tmp_path: Path) -> Non
         assert units_of(host, values.name) == []
     finally:
         (host.root / "drop-start").unlink(missing_ok=True)
+        kill_pids(servers_left(values.model))
+
+
+def test_reply_lost_before_systemd_run_started_anything(host: SystemdHost, tmp_path: Path) -> None:
+    """The link drops before ``systemd-run`` ran: the unit's state says nothing came up, so
+    the unit is started again, once."""
+    values = plan_values(host, tmp_path, "sd-never")
+    arm_nothing(host.root)
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", host.config, values.name
+    )
+    unit = f"specbench-{values.name}-{GROUPS[0]}.service"
+    try:
+        code = run.wait(400)
+        done, failed, left = tally(run.root, "systemd, start never happened", values.model)
+        assert code == 0, run.output()
+        assert fired(host.root, NOTHING)
+        notes = [e["text"] for e in events_of(run.root) if e["event"] == "notice"]
+        assert any(
+            f"dropped during the start and {unit} did not come up; starting it again" in n
+            for n in notes
+        ), notes
+        log = (run.root / "logs" / f"{GROUPS[0]}.log").read_text()
+        assert f"the reply to the start was lost and {unit} is not running" in log
+        assert log.count(f"starting {GROUPS[0]} as {unit}") == 2
+        assert (done, failed, left) == (2, 0, 0)
+        assert units_of(host, values.name) == []
+    finally:
+        (host.root / NOTHING).unlink(missing_ok=True)
+        kill_pids(servers_left(values.model))
+
+
+def test_reply_lost_and_the_unit_found_is_not_ours(host: SystemdHost, tmp_path: Path) -> None:
+    """``systemd-run``'s reply is lost and the unit of the group's name that runs carries
+    another launch mark: it is stopped, not followed, and ours is started."""
+    values = plan_values(host, tmp_path, "sd-foreign")
+    arm_foreign(host.root)
+    arm_drop(host.root)
+    run = HeadlessRun(
+        values.write(tmp_path / "plan.toml"), tmp_path / "res", host.config, values.name
+    )
+    unit = f"specbench-{values.name}-{GROUPS[0]}.service"
+    try:
+        code = run.wait(400)
+        done, failed, left = tally(run.root, "systemd, the unit found is not ours", values.model)
+        assert code == 0, run.output()
+        assert fired(host.root, FOREIGN) and drop_fired(host.root)
+        notes = [e["text"] for e in events_of(run.root) if e["event"] == "notice"]
+        assert not any(f"{unit} runs: following it" in n for n in notes), notes
+        log = (run.root / "logs" / f"{GROUPS[0]}.log").read_text()
+        assert f"----- stopping {unit}" in log
+        assert log.count(f"starting {GROUPS[0]} as {unit}") == 2
+        assert FOREIGN_MARK_HASH not in " ".join(notes)  # ours ran: no one took its place
+        assert (done, failed, left) == (2, 0, 0)
+        assert units_of(host, values.name) == []
+    finally:
+        for trigger in (FOREIGN, "drop-start"):
+            (host.root / trigger).unlink(missing_ok=True)
         kill_pids(servers_left(values.model))
 
 

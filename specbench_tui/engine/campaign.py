@@ -31,6 +31,7 @@ from specbench_tui.engine.run_control import RunControl, StorageFailed
 from specbench_tui.engine.selection import select_cells
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORAGE
+from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.factory import make_host
 from specbench_tui.hosts.host import Host, SshSettings
 from specbench_tui.hosts.local_leftovers import results_owner
@@ -124,6 +125,7 @@ class Campaign(CampaignControl):
             log_lines=LogLineWorker(LogParser(c.spec.logs), hub.emit),
             simulated=options.sim or all(g.host_kind == "sim" for g in c.groups),
         )
+        port_claims.set_results(str(layout.root))  # named in this run's port claim files
         return c
 
     @property
@@ -370,7 +372,7 @@ class Campaign(CampaignControl):
         try:
             ev = recorded_estimate(
                 self.spec,
-                self.plan.dir,
+                self.plan.prompts,
                 list(self.groups),
                 list(self.cells.values()),
                 sim=self.ctx.simulated,

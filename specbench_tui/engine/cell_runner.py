@@ -4,6 +4,13 @@ The order of writes is the crash-safety contract: the attempt's rows (and output
 durable before the event that ends the attempt. An abort cancels the requests in flight after
 a short grace; the requests that completed are kept as the attempt's rows (never counted,
 since the attempt is re-queued), and the cell runs whole on resume.
+
+A request lost to a server that went away (nothing listens, the connection was cut, or the
+engine answers that it is dead) stops the cell at once: nothing more is sent, the requests in
+flight are cut after the grace, and once the death is confirmed (the process exited, or the
+engine said so, or the server fails its health check) the attempt is set aside as
+interrupted and the group runner restarts the server. A cell is never done with a request
+lost to a dead server.
 """
 
 from __future__ import annotations
@@ -13,8 +20,10 @@ import contextlib
 from collections.abc import Callable
 from typing import TypeVar
 
+from specbench_tui.bench.client import went_away
 from specbench_tui.bench.greedy import greedy_warnings
 from specbench_tui.bench.metrics import summarize
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import CellResult, run_cell
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle, StorageFailed
@@ -22,8 +31,8 @@ from specbench_tui.engine.verdict import Verdict, judge
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.facts import ServerFacts
-from specbench_tui.engines.registry import adapter
-from specbench_tui.hosts.service import Service
+from specbench_tui.engines.registry import adapter, engine_dead
+from specbench_tui.hosts.service import Service, describe_exit
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
@@ -38,6 +47,57 @@ from specbench_tui.results.files import StorageError
 from specbench_tui.results.records import RequestRecord
 
 T = TypeVar("T")
+
+# After a lost connection, how long the server's process gets to show that it is going (vLLM's
+# API server exits about a second after its engine core died) before its health is asked.
+DEATH_SETTLE_S = 3.0
+
+
+class DeathWatch:
+    """The first sign, among one attempt's requests, that the server went away: an error
+    the transport gives when nothing answers or the connection is cut, or the engine's own
+    "I am dead" answer (``engines.registry.engine_dead``)."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.sign: str | None = None
+        # The engine's own answer that it is dead, in words: no doubt left.
+        self.engine_said: str | None = None
+
+    def see(self, record: RequestRecord) -> None:
+        err = record.error
+        if self.sign is not None or not err:
+            return
+        said = engine_dead(self.engine, err)
+        if said is not None:
+            self.sign, self.engine_said = err, said
+        elif went_away(err):
+            self.sign = err
+
+
+async def confirm_death(
+    svc: Service, watch: DeathWatch, link_dropped: Callable[[], bool]
+) -> str | None:
+    """Why the server is dead, in words for a notice; None when it is not (or when the link
+    to its host dropped, which is not the server's doing). A lost connection alone is
+    confirmed by the process ending, or by a failed health check once it had a moment."""
+    if link_dropped():
+        return None
+    if not svc.alive():
+        return f"it {describe_exit(svc.exit_code)}"
+    if watch.sign is None:
+        return None
+    if watch.engine_said:
+        return f"the engine answered that it is dead, {watch.engine_said} ({watch.sign})"
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(svc.wait_exit(), DEATH_SETTLE_S)
+    if link_dropped():
+        return None
+    if not svc.alive():
+        return f"it {describe_exit(svc.exit_code)} ({watch.sign})"
+    if await svc.check_health() or link_dropped():
+        return None  # it answers: the loss was the connection's, judged with the rows
+    return f"a request was lost ({watch.sign}) and its health check fails ({svc.last_health})"
 
 
 def request_done_event(record: RequestRecord, done: int, total: int) -> RequestDone:
@@ -108,26 +168,36 @@ async def run_one(
     svc: Service,
     handle: GroupHandle,
     facts: ServerFacts,
-) -> None:
+    prompting: Prompting | None = None,
+) -> str | None:
     """Run one attempt of ``cell`` and record how it ended. The engine's acceptance
-    counters are read around its measured requests where the server exposes them."""
+    counters are read around its measured requests where the server exposes them;
+    ``prompting`` is the group's template (None: ChatML, for a caller that found none).
+    Returns why the server is dead when it died under the attempt (which is then set aside,
+    unless the operator skipped it), else None."""
     attempt = ctx.state.cells[cell.id].attempt + 1
-    planned = cell_requests(cell, ctx.plan.dir)[0]
+    planned = cell_requests(cell, ctx.plan.prompts)[0]
     ctx.hub.emit(
         CellStarted(
             cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt, requests=planned
         )
     )
     done = 0
+    watch = DeathWatch(facts.engine)
 
     def on_request(rec: RequestRecord) -> None:
         nonlocal done
         done += 1
+        watch.see(rec)
         ctx.hub.emit(request_done_event(rec, done, planned))
 
     result = CellResult()
     handle.cell, handle.stop = cell, None
     drops = svc.link_drops  # a change: the link to the host dropped during the cell
+
+    def link_dropped() -> bool:
+        return svc.link_drops != drops
+
     engine = adapter(facts.engine)
     window = CounterWindow(engine, svc.base_url) if facts.metrics else None
     task = asyncio.ensure_future(
@@ -138,28 +208,34 @@ async def run_one(
             campaign=ctx.spec.campaign.name,
             attempt=attempt,
             seed=ctx.spec.campaign.seed,
-            plan_dir=ctx.plan.dir,
+            prompts=ctx.plan.prompts,
             on_request=on_request,
             should_stop=lambda: (
-                handle.stop is not None or not svc.alive() or svc.link_drops != drops
+                handle.stop is not None
+                or not svc.alive()
+                or link_dropped()
+                or watch.sign is not None
             ),
             result=result,
             model=facts.served_model,
             stream_mode=facts.stream_mode,
             counters=window,
+            prompting=prompting or DEFAULT_PROMPTING,
         )
     )
     handle.task = task
     try:
-        await _await_cell(ctx, task, handle, lambda: svc.link_drops != drops)
+        await _await_cell(
+            ctx, task, handle, lambda: link_dropped() or watch.sign is not None or not svc.alive()
+        )
     except asyncio.CancelledError:
         if not task.cancelled() or _cancelling():
             raise
-        result.stopped = True  # an abort cut the requests in flight
+        result.stopped = True  # an abort, the link or the server's death cut the requests
     except Exception as exc:
         handle.cell = handle.task = None
         await _fail(ctx, cell, attempt, f"{type(exc).__name__}: {exc}", [])
-        return
+        return None
     finally:
         handle.cell = handle.task = None
         if not task.done():  # this task itself was cancelled: take the cell down with it
@@ -174,12 +250,11 @@ async def run_one(
     )
     result.acceptance["engine"] = engine.name
     result.acceptance["engine_version"] = facts.version
-    if result.errors and svc.alive() and svc.link_drops == drops:
-        # Failed requests often mean the server is going down; its exit status may lag
-        # behind the broken connections by a moment.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(svc.wait_exit(), 0.5)
-    await conclude(ctx, cell, group, svc, attempt, result, handle, svc.link_drops != drops)
+    death = await confirm_death(svc, watch, link_dropped)
+    await conclude(
+        ctx, cell, group, svc, attempt, result, handle, link_dropped(), death is not None
+    )
+    return death  # dead whatever became of the cell (a skip still skips): restarted
 
 
 def _cancelling() -> bool:
@@ -191,17 +266,18 @@ async def _await_cell(
     ctx: RunContext,
     task: asyncio.Future[CellResult],
     handle: GroupHandle,
-    link_dropped: Callable[[], bool],
+    cut: Callable[[], bool],
 ) -> None:
-    """Wait for the cell; once an abort is asked or the link to the host drops, give
-    requests in flight a moment, then cancel them. Neither must wait a 10-minute request
-    timeout: a request forwarded over a link that died may never hear of it."""
+    """Wait for the cell; once an abort is asked, or ``cut`` says the link to the host
+    dropped or the server went away, give requests in flight a moment, then cancel them.
+    None must wait a 10-minute request timeout: a request forwarded over a link that died,
+    or sent to a server whose engine is gone, may never hear of it."""
     while True:
         done, _ = await asyncio.wait({task}, timeout=0.2)
         if done:
             task.result()
             return
-        if handle.stop == "abort" or link_dropped():
+        if handle.stop == "abort" or cut():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(task), ctx.options.abort_grace_s)
             if not task.done():
@@ -221,10 +297,12 @@ async def conclude(
     result: CellResult,
     handle: GroupHandle,
     link_dropped: bool = False,
+    server_dead: bool = False,
 ) -> Verdict:
     """Write the attempt's rows, judge it, and publish the event that ends it. A cell whose
     link to its host dropped is set aside (its rows kept as an interrupted attempt) with a
-    ``cell_queued`` by "host unreachable"; it runs again once the host is back."""
+    ``cell_queued`` by "host unreachable"; it runs again once the host is back. One whose
+    server died is set aside by "server died" and runs again on the next server."""
     await durably(ctx, lambda: ctx.store.write_cell_requests(cell.id, attempt, result.records))
     errors = [r.error for r in result.records if r.error]
     verdict = judge(
@@ -233,9 +311,9 @@ async def conclude(
         complete=result.complete,
         stop=handle.stop,
         server_alive=svc.alive(),
-        exit_code=svc.exit_code,
         max_error_share=ctx.spec.checks.max_error_share,
         link_dropped=link_dropped,
+        server_dead=server_dead,
     )
     hub = ctx.hub
     if verdict.outcome == "done":

@@ -13,9 +13,11 @@ host stays away past its reconnect timeout.
 
 from __future__ import annotations
 
-import contextlib
+import functools
+from collections.abc import Callable
 from typing import Literal
 
+from specbench_tui.bench.prompting import Prompting
 from specbench_tui.engine.cell_runner import run_one
 from specbench_tui.engine.checks import evaluate_greedy, probe_noise_floor, probe_state_leak
 from specbench_tui.engine.context import RunContext
@@ -25,22 +27,26 @@ from specbench_tui.engine.verdict import restart_allowed
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.inspect import inspect_server
 from specbench_tui.hosts.host import Host
-from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError
-from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError, describe_exit
+from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
     CellFailed,
     GroupFinished,
     GroupStarted,
+    ServerDied,
     ServiceFailed,
     ServiceReady,
 )
 
 
 class ServerSlot:
-    """The group's current server; whatever leaves the ``async with`` stops it."""
+    """The group's current server; whatever leaves the ``async with`` stops it. A stop that
+    fails is said (``say``), never passed over: what it left is on record in the results
+    (hosts/server_records.py) for the leftover check of the next run or ``--cleanup``."""
 
-    def __init__(self, grace_s: float) -> None:
+    def __init__(self, grace_s: float, say: Callable[[str], None]) -> None:
         self.grace_s = grace_s
+        self.say = say
         self.service: Service | None = None
 
     async def __aenter__(self) -> ServerSlot:
@@ -51,9 +57,15 @@ class ServerSlot:
 
     async def clear(self) -> None:
         svc, self.service = self.service, None
-        if svc is not None:
-            with contextlib.suppress(Exception):
-                await svc.stop(self.grace_s)
+        if svc is None:
+            return
+        try:
+            await svc.stop(self.grace_s)
+        except Exception as exc:  # the stop's own reason; the campaign goes on either way
+            self.say(
+                f"{svc.group.id}: could not stop its server: {exc}; what is left of it is "
+                "stopped by the next run of these results or by --cleanup"
+            )
 
 
 class GroupRunner:
@@ -63,6 +75,7 @@ class GroupRunner:
         self.host = host
         self.attempt = 0
         self.facts = ServerFacts(engine=group.engine)  # what the ready server said of itself
+        self.prompting: Prompting | None = None  # how its requests carry their prompts
         self.drops_seen = 0  # the server's link drops already ridden out
 
     async def run(self) -> None:
@@ -70,7 +83,8 @@ class GroupRunner:
         handle = ctx.control.enter(group)
         restarts = 0
         try:
-            async with ServerSlot(ctx.options.stop_grace_s) as slot:
+            say = functools.partial(ctx.hub.notice, level="error")
+            async with ServerSlot(ctx.options.stop_grace_s, say) as slot:
                 failure = await self._start_or_recover(slot)
                 while slot.service is not None:
                     svc = slot.service
@@ -95,28 +109,40 @@ class GroupRunner:
                     pending = ctx.pending(group)
                     if not pending:
                         if svc.alive() and not ctx.control.aborted:
-                            await probe_noise_floor(ctx, group, svc, self.facts)
+                            await probe_noise_floor(ctx, group, svc, self.facts, self.prompting)
                         if svc.alive() and not ctx.control.aborted:
-                            await probe_state_leak(ctx, group, svc, self.facts)
+                            await probe_state_leak(ctx, group, svc, self.facts, self.prompting)
                         return
+                    death: str | None = None
+                    cell = pending[0]
                     if svc.alive():
-                        await run_one(ctx, pending[0], group, svc, handle, self.facts)
+                        death = await run_one(
+                            ctx, cell, group, svc, handle, self.facts, self.prompting
+                        )
                         if svc.link_drops != self.drops_seen:
                             continue  # the cell was set aside; ride the outage out first
-                        if svc.alive() or ctx.control.aborted or not ctx.pending(group):
+                        if ctx.control.aborted:
                             continue
+                        if death is None:
+                            if svc.alive() or not ctx.pending(group):
+                                continue
+                            cell = None  # it died after the cell ended
+                    else:
+                        cell = None  # it died between cells, or while the host was away
                     # The server died: during the cell, or while the host was away.
-                    code = svc.exit_code
-                    if not restart_allowed(restarts, ctx.options.server_restarts):
+                    why = death or f"it {describe_exit(svc.exit_code)}"
+                    allowed = restart_allowed(restarts, ctx.options.server_restarts)
+                    self._died(svc, why, cell, restarts + 1 if allowed else 0)
+                    if not allowed:
                         self._fail_cells(
-                            f"server died again (exit code {code}) after {restarts} "
-                            "restart(s); giving up on the group",
+                            f"server died ({why}) after {restarts} restart(s); "
+                            "giving up on the group",
                             svc.log_tail(20),
                         )
                         return
                     restarts += 1
                     ctx.hub.notice(
-                        f"{group.id}: server died (exit code {code}); restarting it "
+                        f"{group.id}: server died ({why}); restarting it "
                         f"({restarts}/{ctx.options.server_restarts})",
                         "warning",
                     )
@@ -130,6 +156,21 @@ class GroupRunner:
             ctx.hub.emit(GroupFinished(group=group.id, status=self._status()))
         if not ctx.control.aborted:
             await evaluate_greedy(ctx, group.host, [group.tp])
+
+    def _died(self, svc: Service, why: str, cell: Cell | None, restart: int) -> None:
+        self.ctx.hub.emit(
+            ServerDied(
+                group=self.group.id,
+                host=self.group.host,
+                attempt=self.attempt,
+                reason=why,
+                cell_id=cell.id if cell else "",
+                cell=cell.name if cell else "",
+                exit_code=svc.exit_code,
+                restart=restart,
+                log_tail=svc.log_tail(20),
+            )
+        )
 
     def _status(self) -> str:
         g = self.ctx.state.groups.get(self.group.id)
@@ -176,6 +217,7 @@ class GroupRunner:
                     "what runs is not what the config asks for: " + "; ".join(facts.problems),
                     svc.log_tail(20),
                 )
+            prompting = await ctx.control.unless_aborted(ctx.templates.prompting(group, host))
         except Exception as exc:
             if isinstance(exc, AbortRequested):
                 reason = "aborted by the operator before the server was ready"
@@ -189,6 +231,7 @@ class GroupRunner:
             await slot.clear()
             return failure
         self.facts = facts
+        self.prompting = prompting
         self.drops_seen = svc.link_drops
         for note in facts.notes:
             ctx.hub.notice(f"{group.id}: {note}", "warning")
@@ -202,6 +245,7 @@ class GroupRunner:
                 served_model=facts.served_model,
                 speculative=facts.speculative,
                 algorithm=facts.algorithm,
+                chat_template=prompting.template.describe(),
             )
         )
         await self._manifest(group, facts)

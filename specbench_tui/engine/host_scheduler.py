@@ -13,7 +13,7 @@ from collections.abc import Callable
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.group_runner import GroupRunner
 from specbench_tui.hosts.host import Host
-from specbench_tui.hosts.local_leftovers import marked_processes, results_owner
+from specbench_tui.hosts.local_leftovers import find_local_leftovers, results_owner
 from specbench_tui.plan.packing import Placer, placed
 from specbench_tui.results.cells import ServiceGroup
 
@@ -72,7 +72,7 @@ class HostScheduler:
         """Whether a crashed run left a server of this local or simulated host running (a
         host with nothing to run is made only to stop it)."""
         owner = results_owner(self.ctx.layout.root)
-        return bool(marked_processes(owner, self.groups[0].host))
+        return bool(find_local_leftovers(owner, self.groups[0].host))
 
     async def _held_elsewhere(self) -> set[int]:
         """GPUs a packed group is not placed on: held by something outside the campaign that

@@ -10,6 +10,7 @@ from typing import Literal
 from specbench_tui.engine.run_control import StopReason
 
 Outcome = Literal["done", "failed", "requeue", "skipped"]
+SERVER_DIED = "server died"  # the reason a cell is set aside when its server died under it
 
 
 @dataclass(frozen=True)
@@ -25,29 +26,30 @@ def judge(
     complete: bool,
     stop: StopReason | None,
     server_alive: bool,
-    exit_code: int | None,
     max_error_share: float,
     link_dropped: bool = False,
+    server_dead: bool = False,
 ) -> Verdict:
     """Judge one attempt.
 
     ``errors`` holds the error text of each failed request; ``complete`` says every planned
     request was measured; ``stop`` is why the cell was asked to stop early, if it was;
-    ``link_dropped`` says the link to the server's host dropped while it ran.
+    ``link_dropped`` says the link to the server's host dropped while it ran;
+    ``server_dead`` says a request was lost to a server that went away (the engine said it
+    is dead, or the connection went and the server did not come back healthy).
+
+    A server that died is an infrastructure fault, never a result: the attempt is set aside
+    (its rows kept, never counted) and runs again on a new server; the group, not the cell,
+    gives up once its restarts are spent.
     """
-    good = requests - len(errors)
     if link_dropped and stop != "skip":
         # The link, not the server, cut the requests: set aside like a crash, run again
         # once the host is back (whether its server survived is not known yet).
         return Verdict("requeue", "host unreachable")
-    if not server_alive:
-        # Whatever the rows say, a server that died during the cell makes them suspect.
-        return Verdict(
-            "failed",
-            f"server exited (code {exit_code}) during the cell after {good} good request(s)",
-        )
     if stop == "skip":
         return Verdict("skipped", "skipped while running")
+    if not server_alive or server_dead:
+        return Verdict("requeue", SERVER_DIED)
     if stop is not None or not complete:
         # Pause, abort or a group restart: the cell runs again whole as a new attempt.
         return Verdict("requeue", "aborted" if stop == "abort" else "interrupted")
@@ -60,5 +62,5 @@ def judge(
 
 
 def restart_allowed(restarts: int, limit: int) -> bool:
-    """Whether a group whose server died mid-cell gets another server (``limit`` restarts)."""
+    """Whether a group whose server died gets another server (``limit`` restarts)."""
     return restarts < limit

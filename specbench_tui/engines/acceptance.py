@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specbench_tui.engines.counters import Counters, WindowResult
-from specbench_tui.engines.registry import accept_length
+from specbench_tui.engines.registry import accept_length, adapter
 from specbench_tui.results.records import Measurement
 
 COLUMNS: tuple[str, ...] = (
@@ -152,6 +152,18 @@ def _fmt(v: Any) -> str:
     return str(int(v)) if isinstance(v, float) else str(v)
 
 
+def _no_counters(window: WindowResult | None, engine: str) -> str:
+    """Why a speculative cell's acceptance comes from its requests alone: never left unsaid."""
+    eng = adapter(engine)
+    if window is None:
+        return f"no counters: the server's {eng.metrics_path} is off or did not answer"
+    if window.problem:
+        return window.problem
+    if window.deltas is None or window.deltas.verify_steps is None:
+        return f"no {eng.verify_counter} counter in the server's {eng.metrics_path}"
+    return f"{eng.verify_counter} counted no verify step over the cell"
+
+
 def cell_acceptance(
     records: Sequence[Measurement],
     window: WindowResult | None,
@@ -174,7 +186,7 @@ def cell_acceptance(
             check = f"not compared: {failed} request(s) failed, the counters include them"
         elif window is not None and not window.settled:
             check += " (a counter read did not settle)"
-    elif check == "requests only" and window is not None and window.problem:
-        check += f" ({window.problem})"
+    elif check == "requests only":
+        check += f" ({_no_counters(window, engine)})"
     out["acceptance_check"] = check
     return out

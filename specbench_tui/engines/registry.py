@@ -57,6 +57,13 @@ def accept_length_definition(engine: str) -> str:
     return adapter(engine).accept_length_definition
 
 
+def engine_dead(engine: str, error: str) -> str | None:
+    """When a request's error is ``engine``'s own answer that it can no longer serve (its
+    server is dead however its process looks), that answer in words
+    (``EngineAdapter.dead_engine``); else None."""
+    return adapter(engine).dead_engine(error)
+
+
 def log_window(engine: str, stats: dict[str, float], seconds: float) -> LogCounts | None:
     """What one of ``engine``'s periodic stats lines says about its stretch (tokens, steps,
     seconds), for pooling a cell's lines by their tokens (``EngineAdapter.log_window``)."""

@@ -267,6 +267,12 @@ def _counters(text: str) -> Counters:
     )
 
 
+# vLLM's EngineDeadError text (``v1/engine/exceptions.py``), seen on 0.32 on CPU with the engine
+# core killed: a stream in flight gets it as an error event before ``[DONE]`` (HTTP 200), a new
+# request as HTTP 500, /health turns 503, and about a second later the API server exits with 0.
+ENGINE_DEAD = "EngineCore encountered an issue"
+
+
 # --- the adapter ------------------------------------------------------------------------------
 
 
@@ -296,6 +302,8 @@ class VllmAdapter(EngineAdapter):
     # A cache_salt of its own per cold request: vLLM's cache reset is a development-mode
     # endpoint.
     cold_cache = "salt"
+    text_prompt = "verbatim"  # completions carry add_special_tokens: false
+    verify_counter = DRAFTS
     deterministic_mode = "VLLM_BATCH_INVARIANT=1"
 
     def requested_speculation(self, command: Sequence[str]) -> Speculation:
@@ -346,7 +354,7 @@ class VllmAdapter(EngineAdapter):
         return ForcedAccept(command=tuple(args))
 
     def request(self, api: str, messages: list[Message], spec: RequestSpec) -> tuple[str, dict]:
-        """The chat body, asking for the generated token ids (the greedy check compares ids)."""
+        """The base body, asking for the generated token ids (the greedy check compares ids)."""
         path, body = super().request(api, messages, spec)
         body["return_token_ids"] = True
         return path, body
@@ -387,6 +395,9 @@ class VllmAdapter(EngineAdapter):
                 "--per-request-spec-decode-metrics summary; only the counters will"
             ]
         return []
+
+    def dead_engine(self, error: str) -> str | None:
+        return "its engine core is gone (EngineDeadError)" if ENGINE_DEAD in error else None
 
     def missing_accept_length(self, api: str) -> str:
         return "vLLM reports it per request only with --per-request-spec-decode-metrics summary"

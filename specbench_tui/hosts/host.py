@@ -14,7 +14,6 @@ the group start. "No telemetry" never reads as "busy".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import re
@@ -23,7 +22,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -33,6 +32,7 @@ from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.local_leftovers import (
     SERVER_MARK_ENV,
     find_local_leftovers,
+    records_dir,
     server_mark,
     stop_local_leftover,
 )
@@ -82,6 +82,16 @@ class NoEvents:
         return None
 
 
+def _read_local_files(paths: Sequence[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            out[path] = Path(path).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            out[path] = None
+    return out
+
+
 def server_pythons(groups: Iterable[ServiceGroup]) -> list[str]:
     """The interpreters that run the servers (a launch's first word named ``python*``), in
     plan order, then ``python3``: where to look for pynvml, which a GPU host usually has only
@@ -110,7 +120,10 @@ def pick_free_port(machine: str | None = None) -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if machine is None or port_claims.holder(machine, port) is None:
+        if machine is None or (
+            port_claims.holder(machine, port) is None
+            and port_claims.other_claim(machine, port) is None
+        ):
             return port
 
 
@@ -223,13 +236,24 @@ class Host:
         """The group's server, not started yet (on a free port if the plan's is taken)."""
         where = self.on_free_port(group)
         mark = {SERVER_MARK_ENV: server_mark(self.owner, self.name, where.id)}
-        svc = ProcessService(where, log_path, on_line, extra_env=self.service_env() | mark)
+        svc = ProcessService(
+            where,
+            log_path,
+            on_line,
+            extra_env=self.service_env() | mark,
+            records=records_dir(self.owner) if self.owner else None,
+        )
         self._services.append(svc)
         return svc
 
     def service_notice(self, level: str, text: str) -> None:
         """A notice from one of this host's services, which take a (level, text) callback."""
         self.events.notice(text, level)
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, str | None]:
+        """The texts of small files on this host (a model's tokenizer files), by path; None
+        where a file is not there or is not UTF-8 text."""
+        return await asyncio.to_thread(_read_local_files, paths)
 
     # --- ports --------------------------------------------------------------------------
 
@@ -243,10 +267,13 @@ class Host:
         host's included) is handed that port meanwhile."""
         machine = await self.machine_key()
         self.release_port(group)  # after the await: no other group can slip in between
-        where = self.on_free_port(group)  # no await from the check to the claim
-        port_claims.claim(machine, where.port, group.id)
-        self._claims[group.id] = (machine, where.port)
-        return where
+        for _ in range(20):
+            where = self.on_free_port(group)  # no await from the check to the claim
+            if port_claims.claim(machine, where.port, group.id):
+                self._claims[group.id] = (machine, where.port)
+                return where
+            # another campaign claimed it since the check: the next check sees its claim
+        raise ServiceError(f"{self.name}: no port found that no other server has claimed")
 
     def release_port(self, group: ServiceGroup) -> None:
         """The group's server stopped: its port may go to another."""
@@ -264,17 +291,26 @@ class Host:
             other = port_claims.holder(machine, port)
             return other if other not in (None, group.id) else None
 
+        def taken_by(port: int) -> str | None:
+            """Whose claim holds the port: another server of this campaign, or another
+            campaign's (another process on this machine)."""
+            other = ours(port)
+            if other is not None:
+                return f"{other}, a server of this campaign on the same machine"
+            theirs = port_claims.other_claim(machine, port)
+            return f"another campaign on this machine ({theirs})" if theirs else None
+
         taken = self._ports.get(group.port)
-        if taken is not None and not ours(taken) and not port_in_use(taken):
+        if taken is not None and not taken_by(taken) and not port_in_use(taken):
             return with_port(group, taken)
-        other = ours(group.port)
+        other = taken_by(group.port)
         if other is None and not port_in_use(group.port):
             return group
         new = pick_free_port(machine)
         if other is not None:
             self.events.notice(
-                f"{self.name}: port {group.port} is taken by {other}, a server of this "
-                f"campaign on the same machine; servers on this host use port {new} instead",
+                f"{self.name}: port {group.port} is taken by {other}; servers on this host "
+                f"use port {new} instead",
                 "info",
             )
         else:
@@ -589,8 +625,14 @@ class Host:
         leave a server holding GPUs behind)."""
         for svc in self._services:
             if svc.alive():
-                with contextlib.suppress(Exception):
+                try:
                     await svc.stop(grace_s)
+                except Exception as exc:  # said; its record stays for the leftover check
+                    self.events.notice(
+                        f"{self.name}: could not stop {svc.group.id}'s server: {exc}; what is "
+                        "left of it is stopped by the next run of these results or by --cleanup",
+                        "error",
+                    )
         self._services.clear()
         for group_id, claimed in list(self._claims.items()):
             port_claims.release(*claimed, group_id)

@@ -1,9 +1,10 @@
 """A server run as a child process of the campaign (local and simulated hosts).
 
-The server gets its own session (so its process group holds SGLang's TP worker processes,
-which outlive a killed parent and keep GPU memory otherwise), its output goes line by line
-to ``logs/<group>.log`` and to the engine, and stopping it always ends with its port free or
-an error that names what holds the port.
+The server gets its own session (so its session and process group hold SGLang's TP workers
+and vLLM's engine core, which outlive a killed parent and keep GPU memory otherwise), on
+record in the results directory from the moment it starts (``server_records``), its output
+goes line by line to ``logs/<group>.log`` and to the engine, and stopping it always ends with
+every process of its session gone and its port free, or an error that names what is left.
 """
 
 from __future__ import annotations
@@ -18,10 +19,19 @@ import os
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from specbench_tui.hosts.lines import LineSplitter
+from specbench_tui.hosts.server_records import (
+    ProcStat,
+    ServerRecord,
+    describe_processes,
+    drop_record,
+    new_record,
+    write_record,
+)
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError, describe_exit
 from specbench_tui.results.cells import ServiceGroup
 
@@ -58,13 +68,25 @@ def port_in_use(port: int, host: str = "") -> bool:
     return False
 
 
-def port_holder(port: int) -> tuple[int, str] | None:
-    """Best effort (Linux, own or permitted processes): the pid and name listening on ``port``.
+@dataclass(frozen=True)
+class Listener:
+    """A socket listening on a port of this machine's network namespace: its owner's uid
+    and the processes holding it (none visible: another user's, to a user who is not root)."""
 
-    Reads /proc/net/tcp{,6} for the listening socket's inode, then finds the process owning
-    that inode among /proc/*/fd. Returns None when it cannot tell (another user's process).
-    """
-    inodes: set[str] = set()
+    inode: str
+    uid: int
+    pids: tuple[int, ...]
+
+    def describe(self) -> str:
+        if not self.pids:
+            return f"a process of uid {self.uid}"
+        return ", ".join(f"pid {p}: {process_name(p)}" for p in self.pids)
+
+
+def listeners(port: int) -> list[Listener]:
+    """Every socket listening on ``port`` (Linux), from /proc/net/tcp{,6}, with the
+    processes whose file descriptors hold it."""
+    found: dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -73,27 +95,37 @@ def port_holder(port: int) -> tuple[int, str] | None:
                     parts = row.split()
                     if len(parts) < 10:
                         continue
-                    local, state, inode = parts[1], parts[3], parts[9]
+                    local, state, uid, inode = parts[1], parts[3], parts[7], parts[9]
                     if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
-                        inodes.add(inode)
+                        found[inode] = int(uid)
         except OSError:
             continue
-    if not inodes:
-        return None
-    targets = {f"socket:[{i}]" for i in inodes}
+    if not found:
+        return []
+    targets = {f"socket:[{i}]": i for i in found}
+    holders: dict[str, set[int]] = {i: set() for i in found}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             for fd in os.scandir(f"/proc/{entry.name}/fd"):
                 try:
-                    if os.readlink(fd.path) in targets:
-                        pid = int(entry.name)
-                        return pid, process_name(pid)
+                    inode = targets.get(os.readlink(fd.path))
                 except OSError:
                     continue
+                if inode is not None:
+                    holders[inode].add(int(entry.name))
         except OSError:
             continue
+    return [Listener(i, uid, tuple(sorted(holders[i]))) for i, uid in found.items()]
+
+
+def port_holder(port: int) -> tuple[int, str] | None:
+    """Best effort (Linux, own or permitted processes): the pid and name listening on ``port``;
+    None when it cannot tell (another user's process)."""
+    for sock in listeners(port):
+        if sock.pids:
+            return sock.pids[0], process_name(sock.pids[0])
     return None
 
 
@@ -122,6 +154,8 @@ class ProcessService(Service):
     """The group's command as a local child process in its own process group.
 
     ``extra_env`` (e.g. the simulator's state directory) is added after the group's own env.
+    ``records`` is the results directory's ``servers/``: where the server is on record
+    while anything of it may run (None: nowhere, for a server no campaign owns).
     """
 
     def __init__(
@@ -134,8 +168,12 @@ class ProcessService(Service):
         cwd: str | os.PathLike[str] | None = None,
         port_free_timeout_s: float = 30.0,
         base_url: str | None = None,
+        records: Path | None = None,
     ) -> None:
         super().__init__(group, on_line, base_url=base_url)
+        self.records = records
+        self.record: ServerRecord | None = None
+        self._record_path: Path | None = None
         self.log_path = Path(log_path)
         self.extra_env = dict(extra_env or {})
         self.cwd = cwd
@@ -191,6 +229,20 @@ class ProcessService(Service):
                 f"{self.group.id}: cannot run {self.group.command[0]!r}: {e.strerror or e}"
             ) from e
         self._pgid = self._proc.pid  # start_new_session: the leader's pid is the group id
+        self.record = new_record(
+            self.group.host, self.group.id, self._proc.pid, port, list(self.group.command)
+        )
+        if self.records is not None:
+            try:
+                self._record_path = write_record(self.records, self.record)
+            except OSError as e:  # a server nobody could find after a crash: not started
+                await self._kill_group(signal.SIGKILL)
+                await self._proc.wait()
+                self._close_log()
+                raise ServiceError(
+                    f"{self.group.id}: cannot put the server on record in {self.records}: "
+                    f"{e.strerror or e}; stopped it"
+                ) from e
         assert self._proc.stdout is not None
         self._reader = asyncio.create_task(self._read_output(self._proc.stdout))
 
@@ -206,14 +258,31 @@ class ProcessService(Service):
         return code
 
     async def wait_ready(self, timeout_s: float | None = None) -> float:
-        """As the base, but a failed start-up also kills what the server left behind
-        (TP workers of a dead parent would keep their GPU memory)."""
+        """As the base, then the proof that what answers on the port is this server (a
+        server that died on EADDRINUSE would otherwise pass its check against whoever holds
+        the port). A failed start-up also kills what the server left behind (TP workers of a
+        dead parent would keep their GPU memory)."""
         try:
-            return await super().wait_ready(timeout_s)
+            ready = await super().wait_ready(timeout_s)
+            self.prove_own_port()
+            return ready
         except ServiceError:
             if not self.alive():
                 await self._kill_group(signal.SIGKILL)
             raise
+
+    def prove_own_port(self) -> None:
+        """Raise ServiceError, naming the holder, unless every socket listening on the
+        group's port belongs to a process of this server's session."""
+        port = self.group.port
+        mine = {p.pid for p in self._members()}
+        for sock in listeners(port):
+            if not set(sock.pids) & mine:
+                raise ServiceError(
+                    f"{self.group.id}: port {port} answers for another process, not this "
+                    f"server: {sock.describe()}; not measured",
+                    self.log_tail(),
+                )
 
     async def stop(self, grace_s: float = 30.0) -> None:
         proc = self._proc
@@ -242,8 +311,17 @@ class ProcessService(Service):
                     self._reader.cancel()
             self._write_log(f"----- {self.group.id} {describe_exit(proc.returncode)}")
         self._close_log()
-        if proc is not None:  # never started: the port is not ours to wait for
-            await self._wait_port_free()
+        if proc is None:  # never started: the port is not ours to wait for
+            return
+        left = self._members()
+        if left:
+            raise ServiceError(
+                f"{self.group.id}: still running after SIGKILL: {describe_processes(left)}",
+                self.log_tail(),
+            )
+        drop_record(self._record_path)
+        self._record_path = None
+        await self._wait_port_free()
 
     async def released(self) -> bool:
         return not self.alive() and not self._group_alive() and not port_in_use(self.group.port)
@@ -260,24 +338,26 @@ class ProcessService(Service):
                 )
             await asyncio.sleep(0.1)
 
+    def _members(self) -> list[ProcStat]:
+        """The live processes of the server's session and process group (its workers and
+        engine core outlive the parent); an unreaped leader is not one."""
+        if self.record is None:
+            return []
+        return [p for p in self.record.members() if p.pid != self.pid or self.alive()]
+
     def _group_alive(self) -> bool:
-        """Whether any process of the server's group is left (workers can outlive the parent)."""
-        if self._pgid is None:
-            return False
-        try:
-            os.killpg(self._pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        # The leader counts only until reaped; killpg(0) still sees an unreaped zombie leader.
-        return self._proc is None or self._proc.returncode is None or _others_in_group(self._pgid)
+        """Whether any process of the server is left (workers can outlive the parent)."""
+        return bool(self._members())
 
     async def _kill_group(self, sig: signal.Signals) -> None:
         if self._pgid is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._pgid, sig)
+        for p in self._members():  # one that left the process group, not the session
+            if p.pgid != self._pgid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p.pid, sig)
         await asyncio.sleep(0)
 
     async def _read_output(self, stream: asyncio.StreamReader) -> None:
@@ -309,19 +389,3 @@ def _die_with_parent(parent: int) -> None:
         _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(1)
-
-
-def _others_in_group(pgid: int) -> bool:
-    """Whether a process other than the (reaped) leader is still in process group ``pgid``."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == pgid:
-            continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        # fields: state ppid pgrp ...; a zombie waiting for its parent holds nothing
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False

@@ -30,13 +30,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
     NoticeCallback,
+    RemoteHolder,
     RemoteService,
     mark_mismatch,
+    mark_what,
 )
 from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
 from specbench_tui.hosts.shell import (
@@ -167,6 +170,9 @@ class RemoteProcessService(RemoteService):
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
         on_notice: NoticeCallback | None = None,
+        results: str = "",
+        records: Path | None = None,
+        reached_as: tuple[str, str | None] | None = None,
     ) -> None:
         super().__init__(
             group,
@@ -180,6 +186,9 @@ class RemoteProcessService(RemoteService):
             port_free_timeout_s=port_free_timeout_s,
             poll_s=poll_s,
             on_notice=on_notice,
+            results=results,
+            records=records,
+            reached_as=reached_as,
         )
         self.workdir = workdir.rstrip("/") or "/"
         self.pid: int | None = None
@@ -210,7 +219,15 @@ class RemoteProcessService(RemoteService):
         """From the last poll (every ``poll_s``): no round trip here."""
         return self.pid is not None and not self._exited.is_set()
 
-    async def start(self) -> None:
+    def _on_record(self) -> dict[str, object]:
+        return {"pid": self.pid}
+
+    def _owns(self, holder: RemoteHolder) -> bool:
+        """The wrapper is its session's leader (``setsid``): every process of the server
+        has its pid as session id, whatever it renamed itself to."""
+        return self.pid is not None and self.pid in (holder.sid, holder.pgid)
+
+    async def _start(self) -> None:
         if self.alive():
             raise ServiceError(f"{self.group.id}: already running on {self.ssh} (pid {self.pid})")
         if not self.group.command:
@@ -220,9 +237,11 @@ class RemoteProcessService(RemoteService):
         self.adopted = False
         running = await self._running()
         if running is not None:
-            if running.mark == self.mark and await self._adopt(running.pid):
+            self._refuse_foreign(f"the server of pid {running.pid}", running.mark)
+            same = mark_what(running.mark) == mark_what(self.mark)
+            if same and await self._adopt(running.pid):
                 return
-            if running.mark != self.mark:
+            if not same:
                 self.on_notice(
                     "warning",
                     f"{self.group.id}: stopped the server left running on {self.ssh} by an "
@@ -281,6 +300,7 @@ class RemoteProcessService(RemoteService):
                 )
                 return False
             if running.mark != self.mark:  # not ours after all: make way, then start again
+                self._refuse_foreign(f"the server of pid {running.pid}", running.mark)
                 await self._stop_running(running)
                 return False
             self._write_log(
@@ -371,7 +391,7 @@ class RemoteProcessService(RemoteService):
         await self._drain_log(2.0)
         return self._exit_code
 
-    async def stop(self, grace_s: float = 30.0) -> None:
+    async def _stop(self, grace_s: float) -> None:
         pid = self.pid
         if pid is not None:
             await stop_process_group(self.ssh, pid, grace_s, self._write_log, self.group.id)

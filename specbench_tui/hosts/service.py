@@ -184,6 +184,11 @@ class Service(ABC):
     # --- shared behaviour ----------------------------------------------------------------
 
     @property
+    def last_health(self) -> str:
+        """What the last health probe saw ("GET /health HTTP 503", "connection refused")."""
+        return self._last_health
+
+    @property
     def base_url(self) -> str:
         """Where the benchmark client reaches the server, e.g. ``http://127.0.0.1:30000``."""
         return self._base_url

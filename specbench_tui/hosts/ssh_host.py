@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 from specbench_tui.engines.registry import adapter
 from specbench_tui.errors import InputError
@@ -23,15 +23,22 @@ from specbench_tui.hosts.host import (
     with_port,
 )
 from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftover
+from specbench_tui.hosts.local_leftovers import records_dir
 from specbench_tui.hosts.remote_process import RemoteProcessService
 from specbench_tui.hosts.remote_service import (
+    LaunchOwner,
     launch_mark,
+    launch_owner,
+    live_owner,
     mark_mismatch,
+    mark_what,
+    other_run,
+    parse_owner,
     remote_port_holder,
     remote_port_in_use,
 )
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError
-from specbench_tui.hosts.shell import quote, remote_path
+from specbench_tui.hosts.shell import parse_read_files, quote, read_files_command, remote_path
 from specbench_tui.hosts.ssh import SshAgentRunner, SshConnectError, SshConnection, SshError
 from specbench_tui.hosts.systemd import (
     ForeignUnits,
@@ -84,6 +91,7 @@ class SshHost(Host):
         self._unknown_gpus_said: set[str] = set()
         self._leftovers: dict[str, Leftover] = {}  # kept for their group's clear_gpus
         self._machine: str | None = None
+        self._holds_lease = False  # this run claimed the campaign on the host (see _take_lease)
 
     def abandon_waits(self) -> None:
         """An abort while the host is away: what still needs it (a server's stop) fails at
@@ -142,8 +150,24 @@ class SshHost(Host):
             report.problems += [m + hint for m in missing]
         elif groups:
             report.facts.append("server interpreters and models found")
+        other = await (self._take_lease() if repair else self._lease_holder())
+        if other is not None:
+            report.problems.append(
+                f"the campaign {self.settings.campaign} on this host is being run by another "
+                f"process still going ({other.describe()}): its servers are not taken over "
+                "or stopped; run this plan under another [campaign] name, or once that "
+                "campaign has ended"
+            )
         left = await self._find_leftovers(groups)
         for lo in left:
+            owner = live_owner(lo.mark, self.owner)
+            if owner is not None:
+                report.problems.append(
+                    f"{lo.group}'s server ({lo.describe()}) belongs to another campaign still "
+                    f"running ({owner.describe()}): it is not taken over or stopped; run this "
+                    "plan under another [campaign] name, or once that campaign has ended"
+                )
+                continue
             report.facts.append(
                 f"{lo.group}: a server left running by an earlier run ({lo.describe()}); the "
                 "run takes it over when it is what the plan starts and healthy, else stops it"
@@ -227,6 +251,18 @@ class SshHost(Host):
                 out.append(f"{what} {path} not found")
         return out
 
+    async def read_files(self, paths: Sequence[str]) -> dict[str, str | None]:
+        """The texts of small files on the host, read in one command (None: absent or not
+        UTF-8 text); a link that fails says so, as every SSH command does."""
+        paths = list(paths)
+        if not paths:
+            return {}
+        res = await self.ssh.run(read_files_command(paths), idempotent=True)
+        if not res.ok:
+            last = (res.stderr.strip().splitlines() or [f"exit {res.exit_status}"])[-1]
+            raise SshError(f"reading {', '.join(paths)} failed: {last}")
+        return parse_read_files(res.stdout, paths)
+
     # --- ports -------------------------------------------------------------------------------
 
     async def machine_key(self) -> str:
@@ -253,11 +289,17 @@ class SshHost(Host):
         self.release_port(group)  # after the await: no other group can slip in between
         where = group
         other = port_claims.holder(machine, group.port)
-        if other not in (None, group.id):
+        theirs = port_claims.other_claim(machine, group.port)
+        if other not in (None, group.id) or theirs:
             port = await self._free_remote_port(machine)
+            whose = (
+                f"{other}, a server of this campaign on the same machine"
+                if other not in (None, group.id)
+                else f"another campaign run from here ({theirs})"
+            )
             self.events.notice(
-                f"{self.name}: port {group.port} is taken by {other}, a server of this campaign "
-                f"on the same machine; {group.id} uses port {port} there instead",
+                f"{self.name}: port {group.port} is taken by {whose}; {group.id} uses port "
+                f"{port} there instead",
                 "info",
             )
             where = with_port(group, port)
@@ -272,7 +314,9 @@ class SshHost(Host):
             if not res.ok or not res.stdout.strip().isdigit():
                 raise ServiceError(f"{self.name}: cannot find a free port: {res.stderr.strip()}")
             port = int(res.stdout.strip())
-            if port_claims.holder(machine, port) is None:
+            if port_claims.holder(machine, port) is None and not port_claims.other_claim(
+                machine, port
+            ):
                 return port
         raise ServiceError(f"{self.name}: no free port found that no server of this run claimed")
 
@@ -293,6 +337,9 @@ class SshHost(Host):
             campaign=self.settings.campaign,
             workdir=self.settings.workdir,
             on_notice=self.service_notice,
+            results=self.owner,
+            records=records_dir(self.owner) if self.owner else None,
+            reached_as=(self.settings.destination, self.settings.ssh_config),
         )
         self._services.append(svc)
         return svc
@@ -308,16 +355,82 @@ class SshHost(Host):
             group_ids={g.id for g in groups},
         )
 
+    # --- which run the campaign on this host belongs to ------------------------------------
+
+    def _lease_file(self) -> str:
+        base = self.settings.workdir.rstrip("/") or "/"
+        return remote_path(f"{base}/.specbench-{self.settings.campaign}.owner")
+
+    async def _lease_holder(self) -> LaunchOwner | None:
+        """The other run, still going, that holds the campaign on this host (None: none)."""
+        res = await self.ssh.run(
+            f"cat {self._lease_file()} 2>/dev/null", timeout_s=30.0, idempotent=True
+        )
+        return other_run(parse_owner(res.stdout), self.owner)
+
+    async def _take_lease(self) -> LaunchOwner | None:
+        """Claim the campaign on this host for this run: a file in the workdir naming it
+        (``launch_owner``), made only where none exists (noclobber), or where the run it
+        names ended or was one of these results. Returns the other run, still going, that
+        holds it instead. So a second campaign of the plan refuses up front, whichever of
+        the first one's servers runs at that moment, or none between two groups."""
+        token = launch_owner(self.owner)
+        base = remote_path(self.settings.workdir.rstrip("/") or "/")
+        lease = self._lease_file()
+        write = f"( set -C; printf '%s\\n' {quote(token)} > {lease} ) 2>/dev/null"
+        res = await self.ssh.run(
+            f"mkdir -p {base} && if {write}; then echo taken; else cat {lease}; fi",
+            timeout_s=30.0,
+            idempotent=True,  # run again, it finds its own token: the same outcome
+        )
+        held = res.stdout.strip().splitlines()[-1:] or [""]
+        if held[0] in ("taken", token):
+            return None
+        other = other_run(parse_owner(held[0]), self.owner)
+        if other is not None:
+            return other
+        await self.ssh.run(
+            f"rm -f {lease} && {write}", timeout_s=30.0, idempotent=True
+        )  # the run it named ended: this one takes it over
+        return None
+
+    async def _drop_lease(self) -> None:
+        token = quote(launch_owner(self.owner))
+        lease = self._lease_file()
+        await self.ssh.run(
+            f'[ "$(cat {lease} 2>/dev/null)" = {token} ] && rm -f {lease}; true',
+            timeout_s=30.0,
+            idempotent=True,
+        )
+
     async def settle_leftovers(self, keep: Collection[str]) -> None:
         """Stop the servers an earlier run left that no group of this run starts; keep the
         others for their group's ``clear_gpus``. A host that cannot be reached now is left to
         its groups (they wait for it or fail with the reason)."""
         try:
+            other = await self._take_lease()
             left = await self._find_leftovers(self.groups)
-        except ServiceError as e:
+        except (ServiceError, SshError) as e:
             self.events.notice(f"{self.name}: cannot look for servers left running: {e}", "warning")
             return
+        if other is not None:  # taken since the preflight: its servers are left alone
+            self.events.notice(
+                f"{self.name}: the campaign {self.settings.campaign} on this host is being run "
+                f"by another process still going ({other.describe()}); none of its servers "
+                "is taken over or stopped",
+                "error",
+            )
+        else:
+            self._holds_lease = True
         for lo in left:
+            owner = live_owner(lo.mark, self.owner)
+            if owner is not None:  # its group's start refuses, naming the owner again
+                self.events.notice(
+                    f"{self.name}: {lo.group}'s server ({lo.describe()}) belongs to another "
+                    f"campaign still running ({owner.describe()}): left alone",
+                    "warning",
+                )
+                continue
             if lo.group in keep:
                 self._leftovers[lo.group] = lo
                 await self._claim_for_leftover(lo)
@@ -358,7 +471,7 @@ class SshHost(Host):
         stopped first."""
         lo = self._leftovers.pop(group.id, None)
         if lo is not None:
-            if lo.mark == launch_mark(self.settings.campaign, group, {}):
+            if mark_what(lo.mark) == mark_what(launch_mark(self.settings.campaign, group, {})):
                 return True
             await self._stop_leftover(lo, mark_mismatch(lo.mark))
         return await super().clear_gpus(group, timeout_s)
@@ -440,11 +553,18 @@ class SshHost(Host):
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Stop what runs, the servers an earlier run left that no group came to (an abort
-        before their turn) included, then the connection."""
+        before their turn) included, give the campaign on the host back, then the
+        connection."""
         await super().close(grace_s)
         for lo in list(self._leftovers.values()):
             with contextlib.suppress(Exception):
                 await self._stop_leftover(lo, "the run ended before its group's turn")
         self._leftovers.clear()
+        if self._holds_lease:
+            try:
+                await self._drop_lease()
+            except SshError as e:  # the next run finds this run ended and takes it over
+                self.events.notice(f"{self.name}: could not give the campaign back: {e}", "info")
+            self._holds_lease = False
         with contextlib.suppress(Exception):
             await self.ssh.close()

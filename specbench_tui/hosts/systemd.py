@@ -41,13 +41,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
     NoticeCallback,
+    RemoteHolder,
     RemoteService,
     mark_mismatch,
+    mark_what,
 )
 from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
 from specbench_tui.hosts.shell import quote_command, remote_path
@@ -263,6 +266,9 @@ class SystemdService(RemoteService):
         port_free_timeout_s: float = 30.0,
         poll_s: float = 0.5,
         on_notice: NoticeCallback | None = None,
+        results: str = "",
+        records: Path | None = None,
+        reached_as: tuple[str, str | None] | None = None,
     ) -> None:
         super().__init__(
             group,
@@ -276,6 +282,9 @@ class SystemdService(RemoteService):
             port_free_timeout_s=port_free_timeout_s,
             poll_s=poll_s,
             on_notice=on_notice,
+            results=results,
+            records=records,
+            reached_as=reached_as,
         )
         self.unit = unit_name(campaign, group.id)
         self.workdir = workdir
@@ -291,11 +300,18 @@ class SystemdService(RemoteService):
         """From the last poll (every ``poll_s``): no round trip here."""
         return self._started and not self._exited.is_set()
 
+    def _on_record(self) -> dict[str, object]:
+        return {"unit": self.unit}
+
+    def _owns(self, holder: RemoteHolder) -> bool:
+        """Every process of the unit lives in its cgroup, named after the unit."""
+        return re.search(rf"/{re.escape(self.unit)}(/|\s|$)", holder.cgroup) is not None
+
     async def show(self) -> dict[str, str]:
         """The unit's state (an unknown unit reads as inactive, LoadState=not-found)."""
         return await show_unit(self.ssh, self.unit)
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         if self.alive():
             raise ServiceError(f"{self.group.id}: {self.unit} already running on {self.ssh}")
         if not self.group.command:
@@ -306,9 +322,11 @@ class SystemdService(RemoteService):
         state = await self.show()
         if state.get("ActiveState") in ACTIVE_STATES:
             mark = state.get("Description", "")
-            if mark == self.mark and await self._adopt():
+            self._refuse_foreign(self.unit, mark)
+            same = mark_what(mark) == mark_what(self.mark)
+            if same and await self._adopt():
                 return
-            if mark != self.mark:
+            if not same:
                 self.on_notice(
                     "warning",
                     f"{self.group.id}: stopped {self.unit}, left running on {self.ssh} by an "
@@ -386,6 +404,7 @@ class SystemdService(RemoteService):
             )
             return False
         if state.get("Description") != self.mark:  # not ours after all: make way, try again
+            self._refuse_foreign(self.unit, state.get("Description", ""))
             await stop_unit(self.ssh, self.unit, 30.0, self._write_log)
             return False
         self._write_log(f"----- the reply to the start was lost; {self.unit} runs: following it")
@@ -473,7 +492,7 @@ class SystemdService(RemoteService):
         await self._exited.wait()
         return self._exit_code
 
-    async def stop(self, grace_s: float = 30.0) -> None:
+    async def _stop(self, grace_s: float) -> None:
         if self._started:
             await stop_unit(self.ssh, self.unit, grace_s, self._write_log)
             await self._settle_exit()

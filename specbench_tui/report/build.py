@@ -15,7 +15,9 @@ from specbench_tui.report.sections import (
     agentic,
     checks,
     concurrency,
+    datasets,
     environment,
+    faults,
     methodology,
     packing,
     server_view,
@@ -55,6 +57,7 @@ def build_from(inp: Inputs) -> Report:
     body: list[Section | None] = [
         methodology.build(inp),
         single.build(inp),
+        datasets.build(inp),
         packing.build(inp),
         accept.build(inp),
         agentic.build(inp),
@@ -63,6 +66,7 @@ def build_from(inp: Inputs) -> Report:
         checks.build(inp),
         telemetry.build(inp),
         accounting.build(inp),
+        faults.build(inp),
         environment.build(inp),
     ]
     # The summary last, so that it lists every note the other sections left; it prints first.

@@ -221,6 +221,7 @@ class ServiceReady(Event):
     served_model: str | None = None
     speculative: bool | None = None  # None: the server did not say
     algorithm: str | None = None
+    chat_template: str | None = None  # where the prompts' template came from, and its hash
 
 
 @dataclass(kw_only=True)
@@ -230,6 +231,25 @@ class ServiceFailed(Event):
     reason: str = ""
     log_tail: list[str] = field(default_factory=list)
     attempt: int = 1
+
+
+@dataclass(kw_only=True)
+class ServerDied(Event):
+    """A group's server died while the group needed it: its process exited (with any code),
+    the engine answered that it is dead, or a request was lost and its health check failed.
+    ``cell`` names the cell whose attempt it cut ("" between cells); ``restart`` is the
+    restart that follows (1, 2, ...), 0 when the group's restarts are spent."""
+
+    name: ClassVar[str] = "server_died"
+    group: str
+    host: str = ""
+    attempt: int = 1  # the server start that died
+    reason: str = ""
+    cell_id: str = ""
+    cell: str = ""
+    exit_code: int | None = None
+    restart: int = 0
+    log_tail: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

@@ -79,6 +79,13 @@ class ResultsLayout:
         return self.root / "engine.log"
 
     @property
+    def servers(self) -> Path:
+        """One record per server started and not yet seen stopped (its process group and
+        session, or its unit): what the next run, ``--report`` and ``--cleanup`` stop when a
+        crash of the tool left it running."""
+        return self.root / "servers"
+
+    @property
     def control_socket(self) -> Path:
         return self.root / "control.sock"
 

@@ -50,6 +50,7 @@ from specbench_tui.results.events import (
     HostState,
     Paused,
     Resumed,
+    ServerDied,
     ServiceFailed,
     ServiceReady,
     SlurmJobChanged,
@@ -60,6 +61,9 @@ CellStatus = Literal["pending", "running", "done", "failed", "skipped"]
 ServerState = Literal["pending", "starting", "ready", "failed", "stopped"]
 CELL_STATUSES: tuple[str, ...] = ("pending", "running", "done", "failed", "skipped")
 RowsExist = Callable[[str, int], bool]
+
+#: Why a cell's attempt was set aside unfinished (cell_queued's ``by``), kept as its reason.
+INTERRUPTIONS = ("interrupted", "aborted", "host unreachable", "server died")
 
 #: Lines of server log kept per group: enough for a failure's context, bounded for hours-long runs.
 LOG_TAIL_LINES = 40
@@ -139,6 +143,11 @@ class GroupState:
     # What the ready server said about itself, where its service_ready event carries it.
     engine: str = ""
     engine_version: str = ""
+    # Its servers that died while it needed them (server_died events, in order), and the
+    # attempts of its cells set aside unfinished (a death, the link, a pause or abort, a crash
+    # of the tool): their rows are kept, never counted.
+    deaths: list[ServerDied] = field(default_factory=list)
+    interrupted: int = 0
 
     def uptime_s(self, now: float) -> float | None:
         """Seconds the server has been healthy, or None when it is not up."""
@@ -279,6 +288,8 @@ class CampaignState:
                 self.groups[g.id].windows = list(before_g.windows)
                 self.groups[g.id].engine = before_g.engine
                 self.groups[g.id].engine_version = before_g.engine_version
+                self.groups[g.id].deaths = list(before_g.deaths)
+                self.groups[g.id].interrupted = before_g.interrupted
         selected = set(ev.selected)
         for c in ev.cells:
             before = old_cells.get(c.id)
@@ -299,6 +310,7 @@ class CampaignState:
                 cell.reason, cell.figures = before.reason, before.figures
                 if before.status == "running":  # the earlier run died mid-cell
                     cell.reason = "interrupted"
+                    self._group(c.group).interrupted += 1
                 elif before.status != "pending":
                     cell.status, cell.resumed = before.status, True
                     cell.ended_at, cell.log_tail = before.ended_at, before.log_tail
@@ -368,6 +380,9 @@ class CampaignState:
         g.server, g.reason, g.ready_at = "failed", ev.reason, None
         self._close_window(g, ev.ts)
         g.log_tail.extend(ev.log_tail)
+
+    def _server_died(self, ev: ServerDied) -> None:
+        self._group(ev.group).deaths.append(ev)
 
     def _group_finished(self, ev: GroupFinished) -> None:
         g = self._group(ev.group)
@@ -439,10 +454,12 @@ class CampaignState:
 
     def _cell_queued(self, ev: CellQueued) -> None:
         c = self._cell(ev.cell_id, ev.cell, ev.group)
+        if c.status == "running":  # set aside unfinished, not a rerun asked for afterwards
+            self._group(c.group).interrupted += 1
         c.status, c.resumed, c.selected = "pending", False, True
         c.attempt = max(ev.attempt - 1, 0)
         c.ended_at = None
-        c.reason = ev.by if ev.by in ("interrupted", "aborted", "host unreachable") else ""
+        c.reason = ev.by if ev.by in INTERRUPTIONS else ""
         if self.current_cell == c.id:
             self.current_cell = self._latest_running_cell()
         if self.finished:  # a rerun after the end brings the campaign back to life
@@ -514,6 +531,7 @@ class CampaignState:
         for c in self.cells.values():
             if c.status == "running":  # cut short without a word: it runs again on resume
                 c.status, c.reason = "pending", "interrupted"
+                self._group(c.group).interrupted += 1
         for g in self.groups.values():
             if g.server in ("starting", "ready"):
                 g.server = "stopped"
@@ -580,6 +598,7 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     GroupStarted: CampaignState._group_started,
     ServiceReady: CampaignState._service_ready,
     ServiceFailed: CampaignState._service_failed,
+    ServerDied: CampaignState._server_died,
     GroupFinished: CampaignState._group_finished,
     CellStarted: CampaignState._cell_started,
     CellFinished: CampaignState._cell_finished,

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -153,6 +154,14 @@ class SimServer:
         self._created = int(time.time())
         crash = cfg.fault("crash-after")
         self._crash_after = int(crash.value) if crash else None
+        # crash-once-after: the same, in the first life of the server on its port only (the
+        # GPU state directory remembers it), so a restarted server serves on.
+        once = cfg.fault("crash-once-after")
+        self._crash_mark = None
+        if once is not None and cfg.gpu_state_dir:
+            self._crash_mark = Path(cfg.gpu_state_dir) / f"crashed-once-{cfg.port}"
+            if not self._crash_mark.exists():
+                self._crash_after = int(once.value)
 
     def _load(self) -> float:
         """How busy the GPUs are, for the telemetry files: 0 idle, up to 1 at a full batch."""
@@ -179,6 +188,7 @@ class SimServer:
                 web.get("/v1/models", self.models),
                 web.post("/generate", self.generate),
                 web.post("/v1/chat/completions", self.chat),
+                web.post("/v1/completions", self.completions),
                 web.post("/flush_cache", self.flush_cache),
                 web.get("/flush_cache", self.flush_cache),
                 web.get("/sim/requests/{rid}", self.request_record),
@@ -302,6 +312,7 @@ class SimServer:
         if not isinstance(text, str):
             raise web.HTTPBadRequest(text="the simulator takes one prompt per request in 'text'")
         params = body.get("sampling_params") or {}
+        self._record_prompt("generate", {"text": text, "sampling_params": params})
         req = self._new_request(
             rid=body.get("rid"),
             prompt=text,
@@ -347,18 +358,37 @@ class SimServer:
         return resp
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, chat=False)
+
+    async def _openai(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        """``/v1/chat/completions`` (messages, rendered here as ChatML) and
+        ``/v1/completions`` (a prompt text, continued as it is)."""
         received = time.perf_counter()
         refused = await self._refuse()
         if refused is not None:
             return refused
         body = await self._body(request)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise web.HTTPBadRequest(text="'messages' must be a non-empty list")
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise web.HTTPBadRequest(text="'messages' must be a non-empty list")
+            prompt = _chat_prompt(messages)
+            self._record_prompt(
+                "chat",
+                {"messages": messages, "chat_template_kwargs": body.get("chat_template_kwargs")},
+            )
+        else:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise web.HTTPBadRequest(text="the simulator takes one prompt text in 'prompt'")
+            self._record_prompt("completions", {"prompt": prompt})
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         req = self._new_request(
             rid=body.get("rid"),
-            prompt=_chat_prompt(messages),
+            prompt=prompt,
             max_new_tokens=max_tokens or _DEFAULT_CHAT_MAX_TOKENS,
             params=body,
             stream=bool(body.get("stream", False)),
@@ -369,15 +399,18 @@ class SimServer:
         if not req.stream:
             await self._wait_done(request, req)
             now = time.perf_counter()
-            self._record(req, "chat", [now], [req.completion_tokens])
-            choice = {
-                "index": 0,
-                "message": {
+            self._record(req, "chat" if chat else "completions", [now], [req.completion_tokens])
+            choice: dict[str, Any] = {"index": 0}
+            if chat:
+                choice["message"] = {
                     "role": "assistant",
                     "content": req.text,
                     "reasoning_content": None,
                     "tool_calls": None,
-                },
+                }
+            else:
+                choice["text"] = req.text
+            choice |= {
                 "logprobs": None,
                 "finish_reason": _openai_finish(req.finish),
                 "matched_stop": (req.finish or {}).get("matched"),
@@ -385,7 +418,7 @@ class SimServer:
             return web.json_response(
                 {
                     "id": req.rid,
-                    "object": "chat.completion",
+                    "object": "chat.completion" if chat else "text_completion",
                     "created": created,
                     "model": model,
                     "choices": [choice],
@@ -400,7 +433,7 @@ class SimServer:
         sent_tokens = sent_chars = 0
         base = {
             "id": req.rid,
-            "object": "chat.completion.chunk",
+            "object": "chat.completion.chunk" if chat else "text_completion",
             "created": created,
             "model": model,
         }
@@ -410,12 +443,17 @@ class SimServer:
                 req.wake.clear()
                 done = req.done
                 if req.completion_tokens - sent_tokens >= self.cfg.burst or done:
-                    delta: dict[str, Any] = {"content": req.text[sent_chars:]}
-                    if sent_tokens == 0:
-                        delta = {"role": "assistant", **delta}
+                    piece: dict[str, Any]
+                    if chat:
+                        delta: dict[str, Any] = {"content": req.text[sent_chars:]}
+                        if sent_tokens == 0:
+                            delta = {"role": "assistant", **delta}
+                        piece = {"delta": delta}
+                    else:
+                        piece = {"text": req.text[sent_chars:]}
                     choice = {
                         "index": 0,
-                        "delta": delta,
+                        **piece,
                         "logprobs": None,
                         "finish_reason": _openai_finish(req.finish) if done else None,
                     }
@@ -438,8 +476,15 @@ class SimServer:
         except (ConnectionError, asyncio.CancelledError):
             self.scheduler.cancel(req, "client disconnected")
             raise
-        self._record(req, "chat", emitter.times, emitter.tokens)
+        self._record(req, "chat" if chat else "completions", emitter.times, emitter.tokens)
         return resp
+
+    def _record_prompt(self, api: str, what: dict[str, Any]) -> None:
+        """Append what a request carried to ``--sim-record-prompts``' file, if one is set."""
+        if self.cfg.record_prompts is None:
+            return
+        with open(self.cfg.record_prompts, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"api": api, **what}, ensure_ascii=False) + "\n")
 
     def _new_request(
         self,
@@ -513,6 +558,8 @@ class SimServer:
     def _crash(self) -> None:
         """Die like a scheduler hitting a fatal CUDA error: no cleanup, files left behind."""
         self.crashed = True
+        if self._crash_mark is not None:
+            self._crash_mark.touch()
         self.log.line(
             "Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory "
             "access was encountered"
@@ -733,8 +780,8 @@ async def serve(cfg: SimConfig, log: ServerLog) -> int:
 
 USAGE = """\
 usage: python -m specbench_tui.sim [SGLang launch_server arguments] [--speed F] [--seed N]
-       [--sim-fault diverge|diverge-tp:N|crash-at-start|never-ready|crash-after:N|slow:X|
-                    slow-stop:S]
+       [--sim-fault diverge|diverge-tp:N|crash-at-start|never-ready|crash-after:N|
+                    crash-once-after:N|slow:X|slow-stop:S]
        [--sim-gpu-state DIR]
        [--sim-require-model] [--sim-burst N] [--sim-record FILE]
 
