@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import aiperf_rig as rig
 from specbench_tui.bench.client import BenchClient
+from specbench_tui.bench.prompting import CHAT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -209,7 +210,7 @@ def run_tool(
 async def bare_client(url: str, prompts: list[str], level: int, requests: int) -> Figures:
     queue = [prompts[i % len(prompts)] for i in range(requests)]
     tokens = 0
-    async with BenchClient(url, "openai", concurrency=level) as client:
+    async with BenchClient(url, "openai", prompting=CHAT, concurrency=level) as client:
         await client.generate(prompts[0], max_tokens=TOKENS)
         t0, c0 = time.time(), time.process_time()
 

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import aiperf_rig as rig
 from specbench_tui.bench.client import BenchClient
 from specbench_tui.bench.client_health import ClientWatch
+from specbench_tui.bench.prompting import CHAT
 
 TOKENS = 256
 
@@ -50,7 +51,7 @@ async def cell(url: str, prompts: list[str], level: int, requests: int, quiet: b
     queue = [prompts[i % len(prompts)] for i in range(requests)]
     tokens = 0
     pauses = Pauses()
-    async with BenchClient(url, "openai", concurrency=level) as client:
+    async with BenchClient(url, "openai", prompting=CHAT, concurrency=level) as client:
         await client.generate(prompts[0], max_tokens=TOKENS)
         async with ClientWatch(quiet_gc=quiet) as watch:
             # Pauses inside the cell only: the watch's own collections run before and after.

@@ -33,6 +33,7 @@ from bench import aiperf_rig as rig
 from specbench_tui.bench.client import BenchClient, Completion
 from specbench_tui.bench.client_health import ClientHealth, ClientWatch
 from specbench_tui.bench.metrics import percentile
+from specbench_tui.bench.prompting import CHAT
 
 TARGET_TTFT_P50_S = 0.001
 TARGET_TTFT_P99_S = 0.003
@@ -62,7 +63,7 @@ async def our_client(
 ) -> tuple[dict[str, Completion], ClientHealth | None]:
     out: dict[str, Completion] = {}
     queue = list(prompts)
-    async with BenchClient(url, "openai", concurrency=streams) as client:
+    async with BenchClient(url, "openai", prompting=CHAT, concurrency=streams) as client:
         await client.generate("warm up the connection pool", max_tokens=8)
 
         async def worker() -> None:

@@ -140,6 +140,11 @@ def _default_plan() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["prompts"]:  # specbench-tui prompts get|list: the standard prompt sets
+        from specbench_tui.fetch_prompts import main as prompts_main
+
+        return prompts_main(argv[1:])
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)  # --help and --version print too

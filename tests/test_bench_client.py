@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ import pytest
 
 from specbench_tui.bench.client import BenchClient
 from specbench_tui.bench.metrics import summarize
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING
 from specbench_tui.bench.workloads import CellResult, planned_requests, run_cell
-from specbench_tui.engines.chat_text import render_prompt
+from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.records import RequestRecord
 
@@ -88,8 +90,13 @@ def serve(port_file: str) -> None:
         assert body["stream_options"]["include_usage"] is True
         return await stream(request, text, body["max_tokens"], openai=True)
 
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        assert body["stream_options"]["include_usage"] is True
+        return await stream(request, body["prompt"], body["max_tokens"], openai=True, text_api=True)
+
     async def stream(
-        request: web.Request, text: str, max_new: int, *, openai: bool
+        request: web.Request, text: str, max_new: int, *, openai: bool, text_api: bool = False
     ) -> web.StreamResponse:
         scenario = marker(text, "SCENARIO", "ok")
         if scenario == "503":
@@ -125,7 +132,12 @@ def serve(port_file: str) -> None:
                 }
                 if spec:
                     meta["spec_verify_ct"] = steps
-                if openai:
+                if openai and text_api:  # like vLLM: the last content chunk says the finish
+                    finish = "length" if produced >= max_new else None
+                    await sse(
+                        resp, {"choices": [{"index": 0, "text": piece, "finish_reason": finish}]}
+                    )
+                elif openai:
                     await sse(resp, {"choices": [{"index": 0, "delta": {"content": piece}}]})
                 else:
                     slices = 8192 if scenario == "fat" else 0
@@ -140,8 +152,9 @@ def serve(port_file: str) -> None:
             if scenario == "abort":
                 final_reason = {"type": "abort", "message": "prompt too long"}
             if openai:
-                done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
-                await sse(resp, done)
+                if not text_api:
+                    done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+                    await sse(resp, done)
                 usage = {
                     "prompt_tokens": len(text) // 4,
                     "completion_tokens": produced,
@@ -176,7 +189,9 @@ def serve(port_file: str) -> None:
         app = web.Application()
         app.router.add_post("/generate", generate)
         app.router.add_post("/v1/chat/completions", chat)
+        app.router.add_post("/v1/completions", completions)
         app.router.add_get("/stats", stats)
+        app.router.add_post("/stats", stats)
         app.router.add_post("/reset", reset)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -241,7 +256,10 @@ async def test_counts_come_from_meta_info_not_chunks(server: str) -> None:
     assert done.decode_tok_s == pytest.approx(14 / (done.e2e_s - done.ttft_s))
     assert done.chunk_tokens == [3, 1, 4, 2, 5]  # from the running completion_tokens
     assert done.finish_reason == "length"
-    assert done.prompt_tokens == len(render_prompt([{"role": "user", "content": "hello"}])) // 4
+    assert (
+        done.prompt_tokens
+        == len(DEFAULT_PROMPTING.text([{"role": "user", "content": "hello"}])) // 4
+    )
     assert done.text.split() == [f"w{i}" for i in range(15)]
     assert done.output_sha256 is not None and len(done.output_sha256) == 64
 
@@ -255,13 +273,25 @@ async def test_accept_length_is_per_request(server: str) -> None:
     assert plain.chunks == 4 and len(plain.itl_s) == 3
 
 
-async def test_openai_api_uses_usage_chunk(server: str) -> None:
-    async with BenchClient(server, "openai") as client:
+@pytest.mark.parametrize("on", ["client", "server"])
+async def test_openai_api_uses_usage_chunk(server: str, on: str) -> None:
+    """The client renders the template and sends /v1/completions; where the server renders
+    it, the messages go to /v1/chat/completions. Either way the usage chunk counts."""
+    prompting = replace(DEFAULT_PROMPTING, on=on)
+    async with BenchClient(server, "openai", prompting=prompting) as client:
+        await client._transport.post("/reset")
         done = await client.generate("hi", max_tokens=10, timeout_s=10)
+        _, body = await client._transport.post("/stats")
     assert done.error is None
     assert done.chunks == 4  # steps 3,1,4,2
     assert done.output_tokens == 10
-    assert done.prompt_tokens == 0  # "hi" is 2 chars: 0 tokens by the server's count
+    received = json.loads(body)["texts"][-1]
+    # The scripted server counts a token per 4 characters of what it received.
+    if on == "client":
+        assert received == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    else:
+        assert received == "hi"  # the messages' contents, joined
+    assert done.prompt_tokens == len(received) // 4
     assert done.cached_tokens is not None
     assert done.finish_reason == "length"
     assert len(done.itl_s) == 3
@@ -301,7 +331,10 @@ async def test_fifty_thousand_token_context_streams_whole(server: str) -> None:
     async with BenchClient(server, "sglang") as client:
         done = await client.generate(prompt, max_tokens=50_000, timeout_s=60)
     assert done.error is None, done.error
-    assert done.prompt_tokens == len(render_prompt([{"role": "user", "content": prompt}])) // 4
+    assert (
+        done.prompt_tokens
+        == len(DEFAULT_PROMPTING.text([{"role": "user", "content": prompt}])) // 4
+    )
     assert done.prompt_tokens > 50_000
     assert done.output_tokens == 50_000 and done.chunks == 5
     assert done.chunk_tokens == [10_000] * 5
@@ -315,15 +348,13 @@ async def test_connection_refused_is_recorded() -> None:
     assert done.error == "connection refused"
 
 
-def test_render_prompt_keeps_prefix_stable() -> None:
+def test_fallback_rendering_keeps_prefix_stable() -> None:
     turn1 = [{"role": "user", "content": "task"}]
     turn2 = [*turn1, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
-    for fmt in ("chatml", "plain"):
-        a = render_prompt(turn1, fmt)  # type: ignore[arg-type]
-        b = render_prompt(turn2, fmt)  # type: ignore[arg-type]
-        stem = a.rsplit("<|im_start|>assistant", 1)[0] if fmt == "chatml" else ""
-        assert b.startswith(stem)
-    assert render_prompt(turn1, "plain") == "task"
+    a = DEFAULT_PROMPTING.text(turn1)
+    b = DEFAULT_PROMPTING.text(turn2)
+    assert a == "<|im_start|>user\ntask<|im_end|>\n<|im_start|>assistant\n"
+    assert b.startswith(a.rsplit("<|im_start|>assistant", 1)[0])
 
 
 # --- workloads ----------------------------------------------------------------------------
@@ -383,7 +414,7 @@ async def run(cell: Cell, url: str, plan_dir: Path, **kw: Any) -> CellResult:
         campaign="t",
         attempt=2,
         seed=7,
-        plan_dir=plan_dir,
+        prompts=PromptLibrary(plan_dir),
         **kw,
     )
 

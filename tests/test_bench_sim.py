@@ -19,6 +19,7 @@ from specbench_tui.bench.client import BenchClient
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.workloads import run_cell
+from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup
 from tests.conftest import free_port
 
@@ -122,7 +123,9 @@ def plan_dir(tmp_path: Path) -> Path:
 
 
 async def go(c: Cell, url: str, plan_dir: Path):  # type: ignore[no-untyped-def]
-    return await run_cell(c, GROUP, url, campaign="sim", attempt=1, seed=0, plan_dir=plan_dir)
+    return await run_cell(
+        c, GROUP, url, campaign="sim", attempt=1, seed=0, prompts=PromptLibrary(plan_dir)
+    )
 
 
 async def test_single_against_sim(sim: str, plan_dir: Path) -> None:

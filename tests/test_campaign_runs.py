@@ -60,8 +60,8 @@ def test_the_dry_run_and_its_estimate_count_the_runs(write_plan, capsys) -> None
     thrice_path = write_plan(plan, "thrice.toml")
     thrice = load_plan(thrice_path)
     x1, x3 = expand(once), expand(thrice)
-    e1 = estimate(once.spec, once.dir, x1.groups, x1.cells)
-    e3 = estimate(thrice.spec, thrice.dir, x3.groups, x3.cells)
+    e1 = estimate(once.spec, once.prompts, x1.groups, x1.cells)
+    e3 = estimate(thrice.spec, thrice.prompts, x3.groups, x3.cells)
     assert e3.requests > 2.9 * e1.requests - 100  # the probes run in the first run only
     assert e3.total_s > 2.5 * e1.total_s
     assert main([str(thrice_path), "--dry-run"]) == 0

@@ -22,8 +22,8 @@ from specbench_tui.bench.greedy import (
     floor_probe_verdict,
     greedy_verdict,
 )
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
-from specbench_tui.engines.chat_text import render_prompt
 from specbench_tui.errors import InputError
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
@@ -173,7 +173,7 @@ async def _run(path: Path, tmp_path: Path) -> tuple[Campaign, int]:
 
 def _diverge_at(messages: list[dict[str, str]]) -> int:
     """Where the simulator's ``diverge`` fault switches words for a prompt it sees."""
-    return 8 + hashlib.sha256(render_prompt(messages).encode()).digest()[12] % 40
+    return 8 + hashlib.sha256(DEFAULT_PROMPTING.text(messages).encode()).digest()[12] % 40
 
 
 @pytest.mark.system

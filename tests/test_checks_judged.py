@@ -167,3 +167,21 @@ def test_the_cells_view_is_unchanged_by_a_reader(tmp_path: Path) -> None:
     before = (root / "events.jsonl").read_bytes()
     load_inputs(root)
     assert (root / "events.jsonl").read_bytes() == before
+
+
+async def test_a_read_only_console_replays_the_judged_verdicts(tmp_path: Path) -> None:
+    """``--attach`` on a dead campaign: after the log, the verdicts its outputs give, so the
+    plan tree marks the lossy config's cells as the results table does."""
+    from specbench_tui.engine.replay import ReplayControl
+    from specbench_tui.results.events import CheckVerdict
+    from specbench_tui.results.layout import ResultsLayout
+    from specbench_tui.results.progress import CampaignProgress
+
+    root = _campaign(tmp_path / "syn", lossy={("dflash", 1): 3}).write(finished=False, plan=PLAN)
+    progress = CampaignProgress()
+    seen = []
+    async for ev in ReplayControl(ResultsLayout(root)).subscribe():
+        progress.apply(ev)
+        seen.append(ev)
+    assert isinstance(seen[-1], CheckVerdict) and seen[-1].status == "fail"
+    assert progress.cells["dflash-1"].failed_check and not progress.cells["ar-1"].failed_check

@@ -20,8 +20,8 @@ from specbench_tui.bench.greedy import (
     greedy_verdict,
     leak_verdict,
 )
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
-from specbench_tui.engines.chat_text import render_prompt
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
 from specbench_tui.report.build import build_report
@@ -114,7 +114,7 @@ def _diverge_at(plan_path: Path) -> dict[str, int]:
     prompts = sample_prompts(load_named_set("chat", plan_path.parent), 3, 0)
     out = {}
     for p in prompts:
-        text = render_prompt(p.messages())
+        text = DEFAULT_PROMPTING.text(p.messages())
         out[f"chat/{p.id}"] = 8 + hashlib.sha256(text.encode()).digest()[12] % 40
     return out
 
@@ -166,7 +166,7 @@ async def test_state_that_leaks_after_a_long_request_is_found(write_plan, tmp_pa
     # The simulator's leak poisons the request after the long one from token 4 + seed % 12 of
     # its prompt: the probe prompt (the first workload's first prompt), as the server sees it.
     probe = sample_prompts(load_named_set("chat", path.parent), 1, 0)[0]
-    expected = 4 + prompt_seed(render_prompt(probe.messages())) % 12
+    expected = 4 + prompt_seed(DEFAULT_PROMPTING.text(probe.messages())) % 12
     assert leak.detail["divergence"]["token"] == expected
     assert f"at token {expected}:" in leak.text
     md, _ = render_texts(build_report(c.layout.root))

@@ -28,6 +28,7 @@ async def replay() -> AsyncIterator[tuple[Replay, str]]:
     r.stream("/incremental", (SGLANG / "generate_incremental.sse").read_bytes())
     r.stream("/openai", (SGLANG / "openai_chat.sse").read_bytes())
     r.stream("/vllm", (VLLM / "chat_stream_64_spec.sse").read_bytes())
+    r.stream("/vllm-text", (VLLM / "cmpl_stream_64_spec_tokids.sse").read_bytes())
     runner, url = await serve(r)
     try:
         yield r, url
@@ -88,6 +89,24 @@ async def test_client_sends_the_served_model_name(replay: tuple[Replay, str]) ->
     assert r.requests[0]["stream_options"] == {"include_usage": True}
     assert done.error is None and done.output_tokens == 64 and done.spec_verify_ct == 18
     assert sg.text == ISSUE_TEXT and sg.accept_length is None
+
+
+async def test_a_rendered_prompt_goes_to_vllms_completions_route(
+    replay: tuple[Replay, str],
+) -> None:
+    """The client's rendering of the model's template, sent as vLLM's completions request,
+    read from a real vLLM 0.32 completions stream (token ids in each chunk's choice)."""
+    r, url = replay
+    async with BenchClient(url + "/vllm-text", "openai", engine="vllm", model="tiny") as client:
+        done = await client.generate("Once upon a time", max_tokens=64, timeout_s=10)
+    body = r.requests[-1]
+    assert body["prompt"] == "<|im_start|>user\nOnce upon a time<|im_end|>\n<|im_start|>assistant\n"
+    assert body["add_special_tokens"] is False and body["return_token_ids"] is True
+    assert "messages" not in body
+    assert done.error is None and done.output_tokens == 64 and done.prompt_tokens == 18
+    assert done.chunk_tokens == [1, 2, 2, 4, 4, 4, 4, 4, 4, 4, 4, 1, 1, 2, 2, 4, 4, 4, 4, 4, 1]
+    assert done.spec_verify_ct == 19 and done.spec_accepted_tokens == 46
+    assert done.output_ids is not None and len(done.output_ids) == 64
 
 
 # --- after ready: what runs ----------------------------------------------------------------

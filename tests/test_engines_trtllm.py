@@ -87,9 +87,10 @@ def test_counters_give_steps_from_position_zero() -> None:
     assert one.accepted_tokens == 21 and one.draft_tokens == 30
     assert one.per_position == (9.0, 7.0, 5.0)
     # Before any request finished there are no counter samples at all.
-    none = ENGINE.parse_counters(counters_after(page, 0).decode())
-    assert none.generation_tokens is None and none.verify_steps is None
     three = ENGINE.parse_counters(counters_after(page, 3).decode())
+    none = ENGINE.parse_counters(counters_after(page, 0).decode())
+    assert none.generation_tokens == 0 and none.verify_steps == 0 and none.per_position == ()
+    assert three.minus(none).verify_steps == 30
     assert three.minus(one).verify_steps == 20 and three.minus(one).accepted_tokens == 42
 
 

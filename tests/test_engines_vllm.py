@@ -54,6 +54,18 @@ def need_vllm() -> str:
     return str(py)
 
 
+def build_tiny_model(python: str, model: Path) -> Path:
+    """The tiny random Qwen3 (engines/tiny_model.py), built by the engine venv's interpreter."""
+    subprocess.run(
+        [python, "-m", "specbench_tui.engines.tiny_model", str(model)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return model
+
+
 PLAN = """\
 [campaign]
 name = "vllm-real"
@@ -117,14 +129,7 @@ class Run:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     python = need_vllm()
     tmp = tmp_path_factory.mktemp("vllm")
-    model = tmp / "tiny-qwen3"
-    subprocess.run(
-        [python, "-m", "specbench_tui.engines.tiny_model", str(model)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    model = build_tiny_model(python, tmp / "tiny-qwen3")
     plan = tmp / "plan.toml"
     # Doubled braces: the plan's way to write JSON into a server flag.
     spec = '{{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 3}}'

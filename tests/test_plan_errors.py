@@ -42,8 +42,8 @@ CASES: list[tuple[str, str, str, str]] = [
     (
         "missing required key",
         'kind = "single"\nprompts = ["chat"]\nsamples = 2\nmax_tokens = [32]',
-        'kind = "single"\nprompts = ["chat"]',
-        r"workloads\.single\.max_tokens: missing required key",
+        'kind = "single"\nsamples = 2\nmax_tokens = [32]',
+        r"workloads\.single\.prompts: missing required key",
     ),
     (
         "tp larger than gpus",
@@ -212,7 +212,7 @@ CASES: list[tuple[str, str, str, str]] = [
         "quoted number",
         "max_tokens = [32]",
         'max_tokens = [32]\ntemperature = "0"',
-        r"workloads\.single\.temperature: .*number \(got str '0'\)$",
+        r"workloads\.single\.temperature(\[0\])?: .*number \(got str '0'\)$",
     ),
     (
         "json flag with single braces",

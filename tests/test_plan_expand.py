@@ -185,8 +185,8 @@ def test_dry_run_names_engine_api_and_speculation(capsys: pytest.CaptureFixture[
     assert main([str(PLANS / "vllm-cpu.toml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "host cpu (local, process, 1 GPUs)" in out
-    assert "vLLM, OpenAI chat API, no speculation" in out
-    assert "vLLM, OpenAI chat API, speculative (ngram)" in out
+    assert "vLLM, OpenAI completions API, no speculation" in out
+    assert "vLLM, OpenAI completions API, speculative (ngram)" in out
     assert main([str(PLANS / "vllm-cpu.toml"), "--dry-run", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(g["engine"], g["speculative"], g["spec_algorithm"]) for g in doc["groups"]] == [

@@ -195,3 +195,21 @@ def test_a_seed_shaped_report_has_no_overfull_box(tmp_path: Path) -> None:
     # The lossy config is marked in the per-TP tables and on the speed-up chart's labels.
     assert "DDTree (budget 64) [failed check]" in tex.replace("-{}", "-")
     assert md.count("failed check") >= 9
+
+
+@pytest.mark.system
+def test_without_the_fit_the_same_report_overflows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: every table set whole, as before tables were fitted, overflows the page."""
+    from support.report_pdf import overfull_boxes
+
+    from specbench_tui.report import render
+    from specbench_tui.report.build import build_report
+    from specbench_tui.report.tex_fit import SMALL_SEP, Part
+
+    monkeypatch.setattr(render, "layout", lambda t: [Part(t, SMALL_SEP)])
+    root = _seed_shaped(tmp_path / "syn")
+    _, tex = render.render_texts(build_report(root))
+    (root / "report.tex").write_text(tex)
+    assert len(overfull_boxes(root / "report.tex", tmp_path / "tex")) >= 10

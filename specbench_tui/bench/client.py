@@ -23,13 +23,14 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
 from specbench_tui.bench.figures import Span, fill_rates
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.transport import SseTransport
 from specbench_tui.engines.adapter import Message, RequestSpec
-from specbench_tui.engines.chat_text import PromptFormat
 from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
 from specbench_tui.engines.streams import StreamError, StreamMode, StreamParser, error_text
 from specbench_tui.results.cells import Api
@@ -37,6 +38,17 @@ from specbench_tui.results.records import Measurement
 
 _ERROR_BODY_CHARS = 200
 FLUSH_PATH = "/flush_cache"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A request's sampling parameters; None leaves one to the server's default (the
+    engine's adapter puts them where its API takes them)."""
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
 
 
 @dataclass
@@ -110,7 +122,10 @@ class BenchClient:
     that builds requests and reads streams (the plan's ``engine``); ``api`` is one of its
     APIs, by default its first. ``model`` is the served model name a chat request carries
     (some engines refuse any other); ``stream_mode`` is the stream mode of an API that has
-    several, when the server said which (``auto`` tells from the stream). ``speculative``:
+    several, when the server said which (``auto`` tells from the stream). ``prompting``
+    turns a conversation into the request's prompt (bench/prompting.py): the model's chat
+    template rendered here for the text routes, or the messages for a chat route the server
+    renders. ``speculative``:
     whether the server runs speculative decoding; without it a request's speculative fields
     stay null whatever its stream says (an engine may count one token per iteration for every
     request, which is no acceptance to report).
@@ -124,7 +139,7 @@ class BenchClient:
         engine: str = DEFAULT_ENGINE,
         concurrency: int = 1,
         model: str | None = None,
-        prompt_format: PromptFormat = "chatml",
+        prompting: Prompting = DEFAULT_PROMPTING,
         stream_mode: StreamMode = "auto",
         cache_salt: bool = False,
         speculative: bool = True,
@@ -138,7 +153,7 @@ class BenchClient:
         self.api: Api = api or self.engine.default_api
         self.model = model
         self.stream_mode: StreamMode = stream_mode
-        self.prompt_format: PromptFormat = prompt_format
+        self.prompting = prompting
         # aiohttp reads no proxy variables (trust_env off): HTTP_PROXY must not swallow the
         # loopback or forwarded server.
         self._transport = SseTransport(self.base_url, connections=max(1, concurrency) + 2)
@@ -168,7 +183,7 @@ class BenchClient:
         messages: list[Message] | str,
         *,
         max_tokens: int,
-        temperature: float = 0.0,
+        sampling: Sampling | None = None,
         timeout_s: float = 600.0,
     ) -> Completion:
         """Send one request, stream it to the end and return what it measured.
@@ -179,16 +194,13 @@ class BenchClient:
         """
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        spec = RequestSpec(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            model=self.model,
-            prompt_format=self.prompt_format,
-            cache_salt=secrets.token_hex(8) if self.cache_salt else None,
-        )
-        path, body = self.engine.request(self.api, messages, spec)
+        path, body = self.request_body(messages, max_tokens, sampling or Sampling())
         payload = json.dumps(body, separators=(",", ":")).encode()
-        out = Completion(started_at=time.time())
+        out = Completion(
+            started_at=time.time(),
+            chat_template_sha256=self.prompting.template_sha256,
+            chat_template_kwargs=self.prompting.kwargs_json,
+        )
         parser = self.engine.stream_parser(self.api, self.stream_mode)
         # The clock restarts when the request's headers go out (after a connection was taken
         # or opened); until then it counts from here, so a failed connect still has an e2e.
@@ -221,6 +233,28 @@ class BenchClient:
         out.request_id = parser.request_id
         out.output_ids = parser.ids
         return out
+
+    def request_body(
+        self, messages: list[Message], max_tokens: int, sampling: Sampling
+    ) -> tuple[str, dict[str, Any]]:
+        """The route and body of one request, as the engine's adapter builds them: the
+        rendered text for the text routes, the messages where the server renders them."""
+        prompting = self.prompting
+        server_renders = prompting.on == "server"
+        spec = RequestSpec(
+            max_tokens=max_tokens,
+            prompt=None
+            if server_renders
+            else prompting.text(messages, bos_added=self.engine.text_prompt == "adds_bos"),
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            seed=sampling.seed,
+            chat_template_kwargs=prompting.kwargs_dict if server_renders else None,
+            model=self.model,
+            cache_salt=secrets.token_hex(8) if self.cache_salt else None,
+        )
+        return self.engine.request(self.api, messages, spec)
 
     async def _stream(
         self,

@@ -17,6 +17,7 @@ different ``max_tokens`` are compared on their common prefix.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,13 +48,22 @@ class Output:
         if isinstance(obj, str):
             return cls(obj)
         if isinstance(obj, Mapping):
-            ids = obj.get("ids")
-            ok = isinstance(ids, list) and all(isinstance(i, int) for i in ids)
-            return cls(str(obj.get("text") or ""), tuple(ids) if ok else None)
+            return cls(str(obj.get("text") or ""), _token_ids(obj.get("ids")))
         return cls("")
 
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "ids": list(self.ids) if self.ids is not None else None}
+
+
+def _token_ids(ids: Any) -> tuple[int, ...] | None:
+    """A list of integers as a tuple, None for anything else; checked in C (a signed 64-bit
+    array refuses floats, strings and None), as a campaign's outputs hold millions of ids."""
+    if not isinstance(ids, list):
+        return None
+    try:
+        return tuple(array("q", ids))
+    except (TypeError, OverflowError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,8 @@ def first_divergence(ours: Output, theirs: Output, *, prefix: bool = False) -> D
     if ours.ids is not None and theirs.ids is not None:
         a, b = ours.ids, theirs.ids
         n = min(len(a), len(b))
-        i = next((k for k in range(n) if a[k] != b[k]), n)
+        # Equal outputs are the common case: compared whole in C, searched only when not.
+        i = n if a[:n] == b[:n] else next(k for k in range(n) if a[k] != b[k])
         if i == n and (prefix or len(a) == len(b)):
             return None
         text = first_difference(ours.text, theirs.text, CONTEXT_CHARS)

@@ -18,18 +18,17 @@ import asyncio
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from specbench_tui.bench.client import BenchClient, Completion, Message
+from specbench_tui.bench.client import BenchClient, Completion, Message, Sampling
 from specbench_tui.bench.client_health import ClientHealth, ClientWatch
 from specbench_tui.bench.figures import Span, measured_window
 from specbench_tui.bench.greedy import Output
-from specbench_tui.engines.chat_text import PromptFormat
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.registry import adapter
 from specbench_tui.engines.streams import StreamMode
-from specbench_tui.plan.prompt_sets import Prompt, load_named_set, sample_prompts
+from specbench_tui.plan.prompt_sets import Prompt, PromptLibrary, sample_prompts, session_tasks
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.records import RequestRecord
 
@@ -152,6 +151,7 @@ class _Runner:
         self.on_request = on_request
         self.should_stop = should_stop or (lambda: False)
         self.result = result
+        self.sampling = Sampling(cell.temperature, cell.top_p, cell.top_k, cell.sampling_seed)
         self.started = False  # the first measured request is under way
         self.spans: list[Span] = []  # of the measured requests, for the measured window
         self.identity = {
@@ -172,7 +172,7 @@ class _Runner:
         done = await self.client.generate(
             messages,
             max_tokens=self.cell.max_tokens,
-            temperature=self.cell.temperature,
+            sampling=self.sampling,
             timeout_s=self.cell.timeout_s,
         )
         if self.counters is not None:
@@ -233,11 +233,11 @@ class _Runner:
         return rec
 
 
-def _pool(cell: Cell, plan_dir: Path, seed: int) -> list[Prompt]:
+def _pool(cell: Cell, library: PromptLibrary, seed: int) -> list[Prompt]:
     """All prompts of the cell's sets (sampled per set when ``samples`` is set)."""
     out: list[Prompt] = []
     for name in cell.prompts or ((cell.prompt_set,) if cell.prompt_set else ()):
-        out.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
+        out.extend(sample_prompts(library.load(name), cell.samples, seed))
     if not out:
         raise ValueError(f"cell {cell.name}: no prompt sets to draw from")
     return out
@@ -269,21 +269,22 @@ async def _run_single(run: _Runner, prompts: list[Prompt], cold: str | None) -> 
 
 
 async def _run_agentic(run: _Runner, pool: list[Prompt], seed: int) -> None:
+    """Sessions with a growing context. A question with turns of its own (MT-Bench) is a
+    session of those turns, each sent after the previous answer; any other prompt starts a
+    coding agent's session, each later turn a tool's output and an instruction."""
     cell = run.cell
-    order = list(pool)
-    # Seeded by the workload, not the cell id (which differs per config), so that every
-    # config runs the same sessions.
-    random.Random(f"{seed}:agentic:{cell.workload}").shuffle(order)
     await run.warmup(_WARMUP_PROMPT, cell.warmup)
     await run.mark_start()
-    for s in range(cell.sessions):
-        task = order[s % len(order)]
+    for s, task in enumerate(session_tasks(pool, cell.sessions, cell.workload, seed)):
         msgs: list[Message] = task.messages()
-        for t in range(cell.turns):
+        own = task.session_turns
+        for t in range(min(cell.turns, own) if own else cell.turns):
             if run.should_stop():
                 run.result.stopped = True
                 return
-            if t > 0:
+            if t > 0 and own:
+                msgs = [*msgs, {"role": "user", "content": task.later_turns[t - 1]}]
+            elif t > 0:
                 key = f"{seed}:{task.set_name}/{task.id}:{s}:{t}"
                 output = tool_output(cell.tool_output_tokens, key)
                 msgs = [
@@ -331,11 +332,11 @@ async def run_cell(
     campaign: str,
     attempt: int,
     seed: int,
-    plan_dir: Path,
+    prompts: PromptLibrary,
     on_request: OnRequest | None = None,
     should_stop: ShouldStop | None = None,
     client: BenchClient | None = None,
-    prompt_format: PromptFormat = "chatml",
+    prompting: Prompting = DEFAULT_PROMPTING,
     result: CellResult | None = None,
     model: str | None = None,
     stream_mode: StreamMode = "auto",
@@ -345,7 +346,9 @@ async def run_cell(
     """Run one cell against a healthy server and return its rows.
 
     Request failures are rows with ``error`` set, never exceptions; this raises only for bad
-    input (a missing or malformed prompt set: :class:`InputError`). Pass ``client`` to reuse one
+    input (a missing or malformed prompt set in ``prompts``, a template that fails on a prompt:
+    :class:`InputError`). ``prompting`` is the group's template (the cell's kwargs are put
+    on it here). Pass ``client`` to reuse one
     connection pool across the cells of a service group; otherwise one is opened and closed
     here, sized for the cell's concurrency, sending ``model`` (the served model name) and
     reading SGLang streams in ``stream_mode``. ``counters``, when given, is read at the edges
@@ -363,7 +366,7 @@ async def run_cell(
             group.api,
             engine=group.engine,
             concurrency=cell.concurrency or 1,
-            prompt_format=prompt_format,
+            prompting=prompting.with_kwargs(dict(cell.chat_template_kwargs)),
             model=model,
             stream_mode=stream_mode,
             cache_salt=cold_cache == "salt" and cell.prefix_cache == "cold",
@@ -375,7 +378,7 @@ async def run_cell(
     try:
         async with watch:
             cold = cold_cache if cell.prefix_cache == "cold" else None
-            await _run_kind(run, plan_dir, seed, cold)
+            await _run_kind(run, prompts, seed, cold)
     finally:
         run.result.wall_s = run.wall_s()
         run.result.client = watch.health
@@ -386,20 +389,20 @@ async def run_cell(
     return run.result
 
 
-async def _run_kind(run: _Runner, plan_dir: Path, seed: int, cold: str | None) -> None:
+async def _run_kind(run: _Runner, library: PromptLibrary, seed: int, cold: str | None) -> None:
     cell = run.cell
     if cell.kind == "single":
         names = (cell.prompt_set,) if cell.prompt_set else cell.prompts
         prompts: list[Prompt] = []
         for name in names:
-            prompts.extend(sample_prompts(load_named_set(name, plan_dir), cell.samples, seed))
+            prompts.extend(sample_prompts(library.load(name), cell.samples, seed))
         run.result.planned = len(prompts) * cell.repeats
         await _run_single(run, prompts, cold)
     elif cell.kind == "agentic":
         run.result.planned = planned_requests(cell)
-        await _run_agentic(run, _pool(cell, plan_dir, seed), seed)
+        await _run_agentic(run, _pool(cell, library, seed), seed)
     elif cell.kind == "concurrency":
         run.result.planned = planned_requests(cell)
-        await _run_concurrency(run, _pool(cell, plan_dir, seed), seed)
+        await _run_concurrency(run, _pool(cell, library, seed), seed)
     else:
         raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")

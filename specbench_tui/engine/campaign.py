@@ -378,7 +378,7 @@ class Campaign(CampaignControl):
         try:
             ev = recorded_estimate(
                 self.spec,
-                self.plan.dir,
+                self.plan.prompts,
                 list(self.groups),
                 list(self.cells.values()),
                 sim=self.ctx.simulated,

@@ -23,6 +23,7 @@ from typing import TypeVar
 from specbench_tui.bench.client import went_away
 from specbench_tui.bench.greedy import greedy_warnings
 from specbench_tui.bench.metrics import summarize
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import CellResult, run_cell
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle, StorageFailed
@@ -167,13 +168,15 @@ async def run_one(
     svc: Service,
     handle: GroupHandle,
     facts: ServerFacts,
+    prompting: Prompting | None = None,
 ) -> str | None:
     """Run one attempt of ``cell`` and record how it ended. The engine's acceptance
-    counters are read around its measured requests where the server exposes them.
+    counters are read around its measured requests where the server exposes them;
+    ``prompting`` is the group's template (None: ChatML, for a caller that found none).
     Returns why the server is dead when it died under the attempt (which is then set aside,
     unless the operator skipped it), else None."""
     attempt = ctx.state.cells[cell.id].attempt + 1
-    planned = cell_requests(cell, ctx.plan.dir)[0]
+    planned = cell_requests(cell, ctx.plan.prompts)[0]
     ctx.hub.emit(
         CellStarted(
             cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt, requests=planned
@@ -205,7 +208,7 @@ async def run_one(
             campaign=ctx.spec.campaign.name,
             attempt=attempt,
             seed=ctx.spec.campaign.seed,
-            plan_dir=ctx.plan.dir,
+            prompts=ctx.plan.prompts,
             on_request=on_request,
             should_stop=lambda: (
                 handle.stop is not None
@@ -217,6 +220,7 @@ async def run_one(
             model=facts.served_model,
             stream_mode=facts.stream_mode,
             counters=window,
+            prompting=prompting or DEFAULT_PROMPTING,
         )
     )
     handle.task = task

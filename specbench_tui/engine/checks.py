@@ -11,10 +11,12 @@ in bench/greedy.py; this module reads the outputs the store kept and publishes.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from specbench_tui.bench.client import BenchClient
 from specbench_tui.bench.greedy import Output, Verdict, floor_probe_verdict, leak_verdict
 from specbench_tui.bench.greedy_judge import HostJudgement, waiting_tps
+from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engines.facts import ServerFacts
@@ -27,7 +29,7 @@ from specbench_tui.plan.probes import (
     runs_floor_probe,
     runs_leak_probe,
 )
-from specbench_tui.plan.prompt_sets import load_named_set, sample_prompts
+from specbench_tui.plan.prompt_sets import sample_prompts
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import CheckVerdict
 
@@ -73,9 +75,25 @@ def _probe_prompts(ctx: RunContext, n: int = 1) -> list[tuple[str, list[dict[str
     """The first ``n`` prompts of the plan's first workload, as its cells draw them
     ("<set>/<id>", messages): prompts the campaign really uses."""
     w = next(iter(ctx.spec.workloads.values()))
-    prompts = load_named_set(w.prompts[0], ctx.plan.dir)
+    prompts = ctx.plan.prompts.load(w.prompts[0])
     drawn = sample_prompts(prompts, n, ctx.spec.campaign.seed)
     return [(f"{w.prompts[0]}/{p.id}", p.messages()) for p in drawn]
+
+
+def _probe_prompting(
+    ctx: RunContext, group: ServiceGroup, prompting: Prompting | None
+) -> Prompting:
+    """The group's template with the kwargs of the plan's first workload, which the probe
+    prompts come from: a probe sees the prompts that workload's cells see."""
+    first = next(iter(ctx.spec.workloads))
+    g = ctx.state.groups.get(group.id)
+    kwargs: dict[str, Any] = {}
+    for cid in g.cells if g else []:
+        cell = ctx.state.cells[cid].cell
+        if cell is not None and cell.workload == first:
+            kwargs = dict(cell.chat_template_kwargs)
+            break
+    return (prompting or DEFAULT_PROMPTING).with_kwargs(kwargs)
 
 
 def _probe_prompt(ctx: RunContext) -> list[dict[str, str]]:
@@ -83,7 +101,11 @@ def _probe_prompt(ctx: RunContext) -> list[dict[str, str]]:
 
 
 async def probe_noise_floor(
-    ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
+    ctx: RunContext,
+    group: ServiceGroup,
+    svc: Service,
+    facts: ServerFacts,
+    prompting: Prompting | None = None,
 ) -> None:
     """The baseline against itself at the end of its group: its probe prompts run again and
     batched with others, the conditions that change numerics, so every verdict has a noise
@@ -96,11 +118,16 @@ async def probe_noise_floor(
     n_prompts, batch, max_tokens = floor_probe_size(spec)
     probe = _probe_prompts(ctx, n_prompts)
     client = BenchClient(
-        svc.base_url, group.api, engine=group.engine, concurrency=batch, model=facts.served_model
+        svc.base_url,
+        group.api,
+        engine=group.engine,
+        concurrency=batch,
+        model=facts.served_model,
+        prompting=_probe_prompting(ctx, group, prompting),
     )
 
     async def one(messages: list[dict[str, str]]) -> Output | None:
-        done = await client.generate(messages, max_tokens=max_tokens, temperature=0.0)
+        done = await client.generate(messages, max_tokens=max_tokens)
         if done.error is not None:
             ctx.hub.notice(
                 f"{group.id}: noise-floor probe not run: a probe request failed ({done.error})",
@@ -134,7 +161,11 @@ async def probe_noise_floor(
 
 
 async def probe_state_leak(
-    ctx: RunContext, group: ServiceGroup, svc: Service, facts: ServerFacts
+    ctx: RunContext,
+    group: ServiceGroup,
+    svc: Service,
+    facts: ServerFacts,
+    prompting: Prompting | None = None,
 ) -> None:
     """The same prompt alone, again, and right after a long unrelated request on the same
     server must give the same tokens (state leaking between requests shows only so)."""
@@ -150,7 +181,13 @@ async def probe_state_leak(
             "Summarise this log in detail, line by line.",
         }
     ]
-    client = BenchClient(svc.base_url, group.api, engine=group.engine, model=facts.served_model)
+    client = BenchClient(
+        svc.base_url,
+        group.api,
+        engine=group.engine,
+        model=facts.served_model,
+        prompting=_probe_prompting(ctx, group, prompting),
+    )
     try:
         got = []
         for messages, n in (
@@ -159,7 +196,7 @@ async def probe_state_leak(
             (long, LEAK_OUTPUT_TOKENS),
             (prompt, PROBE_TOKENS),
         ):
-            done = await client.generate(messages, max_tokens=n, temperature=0.0)
+            done = await client.generate(messages, max_tokens=n)
             if done.error is not None:
                 ctx.hub.notice(
                     f"{group.id}: state-leak probe not run: a probe request failed ({done.error})",

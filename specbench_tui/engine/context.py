@@ -5,7 +5,7 @@ into."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +13,7 @@ from specbench_tui.engine.hub import EventHub
 from specbench_tui.engine.log_lines import LogLineWorker
 from specbench_tui.engine.run_control import RunControl
 from specbench_tui.engine.store import ResultsStore
+from specbench_tui.engine.templates import GroupTemplates
 from specbench_tui.plan.document import Plan
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.layout import ResultsLayout
@@ -58,6 +59,10 @@ class RunContext:
     control: RunControl
     log_lines: LogLineWorker
     simulated: bool
+    templates: GroupTemplates = field(init=False)  # the chat template of each group's model
+
+    def __post_init__(self) -> None:
+        self.templates = GroupTemplates(self.hub)
 
     @property
     def state(self) -> CampaignState:

@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable
 from typing import Literal
 
+from specbench_tui.bench.prompting import Prompting
 from specbench_tui.engine.cell_runner import run_one
 from specbench_tui.engine.checks import evaluate_greedy, probe_noise_floor, probe_state_leak
 from specbench_tui.engine.context import RunContext
@@ -74,6 +75,7 @@ class GroupRunner:
         self.host = host
         self.attempt = 0
         self.facts = ServerFacts(engine=group.engine)  # what the ready server said of itself
+        self.prompting: Prompting | None = None  # how its requests carry their prompts
         self.drops_seen = 0  # the server's link drops already ridden out
 
     async def run(self) -> None:
@@ -107,14 +109,16 @@ class GroupRunner:
                     pending = ctx.pending(group)
                     if not pending:
                         if svc.alive() and not ctx.control.aborted:
-                            await probe_noise_floor(ctx, group, svc, self.facts)
+                            await probe_noise_floor(ctx, group, svc, self.facts, self.prompting)
                         if svc.alive() and not ctx.control.aborted:
-                            await probe_state_leak(ctx, group, svc, self.facts)
+                            await probe_state_leak(ctx, group, svc, self.facts, self.prompting)
                         return
                     death: str | None = None
                     cell = pending[0]
                     if svc.alive():
-                        death = await run_one(ctx, cell, group, svc, handle, self.facts)
+                        death = await run_one(
+                            ctx, cell, group, svc, handle, self.facts, self.prompting
+                        )
                         if svc.link_drops != self.drops_seen:
                             continue  # the cell was set aside; ride the outage out first
                         if ctx.control.aborted:
@@ -213,6 +217,7 @@ class GroupRunner:
                     "what runs is not what the config asks for: " + "; ".join(facts.problems),
                     svc.log_tail(20),
                 )
+            prompting = await ctx.control.unless_aborted(ctx.templates.prompting(group, host))
         except Exception as exc:
             if isinstance(exc, AbortRequested):
                 reason = "aborted by the operator before the server was ready"
@@ -226,6 +231,7 @@ class GroupRunner:
             await slot.clear()
             return failure
         self.facts = facts
+        self.prompting = prompting
         self.drops_seen = svc.link_drops
         for note in facts.notes:
             ctx.hub.notice(f"{group.id}: {note}", "warning")
@@ -239,6 +245,7 @@ class GroupRunner:
                 served_model=facts.served_model,
                 speculative=facts.speculative,
                 algorithm=facts.algorithm,
+                chat_template=prompting.template.describe(),
             )
         )
         await self._manifest(group, facts)

@@ -1,6 +1,8 @@
 """A campaign that no process runs any more, opened read-only: its event log replayed
 through the same reducer a live console uses, so a finished (or interrupted) campaign can be
-browsed like a running one. Commands are refused with how to run it again."""
+browsed like a running one, followed by the greedy verdicts its stored outputs give where the
+log has none (a campaign killed before its groups ended: report/inputs.py judges them, as
+the report does). Commands are refused with how to run it again."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from specbench_tui.engine.commands import CampaignControl, Command, Reply
-from specbench_tui.results.events import Event
+from specbench_tui.results.events import CheckVerdict, Event
 from specbench_tui.results.files import read_events
 from specbench_tui.results.layout import ResultsLayout
 
@@ -50,6 +52,8 @@ class ReplayControl(CampaignControl):
             yield ev
             if i % 256 == 255:
                 await asyncio.sleep(0)
+        for ev in await asyncio.to_thread(judged_verdicts, self.layout.root):
+            yield ev
 
     async def send(self, command: Command) -> Reply:
         return Reply(
@@ -57,3 +61,15 @@ class ReplayControl(CampaignControl):
             f"no process runs this campaign (opened read-only), so nothing to "
             f"{command.action.replace('_', ' ')}; {rerun_hint(self.layout.root)}",
         )
+
+
+def judged_verdicts(root: Path) -> list[CheckVerdict]:
+    """The verdicts a reader judges from the stored outputs beside the log's (none where the
+    log has them all); a directory the report cannot read gives none, never an error."""
+    from specbench_tui.report.inputs import load_inputs
+
+    try:
+        state = load_inputs(root).state
+    except Exception:
+        return []
+    return [v for v in state.checks.values() if v.detail.get("judged")]

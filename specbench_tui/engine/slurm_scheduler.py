@@ -45,6 +45,7 @@ from specbench_tui.hosts.slurm import (
     preflight_slurm,
 )
 from specbench_tui.hosts.ssh import SshError
+from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import SlurmSpec
 from specbench_tui.plan.prompt_sets import find_prompt_set
@@ -79,17 +80,24 @@ ABORT_WAIT_S = 30.0
 
 
 def plan_files(plan: Plan) -> dict[str, str]:
-    """The plan and the prompt files beside it that it uses, by path relative to the plan:
-    what a job needs on the cluster (shipped prompt sets come with the tool)."""
+    """The plan and the prompt and chat-template files beside it that it uses, by path
+    relative to the plan: what a job needs on the cluster (shipped prompt sets come with the
+    tool)."""
     out = {"plan.toml": plan.text}
-    for w in plan.spec.workloads.values():
-        for name in w.prompts:
-            path = find_prompt_set(name, plan.dir)
-            if path is None:
-                continue
-            with contextlib.suppress(ValueError):
-                rel = path.resolve().relative_to(plan.dir.resolve())
-                out[rel.as_posix()] = path.read_text(encoding="utf-8")
+    paths = [
+        find_prompt_set(name, plan.dir) for w in plan.spec.workloads.values() for name in w.prompts
+    ]
+    templates = [
+        plan.spec.server.chat_template,
+        *(c.chat_template for c in plan.spec.configs.values()),
+    ]
+    paths += [Path(p) for t in templates if (p := template_path(t, plan.dir)) is not None]
+    for path in paths:
+        if path is None or not path.is_file():
+            continue
+        with contextlib.suppress(ValueError):
+            rel = path.resolve().relative_to(plan.dir.resolve())
+            out[rel.as_posix()] = path.read_text(encoding="utf-8")
     return out
 
 

@@ -3,7 +3,8 @@ engine (``engines/<engine>.py``), found by its plan name through ``engines/regis
 
 Nothing outside ``engines/`` names an engine. Plan expansion asks an adapter for its launch
 template and what a command asks for; a service for its ready line and health endpoints; the
-client for the request body, the prompt text and the stream parser; the cell runner for the
+client for the request body and the stream parser (the prompt is the model's own template,
+rendered by the client, bench/prompting.py); the cell runner for the
 counters and the acceptance definition; the post-ready check for what runs and the version;
 the report for why a figure is missing. Adding an engine is one module and one registry line.
 
@@ -17,14 +18,13 @@ import contextlib
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 import httpx
 
-from specbench_tui.engines.chat_text import PromptFormat, render_prompt
 from specbench_tui.engines.counters import Counters
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import LogCounts
@@ -36,6 +36,7 @@ Message = dict[str, str]
 #: The OpenAI chat API, which every engine here serves.
 OPENAI_API = "openai"
 CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
 MODELS_PATH = "/v1/models"
 METRICS_PATH = "/metrics"
 
@@ -60,14 +61,30 @@ class ForcedAccept:
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """What one request carries besides its messages. ``cache_salt``: a salt of its own
-    (a cold prefix cache on engines that take one), None to share the cache."""
+    """What one request carries besides its messages. ``prompt``: the conversation as the
+    client rendered it from the model's chat template, for the routes that take text (None:
+    the messages go to the chat route and the server renders them, with
+    ``chat_template_kwargs``). Sampling values left None are the server's defaults.
+    ``cache_salt``: a salt of its own (a cold prefix cache on engines that take one), None to
+    share the cache."""
 
     max_tokens: int
+    prompt: str | None = None
     temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
     model: str | None = None
-    prompt_format: PromptFormat = "chatml"
     cache_salt: str | None = None
+
+    def sampling(self, seed_key: str = "seed") -> dict[str, Any]:
+        """The sampling parameters that are set, the seed under the name the API takes."""
+        out: dict[str, Any] = {"temperature": self.temperature}
+        for key, value in (("top_p", self.top_p), ("top_k", self.top_k), (seed_key, self.seed)):
+            if value is not None:
+                out[key] = value
+        return out
 
 
 def check_accept_length(accept_length: float) -> None:
@@ -147,6 +164,10 @@ class EngineAdapter(ABC):
     apis: ClassVar[tuple[str, ...]] = (OPENAI_API,)
     ready_line: ClassVar[str]
     cold_cache: ClassVar[Literal["flush", "salt"]] = "salt"
+    # What the engine does with a prompt the client rendered: "adds_bos" (its text routes
+    # tokenize with special tokens, so the model's BOS is added once more: the client takes a
+    # leading BOS off the text) or "verbatim" (the request asks for the text as it is).
+    text_prompt: ClassVar[Literal["adds_bos", "verbatim"]] = "adds_bos"
     metrics_path: ClassVar[str] = METRICS_PATH
     #: The counter whose deltas give a cell's verify steps, as a reason names it when missing.
     verify_counter: ClassVar[str] = "verify-step counter"
@@ -164,9 +185,14 @@ class EngineAdapter(ABC):
     def default_api(self) -> str:
         return self.apis[0]
 
-    def api_label(self, api: str) -> str:
-        """How the dry run names the API a group's requests use."""
-        return "OpenAI chat API" if api == OPENAI_API else f"{self.label} {api} API"
+    def api_label(self, api: str, *, server_renders: bool = False) -> str:
+        """How the dry run names the API a group's requests use (the completions route
+        takes the prompt this tool renders; the chat route, where the server renders it)."""
+        if api != OPENAI_API:
+            return f"{self.label} {api} API"
+        if server_renders:
+            return "OpenAI chat API (the server renders the template)"
+        return "OpenAI completions API"
 
     def check_command(self, command: Sequence[str]) -> str | None:
         """What is wrong with a server command before anything runs (a plan error), else
@@ -199,24 +225,28 @@ class EngineAdapter(ABC):
 
     # --- requests ---------------------------------------------------------------------------
 
-    def render_prompt(self, messages: list[Message], fmt: PromptFormat = "chatml") -> str:
-        """The raw prompt text of a conversation, for an API that takes text, not messages."""
-        return render_prompt(messages, fmt)
-
     def request(self, api: str, messages: list[Message], spec: RequestSpec) -> tuple[str, dict]:
-        """(path, JSON body) of one streamed request."""
-        body: dict[str, Any] = {
-            "messages": messages,
-            "max_tokens": spec.max_tokens,
-            "temperature": spec.temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        """(path, JSON body) of one streamed request: the rendered prompt to
+        ``/v1/completions``, or the messages to ``/v1/chat/completions`` where the server
+        renders the template."""
+        body: dict[str, Any] = {"max_tokens": spec.max_tokens, **spec.sampling()}
+        if spec.prompt is not None:
+            path = COMPLETIONS_PATH
+            body["prompt"] = spec.prompt
+            if self.text_prompt == "verbatim":
+                body["add_special_tokens"] = False  # the template wrote them already
+        else:
+            path = CHAT_PATH
+            body["messages"] = messages
+            if spec.chat_template_kwargs:
+                body["chat_template_kwargs"] = dict(spec.chat_template_kwargs)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
         if spec.model is not None:  # without it a server uses its one model
             body["model"] = spec.model
         if spec.cache_salt is not None:
             body["cache_salt"] = spec.cache_salt
-        return CHAT_PATH, body
+        return path, body
 
     def stream_parser(self, api: str, mode: StreamMode = "auto") -> StreamParser:
         """A fresh parser for one request's stream (``mode`` matters for streams that may

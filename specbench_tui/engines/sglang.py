@@ -228,8 +228,10 @@ class SglangAdapter(EngineAdapter):
             return ("/health_generate",)
         return ("/health_generate", "/health", MODELS_PATH)
 
-    def api_label(self, api: str) -> str:
-        return "native /generate" if api == NATIVE_API else super().api_label(api)
+    def api_label(self, api: str, *, server_renders: bool = False) -> str:
+        if api == NATIVE_API:
+            return "native /generate"
+        return super().api_label(api, server_renders=server_renders)
 
     def requested_speculation(self, command: Sequence[str]) -> Speculation:
         algo = flag_value(command, "--speculative-algorithm", "--speculative_algorithm")
@@ -263,11 +265,10 @@ class SglangAdapter(EngineAdapter):
     def request(self, api: str, messages: list[Message], spec: RequestSpec) -> tuple[str, dict]:
         if api != NATIVE_API:
             return super().request(api, messages, spec)
-        return GENERATE_PATH, {
-            "text": self.render_prompt(messages, spec.prompt_format),
-            "sampling_params": {"max_new_tokens": spec.max_tokens, "temperature": spec.temperature},
-            "stream": True,
-        }
+        # /generate takes text only: the client always renders it here (a plan cannot ask
+        # the server to render for this route). The seed is ``sampling_seed``.
+        params = {"max_new_tokens": spec.max_tokens, **spec.sampling("sampling_seed")}
+        return GENERATE_PATH, {"text": spec.prompt or "", "sampling_params": params, "stream": True}
 
     def stream_parser(self, api: str, mode: StreamMode = "auto") -> StreamParser:
         return SglangStream(mode) if api == NATIVE_API else SglangChatStream()

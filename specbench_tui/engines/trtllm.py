@@ -201,13 +201,12 @@ def _counters(text: str) -> Counters:
                 continue
             into = drafted if name == DRAFTED_PER_POSITION else accepted
             into[pos] = into.get(pos, 0.0) + value
-    if not drafted:
-        # Without speculation (or before a speculative request finished) there are no
-        # per-position families; the accepted counts are then zero, not unknown.
-        return Counters(generation_tokens=generation)
-    n = max([*drafted, *accepted]) + 1
+    # The page exists only with the collector, whose labelled counters have a sample only
+    # once a finished request moved them: a family absent here means none yet, zero (and
+    # stays so on a server without speculation).
+    n = max([*drafted, *accepted], default=-1) + 1
     return Counters(
-        generation_tokens=generation,
+        generation_tokens=generation or 0.0,
         verify_steps=drafted.get(0, 0.0),
         accepted_tokens=sum(accepted.values()),
         draft_tokens=sum(drafted.values()),

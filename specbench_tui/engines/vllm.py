@@ -302,6 +302,7 @@ class VllmAdapter(EngineAdapter):
     # A cache_salt of its own per cold request: vLLM's cache reset is a development-mode
     # endpoint.
     cold_cache = "salt"
+    text_prompt = "verbatim"  # completions carry add_special_tokens: false
     verify_counter = DRAFTS
     deterministic_mode = "VLLM_BATCH_INVARIANT=1"
 
@@ -353,7 +354,7 @@ class VllmAdapter(EngineAdapter):
         return ForcedAccept(command=tuple(args))
 
     def request(self, api: str, messages: list[Message], spec: RequestSpec) -> tuple[str, dict]:
-        """The chat body, asking for the generated token ids (the greedy check compares ids)."""
+        """The base body, asking for the generated token ids (the greedy check compares ids)."""
         path, body = super().request(api, messages, spec)
         body["return_token_ids"] = True
         return path, body

@@ -22,7 +22,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -80,6 +80,16 @@ class NoEvents:
 
     def event(self, ev: Event) -> None:
         return None
+
+
+def _read_local_files(paths: Sequence[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            out[path] = Path(path).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            out[path] = None
+    return out
 
 
 def server_pythons(groups: Iterable[ServiceGroup]) -> list[str]:
@@ -239,6 +249,11 @@ class Host:
     def service_notice(self, level: str, text: str) -> None:
         """A notice from one of this host's services, which take a (level, text) callback."""
         self.events.notice(text, level)
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, str | None]:
+        """The texts of small files on this host (a model's tokenizer files), by path; None
+        where a file is not there or is not UTF-8 text."""
+        return await asyncio.to_thread(_read_local_files, paths)
 
     # --- ports --------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ syntax. Numbers are the only things written into command lines unquoted, and onl
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -69,3 +70,35 @@ def until_channel_closed(line: str) -> str:
 
 
 __all__ = ["env_prefix", "quote", "quote_command", "remote_path", "until_channel_closed"]
+
+
+def read_files_command(paths: Sequence[str]) -> str:
+    """One command that prints each file of ``paths`` as ``+<i>`` and its base64 on one line,
+    or ``-<i>`` where it is not a readable file: small files (a model's tokenizer config)
+    read over one round trip, whatever bytes they hold."""
+    parts = []
+    for i, path in enumerate(paths):
+        p = remote_path(path)
+        parts.append(
+            f"if [ -f {p} ] && [ -r {p} ]; then echo '+{i}'; base64 < {p} | tr -d '\\n'; echo; "
+            f"else echo '-{i}'; fi"
+        )
+    return "; ".join(parts)
+
+
+def parse_read_files(stdout: str, paths: Sequence[str]) -> dict[str, str | None]:
+    """The texts ``read_files_command`` printed, by path (None: absent, unreadable, or not
+    UTF-8 text)."""
+    out: dict[str, str | None] = dict.fromkeys(paths)
+    lines = stdout.splitlines()
+    for k, line in enumerate(lines):
+        if not line.startswith("+") or not line[1:].isdigit():
+            continue
+        i = int(line[1:])
+        if i >= len(paths) or k + 1 >= len(lines):
+            continue
+        try:
+            out[paths[i]] = base64.b64decode(lines[k + 1], validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            out[paths[i]] = None
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 from specbench_tui.engines.registry import adapter
 from specbench_tui.errors import InputError
@@ -38,7 +38,7 @@ from specbench_tui.hosts.remote_service import (
     remote_port_in_use,
 )
 from specbench_tui.hosts.service import LineCallback, Service, ServiceError
-from specbench_tui.hosts.shell import quote, remote_path
+from specbench_tui.hosts.shell import parse_read_files, quote, read_files_command, remote_path
 from specbench_tui.hosts.ssh import SshAgentRunner, SshConnectError, SshConnection, SshError
 from specbench_tui.hosts.systemd import (
     ForeignUnits,
@@ -250,6 +250,18 @@ class SshHost(Host):
             if not res.ok:
                 out.append(f"{what} {path} not found")
         return out
+
+    async def read_files(self, paths: Sequence[str]) -> dict[str, str | None]:
+        """The texts of small files on the host, read in one command (None: absent or not
+        UTF-8 text); a link that fails says so, as every SSH command does."""
+        paths = list(paths)
+        if not paths:
+            return {}
+        res = await self.ssh.run(read_files_command(paths), idempotent=True)
+        if not res.ok:
+            last = (res.stderr.strip().splitlines() or [f"exit {res.exit_status}"])[-1]
+            raise SshError(f"reading {', '.join(paths)} failed: {last}")
+        return parse_read_files(res.stdout, paths)
 
     # --- ports -------------------------------------------------------------------------------
 

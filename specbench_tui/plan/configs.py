@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import string
 from dataclasses import dataclass
+from typing import Any
 
 from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
 from specbench_tui.plan.model import ConfigSpec, ParamValue, PlanSpec
@@ -31,6 +32,9 @@ class ResolvedConfig:
     params: tuple[tuple[str, ParamValue], ...]
     engine: str = DEFAULT_ENGINE
     served_model_name: str | None = None
+    chat_template: str | None = None  # the plan's template file (as the plan spells it)
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()  # [server]'s, then the config's
+    chat_template_on: str = "client"
 
 
 def placeholders(text: str) -> list[str]:
@@ -109,6 +113,11 @@ def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
                     params=combo,
                     engine=engine,
                     served_model_name=cfg.served_model_name or server.served_model_name,
+                    chat_template=cfg.chat_template or server.chat_template,
+                    chat_template_kwargs=tuple(
+                        sorted({**server.chat_template_kwargs, **cfg.chat_template_kwargs}.items())
+                    ),
+                    chat_template_on=cfg.chat_template_on or server.chat_template_on or "client",
                 )
             )
     return out

@@ -10,6 +10,7 @@ from pathlib import Path
 from specbench_tui.errors import InputError
 from specbench_tui.plan.locate import LineIndex
 from specbench_tui.plan.model import PlanSpec
+from specbench_tui.plan.prompt_sets import PromptLibrary
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,11 @@ class Plan:
     @property
     def dir(self) -> Path:
         return self.path.parent
+
+    @property
+    def prompts(self) -> PromptLibrary:
+        """The prompt sets the plan can name (its tables, files beside it, shipped sets)."""
+        return PromptLibrary(self.dir, self.spec.prompt_sets)
 
     @property
     def hash(self) -> str:

@@ -5,8 +5,6 @@ speculative configs, a share of max_tokens actually generated, prefill rate, ser
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate
@@ -17,7 +15,7 @@ from specbench_tui.plan.probes import (
     runs_floor_probe,
     runs_leak_probe,
 )
-from specbench_tui.plan.prompt_sets import count_prompts, find_prompt_set
+from specbench_tui.plan.prompt_sets import PromptLibrary
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.events import EstimateRecorded
 
@@ -104,24 +102,18 @@ def _probes_said(spec: PlanSpec, groups: list[ServiceGroup]) -> str | None:
     return "checks' probes at the end of groups: " + "; ".join(parts) if parts else None
 
 
-@lru_cache(maxsize=256)
-def _set_size(name: str, plan_dir: Path) -> int:
-    path = find_prompt_set(name, plan_dir)
-    return count_prompts(path) if path else 0
-
-
-def cell_requests(cell: Cell, plan_dir: Path) -> tuple[int, int]:
+def cell_requests(cell: Cell, prompts: PromptLibrary) -> tuple[int, int]:
     """(measured, warm-up) requests of a cell, counting the prompt set on disk if needed."""
     if cell.kind != "single":
         return planned_requests(cell), 0
-    n = _set_size(cell.prompt_set or "", plan_dir)
+    n = prompts.count(cell.prompt_set or "")
     measured = planned_requests(cell, n)
     return measured, measured // cell.repeats * cell.warmup
 
 
 def estimate(
     spec: PlanSpec,
-    plan_dir: Path,
+    prompts: PromptLibrary,
     groups: list[ServiceGroup],
     cells: list[Cell],
     *,
@@ -137,7 +129,7 @@ def estimate(
     for c in cells:
         g = by_group[c.group]
         rate = _rate(est, c.tp) * (est.spec_speedup if g.speculative else 1.0)
-        measured, warm = cell_requests(c, plan_dir)
+        measured, warm = cell_requests(c, prompts)
         requests += measured
         per_cell_requests[c.id] = measured
         n = measured + warm
@@ -213,7 +205,7 @@ def estimate(
 
 def recorded_estimate(
     spec: PlanSpec,
-    plan_dir: Path,
+    prompts: PromptLibrary,
     groups: list[ServiceGroup],
     cells: list[Cell],
     *,
@@ -223,7 +215,7 @@ def recorded_estimate(
     the report to hold against what the cells took. Raises KeyError or ValueError as
     :func:`estimate` does."""
     speeds = host_speeds(spec, sim=sim)
-    est = estimate(spec, plan_dir, groups, cells, speed=speeds)
+    est = estimate(spec, prompts, groups, cells, speed=speeds)
     return EstimateRecorded(
         total_s=round(est.total_s, 3),
         startup_s=round(est.startup_s, 3),

@@ -18,9 +18,11 @@ import hashlib
 import json
 import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
+from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import (
@@ -29,7 +31,9 @@ from specbench_tui.plan.model import (
     HostSpec,
     PlanSpec,
     SingleWorkload,
+    Workload,
 )
+from specbench_tui.plan.prompt_sets import PromptLibrary, session_tasks
 from specbench_tui.results.cells import Cell, ServiceGroup
 
 
@@ -45,6 +49,7 @@ class Expansion:
 def expand(plan: Plan, *, sim: bool = False) -> Expansion:
     """``sim``: rehearse on the embedded simulated host instead of the plan's hosts."""
     spec = plan.spec
+    lib = plan.prompts
     configs = {c.name: c for c in resolve_configs(spec)}
     matrix_configs = [
         n for ref in spec.matrix.configs for n in names_matching(ref, list(configs.values()))
@@ -66,10 +71,12 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
                     cfg = configs[cname]
                     if _excluded(spec, host=host_name, config=cfg, tp=tp, workload=None):
                         continue
-                    group = _group(spec, host_name, host, cfg, tp, sim=sim, packed=pack)
+                    group = _group(
+                        spec, host_name, host, cfg, tp, sim=sim, packed=pack, plan_dir=plan.dir
+                    )
                     if run > 1:
                         group = replace(group, id=f"{group.id}.r{run}", run=run)
-                    group_cells = _cells(spec, group, cfg)
+                    group_cells = _cells(spec, group, cfg, lib)
                     if not group_cells:
                         continue
                     groups.append(group)
@@ -80,7 +87,7 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
             group, cfg = first
             solo = replace(group, id=f"{group.id}.solo", packed=False, exclusive=True)
             groups.append(solo)
-            cells.extend(_cells(spec, solo, cfg))
+            cells.extend(_cells(spec, solo, cfg, lib))
     return Expansion(groups=groups, cells=cells)
 
 
@@ -111,6 +118,7 @@ def _group(
     *,
     sim: bool,
     packed: bool = False,
+    plan_dir: Path | None = None,
 ) -> ServiceGroup:
     ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
     gpu_ids = tuple(sorted(ids)[-tp:])
@@ -176,10 +184,15 @@ def _group(
         engine=SIMULATED_ENGINE if kind == "sim" else cfg.engine,
         served_model_name=cfg.served_model_name,
         spec_algorithm=asked.algorithm,
+        model=cfg.model,
+        chat_template=template_path(cfg.chat_template, plan_dir),
+        chat_template_on=cfg.chat_template_on,
     )
 
 
-def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cell]:
+def _cells(
+    spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig, lib: PromptLibrary
+) -> list[Cell]:
     out: list[Cell] = []
     # The hash sees the command with its port blanked: moving a server to another port
     # does not change what a cell measures.
@@ -191,6 +204,11 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
         "command": _command_identity(group),
         "env": dict(group.env),
     }
+    # Only where the plan says: the ids of plans that leave the template alone stay as they were.
+    if cfg.chat_template is not None:
+        server_identity["chat_template"] = cfg.chat_template
+    if cfg.chat_template_on != "client":
+        server_identity["chat_template_on"] = cfg.chat_template_on
     if group.host_kind == "slurm":
         server_identity["gpus"] = "slurm"  # allocated per job: not what the cell measures
     if group.packed or group.exclusive:
@@ -205,6 +223,15 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
             continue
         if _excluded(spec, host=group.host, config=cfg, tp=group.tp, workload=wname):
             continue
+        kwargs = {**dict(cfg.chat_template_kwargs), **w.chat_template_kwargs}
+        # Only what the plan sets joins a cell's identity: plans that leave these out keep
+        # the ids they had.
+        shaping: dict[str, Any] = (
+            {"chat_template_kwargs": tuple(sorted(kwargs.items()))} if kwargs else {}
+        )
+        for key, value in (("top_p", w.top_p), ("top_k", w.top_k), ("sampling_seed", w.seed)):
+            if value is not None:
+                shaping[key] = value
         common: dict[str, Any] = dict(
             group=group.id,
             host=group.host,
@@ -216,56 +243,95 @@ def _cells(spec: PlanSpec, group: ServiceGroup, cfg: ResolvedConfig) -> list[Cel
             params=cfg.params,
             run=group.run,
         )
-        if isinstance(w, SingleWorkload):
-            for pset in w.prompts:
-                for mt in w.max_tokens:
-                    out.append(
-                        _cell(
-                            server_identity,
-                            common,
-                            f"{group.id}/{wname}/{pset}/{mt}",
-                            prompt_set=pset,
-                            prompts=(pset,),
-                            max_tokens=mt,
-                            concurrency=None,
-                            samples=w.samples,
-                            repeats=w.repeats,
-                            warmup=w.warmup,
-                            temperature=w.temperature,
-                            prefix_cache=w.prefix_cache,
-                        )
-                    )
-        elif isinstance(w, AgenticWorkload):
-            out.append(
-                _cell(
-                    server_identity,
-                    common,
-                    f"{group.id}/{wname}",
-                    prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
-                    prompts=tuple(w.prompts),
-                    max_tokens=w.max_tokens,
-                    concurrency=None,
-                    sessions=w.sessions,
-                    turns=w.turns,
-                    temperature=w.temperature,
-                    tool_output_tokens=w.tool_output_tokens,
+        temps = w.temperatures
+        for temp in temps:
+            # A temperature axis names its cells: ".../t0", ".../t1".
+            at = f"/t{temp:g}" if len(temps) > 1 else ""
+            fields = dict(shaping, temperature=temp)
+            out.extend(
+                _workload_cells(
+                    lib, spec.campaign.seed, server_identity, common, group, wname, w, at, fields
                 )
             )
-        elif isinstance(w, ConcurrencyWorkload):
-            for level in w.levels:
+    return out
+
+
+def _workload_cells(
+    lib: PromptLibrary,
+    seed: int,
+    server_identity: dict[str, Any],
+    common: dict[str, Any],
+    group: ServiceGroup,
+    wname: str,
+    w: Workload,
+    at: str,
+    fields: dict[str, Any],
+) -> list[Cell]:
+    """One workload's cells at one temperature. A set with categories gives a cell per
+    category to single and agentic workloads (each category a prompt-set value of its own);
+    a concurrency level mixes all the workload's prompts."""
+    out: list[Cell] = []
+    if isinstance(w, SingleWorkload):
+        for pset in (name for entry in w.prompts for name in lib.cell_sets(entry)):
+            for mt in w.max_tokens:
                 out.append(
                     _cell(
                         server_identity,
                         common,
-                        f"{group.id}/{wname}/c{level}",
-                        prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
-                        prompts=tuple(w.prompts),
-                        max_tokens=w.max_tokens,
-                        concurrency=level,
-                        requests=w.requests,
-                        temperature=w.temperature,
+                        f"{group.id}/{wname}/{pset}/{mt}{at}",
+                        prompt_set=pset,
+                        prompts=(pset,),
+                        max_tokens=mt,
+                        concurrency=None,
+                        samples=w.samples,
+                        repeats=w.repeats,
+                        warmup=w.warmup,
+                        prefix_cache=w.prefix_cache,
+                        **fields,
                     )
                 )
+    elif isinstance(w, AgenticWorkload):
+        split = [n for entry in w.prompts for n in lib.cell_sets(entry) if "/" in n]
+        pooled = tuple(e for e in w.prompts if lib.cell_sets(e) == [e])
+        slices = [(f"/{n}", (n,)) for n in split] + ([("", pooled)] if pooled else [])
+        for suffix, names in slices:
+            pool = [p for n in names for p in lib.load(n)]
+            sessions = w.sessions if w.sessions is not None else len(pool)
+            extra: dict[str, Any] = {}
+            if any(p.session_turns for p in pool):  # the questions' own turns: as drawn
+                tasks = session_tasks(pool, sessions, common["workload"], seed)
+                extra["requests"] = sum(min(w.turns, t.session_turns or w.turns) for t in tasks)
+            out.append(
+                _cell(
+                    server_identity,
+                    common,
+                    f"{group.id}/{wname}{suffix}{at}",
+                    prompt_set=names[0] if len(names) == 1 else None,
+                    prompts=names,
+                    max_tokens=w.max_tokens,
+                    concurrency=None,
+                    sessions=sessions,
+                    turns=w.turns,
+                    tool_output_tokens=w.tool_output_tokens,
+                    **extra,
+                    **fields,
+                )
+            )
+    elif isinstance(w, ConcurrencyWorkload):
+        for level in w.levels:
+            out.append(
+                _cell(
+                    server_identity,
+                    common,
+                    f"{group.id}/{wname}/c{level}{at}",
+                    prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
+                    prompts=tuple(w.prompts),
+                    max_tokens=w.max_tokens,
+                    concurrency=level,
+                    requests=w.requests,
+                    **fields,
+                )
+            )
     return out
 
 

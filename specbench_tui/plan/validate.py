@@ -11,12 +11,11 @@ import string
 from typing import Any
 
 from specbench_tui.engines.registry import adapter
-from specbench_tui.errors import InputError
+from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.log_patterns import compile_pattern
 from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, SSH_DESTINATION, PlanSpec
-from specbench_tui.plan.prompt_sets import find_prompt_set, load_prompt_set, shipped_sets
 from specbench_tui.plan.slurm_jobs import check_slurm_host
 
 _SAFE = re.compile(SAFE_NAME)
@@ -35,6 +34,8 @@ def check_plan(plan: Plan) -> list[PlanError]:
         + _check_expanded_names(configs)
         + _check_matrix(spec, configs)
         + _check_workloads(plan, configs)
+        + check_templates(plan, configs)
+        + check_prompt_sets(plan)
         + _check_baseline(spec, configs)
         + _check_logs(spec)
         + _check_programs(spec)
@@ -239,7 +240,8 @@ def _check_matrix(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanErr
 
 
 def _check_workloads(plan: Plan, configs: list[ResolvedConfig]) -> list[PlanError]:
-    """``[workloads.NAME]``: configs and TP sizes of the matrix, prompt sets that load."""
+    """``[workloads.NAME]``: configs and TP sizes of the matrix (its prompt sets:
+    ``check_prompts``)."""
     spec, m = plan.spec, plan.spec.matrix
     errs: list[PlanError] = []
     for wname, w in spec.workloads.items():
@@ -258,17 +260,6 @@ def _check_workloads(plan: Plan, configs: list[ResolvedConfig]) -> list[PlanErro
                         f"TP {tp} is not in matrix.tp {m.tp}; the workload can only restrict it",
                     )
                 )
-        for i, p in enumerate(w.prompts):
-            path = find_prompt_set(p, plan.dir)
-            if path is None:
-                errs.append(
-                    PlanError(("workloads", wname, "prompts", i), _missing_prompts(p, plan))
-                )
-                continue
-            try:
-                load_prompt_set(path, p)
-            except InputError as exc:  # parsed now: a broken line is said before any run
-                errs.append(PlanError(("workloads", wname, "prompts", i), str(exc)))
     return errs
 
 
@@ -425,12 +416,3 @@ def _unknown(what: str, name: str, known: object) -> str:
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
     return f"no {what} named {name!r}; {hint}"
-
-
-def _missing_prompts(name: str, plan: Plan) -> str:
-    if name.endswith(".jsonl"):
-        return f"prompt file {plan.dir / name} does not exist"
-    return (
-        f"no prompt set {name!r}: neither {plan.dir / 'prompts' / (name + '.jsonl')} nor a "
-        f"shipped set ({', '.join(shipped_sets())})"
-    )

@@ -10,7 +10,7 @@ on a digit. Text is plain; each template escapes it for its format.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Align = Literal["l", "r", "p"]
 
@@ -79,6 +79,9 @@ class Table:
     rows: list[list[Cell]]
     notes: list[str] = field(default_factory=list)  # said under the table
     small: bool = False
+    # The table's data for tables/*.csv, unformatted (numbers as numbers, intervals as their
+    # own columns); None: the CSV holds the cells' text.
+    csv: list[dict[str, Any]] | None = None
     # Leading columns that name a row (repeated in each part where a wide table is split).
     key_columns: int = 1
 

@@ -15,6 +15,7 @@ from specbench_tui.report.sections import (
     agentic,
     checks,
     concurrency,
+    datasets,
     environment,
     faults,
     methodology,
@@ -56,6 +57,7 @@ def build_from(inp: Inputs) -> Report:
     body: list[Section | None] = [
         methodology.build(inp),
         single.build(inp),
+        datasets.build(inp),
         packing.build(inp),
         accept.build(inp),
         agentic.build(inp),

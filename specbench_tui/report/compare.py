@@ -211,7 +211,8 @@ def _alone_table(entries: list[dict[str, Any]], n: int) -> Table:
         present = [x for x in e["rows"] if x is not None]
         first = present[0]
         hosts = sorted({str(x["host"]) for x in present})
-        level = f" ({first['concurrency']} clients)" if first["kind"] == "concurrency" else ""
+        n = first["concurrency"]
+        level = f" ({n} client{'s' * (n != 1)})" if first["kind"] == "concurrency" else ""
         body.append(
             [
                 Cell("/".join(hosts)),

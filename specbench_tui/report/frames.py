@@ -118,6 +118,16 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
     )
     tokens, seconds = decode_parts_expr()
     engines = group_engines(inp)
+    cell = pl.col("cell_id").cast(pl.String)
+    named = cell.replace_strict(workload_names(inp), default=None, return_dtype=pl.String)
+    ok = ok.with_columns(
+        pl.coalesce(named, pl.col("workload").cast(pl.String))
+        .cast(pl.Categorical)
+        .alias("workload"),
+        cell.replace_strict(cell_temperatures(inp), default=None, return_dtype=pl.Float64).alias(
+            "temperature"
+        ),
+    )
     out = ok.with_columns(
         pl.coalesce(pl.col("decode_tok_s"), decode).alias("decode_tok_s"),
         tokens.alias(DECODE_PARTS[0]),
@@ -145,6 +155,26 @@ def all_requests(inp: Inputs) -> pl.DataFrame:
         pl.when(pl.col("between_runs")).then(pl.col("run")).otherwise(pl.col("unit")).alias("unit")
     )
     inp.cache["all_requests"] = out
+    return out
+
+
+def cell_temperatures(inp: Inputs) -> dict[str, float]:
+    """Cell id -> the temperature its requests were sampled at."""
+    return {cid: c.cell.temperature for cid, c in inp.state.cells.items() if c.cell is not None}
+
+
+def workload_names(inp: Inputs) -> dict[str, str]:
+    """Cell id -> the workload as the report names it: a workload that ran at several
+    temperatures is one workload per temperature (``single T=1``), so every table and chart
+    splits by it and never pools sampled with greedy requests."""
+    temps: dict[str, set[float]] = {}
+    for c in inp.state.cells.values():
+        if c.cell is not None:
+            temps.setdefault(c.workload, set()).add(c.cell.temperature)
+    out = {}
+    for cid, c in inp.state.cells.items():
+        several = c.cell is not None and len(temps.get(c.workload, ())) > 1
+        out[cid] = f"{c.workload} T={c.cell.temperature:g}" if several and c.cell else c.workload
     return out
 
 
@@ -277,6 +307,7 @@ def cell_figures(inp: Inputs) -> pl.DataFrame:
     if "cells" in inp.cache:
         return inp.cache["cells"]
     rows = []
+    names = workload_names(inp)
     for c in inp.state.cells.values():
         if c.status != "done":
             continue
@@ -288,7 +319,8 @@ def cell_figures(inp: Inputs) -> pl.DataFrame:
                 "host": c.host,
                 "config": c.config,
                 "tp": c.tp,
-                "workload": c.workload,
+                "workload": names.get(c.id, c.workload),
+                "temperature": planned.temperature if planned else None,
                 "kind": c.kind,
                 "prompt_set": planned.prompt_set if planned else None,
                 "max_tokens": planned.max_tokens if planned else None,

@@ -24,6 +24,7 @@ from specbench_tui.errors import InputError
 from specbench_tui.printable import printable
 from specbench_tui.report.blocks import Chart, Column, Point
 from specbench_tui.report.build import Report, build_report
+from specbench_tui.report.tables_csv import write_tables
 from specbench_tui.report.tex_fit import head_lines, layout
 from specbench_tui.results.files import StorageError, write_bytes_atomic
 
@@ -396,6 +397,10 @@ def _write(root: Path, stem: str, report: Report) -> list[Path]:
     except StorageError as exc:
         raise InputError(f"{exc}; render it elsewhere: copy the directory, then --report") from None
     written = [md_path, tex_path]
+    try:
+        write_tables(root, report.tables(), report.charts(), stem)
+    except (StorageError, OSError) as exc:  # the tables cost their CSVs, not the report
+        log.warning("tables/ not written: %s", exc)
     pdf_path = root / f"{stem}.pdf"
     if compile_pdf(tex_path, pdf_path, root / f"{stem}.tex.log"):
         written.append(pdf_path)

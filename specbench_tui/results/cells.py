@@ -43,6 +43,9 @@ class ServiceGroup:
     engine: str = ""
     served_model_name: str | None = None  # the plan's override of the name requests carry
     spec_algorithm: str | None = None  # the algorithm the command asks for, as the engine names it
+    model: str = ""  # the model directory on the host (where its chat template is read)
+    chat_template: str | None = None  # the plan's template file, absolute (None: the model's)
+    chat_template_on: str = "client"  # who renders the template: "client" or "server"
     run: int = 1  # which of the plan's ``[campaign] runs`` (a fresh server each)
 
     def to_json(self) -> dict[str, Any]:
@@ -104,12 +107,19 @@ class Cell:
     sessions: int = 0
     turns: int = 0
     tool_output_tokens: int = 0
-    requests: int = 0  # concurrency: requests at this level
+    requests: int = 0  # concurrency: requests at this level; agentic: where sessions run
+    # their questions' own turns, the requests of all of them
     timeout_s: float = 600.0
     params: tuple[tuple[str, Any], ...] = field(default=())
     # "cold": each measured request without a cached prefix; "warm": the server's cache kept
     # (what agentic and concurrency workloads measure by nature).
     prefix_cache: str = "warm"
+    # Sampling beyond the temperature (None: the server's default) and the chat template's
+    # kwargs (the workload's over the config's over [server]'s), as sorted (key, value) pairs.
+    top_p: float | None = None
+    top_k: int | None = None
+    sampling_seed: int | None = None
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
     run: int = 1  # which of the plan's ``[campaign] runs`` (its group's server started afresh)
 
     def to_json(self) -> dict[str, Any]:
@@ -117,18 +127,24 @@ class Cell:
         d = {name: getattr(self, name) for name in _CELL_FIELDS}
         d["prompts"] = list(self.prompts)
         d["params"] = dict(self.params)
+        d["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         return d
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Cell:
         """Rebuild a cell from its JSON; unknown keys are ignored (see ServiceGroup.from_json)."""
         d = _known(cls, obj)
-        check_fields(cls, d, skip=("params",))
-        if not isinstance(d.get("params", {}), dict | list):
-            raise FieldTypeError(f"'params' is {type(d['params']).__name__}, not an object")
+        check_fields(cls, d, skip=("params", "chat_template_kwargs"))
+        for key in ("params", "chat_template_kwargs"):  # objects in JSON, pairs here
+            if not isinstance(d.get(key, {}), dict | list):
+                raise FieldTypeError(f"{key!r} is {type(d[key]).__name__}, not an object")
         d["prompts"] = tuple(d.get("prompts", ()))
         params = d.get("params", ())
         d["params"] = tuple(params.items()) if isinstance(params, dict) else tuple(params)
+        kwargs = d.get("chat_template_kwargs", ())
+        d["chat_template_kwargs"] = (
+            tuple(sorted(kwargs.items())) if isinstance(kwargs, dict) else tuple(map(tuple, kwargs))
+        )
         for key, default in _CELL_DEFAULTS.items():
             d.setdefault(key, default)
         return cls(**d)
@@ -174,7 +190,8 @@ def planned_requests(cell: Cell, n_prompts: int | None = None) -> int:
     ``cell.samples`` is unset or may exceed the set; the other kinds never read prompts for it.
     """
     if cell.kind == "agentic":
-        return cell.sessions * cell.turns
+        # ``requests`` where the sessions run their questions' own turns (MT-Bench).
+        return cell.requests or cell.sessions * cell.turns
     if cell.kind == "concurrency":
         return cell.requests
     if n_prompts is None:

@@ -221,6 +221,7 @@ class ServiceReady(Event):
     served_model: str | None = None
     speculative: bool | None = None  # None: the server did not say
     algorithm: str | None = None
+    chat_template: str | None = None  # where the prompts' template came from, and its hash
 
 
 @dataclass(kw_only=True)

@@ -73,6 +73,11 @@ class Measurement:
     # gap): bench/figures.py defines both.
     decode_s: float | None = None
     coalesced_gaps: list[int] = field(default_factory=list)
+    # The prompt's rendering: the chat template's sha256 and the kwargs it was rendered with
+    # (JSON, sorted keys); where the server rendered it, the template the model directory
+    # holds (null when it could not be read).
+    chat_template_sha256: str | None = None
+    chat_template_kwargs: str | None = None
 
     def measurements(self) -> dict[str, Any]:
         """Just the measured fields, to fill a :class:`RequestRecord`."""

@@ -40,6 +40,8 @@ def cell_rows(state: CampaignState, *, simulated: bool | None = None) -> list[di
             "prompt_set": planned.prompt_set if planned else None,
             "max_tokens": planned.max_tokens if planned else None,
             "concurrency": planned.concurrency if planned else None,
+            # A matrix axis where a workload lists several (``temperature = [0, 1]``).
+            "temperature": planned.temperature if planned else None,
             "run": planned.run if planned else 1,  # which of the plan's ``[campaign] runs``
             "attempt": c.attempt,
             "status": view_status(state, c.status),

@@ -60,6 +60,9 @@ class SimConfig:
     # A JSON Lines file that gets each finished request's record (what was sent and when):
     # the truth a test holds the client's figures to after the server has gone.
     record_path: str | None = None
+    # A file each request's prompt is appended to (one JSON object a line): what the server
+    # received, for tests that check the client's rendering.
+    record_prompts: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -235,6 +238,8 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
                 cfg.burst = _int(key, value)
             case "sim_record":
                 cfg.record_path = value
+            case "sim_record_prompts":
+                cfg.record_prompts = value or None
             case _:
                 cfg.extra[key] = True if value is None else value
     if cfg.tp_size < 1:

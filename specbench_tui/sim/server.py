@@ -188,6 +188,7 @@ class SimServer:
                 web.get("/v1/models", self.models),
                 web.post("/generate", self.generate),
                 web.post("/v1/chat/completions", self.chat),
+                web.post("/v1/completions", self.completions),
                 web.post("/flush_cache", self.flush_cache),
                 web.get("/flush_cache", self.flush_cache),
                 web.get("/sim/requests/{rid}", self.request_record),
@@ -311,6 +312,7 @@ class SimServer:
         if not isinstance(text, str):
             raise web.HTTPBadRequest(text="the simulator takes one prompt per request in 'text'")
         params = body.get("sampling_params") or {}
+        self._record_prompt("generate", {"text": text, "sampling_params": params})
         req = self._new_request(
             rid=body.get("rid"),
             prompt=text,
@@ -356,18 +358,37 @@ class SimServer:
         return resp
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, chat=False)
+
+    async def _openai(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        """``/v1/chat/completions`` (messages, rendered here as ChatML) and
+        ``/v1/completions`` (a prompt text, continued as it is)."""
         received = time.perf_counter()
         refused = await self._refuse()
         if refused is not None:
             return refused
         body = await self._body(request)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise web.HTTPBadRequest(text="'messages' must be a non-empty list")
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise web.HTTPBadRequest(text="'messages' must be a non-empty list")
+            prompt = _chat_prompt(messages)
+            self._record_prompt(
+                "chat",
+                {"messages": messages, "chat_template_kwargs": body.get("chat_template_kwargs")},
+            )
+        else:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise web.HTTPBadRequest(text="the simulator takes one prompt text in 'prompt'")
+            self._record_prompt("completions", {"prompt": prompt})
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         req = self._new_request(
             rid=body.get("rid"),
-            prompt=_chat_prompt(messages),
+            prompt=prompt,
             max_new_tokens=max_tokens or _DEFAULT_CHAT_MAX_TOKENS,
             params=body,
             stream=bool(body.get("stream", False)),
@@ -378,15 +399,18 @@ class SimServer:
         if not req.stream:
             await self._wait_done(request, req)
             now = time.perf_counter()
-            self._record(req, "chat", [now], [req.completion_tokens])
-            choice = {
-                "index": 0,
-                "message": {
+            self._record(req, "chat" if chat else "completions", [now], [req.completion_tokens])
+            choice: dict[str, Any] = {"index": 0}
+            if chat:
+                choice["message"] = {
                     "role": "assistant",
                     "content": req.text,
                     "reasoning_content": None,
                     "tool_calls": None,
-                },
+                }
+            else:
+                choice["text"] = req.text
+            choice |= {
                 "logprobs": None,
                 "finish_reason": _openai_finish(req.finish),
                 "matched_stop": (req.finish or {}).get("matched"),
@@ -394,7 +418,7 @@ class SimServer:
             return web.json_response(
                 {
                     "id": req.rid,
-                    "object": "chat.completion",
+                    "object": "chat.completion" if chat else "text_completion",
                     "created": created,
                     "model": model,
                     "choices": [choice],
@@ -409,7 +433,7 @@ class SimServer:
         sent_tokens = sent_chars = 0
         base = {
             "id": req.rid,
-            "object": "chat.completion.chunk",
+            "object": "chat.completion.chunk" if chat else "text_completion",
             "created": created,
             "model": model,
         }
@@ -419,12 +443,17 @@ class SimServer:
                 req.wake.clear()
                 done = req.done
                 if req.completion_tokens - sent_tokens >= self.cfg.burst or done:
-                    delta: dict[str, Any] = {"content": req.text[sent_chars:]}
-                    if sent_tokens == 0:
-                        delta = {"role": "assistant", **delta}
+                    piece: dict[str, Any]
+                    if chat:
+                        delta: dict[str, Any] = {"content": req.text[sent_chars:]}
+                        if sent_tokens == 0:
+                            delta = {"role": "assistant", **delta}
+                        piece = {"delta": delta}
+                    else:
+                        piece = {"text": req.text[sent_chars:]}
                     choice = {
                         "index": 0,
-                        "delta": delta,
+                        **piece,
                         "logprobs": None,
                         "finish_reason": _openai_finish(req.finish) if done else None,
                     }
@@ -447,8 +476,15 @@ class SimServer:
         except (ConnectionError, asyncio.CancelledError):
             self.scheduler.cancel(req, "client disconnected")
             raise
-        self._record(req, "chat", emitter.times, emitter.tokens)
+        self._record(req, "chat" if chat else "completions", emitter.times, emitter.tokens)
         return resp
+
+    def _record_prompt(self, api: str, what: dict[str, Any]) -> None:
+        """Append what a request carried to ``--sim-record-prompts``' file, if one is set."""
+        if self.cfg.record_prompts is None:
+            return
+        with open(self.cfg.record_prompts, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"api": api, **what}, ensure_ascii=False) + "\n")
 
     def _new_request(
         self,

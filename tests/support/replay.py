@@ -7,8 +7,9 @@ server flushes each chunk, and serves the GET endpoints (``/server_info``, ``/me
 ``/v1/models``, ``/version``) from files, or from a function of the streams served so far (a
 counter page that grows as requests finish, as the engine's does).
 
-Routes: ``POST {prefix}/generate`` and ``POST {prefix}/v1/chat/completions`` answer with the
-stream registered for ``prefix``; ``GET {prefix}{path}`` with the document registered there.
+Routes: ``POST {prefix}/generate``, ``POST {prefix}/v1/chat/completions`` and ``POST
+{prefix}/v1/completions`` answer with the stream registered for ``prefix``; ``GET
+{prefix}{path}`` with the document registered there.
 Run as ``python tests/support/replay.py PORTFILE`` it serves the synthetic streams of
 :func:`synthetic_routes` (what ``bench/client_cpu_bench.py`` measures) in a process of its own;
 ``--vllm-nospec`` and ``--trtllm`` make it a stand-in server (see :func:`main`).
@@ -59,7 +60,7 @@ class Replay:
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
         path = request.path
-        for suffix in ("/generate", "/v1/chat/completions"):
+        for suffix in ("/generate", "/v1/chat/completions", "/v1/completions"):
             if path.endswith(suffix):
                 prefix = path[: -len(suffix)]
                 break

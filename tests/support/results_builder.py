@@ -283,7 +283,7 @@ class ResultsBuilder:
             plan = load_plan(self.layout.plan)
             ev = recorded_estimate(
                 plan.spec,
-                plan.dir,
+                plan.prompts,
                 list(self.groups.values()),
                 list(self.cells.values()),
                 sim=self.simulated,

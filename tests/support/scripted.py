@@ -178,7 +178,6 @@ class ScriptedControl(CampaignControl):
                 complete=False,
                 stop=h.stop,
                 server_alive=True,
-                exit_code=None,
                 max_error_share=0.5,
             )
             if v.outcome == "skipped":

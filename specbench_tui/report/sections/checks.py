@@ -68,6 +68,22 @@ def _probe_para(inp: Inputs, v: Any) -> Para:
     )
 
 
+def _sampled(inp: Inputs) -> str:
+    """What greedy equivalence leaves out: the cells sampled at a temperature above 0, where
+    two configs' outputs differ by design and the check does not apply."""
+    hot = [c for c in inp.state.cells.values() if c.cell is not None and c.cell.temperature > 0]
+    if not hot:
+        return ""
+    temps = sorted({c.cell.temperature for c in hot if c.cell is not None})
+    workloads = sorted({c.workload for c in hot})
+    return (
+        f"Greedy equivalence does not apply at temperature > 0: the {len(hot)} cells at "
+        f"T = {', '.join(f'{t:g}' for t in temps)} (workloads {', '.join(workloads)}) sample, so "
+        "their outputs are not compared with the baseline's; only the temperature-0 cells are "
+        "checked."
+    )
+
+
 def build(inp: Inputs) -> Section:
     sec = Section("Correctness checks")
     verdicts = sorted(inp.state.checks.values(), key=lambda v: (v.host, v.tp, v.config, v.check))
@@ -102,6 +118,9 @@ def build(inp: Inputs) -> Section:
             )
         )
     greedy = [v for v in verdicts if v.check == "greedy"]
+    sampled = _sampled(inp)
+    if sampled and (inp.plan.get("checks") or {}).get("greedy_equivalence"):
+        sec.add(Para(text(sampled)))
     if not greedy:
         if (inp.plan.get("checks") or {}).get("greedy_equivalence"):
             sec.add(Para(text("Greedy equivalence: no config had outputs to compare yet.")))

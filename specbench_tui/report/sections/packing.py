@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
-from specbench_tui.report.frames import group_kinds, packing_effect
+from specbench_tui.report.frames import group_kinds, marked, packing_effect
 from specbench_tui.report.inputs import Inputs
 
 
@@ -54,7 +54,7 @@ def build(inp: Inputs) -> Section | None:
             level = f" c{r['concurrency']}" if r["kind"] == "concurrency" else ""
             rows.append(
                 [
-                    Cell(str(r["label"])),
+                    Cell(marked(inp, str(r["config"]), str(host), [r["tp"]])),
                     Cell(str(r["tp"])),
                     Cell(f"{r['workload']}{level}"),
                     Cell(f.with_ci(r["packed_tok_s"], r["packed_lo"], r["packed_hi"], f.toks)),

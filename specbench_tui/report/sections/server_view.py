@@ -103,6 +103,12 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
     )
 
 
+def _paired(r: dict[str, Any], log: str, logged: str, every: str) -> Any:
+    """The client's figure shown beside a log figure: over the same cells where the log has
+    one, else over every cell of the row."""
+    return r.get(logged) if r.get(log) is not None else r.get(every)
+
+
 def disagreements(r: dict[str, Any]) -> list[str]:
     """What differs beyond its tolerance in one row of the view."""
     out = []
@@ -152,7 +158,8 @@ def build(inp: Inputs) -> Section | None:
                 "window); the server's is its logged generation throughput over the same "
                 "stretches, weighted by their tokens. A cell shorter than the server's "
                 "logging interval may have no line of its own: it is left out of the log "
-                "comparison (the cells compared are counted). "
+                "comparison (the cells compared are counted), and where the log has a figure "
+                "the client's beside it is over the same cells. "
                 + (
                     "Counter accept length is from the engine's Prometheus counter deltas over "
                     "each cell's measured window. "
@@ -215,7 +222,11 @@ def build(inp: Inputs) -> Section | None:
                 Cell(r["kind"]),
                 Cell(f"{r['cells']} ({r['cells_logged']})"),
                 Cell(f.accept(r["accept_len_mean"])),
-                Cell(f.accept(r["accept_len_weighted"])),
+                Cell(
+                    f.accept(
+                        _paired(r, "log_accept_len", "accept_len_logged", "accept_len_weighted")
+                    )
+                ),
                 Cell(f.accept(r["log_accept_len"]), bold=any("log accept" in b for b in bad)),
             ]
             if has_counters:
@@ -226,7 +237,9 @@ def build(inp: Inputs) -> Section | None:
                     )
                 )
             cells += [
-                Cell(f.toks(r["client_speed"])),
+                Cell(
+                    f.toks(_paired(r, "log_gen_throughput", "client_speed_logged", "client_speed"))
+                ),
                 Cell(f.toks(r["log_gen_throughput"]), bold=any("gen throughput" in b for b in bad)),
                 Cell(f.count(r["log_lines"] or 0)),
                 Cell("disagree" if bad else ""),

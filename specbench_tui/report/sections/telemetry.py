@@ -21,6 +21,7 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
+from specbench_tui.report.frames import marked
 from specbench_tui.report.inputs import Inputs
 
 MAX_POINTS = 120  # per series: enough for the shape, few enough for pgfplots
@@ -151,7 +152,7 @@ def build(inp: Inputs) -> Section | None:
         t0 = up[0][0] if up else float(df["time"].min())
         charts.append(
             Chart(
-                f"{g.label or g.config}, TP {g.tp} on {g.host}",
+                f"{marked(inp, g.config, g.host, [g.tp])}, TP {g.tp} on {g.host}",
                 "lines",
                 "seconds since the server was ready",
                 "utilization (%)",

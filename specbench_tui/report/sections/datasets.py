@@ -1,0 +1,173 @@
+"""Per-dataset tables in the papers' shape (Spec-Bench, EAGLE-3, DFlash, DDTree): per host and
+TP size, one row per config, and for each dataset (a prompt set, or a category of a standard
+set) the speed-up and the mean accepted length tau side by side, then the mean over datasets;
+a workload run at several temperatures has its rows for each, in the same table.
+
+Figures are the report's own (report/frames.py, bench/figures.py): speed-up is the ratio of
+decode tok/s to the baseline's on the same host, TP, workload and dataset, with Fieller's
+interval in the CSV; tau is the engine's accept length over the counts pooled per dataset.
+Every expansion of a parametrized config is a row: no budget is picked after the fact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
+from specbench_tui.report.frames import (
+    ACCEPT_COLUMNS,
+    SCOPE,
+    accept_frame,
+    baseline,
+    config_rank,
+    label,
+    rank,
+    subset,
+    unit_moments,
+)
+from specbench_tui.report.inputs import Inputs
+
+RULE = (
+    "Speed-up: decode tok/s (token-weighted, TTFT left out) over the baseline's on the same "
+    "host, TP, workload, temperature and dataset; tau: mean accepted tokens per verify step, "
+    "bonus token included, as the engine counts them, pooled over the dataset's requests. "
+    "Mean: the plain mean of the row's datasets (as the papers report it). Bold marks the "
+    "highest speed-up of a dataset only where Welch's test (5%) tells its decode tok/s apart "
+    "from the runner-up's; nothing is marked where it cannot (one repeat leaves nothing to "
+    "test), and the Mean column is never marked. Every budget of a parametrized config is a "
+    "row of its own: none is chosen after the fact. Intervals are in the table's CSV."
+)
+KEYS = [*SCOPE, "prompt_set", "config"]
+
+
+def _base_workloads(inp: Inputs) -> dict[str, str]:
+    return {cid: c.workload for cid, c in inp.state.cells.items()}
+
+
+def dataset_rows(inp: Inputs) -> list[dict[str, Any]]:
+    """One row per host, TP, workload, output cap, temperature, dataset and config: the
+    figures of the per-dataset tables, also what their CSV holds."""
+    cols = [*KEYS, "cell_id", "unit", "max_tokens", "temperature", "decode_tok_s"]
+    df = subset(inp, [*cols, *ACCEPT_COLUMNS], pl.col("kind") == "single")
+    if df.height == 0:
+        return []
+    df = df.with_columns(
+        pl.col("cell_id")
+        .cast(pl.String)
+        .replace_strict(_base_workloads(inp), default=None, return_dtype=pl.String)
+        .alias("base_workload"),
+        pl.col("prompt_set").cast(pl.String).fill_null("(all)"),
+    )
+    keys = [*KEYS, "max_tokens"]
+    scope = [k for k in keys if k != "config"]
+    ranked = rank(unit_moments(df, keys), scope, inp)
+    accept = {
+        tuple(r[k] for k in keys): r
+        for r in accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys).to_dicts()
+    }
+    extra = {
+        tuple(r[k] for k in keys): r
+        for r in df.group_by(keys)
+        .agg(pl.col("base_workload").first(), pl.col("temperature").first())
+        .to_dicts()
+    }
+    base = baseline(inp)
+    out = []
+    for it in ranked:
+        k = tuple(it.key[c] for c in keys)
+        sp, a, x = it.speedup, accept.get(k, {}), extra.get(k, {})
+        out.append(
+            {
+                "host": it.key["host"],
+                "tp": it.key["tp"],
+                "workload": x.get("base_workload") or it.key["workload"],
+                "max_tokens": it.key["max_tokens"],
+                "temperature": x.get("temperature"),
+                "dataset": it.key["prompt_set"],
+                "config": it.key["config"],
+                "label": label(inp, it.key["config"]),
+                "baseline": it.key["config"] == base,
+                "units": it.figure.n,
+                "requests": it.requests,
+                "decode_tok_s": it.figure.mean,
+                "speedup": sp.value if sp else None,
+                "speedup_lo": sp.lo if sp else None,
+                "speedup_hi": sp.hi if sp else None,
+                "speedup_too_few": bool(sp and sp.too_few),
+                "tau": a.get("accept_len_weighted"),
+                "best": it.best,
+                "failed_check": it.failed_check or None,
+            }
+        )
+    return out
+
+
+def _mean(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got and len(got) == len(values) else None
+
+
+def _table(inp: Inputs, rows: list[dict[str, Any]], where: str) -> Table:
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    temps = sorted({r["temperature"] for r in rows if r["temperature"] is not None})
+    order = config_rank(inp)
+    configs = sorted({r["config"] for r in rows}, key=lambda c: (order.get(c, len(order)), c))
+    by = {(r["temperature"], r["config"], r["dataset"]): r for r in rows}
+    cols = [Column("Config", "l")] + ([Column("T")] if len(temps) > 1 else [])
+    for d in datasets:
+        cols += [Column(f"{d} speed-up"), Column(f"{d} tau")]
+    cols += [Column("Mean speed-up"), Column("Mean tau")]
+    body: list[list[Cell]] = []
+    csv: list[dict[str, Any]] = []
+    for t in temps or [None]:
+        for c in configs:
+            cells = [Cell(label(inp, c))] + ([Cell(f"{t:g}")] if len(temps) > 1 else [])
+            speedups, taus = [], []
+            for d in datasets:
+                r = by.get((t, c, d))
+                value = 1.0 if r and r["baseline"] else (r or {}).get("speedup")
+                speedups.append(value)
+                taus.append((r or {}).get("tau"))
+                cells += [
+                    Cell(f.speedup(value), bold=bool(r and r["best"])),
+                    Cell(f.accept(taus[-1])),
+                ]
+                if r:
+                    csv.append(dict(r))
+            cells += [Cell(f.speedup(_mean(speedups))), Cell(f.accept(_mean(taus)))]
+            body.append(cells)
+            first = next((r for d in datasets if (r := by.get((t, c, d)))), None)
+            if first is not None:
+                csv.append(
+                    {
+                        **{k: first[k] for k in ("host", "tp", "workload", "max_tokens")},
+                        "temperature": t,
+                        "dataset": "mean",
+                        "config": c,
+                        "speedup": _mean(speedups),
+                        "tau": _mean(taus),
+                        "label": first["label"],
+                    }
+                )
+    return Table(
+        f"Speed-up and tau per dataset, {where}", cols, body, notes=[RULE], small=True, csv=csv
+    )
+
+
+def build(inp: Inputs) -> Section | None:
+    rows = dataset_rows(inp)
+    if not rows:
+        return None
+    sec = Section("Per-dataset speed-up and accept length")
+    sec.add(Para(text(RULE)))
+    scopes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        scopes.setdefault((r["host"], r["tp"], r["workload"], r["max_tokens"]), []).append(r)
+    for (host, tp, workload, mt), part in sorted(
+        scopes.items(), key=lambda kv: tuple(str(v) for v in kv[0])
+    ):
+        sec.add(_table(inp, part, f"{workload}, up to {mt} tokens, TP {tp} on {host}"))
+    return sec
