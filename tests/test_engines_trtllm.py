@@ -284,7 +284,8 @@ def test_dry_run_of_a_trtllm_plan(write_plan, tmp_path: Path) -> None:  # type: 
     (g,) = doc["groups"]
     assert g["engine"] == "trtllm" and g["speculative"] and g["spec_algorithm"] == "Eagle"
     text = _cli(str(plan), "--dry-run")
-    assert "TensorRT-LLM, OpenAI chat API, speculative (Eagle)" in text.stdout
+    # No template at the model path here: the tool renders ChatML itself, to the completions route.
+    assert "TensorRT-LLM, OpenAI completions API, speculative (Eagle)" in text.stdout
     gone = _plan(write_plan, tmp_path / "missing.yaml")
     bad = _cli(str(gone), "--dry-run")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
