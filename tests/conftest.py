@@ -21,6 +21,7 @@ import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import sweep
@@ -56,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Every process the suite starts inherits the session's mark (``.ci/run`` sets one for
     its whole run), so what a killed session left can be found and stopped."""
     os.environ.setdefault(sweep.MARK, sweep.mark_of(os.getpid()))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker of `-n`: a mark of its own below
+        os.environ[sweep.MARK] = sweep.worker_mark(os.environ[sweep.MARK], os.getpid())
     _catch_end_signals()
 
 
@@ -68,6 +71,31 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """After the fixtures' teardown: whatever the suite started and is still running (a test
     cut short, a teardown that failed) is stopped, and named in the summary."""
     _SWEPT["left by this session"] = sweep.sweep(os.environ.get(sweep.MARK))
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:  # a worker of `-n`: what the summary says goes to the controller
+        scenarios = sys.modules.get("support.ssh_scenarios")
+        out["specbench"] = {
+            "not_run": _NOT_RUN,
+            "swept": _SWEPT,
+            "scenarios": list(getattr(scenarios, "SCENARIO_LINES", [])),
+        }
+
+
+_WORKER_LINES: list[str] = []  # the outage scenarios' tallies the workers of `-n` sent
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A worker of `-n` is done: its summary lines join the controller's (every worker
+    collects every test, so the tiers left out are counted once)."""
+    got = getattr(node, "workeroutput", {}).get("specbench")
+    if not got:
+        return
+    for tier, n in got["not_run"].items():
+        _NOT_RUN[tier] = max(_NOT_RUN.get(tier, 0), n)
+    for when, lines in got["swept"].items():
+        _SWEPT.setdefault(when, []).extend(lines)
+    _WORKER_LINES.extend(got["scenarios"])
 
 
 def tiers_of(item: pytest.Item) -> set[str]:
@@ -96,6 +124,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for tier in sorted(tiers_of(item) - {m.name for m in item.iter_markers()}):
             item.add_marker(tier)
+        item.add_marker(pytest.mark.xdist_group(worker_group(item)))
+
+
+#: Tests that run a real vLLM or the Slurm cluster: one worker of `-n` runs them one at a time
+#: (two vLLM engines on two cores starve each other past their ready timeouts).
+HEAVY_GROUP = "vllm-and-slurm"
+
+
+def worker_group(item: pytest.Item) -> str:
+    """Which tests one worker of `-n --dist loadgroup` runs together: a file's tests (its
+    module fixtures are made once), and every test of a real vLLM or Slurm in one group."""
+    names = set(getattr(item, "fixturenames", ()))
+    if "vllm" in item.nodeid or {"slurm", "clean_slurm"} & names:
+        return HEAVY_GROUP
+    return item.nodeid.split("::", 1)[0]
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -146,7 +189,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             for line in lines:
                 terminalreporter.write_line(line)
     scenarios = sys.modules.get("support.ssh_scenarios")
-    lines: list[str] = getattr(scenarios, "SCENARIO_LINES", [])
+    lines: list[str] = getattr(scenarios, "SCENARIO_LINES", []) + _WORKER_LINES
     if lines:
         terminalreporter.section("outage scenarios")
         for line in lines:

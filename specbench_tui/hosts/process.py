@@ -314,6 +314,12 @@ class ProcessService(Service):
         if proc is None:  # never started: the port is not ours to wait for
             return
         left = self._members()
+        deadline = time.monotonic() + 5.0
+        while left and time.monotonic() < deadline:
+            # SIGKILL is delivered, not instant: a loaded machine takes a moment to end an
+            # orphaned worker whose leader is already reaped; only one still there is a survivor.
+            await asyncio.sleep(0.05)
+            left = self._members()
         if left:
             raise ServiceError(
                 f"{self.group.id}: still running after SIGKILL: {describe_processes(left)}",

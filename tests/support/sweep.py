@@ -43,8 +43,20 @@ def mark_of(pid: int) -> str:
     return f"{pid}:{fields[19] if fields else 0}"
 
 
+def worker_mark(parent: str, pid: int) -> str:
+    """The mark of a test worker (pytest-xdist) under the session ``parent``: its own, so that
+    one worker's sweep never stops what its sibling runs, and below the parent's, so that a
+    sweep of the whole session (``.ci/run``'s trap) still finds what every worker started."""
+    return f"{parent}/{mark_of(pid)}"
+
+
+def _in_session(mark: str, session: str | None) -> bool:
+    return session is not None and (mark == session or mark.startswith(session + "/"))
+
+
 def owner_alive(mark: str) -> bool:
-    pid, _, start = mark.partition(":")
+    """Whether the process a mark names (a worker's: its own, the last part) still runs."""
+    pid, _, start = mark.rpartition("/")[2].partition(":")
     return pid.isdigit() and mark_of(int(pid)) == f"{pid}:{start}" and start != "0"
 
 
@@ -81,7 +93,8 @@ def _ancestors(pid: int, parents: dict[int, int]) -> set[int]:
 
 
 def left_over(mark: str | None = None, *, dead_owners: bool = False) -> list[int]:
-    """Live processes of the session ``mark`` (or of every session whose owner is gone), with
+    """Live processes of the session ``mark`` and its workers (or of every session whose owner
+    is gone), with
     everything below them; never this process, its ancestors or their other children (what
     runs beside pytest in ``.ci/run``, its trap included)."""
     parents = _parents()
@@ -92,7 +105,7 @@ def left_over(mark: str | None = None, *, dead_owners: bool = False) -> list[int
         for pid, m in _marks().items()
         if pid in parents
         and pid not in spare
-        and (m == mark or (dead_owners and not owner_alive(m)))
+        and (_in_session(m, mark) or (dead_owners and not owner_alive(m)))
     }
     below = set(roots)
     grew = True
