@@ -290,20 +290,12 @@ class ProcessService(Service):
             if proc.returncode is None or self._group_alive():
                 self._write_log(f"----- stopping {self.group.id} (SIGTERM, grace {grace_s:g}s)")
                 await self._kill_group(signal.SIGTERM)
-                deadline = time.monotonic() + grace_s
-                while (proc.returncode is None or self._group_alive()) and (
-                    time.monotonic() < deadline
-                ):
-                    if proc.returncode is None:
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=0.05)
-                    else:
-                        await asyncio.sleep(0.05)  # the leader is gone, its workers are not
-                if proc.returncode is None or self._group_alive():
+                if not await self._ended(proc, grace_s):
                     self._write_log(f"----- {self.group.id} ignored SIGTERM; sending SIGKILL")
                     await self._kill_group(signal.SIGKILL)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(proc.wait(), timeout=10.0)
+                    # SIGKILL is delivered, not instant: an orphaned worker of a reaped leader
+                    # takes a moment to end on a loaded machine, so the group is waited for too.
+                    await self._ended(proc, 10.0)
             if self._reader is not None:
                 with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                     await asyncio.wait_for(self._reader, timeout=2.0)
@@ -314,12 +306,6 @@ class ProcessService(Service):
         if proc is None:  # never started: the port is not ours to wait for
             return
         left = self._members()
-        deadline = time.monotonic() + 5.0
-        while left and time.monotonic() < deadline:
-            # SIGKILL is delivered, not instant: a loaded machine takes a moment to end an
-            # orphaned worker whose leader is already reaped; only one still there is a survivor.
-            await asyncio.sleep(0.05)
-            left = self._members()
         if left:
             raise ServiceError(
                 f"{self.group.id}: still running after SIGKILL: {describe_processes(left)}",
@@ -343,6 +329,20 @@ class ProcessService(Service):
                     self.log_tail(),
                 )
             await asyncio.sleep(0.1)
+
+    async def _ended(self, proc: asyncio.subprocess.Process, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the leader and every process of its group to end
+        (workers can outlive the leader); whether they all did."""
+        deadline = time.monotonic() + timeout_s
+        while proc.returncode is None or self._group_alive():
+            if time.monotonic() >= deadline:
+                return False
+            if proc.returncode is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=0.05)
+            else:
+                await asyncio.sleep(0.05)  # the leader is gone, its workers are not
+        return True
 
     def _members(self) -> list[ProcStat]:
         """The live processes of the server's session and process group (its workers and

@@ -94,9 +94,8 @@ def _ancestors(pid: int, parents: dict[int, int]) -> set[int]:
 
 def left_over(mark: str | None = None, *, dead_owners: bool = False) -> list[int]:
     """Live processes of the session ``mark`` and its workers (or of every session whose owner
-    is gone), with
-    everything below them; never this process, its ancestors or their other children (what
-    runs beside pytest in ``.ci/run``, its trap included)."""
+    is gone), with everything below them; never this process, its ancestors or their other
+    children (what runs beside pytest in ``.ci/run``, its trap included)."""
     parents = _parents()
     ancestors = _ancestors(os.getpid(), parents)
     spare = ancestors | {p for p, pp in parents.items() if pp in ancestors - {os.getpid()}}
