@@ -24,9 +24,16 @@ from support.results_builder import ResultsBuilder
 from specbench_tui.errors import InputError
 from specbench_tui.report import render
 from specbench_tui.report.build import build_report
-from specbench_tui.report.frames import COMPARISON_COLUMNS, comparison
+from specbench_tui.report.frames import (
+    ACCEPT_COLUMNS,
+    COMPARISON_COLUMNS,
+    accept_frame,
+    comparison,
+    requests,
+)
 from specbench_tui.report.inputs import load_inputs
 from specbench_tui.report.render import md_escape, render_report, tex_escape
+from specbench_tui.report.sections.server_view import view_frame
 
 NASTY_LABEL = r"DFlash_{x} & 50% #1 $~^\ok"
 TTFT = 0.05
@@ -416,6 +423,67 @@ def test_server_view_beside_the_client_view(tmp_path: Path, no_tex: None) -> Non
     assert "disagree" in row
     h2 = [x for x in md.splitlines() if "| single |" in x and "2.60 | 2.60" in x]
     assert h2 and "disagree" not in h2[0]
+
+
+def test_server_view_pools_like_every_other_table(tmp_path: Path, no_tex: None) -> None:
+    """A long cell and a short one: the view's client accept length, counter accept length
+    and cell throughput are ratios of sums over both (as ``accept_frame`` and the per-TP
+    tables pool), never the mean of the two cells' ratios."""
+    b = ResultsBuilder(tmp_path / "pool")
+    b.group("dflash", 1)
+    sizes = {"long": (1000, 100, 100.0), "short": (100, 50, 1000.0)}  # tokens, steps, tok/s
+    for kind in ("single", "concurrency"):
+        for name, (tokens, steps, tok_s) in sizes.items():
+            cid = f"{kind}-{name}"
+            b.cell(
+                cid,
+                "dflash",
+                1,
+                f"{kind}-{name}",
+                kind,
+                concurrency=2 if kind != "single" else None,
+            )
+            row = dict(
+                prompt_id="p",
+                repeat=0,
+                output_tokens=tokens,
+                accept_length=tokens / steps,
+                spec_verify_ct=steps,
+                e2e_s=tokens / tok_s,
+            )
+            figures = {
+                "throughput_tok_s": tok_s,
+                "counter_generation_tokens": tokens,
+                "counter_verify_steps": steps,
+                "accept_length_counters": tokens / steps,
+            }
+            b.finished(cid, [row], figures=figures)
+    root = b.write()
+    inp = load_inputs(root)
+    view = {r["kind"]: r for r in view_frame(inp).to_dicts()}
+    pooled = accept_frame(
+        requests(inp).select("group", "kind", "cell_id", *ACCEPT_COLUMNS), ["group", "kind"]
+    )
+    for kind in ("single", "concurrency"):
+        r = view[kind]
+        want = pooled.filter(pl.col("kind") == kind)["accept_len_weighted"].item()
+        assert want == pytest.approx(1100 / 150)  # not (10 + 2) / 2
+        assert r["accept_len_weighted"] == pytest.approx(want)
+        assert r["accept_len_countered"] == pytest.approx(want)
+        assert r["counter_accept_len"] == pytest.approx(1100 / 150)
+        assert r["client_speed"] == pytest.approx(1100 / (10.0 + 0.1))  # not (100 + 1000) / 2
+        assert r["cells"] == 2
+    render_report(root)
+    md = (root / "report.md").read_text()
+    view_md = md[md.index("Server and client figures, TP 1 on sim") :]
+    rows = [x for x in view_md.splitlines() if x.startswith("| DFlash") or x.startswith("| dflash")]
+    assert len(rows) == 2
+    for row in rows:
+        cols = [x.strip() for x in row.split("|")]
+        # Cells, request mean (the plain mean of 10 and 2), client accept, log, counters, tok/s.
+        assert cols[3:8] == ["2 (0)", "6.00", "7.33", "—", "7.33"], row
+        assert cols[8] == "108.9", row
+    assert "No disagreement beyond tolerance." in view_md
 
 
 def test_telemetry_busy_apart_from_idle(tmp_path: Path, no_tex: None) -> None:

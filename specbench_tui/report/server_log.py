@@ -201,7 +201,10 @@ def assign(lines: Iterable[StatsLine], windows: list[Window]) -> list[tuple[Wind
 
 def log_figures(inp: Inputs) -> pl.DataFrame:
     """Per cell: the server log's accept length and generation throughput over the lines
-    whose stretch lay inside the cell, pooled by their tokens, and how many lines they are."""
+    whose stretch lay inside the cell, pooled by their tokens, and how many lines they are;
+    with the sums behind the two ratios (``log_accept_tokens`` over ``log_steps``,
+    ``log_speed_tokens`` over ``log_seconds``) so that a view over several cells pools them
+    the same way rather than averaging ratios."""
     if "server_log" in inp.cache:
         return inp.cache["server_log"]
     rows: list[dict[str, object]] = []
@@ -241,6 +244,10 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
                     "log_accept_len": atok / steps if steps else None,
                     "log_gen_throughput": ttok / secs if secs else None,
                     "log_lines": int(n),
+                    "log_accept_tokens": atok if steps else None,
+                    "log_steps": steps or None,
+                    "log_speed_tokens": ttok if secs else None,
+                    "log_seconds": secs or None,
                 }
             )
     schema = {
@@ -250,6 +257,10 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
         "log_accept_len": pl.Float64,
         "log_gen_throughput": pl.Float64,
         "log_lines": pl.Int64,
+        "log_accept_tokens": pl.Float64,
+        "log_steps": pl.Float64,
+        "log_speed_tokens": pl.Float64,
+        "log_seconds": pl.Float64,
     }
     out = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     inp.cache["server_log"] = out

@@ -2,14 +2,14 @@
 generation throughput from the server's log lines, the engine's counter deltas where the cell
 recorded them, and the client's figures; a disagreement beyond a tolerance is called out.
 
-The comparison is made per cell and then averaged over the cells of a group and kind, so a
-long cell does not outweigh a short one and each log figure is set against the client's figure
-of the same cells: a cell the log says nothing about (no stats line fell wholly inside it,
-report/server_log.py) is left out of that comparison, not compared with its neighbours'
-lines. The client's accept length is the engine's own definition over the cell's requests
-(what its counters give); the client's speed is the cell's throughput (all output tokens over
-its measured window), which is what a server's generation throughput over a stretch of the
-cell counts too.
+Every figure of a row is pooled over the cells of its group and kind as the rest of the report
+pools (a ratio of sums: tokens over verify steps, tokens over seconds), so the client's accept
+length here is the one the per-TP and per-dataset tables print for the same requests. Each log
+figure is set against the client's figure over the same cells: a cell the log says nothing
+about (no stats line fell wholly inside it, report/server_log.py) is left out of that
+comparison, not compared with its neighbours' lines. The client's speed is all output tokens
+over all measured windows, which is what a server's generation throughput over stretches of
+those cells counts too.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.engines.registry import accept_length
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Bullets, Cell, Column, Para, Section, Table, text
 from specbench_tui.report.frames import (
@@ -25,6 +26,7 @@ from specbench_tui.report.frames import (
     accept_frame,
     cell_figures,
     config_rank,
+    group_engines,
     label,
     marked,
     requests,
@@ -40,10 +42,10 @@ THROUGHPUT_TOL = 0.25
 COUNTER_TOL = 0.02
 SHOWN = 12  # disagreements listed in full; the tables mark every one
 
-#: Per-cell figures other parts of the tool may record from the engine's counters (deltas over
-#: the measured window) and the engine-side comparison of the two sources.
-COUNTER_ACCEPT = "accept_length_counters"
+#: The engine-side comparison of the counters with the requests' own counts, per cell.
 ACCEPTANCE_CHECK = "acceptance_check"
+#: The counter deltas a cell records (engines/acceptance.py), summed over a group's cells.
+_COUNTER_SUMS = ("counter_generation_tokens", "counter_verify_steps", "counter_accepted_tokens")
 
 
 def _rel(a: Any, b: Any) -> float | None:
@@ -52,47 +54,61 @@ def _rel(a: Any, b: Any) -> float | None:
     return abs(float(a) - float(b)) / abs(float(b))
 
 
+def _pooled(num: str, den: str, where: pl.Expr | None = None) -> pl.Expr:
+    """The ratio of two sums over a group's cells (those ``where`` holds): how the report
+    pools every rate and accept length, so that a row here is the figure the other tables
+    give for the same requests, not a mean of per-cell ratios."""
+    n, d = pl.col(num), pl.col(den)
+    if where is not None:
+        n, d = n.filter(where), d.filter(where)
+    return pl.when(d.sum() > 0).then(n.sum() / d.sum())
+
+
 def view_frame(inp: Inputs) -> pl.DataFrame:
-    """Per group and kind: client and server figures averaged over the group's cells (the
-    client's beside each log figure over the same cells: ``*_logged``)."""
+    """Per group and kind: client and server figures pooled over the group's cells (the
+    client's beside each log or counter figure pooled over the same cells: ``*_logged``,
+    ``accept_len_countered``).
+
+    Each figure is a ratio of sums: the client's accept length the engine's own definition
+    over the counts of the requests (``frames.accept_frame``), the log's over the tokens and
+    verify steps of its lines, the counters' over their deltas, and the cell throughput all
+    output tokens over all measured windows (a cell's window is its tokens over its
+    throughput)."""
     req = requests(inp)
     if req.height == 0:
         return pl.DataFrame()
-    keys = ["group", "cell_id", "kind"]
-    client = accept_frame(req.select(*keys, *ACCEPT_COLUMNS), keys)
+    req = req.with_columns(pl.col("cell_id").cast(pl.String))
+    keys = ["group", "kind"]
+    per_cell = req.group_by("group", "cell_id", "kind").agg(
+        pl.col("output_tokens").sum().cast(pl.Float64).alias("_tokens")
+    )
     cells = cell_figures(inp)
-    extra = [
-        c for c in ("throughput_tok_s", COUNTER_ACCEPT, ACCEPTANCE_CHECK) if c in cells.columns
-    ]
+    wanted = ("throughput_tok_s", ACCEPTANCE_CHECK, *_COUNTER_SUMS)
+    extra = [c for c in wanted if c in cells.columns]
     if cells.height and extra:
-        figs = cells.select(pl.col("cell_id").cast(pl.Categorical), *extra)
-        client = client.join(figs, on="cell_id", how="left")
-    for c, t in (("throughput_tok_s", pl.Float64), (COUNTER_ACCEPT, pl.Float64)):
-        if c not in client.columns:
-            client = client.with_columns(pl.lit(None, dtype=t).alias(c))
-    if ACCEPTANCE_CHECK not in client.columns:
-        client = client.with_columns(pl.lit(None, dtype=pl.String).alias(ACCEPTANCE_CHECK))
-    logs = (
-        log_figures(inp).drop("group", "kind").with_columns(pl.col("cell_id").cast(pl.Categorical))
+        figs = cells.select(pl.col("cell_id").cast(pl.String), *extra)
+        per_cell = per_cell.join(figs, on="cell_id", how="left")
+    for c in ("throughput_tok_s", *_COUNTER_SUMS):
+        if c not in per_cell.columns:
+            per_cell = per_cell.with_columns(pl.lit(None, dtype=pl.Float64).alias(c))
+    if ACCEPTANCE_CHECK not in per_cell.columns:
+        per_cell = per_cell.with_columns(pl.lit(None, dtype=pl.String).alias(ACCEPTANCE_CHECK))
+    logs = log_figures(inp).drop("group", "kind")
+    per_cell = per_cell.join(logs, on="cell_id", how="left").with_columns(
+        pl.when(pl.col("throughput_tok_s") > 0)
+        .then(pl.col("_tokens") / pl.col("throughput_tok_s"))
+        .alias("_seconds")
     )
-    both = client.join(logs, on="cell_id", how="left").with_columns(
-        pl.col("throughput_tok_s").alias("client_speed")
-    )
-    has_accept = pl.col("log_accept_len").is_not_null()
-    has_speed = pl.col("log_gen_throughput").is_not_null()
-    return both.group_by("group", "kind").agg(
-        pl.col("accept_len_mean").mean(),
-        pl.col("accept_len_weighted").mean(),
-        pl.col("accept_len_weighted").filter(has_accept).mean().alias("accept_len_logged"),
-        pl.col(COUNTER_ACCEPT).mean().alias("counter_accept_len"),
-        pl.col("accept_len_weighted")
-        .filter(pl.col(COUNTER_ACCEPT).is_not_null())
-        .mean()
-        .alias("accept_len_countered"),
-        pl.col("log_accept_len").mean(),
-        pl.col("client_speed").mean(),
-        pl.col("client_speed").filter(has_speed).mean().alias("client_speed_logged"),
-        pl.col("log_gen_throughput").mean(),
+    has_accept = pl.col("log_steps").is_not_null()
+    has_speed = pl.col("log_seconds").is_not_null()
+    countered = pl.col("counter_verify_steps") > 0
+    view = per_cell.group_by(keys).agg(
+        _pooled("log_accept_tokens", "log_steps").alias("log_accept_len"),
+        _pooled("log_speed_tokens", "log_seconds").alias("log_gen_throughput"),
+        _pooled("_tokens", "_seconds").alias("client_speed"),
+        _pooled("_tokens", "_seconds", has_speed).alias("client_speed_logged"),
+        *(pl.col(c).filter(countered).sum().alias(c) for c in _COUNTER_SUMS),
+        pl.col("counter_accepted_tokens").filter(countered).is_null().any().alias("_no_acc"),
         pl.col("log_lines").sum(),
         (has_accept | has_speed).sum().alias("cells_logged"),
         pl.col(ACCEPTANCE_CHECK)
@@ -100,6 +116,40 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
         .first()
         .alias("engine_check"),
         pl.len().alias("cells"),
+    )
+    engines = group_engines(inp)
+    view = view.with_columns(
+        pl.struct("group", *_COUNTER_SUMS, "_no_acc")
+        .map_elements(
+            lambda r: (
+                accept_length(
+                    engines.get(r["group"], ""),
+                    r["counter_generation_tokens"],
+                    r["counter_verify_steps"],
+                    None if r["_no_acc"] else r["counter_accepted_tokens"],
+                )
+                if r["counter_verify_steps"]
+                else None
+            ),
+            return_dtype=pl.Float64,
+        )
+        .alias("counter_accept_len")
+    )
+
+    def client_accept(cells_where: pl.Expr, name: str) -> pl.DataFrame:
+        ids = per_cell.filter(cells_where)["cell_id"]
+        sub = req.filter(pl.col("cell_id").is_in(ids.implode()))
+        return accept_frame(sub.select(*keys, "cell_id", *ACCEPT_COLUMNS), keys).select(
+            *keys, pl.col("accept_len_weighted").alias(name)
+        )
+
+    every = accept_frame(req.select(*keys, "cell_id", *ACCEPT_COLUMNS), keys).select(
+        *keys, "accept_len_mean", "accept_len_weighted"
+    )
+    return (
+        view.join(every, on=keys, how="left")
+        .join(client_accept(has_accept, "accept_len_logged"), on=keys, how="left")
+        .join(client_accept(countered, "accept_len_countered"), on=keys, how="left")
     )
 
 
@@ -149,20 +199,21 @@ def build(inp: Inputs) -> Section | None:
     sec.add(
         Para(
             text(
-                "Per service group and workload kind. The client's accept length is the "
-                "engine's own definition over each cell's requests (what its counters give); "
+                "Per service group and workload kind, each figure pooled over the cells (a "
+                "ratio of sums, as in the other tables). The client's accept length is the "
+                "engine's own definition over the requests' counts (what its counters give); "
                 "the server log's pools the stats lines whose whole stretch lay inside a cell "
                 "(SGLang 'Decode batch' lines, vLLM 'SpecDecoding metrics'), weighted by the "
                 "verify steps behind each, warm-up requests within a cell included. The "
-                "client's speed is the cell's throughput (output tokens over its measured "
-                "window); the server's is its logged generation throughput over the same "
+                "client's speed is the cells' throughput (output tokens over their measured "
+                "windows); the server's is its logged generation throughput over the same "
                 "stretches, weighted by their tokens. A cell shorter than the server's "
                 "logging interval may have no line of its own: it is left out of the log "
                 "comparison (the cells compared are counted), and where the log has a figure "
                 "the client's beside it is over the same cells. "
                 + (
                     "Counter accept length is from the engine's Prometheus counter deltas over "
-                    "each cell's measured window. "
+                    "the cells' measured windows, summed. "
                     if has_counters
                     else "No cell recorded counter deltas from the engine's metrics. "
                 )
