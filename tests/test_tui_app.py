@@ -129,7 +129,9 @@ async def test_rerun_failed_and_retry_group() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         await pilot.press("R")
-        await pilot.press("g")
+        await pilot.press("g")  # a server restart asks first
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
         await settle(pilot, app)
         assert commands(control) == [("rerun_failed", None), ("retry_group", "sim.ddtree-16.tp1")]
         assert all(r.ok for r in control.replies)

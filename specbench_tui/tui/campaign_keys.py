@@ -143,7 +143,39 @@ class CampaignKeys(_Base):
         target = self._target(ref)
         if ref is not None and ref.kind == "cell" and ref.key == self.progress.current_cell:
             target = ref.key
-        self.send("skip", target)
+        if ref is None or target is None:
+            self.send("skip", target)  # the running cell, as the engine picks it
+            return
+        cells = self.cell_ids_under(ref)
+        p = self.progress
+        running = [c for c in cells if p.cells[c].status == "running"]
+        pending = [c for c in cells if p.cells[c].status == "pending"]
+        if not running and not pending:
+            self._say(f"nothing to skip in {self._describe(ref)}: its cells have ended", timeout=4)
+            return
+        if len(running) + len(pending) <= 1:
+            self.send("skip", target)  # the one cell the operator pointed at: no question
+            return
+        ended = len(cells) - len(running) - len(pending)
+        parts = [f"{len(running)} running (cut short, not measured)"] if running else []
+        if pending:
+            parts.append(f"{len(pending)} not run yet")
+        kept = f" Its {ended} finished or failed cells stay as they are." if ended else ""
+        self._confirm(
+            f"Skip {self._describe(ref)}? {_cells(len(running) + len(pending))} are skipped: "
+            f"{', '.join(parts)}.{kept} r queues them again later.",
+            "Skip",
+            lambda: self.send("skip", target),
+        )
+
+    def _confirm(self, question: str, yes: str, go: Any, no: str = "Cancel") -> None:
+        """Ask before a key that acts on many cells or on a server; ``go`` runs on yes."""
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                go()
+
+        self.push_screen(ConfirmScreen(question, yes=yes, no=no), answered)
 
     def action_rerun(self) -> None:
         ref = self.selected_ref()
@@ -205,21 +237,52 @@ class CampaignKeys(_Base):
         self._restart([], True, f"{len(failed)} failed cell{'s' * (len(failed) != 1)}")
 
     def action_retry_group(self) -> None:
+        """A server restart costs minutes on a large model and cuts the running cell short,
+        so it is asked first, saying what it stops and what runs again."""
         gid = self._group_of(self.selected_ref())
-        if not self.ended:
-            self.send("retry_group", gid)
-            return
         p = self.progress
+        if not self.ended:
+            if gid is None or gid not in p.groups:
+                self.send("retry_group", gid)  # the engine says why it cannot
+                return
+            cells = [p.cells[c] for c in p.groups[gid].cells]
+            running = [c for c in cells if c.status == "running"]
+            failed = [c for c in cells if c.status == "failed"]
+            if gid in p.running_groups:
+                cut = (
+                    f"its {_cells(len(running), 'running cell')} ({running[0].name}) is cut "
+                    "short and runs again whole once the server is back; "
+                    if running
+                    else ""
+                )
+                question = (
+                    f"Restart the server of {gid}? The server is stopped and started again: "
+                    f"{cut}restarting a server can take minutes on a large model."
+                )
+            else:
+                question = (
+                    f"Retry {gid}? Its {_cells(len(failed), 'failed cell')} are queued again "
+                    "and its server starts again when their turn comes (restarting a server "
+                    "can take minutes on a large model)."
+                )
+            self._confirm(question, "Restart", lambda: self.send("retry_group", gid))
+            return
         if gid is None or gid not in p.groups:
             self._say("select a service group to retry")
             return
-        failed = [c for c in p.groups[gid].cells if p.cells[c].status == "failed"]
-        if not failed:
+        failed_ids = [c for c in p.groups[gid].cells if p.cells[c].status == "failed"]
+        if not failed_ids:
             self._say(f"{gid} has no failed cells to retry")
             return
         if self._not_restartable():
             return
-        self._restart(failed, False, f"the failed cells of {gid}")
+        self._confirm(
+            f"Retry {gid}? The campaign starts again to run its "
+            f"{_cells(len(failed_ids), 'failed cell')}; its server starts first, which can "
+            "take minutes on a large model.",
+            "Retry",
+            lambda: self._restart(failed_ids, False, f"the failed cells of {gid}"),
+        )
 
     def _resume_after_end(self) -> None:
         p = self.progress
@@ -235,19 +298,15 @@ class CampaignKeys(_Base):
         if self.ended:
             self._say("the campaign has already ended", timeout=4)
             return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.send("abort")
-
-        self.push_screen(
-            ConfirmScreen(
-                "Abort the campaign? The running cell is stopped and nothing else runs. "
-                "Finished results are kept; running the plan again resumes.",
-                yes="Abort",
-                no="Keep running",
-            ),
-            answered,
+        n = self.progress.counts
+        running = _cells(n.running, "running cell")
+        self._confirm(
+            f"Abort the campaign? {running} {'is' if n.running == 1 else 'are'} stopped "
+            f"(run again whole next time) and the {_cells(n.pending)} not run yet are left; "
+            f"the {n.done} finished are kept. Running the plan again resumes.",
+            "Abort",
+            lambda: self.send("abort"),
+            no="Keep running",
         )
 
     # --- after the end: the engine again, on the same results ----------------------------
@@ -295,3 +354,8 @@ class CampaignKeys(_Base):
             if w.group == "engine" and w.is_running:
                 with contextlib.suppress(Exception):  # its failure was said where it happened
                     await w.wait()
+
+
+def _cells(n: int, noun: str = "cell") -> str:
+    """``1 cell``, ``3 cells``: the counts the questions say."""
+    return f"{n} {noun}{'s' * (n != 1)}"

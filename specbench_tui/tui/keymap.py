@@ -49,13 +49,14 @@ FOOTER_WIDE_ONLY: frozenset[str] = frozenset(
 #: Longer words for the help screen and the palette, keyed by action.
 HELP: dict[str, str] = {
     "toggle_pause": "pause after the running cell, or resume; after the end, run what is left",
-    "skip": "skip the selected cell or group (the running cell while following)",
+    "skip": "skip the selected cell or group (the running cell while following); asks "
+    "first, with the counts, when that skips more than one cell",
     "rerun": "queue the selected cell, workload or group again (asks before re-measuring "
     "finished cells); after the end, runs them again",
     "rerun_failed": "queue every failed cell again; after the end, runs them again",
-    "abort": "stop the campaign (asks first); finished results are kept",
-    "retry_group": "restart the selected (or current) service group's server; after the "
-    "end, runs its failed cells again",
+    "abort": "stop the campaign (asks first, saying what it stops); finished results are kept",
+    "retry_group": "restart the selected (or current) service group's server (asks first: "
+    "minutes on a large model); after the end, runs its failed cells again",
     "toggle_follow": "follow the running cell in the plan tree, or stop following",
     "toggle_failed_only": "show only failed cells (and configs that failed a check) in the plan",
     "search_log": "filter the log for a text; esc clears",
@@ -95,7 +96,11 @@ PALETTE_TITLES: dict[str, str] = {
 PANE_KEYS: list[tuple[str, str, str]] = [
     ("tab", "Next pane", "move the focus between panes"),
     ("ctrl+p", "Palette", "every action by name, themes too"),
-    ("enter", "Expand", "expand or collapse a tree node"),
+    (
+        "enter",
+        "Expand",
+        "expand or collapse a tree node, at once (a key typed after it moves in what it opened)",
+    ),
     ("← →", "Scroll log", "in the focused log, when lines are cut (w wraps them instead)"),
     ("o / O", "Sort results", "in the results table: next sort column / reverse the order"),
     ("[ ]", "Results TP", "in the results table: previous / next TP size"),

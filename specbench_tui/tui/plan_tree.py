@@ -45,7 +45,8 @@ def status_of(counts: Counts, running: bool = False, failed_checks: int = 0) -> 
 
 class PlanTree(Tree[NodeRef]):
     """The plan tree. Space is the campaign's pause key everywhere, so it is taken back from
-    Tree (which uses it to expand); enter still expands and collapses."""
+    Tree (which uses it to expand); enter still expands and collapses, at once (see
+    ``action_select_cursor``)."""
 
     ICON_NODE = "+ "
     ICON_NODE_EXPANDED = "- "
@@ -58,12 +59,29 @@ class PlanTree(Tree[NodeRef]):
         super().__init__("plan", data=NodeRef("root", ""), id=id)
         self.show_root = False
         self.guide_depth = 2
+        self.auto_expand = False  # enter expands in ``action_select_cursor``, not later
         self.nodes_by_ref: dict[NodeRef, TreeNode[NodeRef]] = {}
         self._progress: CampaignProgress | None = None
         self._pal: Palette | None = None
         self.only_failed = False
         self._moved_to: TreeNode[NodeRef] | None = None  # the node ``reveal`` scrolled to
         self.shown_failures: frozenset[str] = frozenset()  # the failing cells a filtered tree shows
+
+    def action_select_cursor(self) -> None:
+        """Enter expands or collapses the node under the cursor before the next key is read.
+
+        Textual's Tree expands when its ``NodeSelected`` message is handled, which comes after
+        keys already queued: enter then down on a collapsed group went past the group, and a
+        following ``s`` skipped the next group. Toggling here changes the lines the next key
+        moves over; the message still goes out for whoever listens."""
+        if self.cursor_line < 0:
+            return
+        node = self.cursor_node
+        if node is None:
+            return
+        if node.allow_expand:
+            node.toggle()
+        self.post_message(Tree.NodeSelected(node))
 
     # --- building ---------------------------------------------------------------------------
 
