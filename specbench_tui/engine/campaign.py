@@ -212,6 +212,7 @@ class Campaign(CampaignControl):
                 await host.close()
 
     def _on_gpu_sample(self, s: Any) -> None:
+        self.ctx.energy.sample(s)
         self.hub.emit(
             GpuSample(
                 host=s.host,
@@ -222,6 +223,7 @@ class Campaign(CampaignControl):
                 power_w=s.power_w or 0.0,
                 temp_c=s.temp_c or 0.0,
                 processes=[p.describe() for p in s.processes],
+                energy_mj=s.energy_mj,
             )
         )
         self.store.add_telemetry(
@@ -235,6 +237,7 @@ class Campaign(CampaignControl):
                 "mem_total_mib": s.mem_total_mib,
                 "power_w": s.power_w,
                 "temp_c": s.temp_c,
+                "energy_mj": s.energy_mj,
             }
         )
 
@@ -328,6 +331,10 @@ class Campaign(CampaignControl):
         return code
 
     async def _shutdown(self) -> None:
+        # The last cells' energy waits for the samples after their windows: the hosts'
+        # readers still run here.
+        with contextlib.suppress(Exception):
+            await self.ctx.energy.drain()
         for name, host in self._hosts.items():
             # One last look at the GPUs after the last server stopped, so the console and
             # telemetry end on the state the campaign leaves behind, not mid-load.

@@ -341,6 +341,7 @@ async def conclude(
                 figures={k: v for k, v in figures.items() if k not in ("requests", "errors")},
             )
         )
+        ctx.energy.cell_finished(cell.id, result.records, concurrent=cell.kind == "concurrency")
         _check_greedy(ctx, cell)
     elif verdict.outcome == "failed":
         tail = svc.log_tail(20 if not svc.alive() else 10)

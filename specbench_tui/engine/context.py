@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specbench_tui.engine.energy_watch import EnergyWatch
 from specbench_tui.engine.hub import EventHub
 from specbench_tui.engine.log_lines import LogLineWorker
 from specbench_tui.engine.run_control import RunControl
@@ -60,9 +61,12 @@ class RunContext:
     log_lines: LogLineWorker
     simulated: bool
     templates: GroupTemplates = field(init=False)  # the chat template of each group's model
+    energy: EnergyWatch = field(init=False)  # each finished cell's GPU board energy
 
     def __post_init__(self) -> None:
         self.templates = GroupTemplates(self.hub)
+        self.energy = EnergyWatch(self.hub.emit, lambda: self.store.refresh_views(self.hub.state))
+        self.hub.taps.append(self.energy.on_event)
 
     @property
     def state(self) -> CampaignState:

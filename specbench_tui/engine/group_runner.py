@@ -21,6 +21,7 @@ from specbench_tui.bench.prompting import Prompting
 from specbench_tui.engine.cell_runner import run_one
 from specbench_tui.engine.checks import evaluate_greedy, probe_noise_floor, probe_state_leak
 from specbench_tui.engine.context import RunContext
+from specbench_tui.engine.energy_watch import IDLE_FLOOR_S
 from specbench_tui.engine.manifest import record_manifest
 from specbench_tui.engine.run_control import AbortRequested
 from specbench_tui.engine.verdict import restart_allowed
@@ -249,7 +250,22 @@ class GroupRunner:
             )
         )
         await self._manifest(group, facts)
+        await self._idle_floor(group)
         return None
+
+    async def _idle_floor(self, group: ServiceGroup) -> None:
+        """Leave the ready server alone for ``IDLE_FLOOR_S`` (counted from its ready line),
+        so its GPUs' idle power is measured before any warm-up: the floor a cell's energy
+        "above idle" takes off. Only where the host's GPUs are read (the wait buys nothing
+        elsewhere) and not on a simulated host, whose power is made up."""
+        if group.host_kind == "sim":
+            return
+        try:
+            await self.ctx.control.unless_aborted(
+                self.ctx.energy.idle_floor(group.id, IDLE_FLOOR_S)
+            )
+        except AbortRequested:
+            return
 
     async def _manifest(self, group: ServiceGroup, facts: ServerFacts) -> None:
         """Record what the ready server runs on, before its first cell (a probe process on

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from specbench_tui.bench.figures import decode_left_out
 from specbench_tui.engine.campaign import Campaign
@@ -17,6 +17,7 @@ from specbench_tui.results.events import (
     Aborted,
     CampaignFinished,
     CampaignStarted,
+    CellEnergy,
     CellFailed,
     CellFinished,
     CellQueued,
@@ -39,6 +40,24 @@ from specbench_tui.stdout import reader_gone, silence
 
 def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
+
+
+def energy_text(f: dict[str, Any]) -> str:
+    """A cell's GPU board energy in words, from its ``cell_energy`` figures."""
+    joules = f.get("gpu_energy_j")
+    if joules is None:
+        return f"GPU board energy: none ({f.get('energy_note') or 'no samples'})"
+    above = f.get("j_per_output_token_above_idle")
+    out = (
+        f"GPU board energy {joules:.1f} J ({f.get('energy_method')}), "
+        f"{_num(f.get('j_per_output_token'), '.4f')} J/token"
+        + (f" ({above:.4f} above idle)" if above is not None else "")
+        + f", {_num(f.get('avg_power_w'), '.0f')} W"
+    )
+    if not f.get("energy_valid"):
+        return out + f" NOT VALID: {f.get('energy_note')}"
+    note = f.get("energy_note")
+    return out + (f" ({note})" if note else "")
 
 
 def format_event(ev: Event) -> str | None:
@@ -75,6 +94,8 @@ def format_event(ev: Event) -> str | None:
             + f", cell throughput {_num(f.get('throughput_tok_s'), '.1f')} tok/s, "
             f"ttft p50 {_num(f.get('ttft_s_p50'), '.3f')}s{acc}{err}, {ev.wall_s:.1f}s{lag}"
         )
+    if isinstance(ev, CellEnergy):
+        return f"{t} energy {ev.cell} [{ev.cell_id}] {energy_text(ev.figures)}"
     if isinstance(ev, CellFailed):
         return f"{t} FAILED {ev.cell} [{ev.cell_id}] attempt {ev.attempt}: {ev.reason}"
     if isinstance(ev, CellSkipped):

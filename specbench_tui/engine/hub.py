@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from specbench_tui.engine.run_control import RunControl
@@ -60,6 +60,9 @@ class EventHub:
         self._refusal_budget = float(REFUSALS_BURST)
         self._refusal_at = time.monotonic()
         self._refusals_unsaid = 0
+        # Called with every event as it is published, after the state took it: engine parts
+        # that follow the run's lifecycle in step with it (the energy watch), never a view.
+        self.taps: list[Callable[[Event], None]] = []
 
     # --- publishing ---------------------------------------------------------------------------
 
@@ -70,6 +73,8 @@ class EventHub:
             self.state.apply(ev)
         else:
             self._live.append(ev)
+        for tap in self.taps:
+            tap(ev)
         self._fan_out(ev)
 
     def notice(self, text: str, level: str = "info") -> None:

@@ -26,8 +26,11 @@ files (metadata, ``version.py``, PEP 610 ``direct_url.json``), never imported, s
 not initialise CUDA; ``--gpus``, ``--model`` and ``--packages`` say what to describe.
 
 A sample line: {"t": epoch, "gpu": i, "name": str, "util_pct", "mem_used_mib",
-"mem_total_mib", "power_w", "temp_c", "processes": [{"pid", "name", "mem_mib", "cmd"}]}. A
-field the GPU does not support is null. Memory "used" is NVML's v2 figure (without the
+"mem_total_mib", "power_w", "temp_c", "energy_mj", "processes": [{"pid", "name", "mem_mib",
+"cmd"}]}. A field the GPU does not support is null. ``energy_mj`` is NVML's total energy
+counter (millijoules since the driver loaded; Volta and newer): a cell's energy is a delta of
+it, exact where an integral of 1 s power readings is an estimate; nvidia-smi has no such
+field, so its lines carry null there. Memory "used" is NVML's v2 figure (without the
 driver's reservation), the number nvidia-smi prints. When the source cannot be loaded or
 initialised, the agent prints one {"error": "..."} line and exits with status 3, so the reader
 can tell "no telemetry here" apart from a crash. Bad arguments exit with status 2.
@@ -211,6 +214,9 @@ class NvmlSource:
         out["mem_total_mib"] = round(mem.total / MIB, 1) if mem is not None else None
         power = get(nvml.nvmlDeviceGetPowerUsage)
         out["power_w"] = round(power / 1000.0, 1) if power is not None else None
+        energy_fn = getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)  # old bindings
+        energy = get(energy_fn) if energy_fn is not None else None
+        out["energy_mj"] = int(energy) if energy is not None else None
         temp = get(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
         out["temp_c"] = float(temp) if temp is not None else None
         procs = []
@@ -266,6 +272,7 @@ def parse_smi(gpu_csv: str, apps_csv: str, t: float | None = None) -> list[dict[
             "mem_total_mib": smi_number(row[5]),
             "power_w": smi_number(row[7]),
             "temp_c": smi_number(row[9]),
+            "energy_mj": None,  # nvidia-smi has no energy counter: power is integrated
             "processes": [],
         }
         gpus.append(sample)

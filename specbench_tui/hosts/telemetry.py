@@ -75,6 +75,9 @@ class GpuSample:
     power_w: float | None
     temp_c: float | None
     processes: tuple[GpuProcess, ...] = ()
+    # NVML's total energy counter (mJ since the driver loaded); None on nvidia-smi, on a
+    # board without it and from an agent older than the field.
+    energy_mj: float | None = None
     received: float = field(default_factory=time.monotonic, compare=False)  # local clock
 
     @classmethod
@@ -105,6 +108,7 @@ class GpuSample:
             power_w=num("power_w"),
             temp_c=num("temp_c"),
             processes=procs,
+            energy_mj=num("energy_mj"),
         )
 
 

@@ -349,6 +349,21 @@ class CellFinished(Event):
 
 
 @dataclass(kw_only=True)
+class CellEnergy(Event):
+    """A finished cell's GPU board energy (``bench/energy.py``), recorded once the telemetry
+    sample after its measured window has come in, so a little after its ``cell_finished``.
+    ``figures`` are more columns of the cell's row in cells.parquet (``gpu_energy_j``,
+    ``j_per_output_token``, ``energy_valid`` ...), for the attempt it names only."""
+
+    name: ClassVar[str] = "cell_energy"
+    cell_id: str
+    group: str = ""
+    cell: str = ""
+    attempt: int = 1
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
 class CellFailed(Event):
     name: ClassVar[str] = "cell_failed"
     cell_id: str
@@ -450,6 +465,7 @@ class GpuSample(Event):
     power_w: float = 0.0
     temp_c: float = 0.0
     processes: list[str] = field(default_factory=list)
+    energy_mj: float | None = None  # NVML's energy counter; None where the source has none
 
 
 def event_names() -> list[str]:

@@ -43,6 +43,9 @@ TELEMETRY_SCHEMA: dict[str, Any] = {
     "mem_total_mib": pl.Float64,
     "power_w": pl.Float64,
     "temp_c": pl.Float64,
+    # NVML's total energy counter, mJ since the driver loaded: null on nvidia-smi and in files
+    # written before it was read (their readers add it as null).
+    "energy_mj": pl.Float64,
 }
 
 #: The identity columns of a ``cells.parquet`` row, in the contract's order.

@@ -36,6 +36,7 @@ from specbench_tui.results.events import (
     Aborted,
     CampaignFinished,
     CampaignStarted,
+    CellEnergy,
     CellFailed,
     CellFinished,
     CellQueued,
@@ -440,6 +441,13 @@ class CampaignState:
         if c.duration_s is None:
             c.duration_s = ev.wall_s or None
 
+    def _cell_energy(self, ev: CellEnergy) -> None:
+        """The energy of a finished attempt joins its figures; one for an attempt that is
+        no longer the cell's (set aside, run again) is left out."""
+        c = self.cells.get(ev.cell_id)
+        if c is not None and c.status == "done" and c.attempt == ev.attempt:
+            c.figures = {**c.figures, **ev.figures}
+
     def _cell_failed(self, ev: CellFailed) -> None:
         c = self._cell(ev.cell_id, ev.cell, ev.group)
         c.status, c.attempt, c.reason = "failed", max(c.attempt, ev.attempt), ev.reason
@@ -602,6 +610,7 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     GroupFinished: CampaignState._group_finished,
     CellStarted: CampaignState._cell_started,
     CellFinished: CampaignState._cell_finished,
+    CellEnergy: CampaignState._cell_energy,
     CellFailed: CampaignState._cell_failed,
     CellSkipped: CampaignState._cell_skipped,
     CellQueued: CampaignState._cell_queued,

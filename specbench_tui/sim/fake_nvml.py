@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,7 @@ def nvmlShutdown() -> None:
     global _state_dir
     _state_dir = None
     _last_good.clear()
+    _energy.clear()
 
 
 def _require_init() -> str:
@@ -184,6 +186,25 @@ def nvmlDeviceGetPowerUsage(handle: Handle) -> int:
     """Milliwatts, as the real call."""
     data = _read(handle)
     return int(1000 * (_num(data, "power_w", IDLE_POWER_W) if data else IDLE_POWER_W))
+
+
+#: Where each simulated board's energy counter starts (mJ): a real counter counts from the
+#: driver's load, so it is never near zero when a campaign reads it.
+ENERGY_BASE_MJ = 10**9
+_energy: dict[int, tuple[float, float, float]] = {}  # gpu -> (mJ, at, W at that read)
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle: Handle) -> int:
+    """Millijoules since "the driver loaded" (this module's first read of the GPU), as the
+    real call: the power read last time, held until now (the board's own counter sums its
+    power the same way, at a far finer step). A restarted agent starts the count again,
+    as a driver reload does."""
+    now = time.time()
+    watts = nvmlDeviceGetPowerUsage(handle) / 1000.0
+    mj, at, before = _energy.get(handle.index, (float(ENERGY_BASE_MJ), now, watts))
+    mj += 1000.0 * before * max(0.0, now - at)
+    _energy[handle.index] = (mj, now, watts)
+    return int(mj)
 
 
 def nvmlDeviceGetTemperature(handle: Handle, sensor: int = NVML_TEMPERATURE_GPU) -> int:
