@@ -49,6 +49,7 @@ from specbench_tui.tui.campaign_keys import CampaignKeys
 from specbench_tui.tui.detail import DetailPane
 from specbench_tui.tui.frame import FrameChanges, fold_batch
 from specbench_tui.tui.gpu_history import GpuHistory
+from specbench_tui.tui.group_logs import GroupLogs, stored_log_tail
 from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.health import HealthPane
 from specbench_tui.tui.inbox import EventInbox
@@ -192,6 +193,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.progress = CampaignProgress()
         self.live = LiveData()
         self.gpu_history = GpuHistory()
+        self.group_logs = GroupLogs()
         self.inbox = EventInbox()
         self.toasts = ToastBatcher()
         frozen = os.environ.get("SPECBENCH_TUI_FROZEN_TIME")
@@ -208,6 +210,8 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._selected: NodeRef | None = None
         self._auto_hidden: set[str] = set()
         self._request_cells: set[str] = set()
+        self._seeded: set[str] = set()  # groups whose stored log was read into ``group_logs``
+        self._noted: str | None = None  # the group whose missing stored log was said
         self._quitting = False
         self._leave_after_engine = False
         self._history_before = 0.0  # events before this (epoch s) are history after a restart
@@ -310,11 +314,6 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._read_events()
         self.start_engine()
         self._paint()
-        root = self.results_root()
-        if self.read_only and root is not None:  # log lines are live only, never replayed
-            self.main.query_one(LogPane).note(
-                f"(no live log: nothing runs this campaign; the server logs are in {root}/logs/)"
-            )
 
     def on_resize(self, event: events.Resize) -> None:
         self._apply_size(event.size.width, event.size.height)
@@ -402,6 +401,8 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.progress = CampaignProgress()
         self.live.clear()
         self.gpu_history.clear()
+        self.group_logs.clear()
+        self._seeded.clear()
         self.inbox = EventInbox()
         self.stream_ended = False
         self.engine_exit_code = None
@@ -421,8 +422,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         """Apply one frame's events: state first (``tui/frame.py``, pure), then only the
         widgets they touched."""
         was_ended = self.ended
-        logpane = self.main.query_one(LogPane)
-        changes = fold_batch(self.progress, batch, logpane.group, self._is_live)
+        changes = fold_batch(self.progress, batch, self._is_live)
         self._paint_frame(changes, batch)
         if self.ended != was_ended:
             self._apply_size(self.size.width, self.size.height)  # the slot's default changed
@@ -452,13 +452,18 @@ class ConsoleApp(CampaignKeys, App[int]):
                 self.toasts.add(ev.text, now, severity=sev, noun=noun)  # type: ignore[arg-type]
         if changes.ended is not None:
             self._announce_end(changes.ended)
-        self._paint_log(logpane, changes.log)
+        for gid, lines in changes.log.items():
+            self.group_logs.add(gid, lines)
+            if gid == logpane.group:
+                logpane.add(lines)
         self.gpu_history.ingest(batch)
         logpane.dropped = self.inbox.dropped
         self.live.ingest(batch, p.started_at)
         self._paint_tree(tree, changes)
         if self.follow:
             self._follow_current()
+        if changes.lifecycle or changes.log:
+            self._sync_log()
         self.frames += 1
         clock = self.clock()
         self.main.query_one(CampaignHeader).show(p, clock, live=not self.read_only)
@@ -466,18 +471,6 @@ class ConsoleApp(CampaignKeys, App[int]):
             self.main.query_one(HealthPane).show(p, clock, self.gpu_history)
         if changes.lifecycle:
             self._show_detail()
-
-    @staticmethod
-    def _paint_log(logpane: LogPane, ops: list[str | tuple[str, str]]) -> None:
-        lines: list[str] = []
-        for op in ops:
-            if isinstance(op, str):
-                lines.append(op)
-            else:
-                logpane.add(lines)
-                lines = []
-                logpane.set_group(op[1])
-        logpane.add(lines)
 
     def _paint_tree(self, tree: PlanTree, changes: FrameChanges) -> None:
         p = self.progress
@@ -561,7 +554,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         running = [g for g in self.progress.groups.values() if g.status == "running"]
         speculative = not running or any(g.speculative for g in running)
         self.plot_draws += self.main.query_one(PlotsPane).redraw(
-            self.live, force=force, speculative=speculative
+            self.live, force=force, speculative=speculative, groups=self.plotted_groups()
         )
         if self._request_cells:
             # request counts of running cells: only the cell's own label changes (its
@@ -574,6 +567,26 @@ class ConsoleApp(CampaignKeys, App[int]):
             if self._selected is not None and self._selected.key in self._request_cells:
                 self._show_detail()
             self._request_cells.clear()
+
+    def plotted_groups(self) -> dict[str, str] | None:
+        """Whose series the plots draw, and their labels: every running group and the
+        selected one (``▸`` marks it), as ``config TPn`` (``@host`` once several hosts run);
+        None while nothing runs and nothing is selected (then every series)."""
+        p = self.progress
+        gids = list(p.running_groups)
+        selected = self.selected_group() if self._selected is not None else None
+        if selected is not None and selected not in gids:
+            gids.append(selected)
+        gids = [g for g in gids if g in p.groups]
+        if not gids:
+            return None
+        hosts = {p.groups[g].host for g in gids}
+        labels: dict[str, str] = {}
+        for gid in gids:
+            g = p.groups[gid]
+            label = f"{g.config or gid} TP{g.tp}" + (f"@{g.host}" if len(hosts) > 1 else "")
+            labels[gid] = ("▸" if gid == selected and len(gids) > 1 else "") + label
+        return labels
 
     def _show_detail(self) -> None:
         tree = self.main.query_one(PlanTree)
@@ -650,10 +663,113 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._followed = ref.key
         self._selected = ref
         self._show_detail()
+        self._sync_log()
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[NodeRef]) -> None:
         self._selected = event.node.data
         self._show_detail()
+        self._sync_log()
+        self._redraw_plots(force=True)
+
+    # --- whose log and series ---------------------------------------------------------------
+
+    def selected_group(self) -> str | None:
+        """The group the selection belongs to (a group, one of its workloads or cells), else
+        the latest running group of a selected host, else the current group, else the one
+        started last (an ended campaign)."""
+        p = self.progress
+        ref = self._selected
+        if ref is not None:
+            if ref.kind == "group" and ref.key in p.groups:
+                return ref.key
+            if ref.kind == "workload":
+                gid = ref.key.rpartition("/")[0]
+                if gid in p.groups:
+                    return gid
+            if ref.kind == "cell" and ref.key in p.cells:
+                return p.cells[ref.key].group
+            if ref.kind == "host":
+                on = p.running_on(ref.key)
+                if on:
+                    return on[-1].id
+        if p.current_group is not None:
+            return p.current_group
+        started = [g for g in p.groups.values() if g.started_at is not None]
+        if started:
+            return max(started, key=lambda g: g.started_at or 0.0).id
+        return next(iter(p.groups), None)
+
+    def group_status(self, gid: str) -> str:
+        """Whether a group still runs, for the log pane's title."""
+        p = self.progress
+        g = p.groups.get(gid)
+        if g is None:
+            return ""
+        if self.read_only:
+            return "stored log (not running)"
+        if gid in p.running_groups:
+            return "running" if g.server != "starting" else "running · server starting"
+        if g.status == "pending" and g.server == "pending":
+            return "not started"
+        return f"ended ({g.status})" if g.status not in ("pending", "running") else "stopped"
+
+    def _group_lines(self, gid: str) -> list[str]:
+        """What is kept of a group's log; a group the console has no lines of and that no
+        longer runs (it ran before the console attached, or nothing runs the campaign) is
+        read from its stored log, once. A running one waits for its lines: they are on
+        their way in the event stream, and reading its file too would show them twice."""
+        if (
+            not self.group_logs.has(gid)
+            and gid not in self._seeded
+            and gid not in self.progress.running_groups
+        ):
+            self._seeded.add(gid)
+            root = self.results_root()
+            stored = stored_log_tail(ResultsLayout(root).log_of(gid)) if root else None
+            if stored:
+                self.group_logs.seed(gid, stored)
+        return self.group_logs.lines(gid)
+
+    def _sync_log(self) -> None:
+        """Show the selected group's log, its title saying whose it is and whether it runs."""
+        gid = self.selected_group()
+        logpane = self.main.query_one(LogPane)
+        if gid is None:
+            return
+        running = list(self.progress.running_groups)
+        hint = ""
+        if len(running) > 1:
+            where = f"{running.index(gid) + 1} of " if gid in running else ""
+            hint = f"{where}{len(running)} running (n: next)"
+        lines = self._group_lines(gid) if gid != logpane.group else []
+        logpane.show_group(gid, lines, self.group_status(gid), hint)
+        if self.read_only and not logpane.lines and gid != self._noted:
+            self._noted = gid
+            root = self.results_root()
+            logpane.note(f"(no stored log for {gid} in {root}/logs/)")
+
+    def action_next_running_group(self) -> None:
+        """Cycle the selection (and with it the log and the plots' marked series) through
+        the groups that run now, in start order; following stops, as for any move."""
+        running = list(self.progress.running_groups)
+        if not running:
+            self._say_view("no group is running now", timeout=3)
+            return
+        current = self.selected_group()
+        nxt = (
+            running[(running.index(current) + 1) % len(running)]
+            if current in running
+            else running[0]
+        )
+        self.follow = False
+        self._selected = NodeRef("group", nxt)
+        self.main.query_one(PlanTree).reveal(self._selected)
+        self._show_detail()
+        self._sync_log()
+        self._redraw_plots(force=True)
+
+    def _say_view(self, text: str, timeout: float = 3) -> None:
+        self.notify(text, timeout=timeout, markup=False)
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeRef]) -> None:
         self.main.query_one(PlanTree).relabel_node(event.node)

@@ -69,13 +69,14 @@ class ToastSpec:
 class FrameChanges:
     """What one batch changed, for the painter.
 
-    ``log``: in order, lines for the log pane (``str``) and the group it follows from there
-    on (a ``("group", id)`` pair). ``started``: a ``campaign_started`` came (a new run: the
-    live plots and the tree start over). ``notices``: live notices, which the toast batcher
-    may hold back as answers already shown; ``ended``: a live ``campaign_finished``.
+    ``log``: each group's new log lines as the log pane shows them, in arrival order (the
+    pane shows the selected group's; the console keeps every group's). ``started``: a
+    ``campaign_started`` came (a new run: the live plots and the tree start over).
+    ``notices``: live notices, which the toast batcher may hold back as answers already
+    shown; ``ended``: a live ``campaign_finished``.
     """
 
-    log: list[str | tuple[str, str]] = field(default_factory=list)
+    log: dict[str, list[str]] = field(default_factory=dict)
     cells: set[str] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
     hosts: list[str] = field(default_factory=list)
@@ -122,10 +123,7 @@ def _lifecycle(ev: Event, out: FrameChanges, live: bool) -> None:
         out.started = True
         out.cells.clear()
         out.groups.clear()
-    elif isinstance(ev, GroupStarted):
-        out.log.append(("group", ev.group))
-        out.groups.add(ev.group)
-    elif isinstance(ev, ServiceReady | GroupFinished | ServiceFailed):
+    elif isinstance(ev, GroupStarted | ServiceReady | GroupFinished | ServiceFailed):
         out.groups.add(ev.group)
     elif isinstance(ev, CELL_EVENTS):
         out.cells.add(ev.cell_id)
@@ -145,11 +143,9 @@ def _lifecycle(ev: Event, out: FrameChanges, live: bool) -> None:
 def fold_batch(
     progress: CampaignProgress,
     batch: Sequence[Event],
-    log_group: str | None,
     is_live: Callable[[Event], bool],
 ) -> FrameChanges:
-    """Apply ``batch`` to ``progress`` and say what it changed. ``log_group``: the group the
-    log pane follows (None: the first group a line comes from); ``is_live``: whether an event
+    """Apply ``batch`` to ``progress`` and say what it changed. ``is_live``: whether an event
     is news, not replayed history (only news raises notifications)."""
     out = FrameChanges()
     for ev in batch:
@@ -165,17 +161,14 @@ def fold_batch(
             continue
         progress.apply(ev)
         if isinstance(ev, LogLine):
-            if log_group is None:
-                log_group = ev.group
-                out.log.append(("group", ev.group))
-            if ev.group == log_group:
-                out.log.append(display_line(ev))
+            lines = out.log.get(ev.group)
+            if lines is None:
+                lines = out.log[ev.group] = []
+            lines.append(display_line(ev))
         elif isinstance(ev, RequestDone):
             out.request_cells.add(ev.cell_id)  # repainted at the plot rate, not per frame
         elif isinstance(ev, GpuSample | TelemetryChosen):
             out.gpus = True  # the reducer keeps a chosen source; the health pane shows it
         else:
-            if isinstance(ev, GroupStarted):
-                log_group = ev.group
             _lifecycle(ev, out, is_live(ev))
     return out

@@ -1,4 +1,4 @@
-"""The server log of the current service group: the engine's statistics lines shown compactly
+"""The server log of the selected service group: the engine's statistics lines shown compactly
 (the figures the operator watches first), the plan's ``[logs]`` pattern matches marked with what
 they extracted, searchable (a filter), wrappable, and freezable without pausing anything.
 
@@ -207,6 +207,8 @@ class LogPane(Vertical):
         super().__init__(id=id)
         self.group: str | None = None  # the group whose lines ``lines`` holds
         self.shown_group: str | None = None  # the group on screen (differs while frozen)
+        self.status = ""  # whether ``group`` still runs, said in the title
+        self.hint = ""  # how to see another group's log (several run)
         self.lines: deque[str] = deque(maxlen=KEEP_LINES)
         self.frozen = False
         self.wrap = False
@@ -244,6 +246,10 @@ class LogPane(Vertical):
     def _retitle(self) -> None:
         shown = self.shown_group if self.frozen else self.group
         parts = [f"Log · {shown}" if shown else "Log"]
+        if shown and self.status and shown == self.group:
+            parts.append(self.status)
+        if self.hint:
+            parts.append(self.hint)
         if self.query_text:
             n = sum(1 for line in self.lines if self.query_text.lower() in line.lower())
             parts.append(f"filter '{self.query_text}': {n} lines")
@@ -259,16 +265,28 @@ class LogPane(Vertical):
     # --- feeding ------------------------------------------------------------------------------
 
     def set_group(self, group: str | None) -> None:
-        """A new server means a new log: the tail holds only the current group's lines. A
-        frozen view keeps showing what it froze on; the new group's lines wait behind it."""
+        """Another group's log: the tail holds only one group's lines. A frozen view keeps
+        showing what it froze on; the new group's lines wait behind it."""
+        self.show_group(group, [])
+
+    def show_group(
+        self, group: str | None, lines: Iterable[str], status: str = "", hint: str = ""
+    ) -> None:
+        """Show ``group``'s log, ``lines`` being what was kept of it so far; ``status``
+        (running, ended, ...) and ``hint`` go in the title. The same group again only
+        updates the title (its new lines come through ``add``)."""
+        changed = (status, hint) != (self.status, self.hint)
+        self.status, self.hint = status, hint
         if group == self.group:
+            if changed:
+                self._retitle()
             return
         self.group = group
         self.lines.clear()
-        self.unseen = 0
+        self.lines.extend(lines)
+        self.unseen = len(self.lines) if self.frozen else 0
         if not self.frozen:
-            self.shown_group = group
-            self.log_widget.clear()
+            self._rewrite()
         self._retitle()
 
     def note(self, text: str) -> None:

@@ -37,8 +37,9 @@ PANES_HELP = (
     ),
     (
         "Live",
-        "output tok/s per request, server gen throughput, accept length, TTFT; x is seconds "
-        "since the campaign started. At 80x24 two plots show; z on the pane shows all four.",
+        "output tok/s per request, server gen throughput, accept length, TTFT; one labelled "
+        "series per running group (▸ the selected one); x is seconds since the campaign "
+        "started. At 80x24 two plots show; z on the pane shows all four.",
     ),
     (
         "Results",
@@ -49,10 +50,13 @@ PANES_HELP = (
     ),
     (
         "Log",
-        "the current group's server log. Decode/Prefill batch lines show their figures "
-        "(accept, gen tok/s first); lines the plan's [logs] patterns matched start with ◆ "
-        "and what they extracted. / filters, l freezes the view (the campaign keeps "
-        "running), w wraps long lines; else ← → scroll the focused log sideways.",
+        "the selected group's server log (a group, or one of its workloads or cells; n "
+        "cycles the running groups); the title says whose it is and whether it still "
+        "runs, and an ended group's log is read from logs/<group>.log. Decode/Prefill "
+        "batch lines show their figures (accept, gen tok/s first); lines the plan's "
+        "[logs] patterns matched start with ◆ and what they extracted. / filters, l "
+        "freezes the view (the campaign keeps running), w wraps long lines; else ← → "
+        "scroll the focused log sideways.",
     ),
 )
 

@@ -1,0 +1,128 @@
+"""The log pane and the plots follow the selection in a packed, several-host campaign: each
+group's log is its own, the pane's title says whose it is and whether it still runs, n cycles
+through the running groups, and the plots draw one labelled series per running group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Log
+
+from specbench_tui.results.events import GroupFinished, LogLine, RequestDone
+from specbench_tui.tui.app import ConsoleApp
+from specbench_tui.tui.group_logs import GroupLogs, stored_log_tail
+from specbench_tui.tui.log_pane import LogPane
+from specbench_tui.tui.plan_tree import NodeRef, PlanTree
+from specbench_tui.tui.plots import LivePlot
+from tests.support.scripted import ScriptedControl, packed_campaign
+
+pytestmark = pytest.mark.console
+
+SIZE = (160, 48)
+RUNNING = ("h100.ar.tp8", "sim.dflash.tp1", "sim.ddtree-16.tp1", "sim.ddtree-16.tp4")
+
+
+def make_app() -> tuple[ConsoleApp, ScriptedControl]:
+    events = packed_campaign()
+    control = ScriptedControl(events)
+    frozen = events[-1].ts + 1.0
+    return ConsoleApp(control, clock=lambda: frozen, results_source=None), control
+
+
+async def settle(pilot: Pilot[int], app: ConsoleApp) -> None:
+    for _ in range(100):
+        await pilot.pause(0.02)
+        if not len(app.inbox) and app.frames:
+            break
+    await pilot.pause(0.06)
+
+
+def log_text(app: ConsoleApp) -> list[str]:
+    return list(app.main.query_one("#log", Log).lines)
+
+
+def title(app: ConsoleApp) -> str:
+    return str(app.main.query_one(LogPane).border_title)
+
+
+async def select(pilot: Pilot[int], app: ConsoleApp, ref: NodeRef) -> None:
+    app.follow = False
+    app.main.query_one(PlanTree).reveal(ref)
+    await settle(pilot, app)
+
+
+async def test_each_group_shows_its_own_log_and_series() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        for gid in RUNNING:  # every group writes at once, as packed servers do
+            control.publish(LogLine(group=gid, line=f"line of {gid}"))
+            control.publish(
+                RequestDone(
+                    cell_id=app.progress.groups[gid].cells[0],
+                    group=gid,
+                    ttft_s=0.05,
+                    e2e_s=1.0,
+                    output_tokens=64,
+                    output_tok_s=100.0,
+                )
+            )
+        await settle(pilot, app)
+        assert app.main.query_one("#plots").display
+        for gid in RUNNING:
+            await select(pilot, app, NodeRef("group", gid))
+            lines = log_text(app)
+            assert lines[-1] == f"line of {gid}"
+            assert not any(
+                f"line of {other}" in x for x in lines for other in RUNNING if other != gid
+            )
+            assert title(app).startswith(f"Log · {gid} · running")
+            assert "of 4 running (n: next)" in title(app)
+            plot = app.main.query_one("#plot-tok_s", LivePlot)
+            assert plot.drawn_groups is not None and set(plot.drawn_groups) == set(RUNNING)
+            assert plot.drawn_groups[gid].startswith("▸")  # the selected group's series
+        labels = app.plotted_groups()
+        assert labels is not None
+        assert (
+            labels["h100.ar.tp8"] == "ar TP8@h100" and labels["sim.dflash.tp1"] == "dflash TP1@sim"
+        )
+        # a cell selects its group's log too
+        cell = app.progress.groups["sim.dflash.tp1"].cells[0]
+        await select(pilot, app, NodeRef("cell", cell))
+        assert log_text(app)[-1] == "line of sim.dflash.tp1"
+
+
+async def test_n_cycles_the_running_groups_and_an_ended_group_says_so() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        seen = []
+        for _ in range(len(RUNNING)):
+            await pilot.press("n")
+            await settle(pilot, app)
+            seen.append(app.main.query_one(LogPane).group)
+        assert sorted(seen) == sorted(RUNNING) and not app.follow
+        await select(pilot, app, NodeRef("group", "sim.ar.tp1"))  # finished before
+        assert "Log · sim.ar.tp1 · ended (done)" in title(app)
+        assert any("Decode batch" in x or "▸decode" in x for x in log_text(app))
+        await select(pilot, app, NodeRef("group", "sim.dflash.tp1"))
+        control.publish(GroupFinished(group="sim.dflash.tp1", status="done"))
+        await settle(pilot, app)
+        assert "Log · sim.dflash.tp1 · ended (done)" in title(app)  # it stopped: said
+
+
+def test_group_logs_are_bounded_and_a_stored_log_is_read_from_its_end(tmp_path: Path) -> None:
+    logs = GroupLogs(keep_lines=3, keep_groups=2)
+    logs.add("a", ["1", "2", "3", "4"])
+    assert logs.lines("a") == ["2", "3", "4"]
+    logs.add("b", ["x"])
+    logs.add("c", ["y"])
+    assert not logs.has("a") and logs.lines("c") == ["y"]
+    logs.seed("c", ["old"])
+    assert logs.lines("c") == ["old", "y"]
+    path = tmp_path / "g.log"
+    path.write_text("".join(f"line {i}\n" for i in range(10)))
+    assert stored_log_tail(path, 3) == ["line 7", "line 8", "line 9"]
+    assert stored_log_tail(tmp_path / "missing.log") is None
