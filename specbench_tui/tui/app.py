@@ -33,7 +33,7 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Tree
+from textual.widgets import Footer, Static, Tree
 from textual.widgets._footer import FooterKey
 from textual.widgets.tree import TreeNode
 
@@ -157,8 +157,11 @@ class ConsoleFooter(Footer):
 
     def compose(self) -> ComposeResult:
         for widget in super().compose():
-            if isinstance(widget, FooterKey) and widget.action in keymap.FOOTER_WIDE_ONLY:
-                widget.add_class("-wide-only")
+            if isinstance(widget, FooterKey):
+                if widget.action in keymap.MUTATIONS and getattr(self.app, "view_only", False):
+                    continue  # a read-only view: keys that cannot act are not offered
+                if widget.action in keymap.FOOTER_WIDE_ONLY:
+                    widget.add_class("-wide-only")
             yield widget
 
 
@@ -249,6 +252,12 @@ class ConsoleApp(CampaignKeys, App[int]):
         return self.control.read_only
 
     @property
+    def view_only(self) -> bool:
+        """Nothing runs this campaign and nothing can start it from here: the keys that
+        would change it are hidden and refused (``CampaignKeys._refused_read_only``)."""
+        return self.control.read_only and self.relaunch is None
+
+    @property
     def detached(self) -> bool:
         return self.control.detached
 
@@ -282,6 +291,7 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     def compose(self) -> ComposeResult:
         yield CampaignHeader(id="header")
+        yield Static(self._banner_text(), id="banner", markup=False)
         with Horizontal(id="body"):
             with Vertical(id="left"):
                 yield ConsolePlanTree(id="tree")
@@ -293,7 +303,18 @@ class ConsoleApp(CampaignKeys, App[int]):
                 yield LogPane(id="logpane")
         yield ConsoleFooter(compact=True)
 
+    def _banner_text(self) -> str:
+        """The read-only view's one line: that nothing runs the campaign, and how to."""
+        root = self.results_root()
+        if root is None:
+            return "read-only: nothing runs this campaign; run its plan again to continue it"
+        return (
+            f"read-only: nothing runs this campaign · run it again: specbench-tui PLAN "
+            f"--results {root.parent}  (PLAN: the plan you ran; a copy is {root}/plan.toml)"
+        )
+
     def on_mount(self) -> None:
+        self.main.query_one("#banner").display = self.view_only
         for pane_id, title in PANE_TITLES.items():
             pane = self.main.query_one(f"#{pane_id}")
             pane.add_class("pane")

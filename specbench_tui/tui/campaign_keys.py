@@ -82,6 +82,21 @@ class CampaignKeys(_Base):
         p = self.progress
         return p.finished or self.control.read_only
 
+    def _refused_read_only(self) -> bool:
+        """In a read-only view (nothing runs the campaign, nothing can start it here) a key
+        that would change it says so in one line, with how to run it again, and True."""
+        if not self.control.read_only or self.relaunch is not None:
+            return False
+        root = self.results_root()
+        again = (
+            f"to run it again: specbench-tui PLAN --results {root.parent} "
+            f"(PLAN: the plan you ran; a copy is {root}/plan.toml)"
+            if root is not None
+            else "run its plan again to change it"
+        )
+        self._say(f"read-only view, nothing runs this campaign; {again}", timeout=10)
+        return True
+
     def _not_restartable(self) -> bool:
         """After the end, with nothing to restart with: say how, and True."""
         if self.relaunch is not None:
@@ -121,21 +136,29 @@ class CampaignKeys(_Base):
     # --- keys ---------------------------------------------------------------------------
 
     def action_toggle_pause(self) -> None:
+        if self._refused_read_only():
+            return
         if self.ended:
             self._resume_after_end()
             return
         self.send("resume" if self.progress.paused else "pause")
 
     def action_pause(self) -> None:
+        if self._refused_read_only():
+            return
         self.send("pause")
 
     def action_resume(self) -> None:
+        if self._refused_read_only():
+            return
         if self.ended:
             self._resume_after_end()
             return
         self.send("resume")
 
     def action_skip(self) -> None:
+        if self._refused_read_only():
+            return
         if self.ended:
             self._say("the campaign has ended; nothing is running to skip")
             return
@@ -178,6 +201,8 @@ class CampaignKeys(_Base):
         self.push_screen(ConfirmScreen(question, yes=yes, no=no), answered)
 
     def action_rerun(self) -> None:
+        if self._refused_read_only():
+            return
         ref = self.selected_ref()
         target = self._target(ref)
         if ref is None or (target is None and ref.kind != "host"):
@@ -225,6 +250,8 @@ class CampaignKeys(_Base):
         )
 
     def action_rerun_failed(self) -> None:
+        if self._refused_read_only():
+            return
         if not self.ended:
             self.send("rerun_failed")
             return
@@ -239,6 +266,8 @@ class CampaignKeys(_Base):
     def action_retry_group(self) -> None:
         """A server restart costs minutes on a large model and cuts the running cell short,
         so it is asked first, saying what it stops and what runs again."""
+        if self._refused_read_only():
+            return
         gid = self._group_of(self.selected_ref())
         p = self.progress
         if not self.ended:
@@ -295,6 +324,8 @@ class CampaignKeys(_Base):
         self._restart([], False, f"the {len(left)} cells not run yet")
 
     def action_abort(self) -> None:
+        if self._refused_read_only():
+            return
         if self.ended:
             self._say("the campaign has already ended", timeout=4)
             return

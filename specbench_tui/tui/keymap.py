@@ -47,6 +47,12 @@ FOOTER_WIDE_ONLY: frozenset[str] = frozenset(
     {"toggle_follow", "maximize_pane", "toggle_pane('results')"}
 )
 
+#: Actions that change a campaign: a read-only view (nothing runs the campaign) leaves them
+#: out of the footer and answers them with why and how to run it again.
+MUTATIONS: frozenset[str] = frozenset(
+    {"toggle_pause", "skip", "rerun", "rerun_failed", "retry_group", "abort"}
+)
+
 #: Longer words for the help screen and the palette, keyed by action.
 HELP: dict[str, str] = {
     "toggle_pause": "pause after the running cell, or resume; after the end, run what is left",
