@@ -4,6 +4,7 @@ that records it (engine/energy_watch.py), the agent reading the counter, and the
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -432,3 +433,45 @@ def test_the_energy_tables_fit_the_pdf_page(tmp_path: Path) -> None:
     root = _results(tmp_path)
     render_report(root)
     assert overfull_boxes(root / "report.tex", tmp_path / "tex") == []
+
+
+# --- a capture from a real H200: the agent's NVML samples around a 60 s matmul load ----------
+
+H200 = Path(__file__).parent / "support" / "nvml-h200-energy" / "samples.json"
+
+
+def h200_samples() -> list[PowerSample]:
+    data = json.loads(H200.read_text())
+    return [
+        PowerSample(s["t"], 0, s["power_w"], s["energy_mj"], frozenset({479}))
+        for s in data["samples"]
+    ]
+
+
+def test_on_the_h200_capture_both_methods_agree_within_five_percent() -> None:
+    samples = h200_samples()
+    busy = [s.t for s in samples if (s.power_w or 0) > 400]
+    window = [(busy[0] - 0.5, busy[0] - 0.5 + 60.0)]  # the load started between two samples
+    counter = cell_energy(samples, window, [0], 36160, own_pids={479})
+    integral = cell_energy(
+        [dataclasses.replace(s, energy_mj=None) for s in samples], window, [0], 36160
+    )
+    assert counter.energy_method == "nvml_counter" and counter.energy_valid
+    assert integral.energy_method == "power_integral" and integral.energy_valid
+    assert counter.gpu_energy_j == pytest.approx(41287.0, rel=0.02)  # what the run printed
+    assert integral.gpu_energy_j == pytest.approx(counter.gpu_energy_j, rel=0.05)
+    # The idle floor: the load's context up, the GPU idle (about 125 W on this board).
+    floor, n = idle_power(samples, samples[6].t, busy[0] - 1.0, [0])
+    assert floor == pytest.approx(124.8, abs=0.5) and n >= 8
+    # A driver reload half-way: the counter goes back, the integral takes over.
+    reload_at = busy[30]
+    reset = [
+        dataclasses.replace(s, energy_mj=(s.energy_mj or 0) - 4e7) if s.t >= reload_at else s
+        for s in samples
+    ]
+    fell_back = cell_energy(reset, window, [0], 36160)
+    assert fell_back.energy_method == "power_integral" and "went back" in fell_back.energy_note
+    assert fell_back.gpu_energy_j == pytest.approx(integral.gpu_energy_j)
+    # Five samples lost mid-load: a 6 s gap, no valid figure.
+    gapped = [s for s in samples if not busy[20] <= s.t <= busy[24]]
+    assert not cell_energy(gapped, window, [0], 36160).energy_valid
