@@ -23,12 +23,14 @@ from specbench_tui.results.events import (
     CellFinished,
     CheckVerdict,
     GpuSample,
+    GpusWaiting,
     GroupFinished,
     GroupStarted,
     HostState,
     LogLine,
     Notice,
     ServiceFailed,
+    ServiceReady,
     SlurmJobChanged,
 )
 from specbench_tui.results.layout import ResultsLayout
@@ -518,6 +520,24 @@ async def test_every_running_group_shows_its_server_gpus_and_port() -> None:
         await settle(pilot, app)
         text = health(app)
         assert "✗ failed ddtree-16 TP4" in text and "unhealthy: no health in 900 s" in text
+
+
+async def test_a_group_waiting_for_its_gpus_says_what_holds_them() -> None:
+    app, control = packed_app(size=(160, 48))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot, app)
+        held = "GPU 0: 20480/97887 MiB used, held by pid 4242 (python3, 20470 MiB)"
+        control.publish(
+            GpusWaiting(
+                host="sim", group="sim.ddtree-16.tp4", gpu_ids=[0, 1, 2, 3], held=[held],
+                waited_s=2.0,
+            )
+        )  # fmt: skip
+        await settle(pilot, app)
+        assert "waiting 0:0" in health(app) and held in health(app)
+        control.publish(ServiceReady(group="sim.ddtree-16.tp4", startup_s=3.0))
+        await settle(pilot, app)
+        assert held not in health(app)
 
 
 async def test_packed_groups_stay_readable_at_80x24() -> None:

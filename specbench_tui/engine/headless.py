@@ -24,6 +24,7 @@ from specbench_tui.results.events import (
     CellSkipped,
     Event,
     GpusUnverified,
+    GpusWaiting,
     GroupStarted,
     HostState,
     Notice,
@@ -112,6 +113,13 @@ def format_event(ev: Event) -> str | None:
         return f"{t} host {ev.host}: telemetry: {ev.text or ev.source}"
     if isinstance(ev, HostState):
         return f"{t} host {ev.host}: {ev.state} ({ev.reason})"
+    if isinstance(ev, GpusWaiting):
+        if not ev.held:
+            return f"{t} group {ev.group}: GPUs free after {format_duration(ev.waited_s)}"
+        return (
+            f"{t} group {ev.group}: waiting {format_duration(ev.waited_s)} for its GPUs to be "
+            f"freed on {ev.host}: {'; '.join(ev.held)}"
+        )
     if isinstance(ev, GpusUnverified):
         gpus = ",".join(map(str, ev.gpu_ids))
         return f"{t} group {ev.group}: GPUs {gpus} not verified free ({ev.reason})"

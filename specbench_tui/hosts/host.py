@@ -54,10 +54,14 @@ from specbench_tui.hosts.telemetry import (
 )
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
-from specbench_tui.results.events import Event, GpusUnverified, TelemetryChosen
+from specbench_tui.results.events import Event, GpusUnverified, GpusWaiting, TelemetryChosen
 
 FAKE_NVML_PATH = Path(__file__).resolve().parent.parent / "sim" / "fake_nvml.py"
 FALLBACK_PYTHON = "python3"
+#: A group waiting for its GPUs to be freed says what holds them this far into the wait
+#: (within the 5 s an operator should wait to know why nothing starts), then this often.
+GPU_WAIT_FIRST_S = 2.0
+GPU_WAIT_EVERY_S = 60.0
 _PYTHON_NAME = re.compile(r"^python[0-9.]*$")
 
 
@@ -442,18 +446,63 @@ class Host:
             await self.stop_foreign_unverified(group)
             self._unverified(group, "no GPU telemetry")  # the why is in telemetry_chosen
             return False
+        watch = asyncio.create_task(self._say_gpu_wait(group))
         try:
-            verified = await self.wait_gpus_free(group.gpu_ids, 10.0)
-        except GpusNotFreeError:
-            if group.stop_before:
-                await self.stop_foreign(group.stop_before)
-            verified = await self.wait_gpus_free(group.gpu_ids, timeout_s)
+            try:
+                verified = await self.wait_gpus_free(group.gpu_ids, 10.0)
+            except GpusNotFreeError:
+                if group.stop_before:
+                    await self.stop_foreign(group.stop_before)
+                verified = await self.wait_gpus_free(group.gpu_ids, timeout_s)
+        finally:
+            watch.cancel()
+            said = await asyncio.gather(watch, return_exceptions=True)
+        if said and said[0] is True and verified:
+            self.events.event(
+                GpusWaiting(
+                    host=self.name,
+                    group=group.id,
+                    gpu_ids=list(group.gpu_ids),
+                    waited_s=round(time.monotonic() - self._gpu_wait_began, 1),
+                )
+            )
         if not verified:
             reader = self.telemetry()
             why = reader.last_error or reader.unavailable or "no fresh reading"
             await self.wait_released(timeout_s)
             self._unverified(group, f"telemetry down: {why}")
         return verified
+
+    async def _say_gpu_wait(self, group: ServiceGroup) -> bool:
+        """While ``clear_gpus`` waits: ``GPU_WAIT_FIRST_S`` in, and every ``GPU_WAIT_EVERY_S``
+        after, say what holds the group's GPUs (memory used, the holder's pid and name),
+        so a wait on a foreign process is never silent. Returns (when cancelled, as the
+        wait ends) whether it said anything, so that the end of the wait is said too."""
+        self._gpu_wait_began = began = time.monotonic()
+        said = False
+        try:
+            await asyncio.sleep(GPU_WAIT_FIRST_S)
+            while True:
+                latest = self.telemetry().latest()
+                held = []
+                for gpu in group.gpu_ids:
+                    why = gpu_state(latest.get(gpu), 1024)
+                    if why is not None:
+                        held.append(f"GPU {gpu}: {why}")
+                if held:
+                    said = True
+                    self.events.event(
+                        GpusWaiting(
+                            host=self.name,
+                            group=group.id,
+                            gpu_ids=list(group.gpu_ids),
+                            held=held,
+                            waited_s=round(time.monotonic() - began, 1),
+                        )
+                    )
+                await asyncio.sleep(GPU_WAIT_EVERY_S if held else 1.0)
+        except asyncio.CancelledError:
+            return said
 
     async def held_gpus(self, ours: Collection[int]) -> dict[int, str]:
         """GPUs of this host, other than ``ours``, that something outside the campaign holds

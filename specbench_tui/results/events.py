@@ -290,6 +290,21 @@ class HostState(Event):
 
 
 @dataclass(kw_only=True)
+class GpusWaiting(Event):
+    """A group waits for its GPUs to be freed before its server starts: what holds each GPU
+    (memory used, the holder's pid and name where telemetry knows them). Said a few seconds
+    into the wait and again every minute, so a wait on a foreign process is never silent;
+    ``held`` empty: the wait is over (``waited_s`` it took)."""
+
+    name: ClassVar[str] = "gpus_waiting"
+    host: str
+    group: str = ""
+    gpu_ids: list[int] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # "GPU 0: 20480/97887 MiB used, held by ..."
+    waited_s: float = 0.0
+
+
+@dataclass(kw_only=True)
 class GpusUnverified(Event):
     """A server is started without knowing that its GPUs are free: the host has no GPU
     telemetry (or it is down), so only the previous server's processes and port were seen to

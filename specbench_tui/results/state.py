@@ -46,6 +46,7 @@ from specbench_tui.results.events import (
     EstimateRecorded,
     Event,
     GpusUnverified,
+    GpusWaiting,
     GroupFinished,
     GroupStarted,
     HostState,
@@ -149,6 +150,8 @@ class GroupState:
     # of the tool): their rows are kept, never counted.
     deaths: list[ServerDied] = field(default_factory=list)
     interrupted: int = 0
+    # While its server waits for its GPUs to be freed: what holds them (None otherwise).
+    gpu_wait: GpusWaiting | None = None
 
     def uptime_s(self, now: float) -> float | None:
         """Seconds the server has been healthy, or None when it is not up."""
@@ -365,7 +368,7 @@ class CampaignState:
 
     def _service_ready(self, ev: ServiceReady) -> None:
         g = self._group(ev.group)
-        g.server, g.ready_at = "ready", ev.ts
+        g.server, g.ready_at, g.gpu_wait = "ready", ev.ts, None
         g.startup_s = ev.startup_s or (ev.ts - g.started_at if g.started_at else None)
         g.windows.append((ev.ts, None))
         # Fields a newer event may carry (the engine's own report of itself).
@@ -378,7 +381,7 @@ class CampaignState:
 
     def _service_failed(self, ev: ServiceFailed) -> None:
         g = self._group(ev.group)
-        g.server, g.reason, g.ready_at = "failed", ev.reason, None
+        g.server, g.reason, g.ready_at, g.gpu_wait = "failed", ev.reason, None, None
         self._close_window(g, ev.ts)
         g.log_tail.extend(ev.log_tail)
 
@@ -387,7 +390,7 @@ class CampaignState:
 
     def _group_finished(self, ev: GroupFinished) -> None:
         g = self._group(ev.group)
-        g.status = ev.status
+        g.status, g.gpu_wait = ev.status, None
         if g.server != "failed":
             g.server = "stopped"
         g.ready_at = None
@@ -505,6 +508,10 @@ class CampaignState:
     def _gpus_unverified(self, ev: GpusUnverified) -> None:
         self.gpus_unverified.append(ev)
 
+    def _gpus_waiting(self, ev: GpusWaiting) -> None:
+        if ev.group in self.groups:
+            self.groups[ev.group].gpu_wait = ev if ev.held else None
+
     def _host_state(self, ev: HostState) -> None:
         self.host_states[ev.host] = ev
 
@@ -617,6 +624,7 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     CheckVerdict: CampaignState._check_verdict,
     TelemetryChosen: CampaignState._telemetry_chosen,
     GpusUnverified: CampaignState._gpus_unverified,
+    GpusWaiting: CampaignState._gpus_waiting,
     HostState: CampaignState._host_state,
     SlurmJobChanged: CampaignState._slurm_job,
     Paused: CampaignState._paused,

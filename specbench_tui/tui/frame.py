@@ -21,6 +21,7 @@ from specbench_tui.results.events import (
     CheckVerdict,
     Event,
     GpuSample,
+    GpusWaiting,
     GroupFinished,
     GroupStarted,
     HostState,
@@ -167,7 +168,9 @@ def fold_batch(
             lines.append(display_line(ev))
         elif isinstance(ev, RequestDone):
             out.request_cells.add(ev.cell_id)  # repainted at the plot rate, not per frame
-        elif isinstance(ev, GpuSample | TelemetryChosen):
+        elif isinstance(ev, GpuSample | TelemetryChosen | GpusWaiting):
+            if isinstance(ev, GpusWaiting):
+                out.groups.add(ev.group)
             out.gpus = True  # the reducer keeps a chosen source; the health pane shows it
         else:
             _lifecycle(ev, out, is_live(ev))

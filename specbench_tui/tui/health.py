@@ -108,6 +108,11 @@ def _state_line(g: GroupState, pal: Palette, now: float) -> Text:
     if up is not None:
         s.append("  healthy", style=pal.success)
         s.append(f" up {format_clock(up)}")
+    elif g.gpu_wait is not None:  # before the start: what holds its GPUs, never silent
+        w = g.gpu_wait
+        waited = w.waited_s + max(0.0, now - w.ts)
+        s.append(f"  waiting {format_clock(waited)} for GPUs: ", style=pal.warning)
+        s.append("; ".join(w.held), style=pal.warning)
     elif g.server == "starting" and g.started_at is not None:
         s.append(f"  waiting for health for {format_clock(now - g.started_at)}", style=pal.accent)
     elif g.server == "failed":
@@ -166,7 +171,8 @@ def _server_lines(
         lines.append(line)
         state = _state_line(g, pal, now)
         if state.plain:
-            states[id(line)] = (state, g.server == "failed")
+            # why it failed, or what holds its GPUs, stays when a short pane drops the rest
+            states[id(line)] = (state, g.server == "failed" or g.gpu_wait is not None)
     return lines, states
 
 
