@@ -182,13 +182,19 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
         c.name for c in st.cells.values() if c.status == "done" and c.figures.get("client_lagged")
     ]
     if lagged:
+        # Each name its own code span: the spaces between them stretch (a typewriter font's
+        # do not), so a justified line of names can always be broken to fit.
+        names: list[Any] = []
+        for i, name in enumerate(lagged[:10]):
+            names += [", "] if i else []
+            names.append(code(name))
         sec.add(
             Para(
                 text(
                     f"{len(lagged)} {'cell was' if len(lagged) == 1 else 'cells were'} measured "
                     "while the client's event loop lagged "
                     "past its threshold; their timings include the client's own delay: ",
-                    code(", ".join(lagged[:10])),
+                    *names,
                     " ..." if len(lagged) > 10 else "",
                 ),
                 "warning",
