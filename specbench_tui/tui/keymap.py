@@ -114,4 +114,9 @@ PANE_KEYS: list[tuple[str, str, str]] = [
     ("← →", "Scroll log", "in the focused log, when lines are cut (w wraps them instead)"),
     ("o / O", "Sort results", "in the results table: next sort column / reverse the order"),
     ("[ ]", "Results TP", "in the results table: previous / next TP size"),
+    (
+        "v",
+        "Pooled results",
+        "in the results table: the pooled row per workload, or one row per prompt set and length",
+    ),
 ]

@@ -68,6 +68,7 @@ class ResultsPane(Vertical):
         Binding("O", "reverse_sort", "Reverse", id="results.reverse", show=False),
         Binding("right_square_bracket", "next_tp", "Next TP", id="results.next_tp", show=False),
         Binding("left_square_bracket", "prev_tp", "Prev TP", id="results.prev_tp", show=False),
+        Binding("v", "toggle_pooled", "Pooled", id="results.pooled", show=False),
     ]
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -78,6 +79,7 @@ class ResultsPane(Vertical):
         self.tp: int | None = None
         self.sort_key = "point"
         self.descending = False
+        self.pooled = False  # the report's pooled rows (v) instead of one per point
         self.updated: float | None = None
         self.shown_rows: list[dict[str, Any]] = []
 
@@ -115,6 +117,8 @@ class ResultsPane(Vertical):
         if self.frame is None or self.tp is None or self.frame.height == 0:
             return []
         df = self.frame.filter(pl.col("tp") == self.tp)
+        if "pooled" in df.columns:  # a frame of per-point and pooled rows: one kind on show
+            df = df.filter(pl.col("pooled").fill_null(False) == self.pooled)
         if self.sort_key == "point":
             keys = ["host", "workload", "prompt_set", "max_tokens"]
             df = df.sort(
@@ -138,6 +142,7 @@ class ResultsPane(Vertical):
         header = next((h for k, h, _ in SORTS if k == self.sort_key), self.sort_key)
         arrow = "" if self.sort_key == "point" else " ↓" if self.descending else " ↑"
         parts.append(f"{header}{arrow} (o)")
+        parts.append("pooled (v)" if self.pooled else "per prompt/len (v)")
         self.border_title = " · ".join(parts)
 
     def _redraw(self) -> None:
@@ -176,6 +181,8 @@ class ResultsPane(Vertical):
             legend.append(f"{UNCHECKED} unchecked: no verdict on its outputs yet")
         if any(r.get("best") for r in rows):
             legend.append(f"{BEST} best, beyond the runner-up's interval")
+        if any(r.get("partial") for r in rows):
+            legend.append("n/m: cells done of planned (partial: never ★)")
         if len(repeats) == 1 and None not in repeats:
             unit = "runs" if all(r.get("runs") for r in rows) else "repeats"
             legend.append(f"{repeats.pop()} {unit} each")
@@ -248,7 +255,10 @@ class ResultsPane(Vertical):
                 label = str(r["config"])  # short, as the plan tree names it
                 if r.get("baseline"):
                     label += " (base)" if wide else "*"
-                cells.append(Text(mark + label, style=style))
+                cell = Text(mark + label, style=style)
+                if r.get("partial"):  # covers only the sets that finished so far
+                    cell.append(f" {r['partial']}", style=pal.muted)
+                cells.append(cell)
             elif key == "tok_s":
                 lo, hi = (r.get("tok_s_lo"), r.get("tok_s_hi")) if wide else (None, None)
                 text = _pm(r["tok_s"], lo, hi, "{:.1f}" if wide else "{:.0f}")
@@ -294,6 +304,12 @@ class ResultsPane(Vertical):
 
     def action_reverse_sort(self) -> None:
         self.descending = not self.descending
+        self._redraw()
+
+    def action_toggle_pooled(self) -> None:
+        """Fold to the report's pooled rows (every prompt set and length of a workload in
+        one) or back to one row per point."""
+        self.pooled = not self.pooled
         self._redraw()
 
     def action_next_tp(self) -> None:

@@ -2,14 +2,22 @@
 (``report.frames.comparison``), through this one adapter, so the live table and the report
 can never disagree.
 
-``comparison(root)`` is the only call into ``specbench_tui.report``. It returns one row per
-(host, TP, workload kind, workload, concurrency level, config) with the columns in
-``COLUMNS``: the report's figures under the names the pane shows. ``tok_s`` is decode tok/s
-(TTFT excluded, token-weighted within each repeat), the mean over repeats with its 95%
-interval; ``speedup`` is its ratio to the baseline's at the same point, with Fieller's
-interval (``speedup_too_few``: too few repeats to bound it); ``accept`` is the accept length as
-the engine defines it, what its own counters give; ``best`` is the report's (fastest, and
-told apart from the runner-up). No textual import: it runs in a worker thread.
+This module is the console's only way into ``specbench_tui.report``. ``comparison(root)``
+returns two kinds of
+row with the columns in ``COLUMNS``: per (host, TP, workload kind, workload, concurrency
+level, config, prompt set, length) the figures of that point alone (``pooled`` false; a
+workload run at several temperatures is one workload per temperature, ``single T=1``, as the
+report names it), and the report's own pooled row per (host, TP, kind, workload, level,
+config) (``pooled`` true), which the pane folds to on demand: pooling prompt sets hid a 2x
+spread (translate against code) behind one figure. ``partial`` is ``done/planned`` where
+fewer of the row's planned cells have finished than are planned: such a row covers only
+the sets that finished, so it is never best. The figures are the report's, under the
+names the pane shows. ``tok_s`` is decode tok/s (TTFT excluded, token-weighted within each
+repeat), the mean over repeats with its 95% interval; ``speedup`` is its ratio to the
+baseline's at the same point, with Fieller's interval (``speedup_too_few``: too few repeats
+to bound it); ``accept`` is the accept length as the engine defines it, what its own
+counters give; ``best`` is the report's (fastest, and told apart from the runner-up). No
+textual import: it runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -19,8 +27,20 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.report.frames import (
+    ACCEPT_COLUMNS,
+    SCOPE,
+    accept_frame,
+    baseline,
+    group_kinds,
+    label,
+    rank,
+    requests,
+    unit_moments,
+    workload_names,
+)
 from specbench_tui.report.frames import comparison as report_comparison
-from specbench_tui.report.inputs import load_inputs
+from specbench_tui.report.inputs import Inputs, load_inputs
 from specbench_tui.report.stats import TOO_FEW
 
 __all__ = ["COLUMNS", "TOO_FEW", "comparison", "empty"]
@@ -49,7 +69,12 @@ COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "failed_check": pl.String,  # why the config failed a correctness check, null if it did not
     "unchecked": pl.String,  # why no verdict covers its outputs (never best), null if one does
     "best": pl.Boolean,  # fastest at its point, and distinguishable from the runner-up
+    "pooled": pl.Boolean,  # the report's row over every prompt set and length of the workload
+    "partial": pl.String,  # "done/planned" while some of the row's planned cells are not done
 }
+
+#: What a row per point adds to the report's scope (its pooled row leaves them out).
+POINT = ("prompt_set", "max_tokens")
 
 
 def empty() -> pl.DataFrame:
@@ -58,12 +83,15 @@ def empty() -> pl.DataFrame:
 
 def comparison(root: Path) -> pl.DataFrame:
     """The comparison table of the results directory ``root`` (see the module docstring)."""
-    frame = report_comparison(load_inputs(root))
+    inp = load_inputs(root)
+    frame = report_comparison(inp)
     if frame.height == 0:
         return empty()
+    cells = _cell_counts(inp)
     rows: list[dict[str, Any]] = []
     for r in frame.to_dicts():
         level = r.get("concurrency") or 0
+        done, planned = _counted(cells, r, pooled=True)
         rows.append(
             {
                 "host": r["host"],
@@ -90,7 +118,120 @@ def comparison(root: Path) -> pl.DataFrame:
                 if r["failed_check"]
                 else None,
                 "unchecked": (r["check_reason"] or "unchecked") if r["unchecked"] else None,
-                "best": bool(r["best"]),
+                "best": bool(r["best"]) and done >= planned,
+                "pooled": True,
+                "partial": f"{done}/{planned}" if done < planned else None,
             }
         )
+    rows.extend(_point_rows(inp, cells))
     return pl.DataFrame(rows, schema=COLUMNS)
+
+
+def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[dict[str, Any]]:
+    """One row per point: the report's own statistics (per-unit moments, the ranking with
+    its speed-up interval and best, the engine's accept length) over a scope that keeps the
+    prompt set and the length apart."""
+    df = requests(inp)
+    scope = [*SCOPE, *POINT]
+    keys = [*scope, "config"]
+    if df.height == 0:
+        return []
+    ranked = rank(unit_moments(df, keys), scope, inp)
+    acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
+    acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
+    runs = df.group_by(keys).agg(pl.col("between_runs").any())
+    across = {tuple(r[k] for k in keys): bool(r["between_runs"]) for r in runs.to_dicts()}
+    base = baseline(inp)
+    out: list[dict[str, Any]] = []
+    for it in ranked:
+        k = tuple(it.key[c] for c in keys)
+        a = acc.get(k, {})
+        sp = it.speedup
+        key = dict(it.key)
+        done, planned = _counted(cells, key, pooled=False)
+        level = key.get("concurrency") or 0
+        point = key["prompt_set"]
+        if point is None:
+            point = f"c{level}" if key["kind"] == "concurrency" else key["kind"]
+        lo = it.figure.lo
+        out.append(
+            {
+                "host": key["host"],
+                "tp": key["tp"],
+                "workload": key["workload"],
+                "prompt_set": str(point),
+                "max_tokens": key["max_tokens"],
+                "config": key["config"],
+                "label": label(inp, key["config"]),
+                "baseline": key["config"] == base,
+                "repeats": it.figure.n,
+                "runs": across.get(k, False),
+                "requests": it.requests,
+                "tok_s": it.figure.mean,
+                "tok_s_lo": None if lo is None else max(lo, 0.0),
+                "tok_s_hi": it.figure.hi,
+                "speedup": sp.value if sp else None,
+                "speedup_lo": sp.lo if sp else None,
+                "speedup_hi": sp.hi if sp else None,
+                "speedup_too_few": bool(sp and sp.too_few),
+                "accept": a.get("accept_len_weighted"),
+                "accept_mean": a.get("accept_len_mean"),
+                "failed_check": it.failed_check or None,
+                "unchecked": it.unchecked or None,
+                "best": it.best and done >= planned,
+                "pooled": False,
+                "partial": f"{done}/{planned}" if done < planned else None,
+            }
+        )
+    return out
+
+
+def _cell_counts(inp: Inputs) -> dict[tuple[Any, ...], list[int]]:
+    """Planned and done cells per point key (host, TP, kind, workload as the report names
+    it, level, config, prompt set, length): cells held out of this run are not planned,
+    a pack control's cells are no row's."""
+    names = workload_names(inp)
+    _, controls = group_kinds(inp)
+    out: dict[tuple[Any, ...], list[int]] = {}
+    for cid, c in inp.state.cells.items():
+        cell = c.cell
+        if cell is None or cell.group in controls:
+            continue
+        if not c.selected and c.status == "pending":
+            continue  # left out of this run: not what the row waits for
+        key = (
+            cell.host,
+            cell.tp,
+            cell.kind,
+            names.get(cid, cell.workload),
+            cell.concurrency or 0,
+            cell.config,
+            cell.prompt_set,
+            cell.max_tokens,
+        )
+        n = out.setdefault(key, [0, 0])
+        n[0] += c.status == "done"
+        n[1] += 1
+    return out
+
+
+def _counted(
+    cells: dict[tuple[Any, ...], list[int]], r: dict[str, Any], *, pooled: bool
+) -> tuple[int, int]:
+    """(done, planned) cells of a row: its point's, or every point of its workload."""
+    head = (
+        str(r["host"]),
+        r["tp"],
+        str(r["kind"]),
+        str(r["workload"]),
+        r.get("concurrency") or 0,
+        str(r["config"]),
+    )
+    done = planned = 0
+    for key, (d, n) in cells.items():
+        if (str(key[0]), key[1], str(key[2]), str(key[3]), key[4], str(key[5])) != head:
+            continue
+        if not pooled and (key[6], key[7]) != (r.get("prompt_set"), r.get("max_tokens")):
+            continue
+        done, planned = done + d, planned + n
+    return done, planned

@@ -46,7 +46,8 @@ PANES_HELP = (
         "the comparison table as the report computes it, rebuilt when a cell finishes: per "
         "TP, each config's tok/s and speed-up over the baseline (± a 95% interval when "
         "repeats allow), accept length; ★ best where it is distinguishable, ⚠ a config "
-        "that failed a check. o / O sort, [ ] change TP.",
+        "that failed a check; one row per prompt set and length (v: pooled), n/m on a row "
+        "with cells still to run (never ★). o / O sort, [ ] change TP.",
     ),
     (
         "Log",
