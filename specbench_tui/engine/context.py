@@ -65,7 +65,9 @@ class RunContext:
 
     def __post_init__(self) -> None:
         self.templates = GroupTemplates(self.hub)
-        self.energy = EnergyWatch(self.hub.emit, lambda: self.store.refresh_views(self.hub.state))
+        # No rewrite of the views of its own: a cell's energy joins cells.parquet at the
+        # next rewrite (the next cell's end, and the run's end, which waits for it).
+        self.energy = EnergyWatch(self.hub.emit)
         self.hub.taps.append(self.energy.on_event)
 
     @property

@@ -44,6 +44,7 @@ from specbench_tui.results.events import (
     GroupFinished,
     GroupStarted,
     ServiceReady,
+    TelemetryChosen,
 )
 from specbench_tui.results.records import RequestRecord
 
@@ -100,7 +101,7 @@ def cell_spans(records: Iterable[RequestRecord], concurrent: bool) -> list[tuple
 class EnergyWatch:
     """Taps the hub's events (``on_event``) and the host readers' samples (``sample``);
     ``cell_finished`` hands it a finished attempt's rows; ``emit`` publishes the result and
-    ``changed`` is called after (the views are refreshed)."""
+    ``changed`` is called after it."""
 
     def __init__(
         self,
@@ -118,6 +119,7 @@ class EnergyWatch:
         self._servers: dict[str, _Server] = {}
         self._watches: dict[str, _Watch] = {}
         self._last: dict[tuple[str, int], PowerSample] = {}
+        self._read: set[str] = set()  # hosts whose GPUs are read (their telemetry_chosen)
 
     # -- what comes in ------------------------------------------------------------------------
 
@@ -128,7 +130,10 @@ class EnergyWatch:
             log.exception("energy watch: %s", ev.name)
 
     def _on_event(self, ev: Event) -> None:
-        if isinstance(ev, GroupStarted):
+        if isinstance(ev, TelemetryChosen):
+            if ev.source != "none":
+                self._read.add(ev.host)
+        elif isinstance(ev, GroupStarted):
             self._servers[ev.group] = _Server(ev.host, list(ev.gpu_ids), ev.ts)
         elif isinstance(ev, ServiceReady):
             srv = self._servers.get(ev.group)
@@ -190,7 +195,7 @@ class EnergyWatch:
         its idle floor rests on that many seconds of samples; at once where its host has
         given no sample (no telemetry: nothing to measure)."""
         srv = self._servers.get(group)
-        if srv is None or srv.began or not any(h == srv.host for h, _ in self._last):
+        if srv is None or srv.began or not self._reads(srv.host):
             return
         since = srv.ready_at if srv.ready_at is not None else self._clock()
         wait = since + seconds - self._clock()
@@ -205,7 +210,7 @@ class EnergyWatch:
         w = self._watches.get(cell_id)
         if w is None:
             return
-        if not any(h == w.host for h, _ in self._last):  # no telemetry on the host
+        if not self._reads(w.host):  # no telemetry on the host: nothing to record
             del self._watches[cell_id]
             return
         w.spans = cell_spans(records, concurrent)
@@ -225,6 +230,12 @@ class EnergyWatch:
         while self.pending() and time.monotonic() < end:
             await asyncio.sleep(0.1)
         self._settle(math.inf)
+
+    def _reads(self, host: str) -> bool:
+        """Whether the host's GPUs are read: its telemetry was chosen, or it sent samples.
+        A cell on such a host always gets its record, "no samples" included, so a run's
+        records do not depend on when the first sample came in."""
+        return host in self._read or any(h == host for h, _ in self._last)
 
     def pending(self) -> int:
         return sum(1 for w in self._watches.values() if w.spans is not None)
