@@ -164,8 +164,10 @@ def test_the_report_console_and_headless_line_show_vllms_own_accept_length(
     assert row["accept_len_weighted"] == pytest.approx(acc["accept_length_counters"])
     assert abs(653 / 193 - want) > 0.5  # SGLang's definition on vLLM's counts: another figure
     assert abs(row["accept_len_mean"] - want) > 0.1
-    (shown,) = results_source.comparison(root).to_dicts()
-    assert shown["accept"] == pytest.approx(want, rel=1e-12)
+    shown_rows = results_source.comparison(root).to_dicts()  # the pooled row and its point
+    assert {r["pooled"] for r in shown_rows} == {True, False}
+    for shown in shown_rows:
+        assert shown["accept"] == pytest.approx(want, rel=1e-12)
     line = format_event(
         CellFinished(cell_id="c8", cell="g/load/c8", requests=8, figures=acc, wall_s=1.0)
     )

@@ -151,8 +151,10 @@ def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[di
         done, planned = _counted(cells, key, pooled=False)
         level = key.get("concurrency") or 0
         point = key["prompt_set"]
-        if point is None:
-            point = f"c{level}" if key["kind"] == "concurrency" else key["kind"]
+        if key["kind"] == "concurrency":  # the level is what tells its rows apart
+            point = f"c{level}"
+        elif point is None:
+            point = key["kind"]
         lo = it.figure.lo
         out.append(
             {
