@@ -92,12 +92,12 @@ def test_dry_run_shows_the_first_prompt_rendered(
 
 
 def test_a_slurm_job_gets_the_plans_template_file(write_plan: Callable[..., Path]) -> None:
-    from specbench_tui.engine.slurm_scheduler import plan_files
+    from specbench_tui.plan.slurm_files import job_files
 
     path = write_plan(MINIMAL_PLAN.replace("[server]\n", '[server]\nchat_template = "t/x.jinja"\n'))
     (path.parent / "t").mkdir()
     (path.parent / "t" / "x.jinja").write_text("{{ messages[0]['content'] }}")
-    files = plan_files(load_plan(path))
+    files = job_files(load_plan(path))
     assert files["t/x.jinja"] == "{{ messages[0]['content'] }}"
     assert "plan.toml" in files
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -304,6 +305,66 @@ def test_a_job_killed_mid_group_is_requeued_for_the_rest(
     counted = requests.filter(pl.col("cell_id") == killed["cell_id"])
     assert set(counted["attempt"]) == {2}  # the cut attempt's requests were never counted
     assert len(list((tmp_path / "shared" / "killed" / "jobs" / group).iterdir())) == 1
+    assert_job_events_change(evs)
+
+
+def assert_job_events_change(evs: list[dict[str, object]]) -> None:
+    """A ``slurm_job`` event only when its job's state, node or reason changed (a pending
+    requeued job shows no node in squeue: that is no change)."""
+    last: dict[object, tuple[object, ...]] = {}
+    for e in evs:
+        if e["event"] != "slurm_job":
+            continue
+        now = (e["state"], e["node"], e["reason"])
+        assert last.get(e["job_id"]) != now, e
+        last[e["job_id"]] = now
+
+
+def test_a_lost_sbatch_reply_is_looked_up_by_its_comment_not_submitted_again(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    """sbatch submits and then says "Socket timed out" (Slurm: the job may have been
+    submitted): the retry finds that job by its comment; one job for the group."""
+    real = shutil.which("sbatch")
+    assert real is not None
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    mark = tmp_path / "sbatch-answered-once"
+    (shim / "sbatch").write_text(
+        "#!/bin/sh\n"
+        # Only a submission of a job script (not --version, not --test-only from stdin).
+        f'case "$*" in *job.sh) ;; *) exec {real} "$@";; esac\n'
+        f"if mkdir {mark} 2>/dev/null; then\n"
+        f'  {real} "$@" >/dev/null\n'
+        '  echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv '
+        'operation" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    (shim / "sbatch").chmod(0o755)
+    path = f"{shim}:{os.environ['PATH']}"
+    plan = write_plan(tmp_path, clean_slurm, name="lost", configs='["ar"]', tps="[1]")
+    plan.write_text(
+        plan.read_text().replace(
+            'env = { SLURM_CONF = "', f'env = {{ PATH = "{path}", SLURM_CONF = "'
+        )
+    )
+    root = tmp_path / "results" / "lost"
+    code, out = finish(coordinator(plan, tmp_path / "results", sshd))
+    assert code == 0, out[-6000:]
+    assert mark.exists()  # the shim's lost reply happened
+    assert "sbatch failed, trying again" in out and "Socket timed out" in out
+    cells = pl.read_parquet(root / "cells.parquet")
+    assert set(cells["status"]) == {"done"}
+    evs = events(root)
+    ids = {e["job_id"] for e in evs if e["event"] == "slurm_job"}
+    assert len(ids) == 1, ids
+    jobs = tmp_path / "shared" / "lost" / "jobs" / "cluster.ar.tp1"
+    assert [p.name for p in jobs.iterdir()] == ["1"]  # one submission, its comment kept
+    assert_job_events_change(evs)
 
 
 def test_a_closed_coordinator_finds_its_running_jobs_again(
@@ -587,6 +648,13 @@ def test_the_demo_on_slurm_has_the_shape_of_a_local_run(
     evs = events(b)
     assert _overlap(evs) >= 2  # groups ran side by side as jobs
     assert len({e["job_id"] for e in evs if e["event"] == "slurm_job"}) == 8
+    # The report names each group's job and the node it ran on.
+    md = (b / "report.md").read_text()
+    assert "Slurm job on node" in md
+    for e in evs:
+        if e["event"] == "slurm_job" and e["node"]:
+            assert f"{e['job_id']} on {e['node']}" in md
+    assert_job_events_change(evs)
 
 
 def test_dry_run_check_asks_the_cluster_and_submits_nothing(
@@ -790,3 +858,42 @@ def test_a_rerun_of_a_cell_its_job_finished_runs_in_a_new_submission(
     assert dict(zip(cells["cell_id"], cells["attempt"], strict=True))[first] == 2
     requests = pl.read_parquet(root / "requests.parquet")
     assert sorted(set(requests.filter(pl.col("cell_id") == first)["attempt"])) == [1, 2]
+
+
+def test_a_job_id_that_names_another_job_is_neither_requeued_nor_cancelled(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    """After a controller lost its state an id the campaign kept may name someone else's job:
+    requeue and cancel check the job's comment first."""
+    import asyncio
+
+    from specbench_tui.hosts.slurm import SlurmCluster as Login
+    from specbench_tui.hosts.slurm import SlurmError
+
+    out = clean_slurm.run(
+        "sbatch", "--parsable", "--partition=gpu", "--comment=someone-else", "--wrap=sleep 120"
+    ).stdout
+    job_id = out.strip().split(";")[0]
+    ours = "specbench:k3y:cluster.ar.tp1:1"
+
+    async def go() -> str:
+        login = Login(
+            "cluster",
+            "sbplain",
+            env={"SLURM_CONF": str(clean_slurm.conf)},
+            ssh_config=str(sshd.config),
+        )
+        try:
+            await login.cancel(job_id, comment=ours)
+            with pytest.raises(SlurmError) as e:
+                await login.requeue(job_id, comment=ours)
+            return e.value.reason
+        finally:
+            await login.close()
+
+    reason = asyncio.run(go())
+    assert f"job {job_id} is not this campaign's (its comment is someone-else)" in reason
+    job = clean_slurm.jobs()[job_id]
+    assert job["state"] in ("RUNNING", "PENDING"), job  # not cancelled, not requeued

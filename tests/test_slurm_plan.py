@@ -25,6 +25,7 @@ from specbench_tui.plan.slurm_jobs import (
     job_comment,
     job_paths,
     job_script,
+    job_warnings,
     parse_comment,
     sbatch_argv,
     slurm_time,
@@ -119,6 +120,13 @@ def test_a_slurm_host_takes_gpus_from_its_nodes_and_expands_to_allocated_groups(
         (HOST.replace('"me@login.cluster"', '"me@login; x"'), "", "is not an SSH destination"),
         (HOST + 'env = { "BAD NAME" = "1" }\n', "", "is not an environment variable name"),
         (HOST.replace("gpus_per_node = 8", "gpus_per_node = 2"), "", "TP 4 needs 4 GPUs"),
+        (
+            HOST.replace('"--exclusive"', '"--cpus-per-task=8"'),
+            "",
+            "--cpus-per-task is set by the tool from slurm.cpus_per_tp",
+        ),
+        (HOST.replace('"--exclusive"', '"-c8"'), "", "from slurm.cpus_per_tp"),
+        (HOST + 'mem = "lots"\n', "", "mem"),
     ],
 )
 def test_slurm_host_mistakes_are_one_located_line(
@@ -135,7 +143,7 @@ def test_the_job_script_quotes_the_plan_and_asks_for_the_groups_gpus(tmp_path: P
     g = next(g for g in expand(plan).groups if g.tp == 4)
     script = job_script(slurm, "cl", g, 2, "k3y")
     lines = script.splitlines()
-    assert lines[0] == "#!/bin/sh"
+    assert lines[0] == "#!/bin/bash -l"  # the site's profile: `module` for setup lines
     directives = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("#SBATCH ")]
     assert "--gres=gpu:4" in directives and "--nodes=1" in directives
     assert "--partition=h200" in directives and "--account=proj-1" in directives
@@ -183,7 +191,7 @@ def test_dry_run_shows_every_groups_batch_job(tmp_path: Path) -> None:
     assert "GPUs from the job" in text and "schedule (predicted" in text
     doc = json.loads(dry("--json"))
     for g in doc["groups"]:
-        assert g["slurm"]["script"].startswith("#!/bin/sh\n")
+        assert g["slurm"]["script"].startswith("#!/bin/bash -l\n")
         assert g["slurm"]["sbatch"][0] == "sbatch"
         assert g["slurm"]["dir"].endswith(f"/jobs/{g['id']}/1")
     # Up to three jobs at once: the four groups take two rounds, not four.
@@ -231,3 +239,65 @@ def test_the_console_shows_a_groups_batch_job(tmp_path: Path) -> None:
     assert p.jobs[g.id].state == "RUNNING"
     text = group_text(p, p.groups[g.id], Palette(*[Style()] * 7), now=0.0).plain
     assert "job 12 RUNNING on n7 · /s/d" in text
+
+
+def test_cpus_and_memory_per_job_come_from_the_plan_and_the_job_says_what_it_got(
+    tmp_path: Path,
+) -> None:
+    host = (
+        HOST.replace('"--exclusive"', '"--hint=nomultithread"') + 'cpus_per_tp = 6\nmem = "200G"\n'
+    )
+    plan = load_plan(plan_with(tmp_path, host))
+    slurm = plan.spec.hosts["gpu"].slurm
+    assert slurm is not None
+    for g in expand(plan).groups:
+        script = job_script(slurm, "cl", g, 1, "k")
+        directives = [ln.split(" ", 1)[1] for ln in script.splitlines() if ln.startswith("#SBATCH")]
+        assert f"--cpus-per-task={6 * g.tp}" in directives and "--mem=200G" in directives
+        assert "SLURM_CPUS_ON_NODE" in script  # in the job's output: what it got
+        assert job_warnings(slurm, g, 60.0) == []
+
+
+def test_dry_run_warns_of_one_cpu_and_of_a_time_limit_the_group_cannot_fit(tmp_path: Path) -> None:
+    host = HOST.replace(', "--exclusive"', "").replace('time_limit = "2h"', 'time_limit = "5m"')
+    plan = load_plan(plan_with(tmp_path, host))
+    slurm = plan.spec.hosts["gpu"].slurm
+    assert slurm is not None
+    g = expand(plan).groups[0]
+    said = job_warnings(slurm, g, 3600.0)
+    assert len(said) == 2
+    assert "gets the cluster's default (often one)" in said[0] and "slurm.cpus_per_tp" in said[0]
+    assert "more than the time limit 5m" in said[1] and "raise slurm.time_limit" in said[1]
+    # An exclusive node is CPUs enough; a group that fits its limit is not warned of.
+    plan = load_plan(plan_with(tmp_path))
+    slurm = plan.spec.hosts["gpu"].slurm
+    assert slurm is not None
+    assert job_warnings(slurm, g, 600.0) == []
+    # And the dry run prints them under the group.
+    from specbench_tui.plan.review import render_text, review
+
+    text = render_text(review(load_plan(plan_with(tmp_path, host)), tmp_path / "res"))
+    assert text.count("warning: the job asks for no CPUs") == 4
+
+
+def test_a_prompt_file_outside_the_plans_directory_is_refused_for_slurm(tmp_path: Path) -> None:
+    outside = tmp_path / "data"
+    outside.mkdir()
+    (outside / "mine.jsonl").write_text('{"id": "a", "prompt": "hello"}\n')
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    text = PLAN.replace("@HOST@", "").replace(
+        'prompts = ["chat"]', 'prompts = ["../data/mine.jsonl"]'
+    )
+    path = plans / "plan.toml"
+    path.write_text(text + "\n" + HOST)
+    with pytest.raises(InputError) as e:
+        load_plan(path)
+    msg = str(e.value)
+    assert "outside the plan's directory" in msg and "workloads.single.prompts" in msg, msg
+    # Beside the plan it ships with the job.
+    (plans / "mine.jsonl").write_text('{"id": "a", "prompt": "hello"}\n')
+    path.write_text(text.replace("../data/mine.jsonl", "mine.jsonl") + "\n" + HOST)
+    from specbench_tui.plan.slurm_files import job_files
+
+    assert "mine.jsonl" in job_files(load_plan(path))

@@ -45,10 +45,8 @@ from specbench_tui.hosts.slurm import (
     preflight_slurm,
 )
 from specbench_tui.hosts.ssh import SshError
-from specbench_tui.plan.chat_template import template_path
-from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import SlurmSpec
-from specbench_tui.plan.prompt_sets import find_prompt_set
+from specbench_tui.plan.slurm_files import job_files
 from specbench_tui.plan.slurm_jobs import (
     JobPaths,
     JobSpec,
@@ -79,28 +77,6 @@ RETRY_SUBMIT_S = 30.0
 ABORT_WAIT_S = 30.0
 
 
-def plan_files(plan: Plan) -> dict[str, str]:
-    """The plan and the prompt and chat-template files beside it that it uses, by path
-    relative to the plan: what a job needs on the cluster (shipped prompt sets come with the
-    tool)."""
-    out = {"plan.toml": plan.text}
-    paths = [
-        find_prompt_set(name, plan.dir) for w in plan.spec.workloads.values() for name in w.prompts
-    ]
-    templates = [
-        plan.spec.server.chat_template,
-        *(c.chat_template for c in plan.spec.configs.values()),
-    ]
-    paths += [Path(p) for t in templates if (p := template_path(t, plan.dir)) is not None]
-    for path in paths:
-        if path is None or not path.is_file():
-            continue
-        with contextlib.suppress(ValueError):
-            rel = path.resolve().relative_to(plan.dir.resolve())
-            out[rel.as_posix()] = path.read_text(encoding="utf-8")
-    return out
-
-
 class SlurmScheduler:
     def __init__(
         self,
@@ -126,6 +102,7 @@ class SlurmScheduler:
         self.jobs: dict[str, JobRun] = {}  # the one live job of each group that has one
         self.submitted: list[JobRun] = []  # submissions of this run, in order (for tests)
         self._next: dict[str, int] = {}
+        self._written: dict[str, int] = {}  # the submission whose files are on the cluster
         self._requeues: dict[str, int] = {}  # ends in a row without a finished cell
         self._given_up: set[str] = set()
         self._retry_at: dict[str, float] = {}
@@ -341,8 +318,11 @@ class SlurmScheduler:
         for job in live:
             info = queue.get(job.job_id)
             if info is not None:
-                changed = (info.state, info.node, info.reason) != (job.state, job.node, job.reason)
-                job.state, job.node, job.reason = info.state, info.node or job.node, info.reason
+                # A pending requeued job shows no node: the one it ran on is kept, and no
+                # event is emitted for an unchanged job each poll.
+                node = info.node or job.node
+                changed = (info.state, node, info.reason) != (job.state, job.node, job.reason)
+                job.state, job.node, job.reason = info.state, node, info.reason
                 if changed:
                     self._changed(job)
                 if info.active:
@@ -370,6 +350,10 @@ class SlurmScheduler:
                 dir=job.paths.dir,
             )
         )
+
+    def _comment(self, job: JobRun) -> str:
+        """The comment its submission gave the job: what proves an id is still ours."""
+        return job_comment(self.key, job.group.id, job.submission)
 
     def _activate(self, job: JobRun) -> None:
         self.jobs[job.group.id] = job
@@ -420,17 +404,30 @@ class SlurmScheduler:
             plan_hash=self.ctx.plan.hash,
             tool_version=__version__,
         )
-        files = {f"{paths.dir}/{rel}": text for rel, text in plan_files(self.ctx.plan).items()}
-        files[paths.spec] = spec.dumps()
-        files[paths.script] = job_script(self.slurm, self.campaign, group, n, self.key)
-        files[paths.mailbox] = ""
-        await self.cluster.write_files(files)
-        self._next[group.id] = n + 1  # the directory is taken, whatever sbatch says
-        job_id = await self.cluster.submit(
-            sbatch_argv(self.slurm, paths.script),
-            comment=job_comment(self.key, group.id, n),
-            id_file=paths.job_id,
-        )
+        if self._written.get(group.id) != n:
+            # Written once per submission: a retry must not empty the mailbox of a job that
+            # an ambiguous sbatch did submit.
+            files = {f"{paths.dir}/{rel}": text for rel, text in job_files(self.ctx.plan).items()}
+            files[paths.spec] = spec.dumps()
+            files[paths.script] = job_script(self.slurm, self.campaign, group, n, self.key)
+            files[paths.mailbox] = ""
+            await self.cluster.write_files(files)
+            self._written[group.id] = n
+        try:
+            job_id = await self.cluster.submit(
+                sbatch_argv(self.slurm, paths.script),
+                comment=job_comment(self.key, group.id, n),
+                id_file=paths.job_id,
+            )
+        except SlurmError as e:
+            # Transient ("Socket timed out", which Slurm says may have submitted) or a lost
+            # SSH reply: the retry keeps this submission and its comment, and ``submit``
+            # looks the job up by that comment before it asks sbatch again, so one group
+            # never gets two jobs.
+            if not e.transient:
+                self._next[group.id] = n + 1
+            raise
+        self._next[group.id] = n + 1
         job = JobRun(group, n, paths, cells=cells, job_id=job_id, state="PENDING")
         job.reason = "submitted"
         self.submitted.append(job)
@@ -459,9 +456,11 @@ class SlurmScheduler:
                 for job in jobs:
                     with contextlib.suppress(SshError, SlurmError):
                         if self._started(job):
-                            await self.cluster.cancel(job.job_id, signal="TERM", batch=True)
+                            await self.cluster.cancel(
+                                job.job_id, signal="TERM", batch=True, comment=self._comment(job)
+                            )
                         else:
-                            await self.cluster.cancel(job.job_id)
+                            await self.cluster.cancel(job.job_id, comment=self._comment(job))
             return
         paused = control.paused
         for job in jobs:
@@ -512,7 +511,7 @@ class SlurmScheduler:
             return False
         for job in list(self.jobs.values()):
             with contextlib.suppress(SshError, SlurmError):
-                await self.cluster.cancel(job.job_id)
+                await self.cluster.cancel(job.job_id, comment=self._comment(job))
         if waited < 2 * grace:
             return False
         names = ", ".join(j.job_id for j in self.jobs.values())
@@ -571,7 +570,7 @@ class SlurmScheduler:
         if not set(pending) <= left:
             return  # a new submission takes the rest, with what was queued since
         try:
-            await self.cluster.requeue(job.job_id)
+            await self.cluster.requeue(job.job_id, comment=self._comment(job))
         except (SshError, SlurmError) as e:
             self.ctx.hub.notice(
                 f"{group.id}: {what}; cannot requeue it ({e}), submitting the rest anew",

@@ -249,19 +249,42 @@ class SlurmCluster:
         end = parse_sacct(res.stdout) if res.ok else None
         return end or JobEnd("UNKNOWN")
 
-    async def cancel(self, job_id: str, *, signal: str | None = None, batch: bool = False) -> None:
+    @staticmethod
+    def _if_ours(job_id: str, comment: str | None, command: Sequence[str]) -> str:
+        """``command`` run only when the controller's job ``job_id`` still carries
+        ``comment``: after a controller lost its state, an id may name someone else's job.
+        A job the controller no longer lists is left to the command (it says so itself)."""
+        line = quote_command(command)
+        if comment is None:
+            return line
+        q = quote
+        return (
+            f"c=$(squeue -h -t all -j {q(job_id)} -o %k 2>/dev/null)\n"
+            f'if [ -n "$c" ] && [ "$c" != {q(comment)} ]; then '
+            f'echo "job {job_id} is not this campaign\'s (its comment is $c)" >&2; exit 3; fi\n'
+            + line
+        )
+
+    async def cancel(
+        self,
+        job_id: str,
+        *,
+        signal: str | None = None,
+        batch: bool = False,
+        comment: str | None = None,
+    ) -> None:
         argv = ["scancel"]
         if signal:
             argv.append(f"--signal={signal}")
         if batch:
             argv.append("--batch")
-        await self.run([*argv, job_id])
+        await self.run(self._if_ours(job_id, comment, [*argv, job_id]))
 
-    async def requeue(self, job_id: str) -> None:
+    async def requeue(self, job_id: str, *, comment: str | None = None) -> None:
         """Put an ended (or running) job back in the queue, eligible at once: Slurm holds a
         requeued job back two minutes, which the coordinator, requeueing a job whose node
-        it saw released, does not need."""
-        await self._checked(["scontrol", "requeue", job_id])
+        it saw released, does not need. With ``comment``, only the job that carries it."""
+        await self._checked(self._if_ours(job_id, comment, ["scontrol", "requeue", job_id]))
         await self.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"])
 
     async def hold(self, job_ids: Iterable[str]) -> None:

@@ -146,6 +146,12 @@ class SlurmSpec(Strict):
     # sbatch --qos.
     qos: str | None = Field(default=None, pattern=SLURM_NAME)
     time_limit: Duration | None = None  # per job; None: the partition's default
+    # CPUs per TP rank: the job asks for cpus_per_tp x TP (sbatch --cpus-per-task); unset, the
+    # cluster's default, often one CPU for the server's ranks and the client together.
+    cpus_per_tp: int | None = Field(default=None, ge=1, le=1024)
+    # Memory of each job, as sbatch --mem takes it ("256G"; "0" for all of the node's); unset:
+    # the cluster's default.
+    mem: str | None = Field(default=None, pattern=r"^[0-9]+[KMGT]?$")
     sbatch_args: list[HostText] = []  # extra sbatch options, e.g. ["--constraint=h200"]
     setup: list[HostText] = []  # shell lines the job runs on the node before the tool
     # A directory the login node and every node see: jobs, their plans and results.

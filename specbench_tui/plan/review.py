@@ -35,6 +35,7 @@ from specbench_tui.plan.slurm_jobs import (
     campaign_key,
     job_paths,
     job_script,
+    job_warnings,
     sbatch_argv,
 )
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -166,6 +167,7 @@ def render_text(r: Review) -> str:
                 job = _job(r, host.slurm, g)
                 out.append(f"{bar}   batch job (submission 1): $ {shlex.join(job['sbatch'])}")
                 out.extend(f"{bar}     | {line}" for line in job["script"].splitlines())
+                out.extend(f"{bar}   warning: {w}" for w in job["warnings"])
             gcells = cells_by_group.get(g.id, [])
             for wname, wcells in groupby(gcells, key=lambda x: x.workload):
                 wcells = list(wcells)
@@ -233,6 +235,7 @@ def _job(r: Review, slurm: SlurmSpec, g: ServiceGroup) -> dict[str, Any]:
         "dir": paths.dir,
         "sbatch": sbatch_argv(slurm, paths.script),
         "script": job_script(slurm, name, g, 1, campaign_key(slurm, name)),
+        "warnings": job_warnings(slurm, g, r.estimate.per_group_s[g.id]),
     }
 
 

@@ -21,6 +21,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from specbench_tui.plan.document import PlanError
+from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.model import SSH_DESTINATION, HostSpec, SlurmSpec
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.layout import ResultsLayout
@@ -54,7 +55,14 @@ MANAGED_SBATCH_OPTIONS = {
     "--test-only": "--test-only",
     "-N": "--nodes",
     "--nodes": "--nodes",
+    "-c": "--cpus-per-task",
+    "--cpus-per-task": "--cpus-per-task",
+    "--mem": "--mem",
 }
+#: The plan keys that set the managed options above which a plan may choose.
+PLAN_KEY_OF = {"--cpus-per-task": "slurm.cpus_per_tp", "--mem": "slurm.mem"}
+#: sbatch options by which a plan asks for CPUs its own way: no warning that a job gets one.
+CPU_OPTIONS = ("--exclusive", "--cpus-per-gpu", "--mincpus", "--ntasks-per-node")
 #: Seconds before the time limit at which the tool is asked (SIGTERM) to stop cleanly, so the
 #: cell in flight is queued again and the job ends before Slurm kills it.
 STOP_BEFORE_LIMIT_S = 120
@@ -245,6 +253,10 @@ def job_script(
         directives.append(f"--qos={slurm.qos}")
     if slurm.time_limit is not None:
         directives.append(f"--time={slurm_time(slurm.time_limit)}")
+    if slurm.cpus_per_tp is not None:
+        directives.append(f"--cpus-per-task={slurm.cpus_per_tp * group.tp}")
+    if slurm.mem is not None:
+        directives.append(f"--mem={slurm.mem}")
     directives += [
         "--nodes=1",
         "--ntasks=1",
@@ -256,19 +268,47 @@ def job_script(
     ]
     q = shlex.quote
     tool = f"{slurm.venv.rstrip('/')}/bin/specbench-tui"
+    # bash as a login shell: the site's profile (and its ``module`` function) is there for
+    # ``setup`` lines such as "module load cuda/12.4", as in an interactive session.
     lines = [
-        "#!/bin/sh",
+        "#!/bin/bash -l",
         f"# specbench-tui: service group {group.id} of campaign {campaign}, "
         f"submission {submission}",
         *(f"#SBATCH {d}" for d in directives),
         "set -e",
         "export PYTHONUNBUFFERED=1",
         f"cd {q(paths.dir)}",
+        # What the job got, in its output: a slow server on one CPU says why.
+        'echo "specbench-tui: job $SLURM_JOB_ID on $(hostname): ${SLURM_CPUS_ON_NODE:-?} '
+        'CPUs, ${SLURM_MEM_PER_NODE:-the default} MB, GPUs ${CUDA_VISIBLE_DEVICES:-none}"',
         *slurm.setup,
         f"exec {q(tool)} {q(paths.plan)} --headless --results {q(paths.results_root)} "
         f"--job {q(paths.spec)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def job_warnings(slurm: SlurmSpec, group: ServiceGroup, estimate_s: float) -> list[str]:
+    """What ``--dry-run`` says of a group's job before it is submitted: a job that would get
+    the cluster's default CPUs (often one, for every TP rank and the client), and a group whose
+    estimated time does not fit the time limit (its job would be stopped and requeued)."""
+    out = []
+    own = any(a.split("=", 1)[0] in CPU_OPTIONS for a in slurm.sbatch_args)
+    if slurm.cpus_per_tp is None and not own:
+        out.append(
+            "the job asks for no CPUs: it gets the cluster's default (often one) for a "
+            f"TP{group.tp} server and the client; set slurm.cpus_per_tp"
+        )
+    if slurm.time_limit is not None:
+        usable = slurm.time_limit - stop_signal_s(slurm)
+        if estimate_s > usable:
+            out.append(
+                f"estimated {format_duration(estimate_s)}, more than the time limit "
+                f"{format_duration(slurm.time_limit)} leaves ({format_duration(usable)} before "
+                "the tool is stopped): the job will be requeued to finish; a cell longer than "
+                "that fails; raise slurm.time_limit"
+            )
+    return out
 
 
 def sbatch_argv(slurm: SlurmSpec, script_path: str) -> list[str]:
@@ -320,11 +360,14 @@ def check_slurm_host(name: str, host: HostSpec) -> list[Any]:
             )
         elif opt in MANAGED_SBATCH_OPTIONS or (opt[:2] in MANAGED_SBATCH_OPTIONS and opt[2:]):
             managed = MANAGED_SBATCH_OPTIONS.get(opt) or MANAGED_SBATCH_OPTIONS[opt[:2]]
+            key = PLAN_KEY_OF.get(managed)
             errs.append(
                 PlanError(
                     (*where, "sbatch_args", i),
-                    f"{managed} is set by the tool (one job per service group on one node, "
-                    "gpu:TP, its name, comment, output and requeue); leave it out",
+                    f"{managed} is set by the tool from {key} (per TP size); set that instead"
+                    if key
+                    else f"{managed} is set by the tool (one job per service group on one "
+                    "node, gpu:TP, its name, comment, output and requeue); leave it out",
                 )
             )
     for k in s.env:

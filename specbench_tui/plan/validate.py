@@ -16,6 +16,7 @@ from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_c
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.log_patterns import compile_pattern
 from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, SSH_DESTINATION, PlanSpec
+from specbench_tui.plan.slurm_files import check_job_files
 from specbench_tui.plan.slurm_jobs import check_slurm_host
 
 _SAFE = re.compile(SAFE_NAME)
@@ -36,6 +37,7 @@ def check_plan(plan: Plan) -> list[PlanError]:
         + _check_workloads(plan, configs)
         + check_templates(plan, configs)
         + check_prompt_sets(plan)
+        + check_job_files(plan)
         + _check_baseline(spec, configs)
         + _check_logs(spec)
         + _check_programs(spec)

@@ -223,6 +223,9 @@ class CampaignState:
         self.host_states: dict[str, HostState] = {}
         # The latest state of each group's batch job on a Slurm host, by group id.
         self.jobs: dict[str, SlurmJobChanged] = {}
+        # Every Slurm job a group ran as, with the last node it was seen on (the report's
+        # environment names them: a group requeued or submitted again ran in several).
+        self.job_nodes: dict[str, dict[str, str]] = {}
         # The dry-run estimate the latest run started with (None: a log from before it was
         # recorded).
         self.estimate: EstimateRecorded | None = None
@@ -527,6 +530,9 @@ class CampaignState:
 
     def _slurm_job(self, ev: SlurmJobChanged) -> None:
         self.jobs[ev.group] = ev
+        if ev.job_id:
+            nodes = self.job_nodes.setdefault(ev.group, {})
+            nodes[ev.job_id] = ev.node or nodes.get(ev.job_id, "")
 
     def _paused(self, ev: Paused) -> None:
         self.paused, self.paused_by = True, ev.by

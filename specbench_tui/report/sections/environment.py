@@ -117,22 +117,28 @@ def build(inp: Inputs) -> Section:
         env = dict(g.group.env) if g.group is not None else {}
         env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         line = shlex.join(g.command)
-        cmd_rows.append(
-            [
-                Cell(g.id, code=True),
-                Cell(",".join(str(i) for i in g.gpu_ids) or "—"),
-                Cell((env_text + " " if env_text else "") + line, code=True),
-            ]
-        )
-    if cmd_rows:
-        sec.add(
-            Table(
-                "Server command line of every service group",
-                [Column("Group", "p", 0.2), Column("GPUs", "l"), Column("Command", "p", 0.66)],
-                cmd_rows,
-                small=True,
+        row = [
+            Cell(g.id, code=True),
+            Cell(",".join(str(i) for i in g.gpu_ids) or "—"),
+            Cell((env_text + " " if env_text else "") + line, code=True),
+        ]
+        if st.job_nodes:
+            jobs = st.job_nodes.get(g.id, {})
+            row.insert(
+                2,
+                Cell(", ".join(f"{j} on {n or '?'}" for j, n in jobs.items()) or "—"),
             )
-        )
+        cmd_rows.append(row)
+    if cmd_rows:
+        cols = [Column("Group", "p", 0.2), Column("GPUs", "l"), Column("Command", "p", 0.66)]
+        if st.job_nodes:  # a Slurm campaign: which job ran each group, and where
+            cols = [
+                Column("Group", "p", 0.18),
+                Column("GPUs", "l"),
+                Column("Slurm job on node", "p", 0.14),
+                Column("Command", "p", 0.52),
+            ]
+        sec.add(Table("Server command line of every service group", cols, cmd_rows, small=True))
     return sec
 
 
