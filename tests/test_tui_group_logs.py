@@ -5,6 +5,7 @@ through the running groups, and the plots draw one labelled series per running g
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.pilot import Pilot
@@ -16,6 +17,7 @@ from specbench_tui.tui.group_logs import GroupLogs, stored_log_tail
 from specbench_tui.tui.log_pane import LogPane
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.plots import LivePlot
+from tests.conftest import MINIMAL_PLAN
 from tests.support.scripted import ScriptedControl, packed_campaign
 
 pytestmark = pytest.mark.console
@@ -126,3 +128,59 @@ def test_group_logs_are_bounded_and_a_stored_log_is_read_from_its_end(tmp_path: 
     path.write_text("".join(f"line {i}\n" for i in range(10)))
     assert stored_log_tail(path, 3) == ["line 7", "line 8", "line 9"]
     assert stored_log_tail(tmp_path / "missing.log") is None
+
+
+PACKED_TWO_HOSTS = (
+    MINIMAL_PLAN.replace('name = "t"', 'name = "t"\npack = true')
+    .replace("speed = 50", "speed = 4")
+    .replace("[server]", "[hosts.sim2]\nsim = true\ngpus = 4\nspeed = 4\n\n[server]")
+    .replace("tp = [1]", 'tp = [1]\nhosts = ["sim", "sim2"]')
+    .replace("max_tokens = [32]", "max_tokens = [32, 48]\nrepeats = 2")
+)
+
+
+@pytest.mark.system
+async def test_a_real_packed_two_host_run_shows_each_groups_log_and_series(
+    write_plan: Any, tmp_path: Path
+) -> None:
+    """Four servers at once on two simulated hosts: selecting each running group shows that
+    group's own lines and title, and the plots draw a series per running group."""
+    from specbench_tui.engine.campaign import Campaign, CampaignOptions
+    from specbench_tui.plan.loader import load_plan
+    from specbench_tui.results.layout import ResultsLayout
+
+    plan = load_plan(write_plan(PACKED_TWO_HOSTS))
+    layout = ResultsLayout.for_campaign(tmp_path, plan.spec.campaign.name)
+    app = ConsoleApp(Campaign.prepare(plan, layout, CampaignOptions()), results_source=None)
+    async with app.run_test(size=SIZE) as pilot:
+        running: list[str] = []
+        for _ in range(600):
+            await pilot.pause(0.1)
+            p = app.progress
+            running = [g for g in p.running_groups if app.group_logs.has(g)]
+            if len(running) >= 3 and any(c.requests_done for c in p.cells.values()):
+                break
+        assert len(running) >= 3, (list(app.progress.running_groups), app.progress.counts)
+        assert {app.progress.groups[g].host for g in running} == {"sim", "sim2"}
+        seen: dict[str, list[str]] = {}
+        for gid in running:
+            await select(pilot, app, NodeRef("group", gid))
+            pane = app.main.query_one(LogPane)
+            assert pane.group == gid
+            assert title(app).startswith(f"Log · {gid} · running")
+            kept = app.group_logs.lines(gid)
+            shown = log_text(app)
+            assert shown and shown[-1] in kept[-50:]
+            seen[gid] = kept
+            plot = app.main.query_one("#plot-tok_s", LivePlot)
+            assert plot.drawn_groups is not None and gid in plot.drawn_groups
+            assert plot.drawn_groups[gid].startswith("▸")
+        # each group's log is its own, not one stream shown under every name
+        assert len({tuple(lines) for lines in seen.values()}) == len(seen)
+        await pilot.press("a", "y")
+        for _ in range(300):
+            await pilot.pause(0.1)
+            if not app.engine_running():
+                break
+        await pilot.press("q")
+        await pilot.pause(0.2)
