@@ -305,6 +305,10 @@ def test_the_reducer_folds_energy_into_the_attempt_it_names() -> None:
     state.apply(CellFinished(cell_id="c1", group="sim.ar.tp1", attempt=2, ts=2.0))
     state.apply(CellEnergy(cell_id="c1", attempt=1, figures={"gpu_energy_j": 1.0}))
     assert "gpu_energy_j" not in state.cells["c1"].figures  # an earlier attempt's
+    # Until it has its energy (or on a host without telemetry, ever) the row has the columns,
+    # null: a run's cells.parquet has one shape with or without GPU telemetry.
+    (before,) = cell_rows(state)
+    assert all(before[k] is None for k in ENERGY_COLUMNS)
     state.apply(CellEnergy(cell_id="c1", attempt=2, figures={"gpu_energy_j": 2.0}))
     (row,) = cell_rows(state)
     assert row["gpu_energy_j"] == 2.0 and row["wall_s"] == 0.0

@@ -44,27 +44,16 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from specbench_tui.results.records import ENERGY_COLUMNS
+
 #: A gap between two samples of one GPU, inside a window, over which no figure is trusted.
 MAX_GAP_S = 3.0
 #: Fewer samples per GPU inside the window than this is "low confidence".
 MIN_SAMPLES = 20
 
-Method = Literal["nvml_counter", "power_integral"]
+__all__ = ["ENERGY_COLUMNS", "CellEnergy", "PowerSample", "cell_energy", "idle_power"]
 
-#: The figures a ``cell_energy`` event carries, which are columns of ``cells.parquet``.
-ENERGY_COLUMNS: tuple[str, ...] = (
-    "gpu_energy_j",
-    "j_per_output_token",
-    "j_per_output_token_above_idle",
-    "avg_power_w",
-    "idle_power_w",
-    "energy_method",
-    "energy_valid",
-    "energy_note",
-    "energy_samples",
-    "energy_window_s",
-    "energy_output_tokens",
-)
+Method = Literal["nvml_counter", "power_integral"]
 
 
 @dataclass(frozen=True)

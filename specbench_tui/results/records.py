@@ -94,3 +94,21 @@ class RequestRecord(Measurement, RequestIdentity):
 
 MEASUREMENT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Measurement))
 REQUEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+
+
+#: A finished cell's GPU board energy columns (``bench/energy.py`` defines them; its
+#: ``cell_energy`` event fills them). Every finished cell's row has them, null where the host's
+#: GPUs were not read, so that a run's cells.parquet has one shape with or without telemetry.
+ENERGY_COLUMNS: tuple[str, ...] = (
+    "gpu_energy_j",
+    "j_per_output_token",
+    "j_per_output_token_above_idle",
+    "avg_power_w",
+    "idle_power_w",
+    "energy_method",
+    "energy_valid",
+    "energy_note",
+    "energy_samples",
+    "energy_window_s",
+    "energy_output_tokens",
+)

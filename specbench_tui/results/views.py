@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.results.records import ENERGY_COLUMNS
 from specbench_tui.results.schema import CELL_IDENTITY, REQUEST_SCHEMA, TELEMETRY_SCHEMA
 from specbench_tui.results.state import CampaignState
 
@@ -53,6 +54,7 @@ def cell_rows(state: CampaignState, *, simulated: bool | None = None) -> list[di
             "packed": bool(g is not None and g.group is not None and g.group.packed),
         }
         if c.status == "done":
+            row.update(dict.fromkeys(ENERGY_COLUMNS))  # null until its cell_energy, if ever
             row.update(c.figures)
         rows.append(row)
     return rows
