@@ -873,7 +873,12 @@ def test_a_job_id_that_names_another_job_is_neither_requeued_nor_cancelled(
     from specbench_tui.hosts.slurm import SlurmError
 
     out = clean_slurm.run(
-        "sbatch", "--parsable", "--partition=gpu", "--comment=someone-else", "--wrap=sleep 120"
+        "sbatch",
+        "--parsable",
+        "--partition=gpu",
+        "--comment=someone-else",
+        f"--output={tmp_path}/other-%j.out",
+        "--wrap=sleep 120",
     ).stdout
     job_id = out.strip().split(";")[0]
     ours = "specbench:k3y:cluster.ar.tp1:1"

@@ -35,6 +35,7 @@ import polars as pl
 from specbench_tui.engine.cell_runner import durably, request_done_event
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle
+from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.plan.slurm_jobs import JobPaths
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
@@ -101,7 +102,8 @@ class JobRun:
     events_offset: int = 0
     events_buf: bytes = b""
     log_offset: int = 0
-    log_buf: bytes = b""
+    # The server log's lines, the one in progress kept (each at most 1 MiB: hosts/lines.py).
+    log_lines: LineSplitter = field(default_factory=LineSplitter)
     starts: int = 0  # runs of the tool seen in its log (a requeue starts one more)
     tool_exit: int | None = None  # the last run's exit status, when it ended by itself
     finished_since_start: int = 0  # cells it finished since its tool last started

@@ -37,6 +37,7 @@ from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.job_fold import JobFolder, JobRun
 from specbench_tui.engine.run_control import StorageFailed
+from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.hosts.slurm import (
     NODE_ENDS,
     SlurmCluster,
@@ -261,9 +262,9 @@ class SlurmScheduler:
             if lines:
                 job.log_offset += len(lines)
                 if follow_log:
-                    self._log_lines(job, job.log_buf + lines)
+                    self._log_lines(job, lines)
                 else:
-                    job.log_buf = b""
+                    job.log_lines = LineSplitter()
         return True
 
     async def _fold_lines(self, job: JobRun) -> None:
@@ -283,7 +284,7 @@ class SlurmScheduler:
             job.events_buf = rest
 
     def _log_lines(self, job: JobRun, data: bytes) -> None:
-        *lines, job.log_buf = data.split(b"\n")
+        lines = job.log_lines.feed(data)
         if not lines:
             return
         on_line = self.ctx.log_lines.on_line(job.group.id)
