@@ -479,3 +479,15 @@ def test_on_the_h200_capture_both_methods_agree_within_five_percent() -> None:
     # Five samples lost mid-load: a 6 s gap, no valid figure.
     gapped = [s for s in samples if not busy[20] <= s.t <= busy[24]]
     assert not cell_energy(gapped, window, [0], 36160).energy_valid
+
+
+def test_groups_run_as_slurm_jobs_say_where_their_energy_stays(tmp_path: Path) -> None:
+    b = ResultsBuilder(tmp_path / "res")
+    b.cell("c1", "ar", 1, "single", "single", host="cluster")
+    gid = "cluster.ar.tp1"
+    b.groups[gid] = dataclasses.replace(b.groups[gid], host_kind="slurm")
+    b.finished("c1", [{"output_tokens": 10}])
+    sec = energy_section.build(load_inputs(b.write()))
+    assert sec is not None and not sec.tables()
+    md, _ = render_texts(build_report(b.root))
+    assert "No GPU board energy for the groups on cluster" in md

@@ -52,7 +52,27 @@ def build(inp: Inputs) -> Section | None:
         c for c in inp.state.cells.values() if c.status == "done" and "energy_valid" in c.figures
     ]
     if not recorded:
-        return None
+        on_slurm = sorted(
+            {
+                g.group.host
+                for g in inp.state.groups.values()
+                if g.group and g.group.host_kind == "slurm"
+            }
+        )
+        if not on_slurm:
+            return None
+        # Said, as the telemetry section says it, so that a cluster's report has a local
+        # run's shape and a reader does not look for figures that were never made here.
+        return Section(TITLE).add(
+            Para(
+                text(
+                    f"No GPU board energy for the groups on {', '.join(on_slurm)}: each ran "
+                    "as a Slurm batch job, whose GPU samples and energy records stay in the "
+                    "job's own results directory on the cluster (they are not folded into "
+                    "the campaign)."
+                )
+            )
+        )
     sec = Section(TITLE)
     sec.add(
         Para(
