@@ -18,6 +18,7 @@ from specbench_tui.tui.log_pane import LogPane
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.plots import LivePlot
 from tests.conftest import MINIMAL_PLAN
+from tests.support.console_pilot import frozen_app, settle
 from tests.support.scripted import ScriptedControl, packed_campaign
 
 pytestmark = pytest.mark.console
@@ -27,18 +28,7 @@ RUNNING = ("h100.ar.tp8", "sim.dflash.tp1", "sim.ddtree-16.tp1", "sim.ddtree-16.
 
 
 def make_app() -> tuple[ConsoleApp, ScriptedControl]:
-    events = packed_campaign()
-    control = ScriptedControl(events)
-    frozen = events[-1].ts + 1.0
-    return ConsoleApp(control, clock=lambda: frozen, results_source=None), control
-
-
-async def settle(pilot: Pilot[int], app: ConsoleApp) -> None:
-    for _ in range(100):
-        await pilot.pause(0.02)
-        if not len(app.inbox) and app.frames:
-            break
-    await pilot.pause(0.06)
+    return frozen_app(packed_campaign())
 
 
 def log_text(app: ConsoleApp) -> list[str]:

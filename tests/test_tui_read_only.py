@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Log, Static
 from textual.widgets._footer import FooterKey
 
@@ -22,18 +21,11 @@ from specbench_tui.tui.log_pane import LogPane
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.screens import ConfirmScreen
 from tests.conftest import MINIMAL_PLAN, ROOT
+from tests.support.console_pilot import settle
 
 pytestmark = [pytest.mark.console, pytest.mark.system]
 
 SIZE = (120, 40)
-
-
-async def settle(pilot: Pilot[int], app: ConsoleApp) -> None:
-    for _ in range(100):
-        await pilot.pause(0.02)
-        if not len(app.inbox) and app.frames:
-            break
-    await pilot.pause(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +55,7 @@ async def test_a_finished_campaign_is_a_read_only_view_with_its_stored_logs(
     assert isinstance(control, ReplayControl)
     app = ConsoleApp(control, results_source=None)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app)
+        await settle(pilot, app, 0.1)
         banner = app.main.query_one("#banner", Static)
         assert banner.display
         text = str(banner.render())
@@ -74,7 +66,7 @@ async def test_a_finished_campaign_is_a_read_only_view_with_its_stored_logs(
         for key in ("p", "s", "r", "a", "g", "R"):
             app._notifications.clear()
             await pilot.press(key)
-            await settle(pilot, app)
+            await settle(pilot, app, 0.1)
             assert not isinstance(app.screen, ConfirmScreen), key
             said = [n.message for n in app._notifications]
             assert len(said) == 1 and said[0].startswith("read-only view"), (key, said)
@@ -83,7 +75,7 @@ async def test_a_finished_campaign_is_a_read_only_view_with_its_stored_logs(
         for gid in app.progress.groups:
             app.follow = False
             app.main.query_one(PlanTree).reveal(NodeRef("group", gid))
-            await settle(pilot, app)
+            await settle(pilot, app, 0.1)
             pane = app.main.query_one(LogPane)
             assert pane.group == gid
             assert str(pane.border_title).startswith(f"Log · {gid} · stored log")

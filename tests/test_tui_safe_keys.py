@@ -12,6 +12,7 @@ from textual.pilot import Pilot
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.screens import ConfirmScreen
+from tests.support.console_pilot import frozen_app, settle
 from tests.support.scripted import ScriptedControl, sample_campaign
 
 pytestmark = pytest.mark.console
@@ -20,18 +21,7 @@ SIZE = (120, 40)
 
 
 def make_app() -> tuple[ConsoleApp, ScriptedControl]:
-    events_ = sample_campaign()
-    control = ScriptedControl(events_)
-    frozen = events_[-1].ts + 1.0
-    return ConsoleApp(control, clock=lambda: frozen, results_source=None), control
-
-
-async def settle(pilot: Pilot[int], app: ConsoleApp) -> None:
-    for _ in range(100):
-        await pilot.pause(0.02)
-        if not len(app.inbox) and app.frames:
-            break
-    await pilot.pause(0.06)
+    return frozen_app(sample_campaign())
 
 
 async def answered(pilot: Pilot[int], app: ConsoleApp, control: ScriptedControl, n: int) -> None:
