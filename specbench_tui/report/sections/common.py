@@ -88,6 +88,18 @@ def where(host: str, tp: Any, hosts: int) -> str:
     return f"TP {tp} on {host}" if host else f"TP {tp}"
 
 
+def slurm_hosts(inp: Inputs) -> list[str]:
+    """Hosts whose groups ran as Slurm batch jobs: their GPU samples and energy stay on the
+    nodes, which the telemetry and energy sections say rather than leave out."""
+    return sorted(
+        {
+            g.group.host
+            for g in inp.state.groups.values()
+            if g.group and g.group.host_kind == "slurm"
+        }
+    )
+
+
 def hosts_of(df: pl.DataFrame) -> list[str]:
     if df.height == 0 or "host" not in df.columns:
         return []

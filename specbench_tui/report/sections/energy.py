@@ -17,6 +17,7 @@ from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Bullets, Cell, Column, Para, Section, Table, text
 from specbench_tui.report.frames import marked, workload_names
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import slurm_hosts
 
 TITLE = "GPU board energy"
 MAX_LISTED = 12  # invalid cells named one by one; the rest are counted
@@ -52,13 +53,7 @@ def build(inp: Inputs) -> Section | None:
         c for c in inp.state.cells.values() if c.status == "done" and "energy_valid" in c.figures
     ]
     if not recorded:
-        on_slurm = sorted(
-            {
-                g.group.host
-                for g in inp.state.groups.values()
-                if g.group and g.group.host_kind == "slurm"
-            }
-        )
+        on_slurm = slurm_hosts(inp)
         if not on_slurm:
             return None
         # Said, as the telemetry section says it, so that a cluster's report has a local

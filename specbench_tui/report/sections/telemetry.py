@@ -23,6 +23,7 @@ from specbench_tui.report.blocks import (
 )
 from specbench_tui.report.frames import marked
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import slurm_hosts
 
 MAX_POINTS = 120  # per series: enough for the shape, few enough for pgfplots
 
@@ -95,13 +96,7 @@ def _over_time(df: pl.DataFrame, t0: float, col: str) -> list[Point]:
 def build(inp: Inputs) -> Section | None:
     per_group = group_samples(inp)
     if not per_group:
-        on_slurm = sorted(
-            {
-                s.group.host
-                for s in inp.state.groups.values()
-                if s.group and s.group.host_kind == "slurm"
-            }
-        )
+        on_slurm = slurm_hosts(inp)
         if not on_slurm:
             return None
         # Said rather than left out, so that a cluster's report has a local run's shape and
