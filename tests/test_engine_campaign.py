@@ -235,3 +235,36 @@ def test_identical_greedy_outputs_raise_no_warning(write_plan, tmp_path: Path) -
         "All compared outputs match the baseline"
         in (tmp_path / "res" / "t" / "report.md").read_text()
     )
+
+
+def test_a_truncated_part_is_said_headless_and_its_cell_runs_again(write_plan, tmp_path) -> None:
+    """The store's notice reaches a headless run's output, and the run measures the cell again
+    (a new attempt; the other cells keep their rows and are not run again)."""
+    from specbench_tui.results.layout import ResultsLayout
+
+    plan = write_plan(PLAN)
+    results = tmp_path / "res"
+    root = results / "t"
+    first = headless(plan, results)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = events(root)
+    done = [e for e in before if e["event"] == "cell_finished"]
+    victim = done[1]
+    layout = ResultsLayout(root)
+    part = layout.part_path(victim["cell_id"], victim["attempt"])
+    part.write_bytes(part.read_bytes()[:300])
+
+    again = headless(plan, results)
+    assert again.returncode == 0, again.stdout + again.stderr
+    said = [line for line in again.stdout.splitlines() if part.name in line]
+    assert said and "could not be read" in said[0] and "runs again" in said[0], again.stdout
+    second = events(root)[len(before) :]
+    rerun = [e for e in second if e["event"] == "cell_finished"]
+    assert [(e["cell_id"], e["attempt"]) for e in rerun] == [
+        (victim["cell_id"], victim["attempt"] + 1)
+    ]
+    assert not part.exists() and any(p.name.startswith(part.name) for p in layout.set_aside.iterdir())
+    req = pl.read_parquet(root / "requests.parquet")
+    cells = pl.read_parquet(root / "cells.parquet")
+    counted = req.join(cells.select("cell_id", "attempt"), on=["cell_id", "attempt"])
+    assert counted.height == 2 * (8 + 12)  # every cell's rows, the victim's from its rerun

@@ -260,6 +260,44 @@ async def test_long_line_and_multivalued_message(
         await ssh.close()
 
 
+HUGE_LINE = """
+import sys
+sys.stdout.write("B" * 20_000_000)
+sys.stdout.write("\\nafter\\n")
+sys.stdout.flush()
+"""
+
+
+async def test_a_20_mb_line_without_newline_reaches_the_log_in_pieces(
+    ssh: SshConnection,
+    systemd_host: SystemdHost,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """journald splits a line at its LineMax, so the tail sees bounded entries and the line
+    after it arrives; nothing on this path holds or rejoins the 20 MB."""
+    lines: list[str] = []
+    group = command_group(free_port(), sys.executable, "-c", HUGE_LINE, gid="huge.tp1")
+    svc = SystemdService(
+        group,
+        ssh,
+        tmp_path / "h.log",
+        lines.append,
+        campaign="demo",
+        workdir=str(systemd_host.root / "work"),
+        python=sys.executable,
+    )
+    try:
+        await svc.start()
+        await asyncio.wait_for(svc.wait_exit(), 60)
+        await wait_for(lambda: "after" in lines, what="the line after the long one", timeout_s=120)
+        pieces = [line for line in lines if line.startswith("B")]
+        assert max(map(len, pieces)) <= 1 << 20
+        assert sum(map(len, pieces)) > 1_000_000  # the line is there, in journald's pieces
+    finally:
+        await svc.stop(grace_s=2)
+        await ssh.close()
+
+
 SHOW = (
     "import json, os, sys; print('ENV ' + json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(),"
     " 'home': os.environ.get('HOME'), 'path': os.environ.get('PATH')}), flush=True)"

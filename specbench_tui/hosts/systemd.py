@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from specbench_tui.hosts.lines import CUT_MARK
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
     NoticeCallback,
@@ -113,6 +114,9 @@ def _field_value(value: Any) -> str | None:
         except (TypeError, ValueError):
             return None
     return str(value)
+
+
+_CUT_TEXT = CUT_MARK.decode()
 
 
 def journal_message(entry: Mapping[str, Any]) -> str | None:
@@ -586,6 +590,8 @@ class SystemdService(RemoteService):
         try:
             entry = json.loads(line)
         except ValueError:
+            if line.endswith(_CUT_TEXT):  # journald's LineMax raised past 1 MiB: say it
+                self._write_log(f"----- a journal entry of {self.unit} over 1 MiB was left out")
             return
         if not isinstance(entry, dict):
             return
