@@ -358,7 +358,9 @@ def test_the_agent_reads_the_energy_counter(tmp_path: Path) -> None:
 # --- the report -----------------------------------------------------------------------------
 
 
-def _results(tmp_path: Path, *, energy: bool = True) -> Path:
+def _results(tmp_path: Path, *, energy: bool = True, baseline: bool = False) -> Path:
+    """Two configs, two cells each; with ``baseline``, ``ar`` is the plan's baseline and
+    ``dflash`` decodes twice as fast, so its speed-up is known."""
     b = ResultsBuilder(tmp_path / "res")
     for config in ("ar", "dflash"):
         for i in range(2):
@@ -368,7 +370,8 @@ def _results(tmp_path: Path, *, energy: bool = True) -> Path:
         b.ready(f"sim.{config}.tp1")
         for i in range(2):
             cid = f"{config}{i}"
-            b.finished(cid, [{"output_tokens": 1000}])
+            fast = baseline and config == "dflash"
+            b.finished(cid, [{"output_tokens": 1000, "e2e_s": 0.55 if fast else 1.05}])
             if energy:
                 valid = not (config == "dflash" and i == 1)
                 joules = 5000.0 if config == "ar" else 3000.0
@@ -382,7 +385,7 @@ def _results(tmp_path: Path, *, energy: bool = True) -> Path:
                     CellEnergy(cell_id=cid, group=f"sim.{config}.tp1", figures=figures, ts=b.now())
                 )
     b.telemetry({"time": [1.0, 2.0], "host": ["sim"] * 2, "gpu": [7, 7], "power_w": [1.0, 2.0]})
-    return b.write()
+    return b.write(plan="[campaign]\nname = 'syn'\nbaseline = 'ar'\n" if baseline else "")
 
 
 def test_the_report_shows_gpu_board_energy_per_config(tmp_path: Path) -> None:
@@ -421,6 +424,50 @@ def test_the_report_shows_gpu_board_energy_per_config(tmp_path: Path) -> None:
     )
 
 
+def test_energy_per_token_stands_beside_the_speed_up(tmp_path: Path) -> None:
+    """The per-TP table gives J/token next to the speed-up, and the energy section sets each
+    config's J/token against the baseline's in the same scope, with its speed-up."""
+    from specbench_tui.report.frames import comparison
+    from specbench_tui.report.sections import single
+
+    root = _results(tmp_path, baseline=True)
+    inp = load_inputs(root)
+    cmp = {r["config"]: r for r in comparison(inp).to_dicts()}
+    assert cmp["dflash"]["speedup"] == pytest.approx(2.0, rel=0.01)
+    # Pooled over the valid cells only (dflash's second is not valid): 3000 J / 1000 tokens.
+    assert cmp["dflash"]["j_per_token"] == pytest.approx(3.0)
+    assert cmp["ar"]["j_per_token"] == pytest.approx(5.0)
+    assert cmp["ar"]["j_per_token_above_idle"] == pytest.approx(2.6)
+
+    (tp_table,) = single.build(inp).tables()
+    titles = [c.title for c in tp_table.columns]
+    assert titles.index("J/token") == titles.index("Speed-up [95% CI]") + 5
+    row = {r[0].text: dict(zip(titles, (c.text for c in r), strict=True)) for r in tp_table.rows}
+    assert row["ar"]["J/token"] == "5.0000" and row["ar"]["J/token above idle"] == "2.6000"
+
+    from specbench_tui.report.sections import summary
+
+    (answers,) = [
+        t for t in summary.build(inp, None).tables() if t.caption.startswith("The fastest")
+    ]
+    titles = [c.title for c in answers.columns]
+    assert titles[titles.index("Speed-up [95% CI]") + 1 :][:2] == ["J/token", "J/token above idle"]
+    (top,) = answers.rows
+    assert [c.text for c in top][titles.index("J/token")] == "3.0000"  # dflash, the fastest
+
+    sec = energy_section.build(inp)
+    assert sec is not None
+    against = [t for t in sec.tables() if t.caption.startswith("Energy per token against")]
+    (t,) = against
+    titles = [c.title for c in t.columns]
+    (r,) = [dict(zip(titles, (c.text for c in r), strict=True)) for r in t.rows]
+    assert r["J/token"] == "3.0000" and r["J/token vs baseline"] == "0.60x"
+    assert r["Speed-up [95% CI]"].startswith("2.0")
+    md, tex = render_texts(build_report(root))
+    assert "Energy per token against speed-up" in md and "J/token vs baseline" in md
+    assert "Energy per token against speed-{}up" in tex and "only marks" in tex
+
+
 def test_older_results_without_energy_still_report(tmp_path: Path) -> None:
     root = _results(tmp_path, energy=False)
     assert energy_section.build(load_inputs(root)) is None
@@ -434,7 +481,7 @@ def test_the_energy_tables_fit_the_pdf_page(tmp_path: Path) -> None:
 
     from specbench_tui.report.render import render_report
 
-    root = _results(tmp_path)
+    root = _results(tmp_path, baseline=True)  # with the energy-against-speed-up table and chart
     render_report(root)
     assert overfull_boxes(root / "report.tex", tmp_path / "tex") == []
 

@@ -38,6 +38,7 @@ import polars as pl
 
 from specbench_tui.bench.figures import DecodeTotal, decode_parts_expr
 from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length
+from specbench_tui.report.energy_pool import energy_valid, pool_energy
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.inputs import known_configs as known_configs_of
 from specbench_tui.report.stats import Mean, Ratio, distinguishable, from_moments, ratio_ci
@@ -473,6 +474,8 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "accept_len_weighted",
     "acceptance_rate",
     "cell_throughput_tok_s",
+    "j_per_token",
+    "j_per_token_above_idle",
     "failed_check",
     "unchecked",
     "check_reason",
@@ -558,6 +561,9 @@ def comparison(inp: Inputs) -> pl.DataFrame:
       tokens, where the engine gave them): null without speculative decoding.
     - ``cell_throughput_tok_s``: concurrency rows only, all output tokens over the cell's
       measured window (the cell's own summary).
+    - ``j_per_token``, ``j_per_token_above_idle``: GPU board energy per output token of the
+      row's cells whose energy is valid (``report/energy_pool.py``); null where the host's
+      GPUs were not read.
     - ``failed_check`` (bool): the config failed a correctness check at this host and TP;
       ``unchecked`` (bool): it has outputs no verdict covers (its baseline never ran there, or
       the campaign ended before a comparison); ``check_reason``: why, for either. Such a row
@@ -584,6 +590,7 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
     acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
     thr = _cell_throughput(inp)
+    energy = cell_energy(inp)
     flags = df.group_by(keys).agg(pl.col("packed").any(), pl.col("between_runs").any())
     ran_packed = {tuple(r[k] for k in keys): bool(r["packed"]) for r in flags.to_dicts()}
     across = {tuple(r[k] for k in keys): bool(r["between_runs"]) for r in flags.to_dicts()}
@@ -613,6 +620,8 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "accept_len_weighted": a.get("accept_len_weighted"),
                 "acceptance_rate": a.get("acceptance_rate"),
                 "cell_throughput_tok_s": thr.get(k) if it.key["kind"] == "concurrency" else None,
+                "j_per_token": energy.get(k, {}).get("j_per_token"),
+                "j_per_token_above_idle": energy.get(k, {}).get("j_per_token_above_idle"),
                 "failed_check": bool(it.failed_check),
                 "unchecked": bool(it.unchecked),
                 "check_reason": it.failed_check or it.unchecked or None,
@@ -665,6 +674,21 @@ def _cell_throughput(inp: Inputs) -> dict[tuple[Any, ...], float]:
         if r.get("throughput_tok_s") is not None:
             got.setdefault(k, []).append(float(r["throughput_tok_s"]))
     return {k: sum(v) / len(v) for k, v in got.items()}
+
+
+def cell_energy(inp: Inputs) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """GPU board energy per comparison key, pooled over its valid cells (``energy_pool``)."""
+    cells = cell_figures(inp)
+    if cells.height == 0 or "energy_valid" not in cells.columns:
+        return {}
+    got: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    _, controls = group_kinds(inp)
+    for r in cells.to_dicts():
+        if r["group"] in controls or not energy_valid(r):
+            continue
+        k = (r["host"], r["tp"], r["kind"], r["workload"], r["concurrency"], r["config"])
+        got.setdefault(k, []).append(r)
+    return {k: pool_energy(v) for k, v in got.items()}
 
 
 def scopes(

@@ -28,6 +28,8 @@ from specbench_tui.report.sections.common import (
     compared,
     config_cell,
     decode_cell,
+    energy_cells,
+    energy_columns,
     note,
     speedup_cell,
     workload_section,
@@ -120,6 +122,7 @@ def build(inp: Inputs) -> Section | None:
                         Cell(f.fnum(last["mean"].mean if last else None, 1)),
                         Cell(f.count(round(last["context"])) if last else f.MISSING),
                         Cell(f.share(last.get("cached")) if last else f.MISSING),
+                        *energy_cells(r, rows),
                         Cell(note(r)),
                     ]
                 )
@@ -136,6 +139,7 @@ def build(inp: Inputs) -> Section | None:
                         Column("TTFT last turn ms"),
                         Column("Context last turn"),
                         Column("Cached last turn"),
+                        *energy_columns(rows),
                         Column("", "l"),
                     ],
                     out,

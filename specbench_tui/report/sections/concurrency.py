@@ -29,6 +29,7 @@ from specbench_tui.report.blocks import (
 from specbench_tui.report.frames import (
     DECODE_PARTS,
     baseline,
+    cell_energy,
     cell_figures,
     config_rank,
     marked,
@@ -197,6 +198,16 @@ def _series(
     return out
 
 
+def _joules(
+    joules: dict[tuple[Any, ...], dict[str, Any]], r: dict[str, Any], workload: str
+) -> list[Cell]:
+    """The level's J/token cell, where the table has that column."""
+    if not joules:
+        return []
+    k = (r["host"], r["tp"], KIND, workload, r["concurrency"], r["config"])
+    return [Cell(f.fnum(joules.get(k, {}).get("j_per_token"), 4))]
+
+
 def build(inp: Inputs) -> Section | None:
     lv = level_frame(inp)
     if lv.height == 0:
@@ -224,6 +235,7 @@ def build(inp: Inputs) -> Section | None:
         )
     )
     parts = sorted(lv.partition_by("workload", as_dict=True).items())
+    energy = cell_energy(inp)
     for (workload,), wpart in parts:
         wsec = workload_section(sec, workload, len(parts))
         for host, tp in sorted({(r["host"], r["tp"]) for r in wpart.to_dicts()}):
@@ -244,6 +256,9 @@ def build(inp: Inputs) -> Section | None:
                 Column(f"{itl_short} p50 ms"),
                 Column(f"{itl_short} p99 ms"),
             ]
+            joules = {k: v for k, v in energy.items() if k[:2] == (host, tp)}
+            if joules:
+                cols.append(Column("J/token"))
             out = [
                 [
                     Cell(marked(inp, r["config"], host, [tp])),
@@ -262,6 +277,7 @@ def build(inp: Inputs) -> Section | None:
                     Cell(f.ms(r["tpot_p50"])),
                     Cell(_gap(r, f"{itl}_p50")),
                     Cell(_gap(r, f"{itl}_p99")),
+                    *_joules(joules, r, workload),
                 ]
                 for r in rows
             ]

@@ -10,41 +10,29 @@ Results from before energy was recorded have no such figures: the section is the
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from specbench_tui.report import format as f
-from specbench_tui.report.blocks import Bullets, Cell, Column, Para, Section, Table, text
+from specbench_tui.report.blocks import (
+    Bullets,
+    Cell,
+    Chart,
+    Charts,
+    Column,
+    Para,
+    Point,
+    Section,
+    Series,
+    Table,
+    text,
+)
+from specbench_tui.report.energy_pool import energy_valid, pool_energy
 from specbench_tui.report.frames import marked, workload_names
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.sections.common import slurm_hosts
+from specbench_tui.report.sections.common import compared, slurm_hosts, speedup_cell
 
 TITLE = "GPU board energy"
 MAX_LISTED = 12  # invalid cells named one by one; the rest are counted
-
-
-def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row's figures from its valid cells' records (ratios of sums)."""
-    joules = math.fsum(c["gpu_energy_j"] for c in cells)
-    tokens = sum(int(c.get("energy_output_tokens") or 0) for c in cells)
-    window = math.fsum(float(c.get("energy_window_s") or 0.0) for c in cells)
-    idle_known = all(c.get("idle_power_w") is not None for c in cells)
-    above = (
-        math.fsum(c["gpu_energy_j"] - c["idle_power_w"] * c["energy_window_s"] for c in cells)
-        if idle_known
-        else None
-    )
-    methods = sorted({str(c.get("energy_method")) for c in cells})
-    idle = [c["idle_power_w"] for c in cells if c.get("idle_power_w") is not None]
-    return {
-        "joules": joules,
-        "tokens": tokens,
-        "power_w": joules / window if window > 0 else None,
-        "j_per_token": joules / tokens if tokens else None,
-        "j_per_token_above_idle": above / tokens if tokens and above is not None else None,
-        "idle_w": math.fsum(idle) / len(idle) if idle else None,
-        "method": " + ".join(m.replace("_", " ") for m in methods),
-    }
 
 
 def build(inp: Inputs) -> Section | None:
@@ -94,15 +82,11 @@ def build(inp: Inputs) -> Section | None:
     for (host, tp), rows_of in sorted(by_key.items()):
         rows, csv = [], []
         for (config, workload), cells in sorted(rows_of.items()):
-            good = [
-                c.figures
-                for c in cells
-                if c.figures.get("energy_valid") and c.figures.get("gpu_energy_j") is not None
-            ]
+            good = [c.figures for c in cells if energy_valid(c.figures)]
             for c in cells:
                 if not c.figures.get("energy_valid"):
                     invalid.append(f"{c.name}: {c.figures.get('energy_note') or 'not valid'}")
-            p = _pool(good) if good else None
+            p = pool_energy(good) if good else None
             name = marked(inp, config, host, [tp])
             rows.append(
                 [
@@ -148,6 +132,7 @@ def build(inp: Inputs) -> Section | None:
                 key_columns=2,
             )
         )
+    sec.blocks += _against_speedup(inp)
     if invalid:
         listed = [text(s) for s in invalid[:MAX_LISTED]]
         if len(invalid) > MAX_LISTED:
@@ -155,3 +140,74 @@ def build(inp: Inputs) -> Section | None:
         sec.add(Para(text(f"{f.plural(len(invalid), 'cell')} whose energy is not valid:")))
         sec.add(Bullets(listed))
     return sec
+
+
+def _against_speedup(inp: Inputs) -> list[Any]:
+    """Energy per token beside speed-up, both against the baseline in the same host, TP,
+    workload and level: a config can be faster and still cost more per token."""
+    rows = [
+        r
+        for r in compared(inp).to_dicts()
+        if r["j_per_token"] is not None and r["speedup"] is not None and not r["baseline"]
+    ]
+    base = {
+        (r["host"], r["tp"], r["kind"], r["workload"], r["concurrency"]): r["j_per_token"]
+        for r in compared(inp).to_dicts()
+        if r["baseline"] and r["j_per_token"]
+    }
+    out: list[Any] = []
+    for host in sorted({r["host"] for r in rows}):
+        mine = [r for r in rows if r["host"] == host]
+        table, series = [], []
+        for i, tp in enumerate(sorted({r["tp"] for r in mine})):
+            pts = []
+            for r in (r for r in mine if r["tp"] == tp):
+                b = base.get((r["host"], r["tp"], r["kind"], r["workload"], r["concurrency"]))
+                rel = r["j_per_token"] / b if b else None
+                level = f" ({r['concurrency']} clients)" if r["concurrency"] else ""
+                table.append(
+                    [
+                        Cell(marked(inp, r["config"], host, [tp])),
+                        Cell(str(tp)),
+                        Cell(f"{r['workload']}{level}"),
+                        speedup_cell(r),
+                        Cell(f.fnum(r["j_per_token"], 4)),
+                        Cell(f.speedup(rel)),
+                    ]
+                )
+                if rel is not None:
+                    pts.append(Point(r["speedup"], rel))
+            if pts:
+                series.append(Series(f"TP {tp}", sorted(pts, key=lambda p: p.x), color=i))
+        out.append(
+            Table(
+                f"Energy per token against speed-up on {host} (both over the baseline)",
+                [
+                    Column("Config", "l"),
+                    Column("TP"),
+                    Column("Workload", "l"),
+                    Column("Speed-up [95% CI]"),
+                    Column("J/token"),
+                    Column("J/token vs baseline"),
+                ],
+                table,
+                small=True,
+            )
+        )
+        if series:
+            out.append(
+                Charts(
+                    [
+                        Chart(
+                            title=f"Energy per token against speed-up ({host})",
+                            kind="scatter",
+                            xlabel="speed-up over the baseline",
+                            ylabel="J/token over the baseline's",
+                            series=series,
+                            hline=1.0,
+                            ymin=0.0,
+                        )
+                    ]
+                )
+            )
+    return out

@@ -38,6 +38,8 @@ from specbench_tui.report.sections.common import (
     compared,
     config_cell,
     decode_cell,
+    energy_cells,
+    energy_columns,
     note,
     speedup_cell,
     workload_section,
@@ -78,6 +80,7 @@ def tp_table(inp: Inputs, rows: list[dict[str, Any]], kind: str, caption: str) -
         Column("Accept len (req. mean)"),
         Column("TTFT p50 ms"),
         Column("E2E tok/s"),
+        *energy_columns(rows),
         Column("", "l"),
     ]
     out = []
@@ -94,6 +97,7 @@ def tp_table(inp: Inputs, rows: list[dict[str, Any]], kind: str, caption: str) -
                 Cell(f.accept(r["accept_len_mean"])),
                 Cell(f.ms(x.get("ttft_p50"))),
                 Cell(f.toks(x.get("e2e_tok_s"))),
+                *energy_cells(r, rows),
                 Cell(note(r)),
             ]
         )

@@ -23,7 +23,14 @@ from specbench_tui.report.blocks import (
     text,
 )
 from specbench_tui.report.estimate_check import EstimateCheck, seed_estimate
-from specbench_tui.report.frames import baseline, check_marks, label, request_errors, requests
+from specbench_tui.report.frames import (
+    baseline,
+    cell_energy,
+    check_marks,
+    label,
+    request_errors,
+    requests,
+)
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.accounting import problems, status_counts
 from specbench_tui.report.sections.common import compared, names
@@ -66,6 +73,18 @@ def cells_text(inp: Inputs) -> str:
         if n.get(s):
             parts.append(f"{n[s]} {s}")
     return f"{n['planned']} planned: " + ", ".join(parts)
+
+
+def _with_energy(inp: Inputs) -> bool:
+    """Whether the summary gives J/token: some compared row has GPU board energy."""
+    return bool(compared(inp)["j_per_token"].is_not_null().any())
+
+
+def _energy(inp: Inputs, r: dict[str, Any] | None) -> list[Cell]:
+    if not _with_energy(inp):
+        return []
+    r = r or {}
+    return [Cell(f.fnum(r.get("j_per_token"), 4)), Cell(f.fnum(r.get("j_per_token_above_idle"), 4))]
 
 
 def _answer_rows(inp: Inputs) -> list[list[Cell]]:
@@ -113,10 +132,12 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                     )
                 ),
                 Cell(sp),
+                *_energy(inp, top),
                 Cell(verdict),
             ]
         )
     lv = level_frame(inp)
+    joules = cell_energy(inp)
     if lv.height:
         for r0 in sorted({(r["host"], r["tp"], r["workload"]) for r in lv.to_dicts()}):
             part = [r for r in lv.to_dicts() if (r["host"], r["tp"], r["workload"]) == r0]
@@ -135,6 +156,9 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                     Cell(label(inp, top["config"])),
                     Cell(f.toks(top["throughput_tok_s"]) + " cell"),
                     Cell(f.speedup(top.get("load_speedup"))),
+                    *_energy(
+                        inp, joules.get((*r0[:2], "concurrency", r0[2], top_level, top["config"]))
+                    ),
                     Cell("one cell per level: no interval"),
                 ]
             )
@@ -213,6 +237,11 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
                     Column("Fastest", "l"),
                     Column("Decode tok/s [95% CI]"),
                     Column("Speed-up [95% CI]"),
+                    *(
+                        [Column("J/token"), Column("J/token above idle")]
+                        if _with_energy(inp)
+                        else []
+                    ),
                     Column("", "p", 0.26),
                 ],
                 answers,
