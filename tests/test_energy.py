@@ -355,6 +355,50 @@ def test_the_agent_reads_the_energy_counter(tmp_path: Path) -> None:
     assert GpuSample.from_json("h", {"t": 1, "gpu": 0}).energy_mj is None  # an older agent
 
 
+def test_the_probe_says_which_gpus_have_the_counter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--dry-run --check`` says before a campaign where its energy will come from: the
+    agent's probe counts the GPUs that answer the counter, the host line says it."""
+    from specbench_tui.hosts import telemetry
+    from specbench_tui.hosts.telemetry import TelemetryMode, probe_telemetry
+
+    for i in range(2):
+        data = {"gpu": i, "pid": os.getpid(), "mem_used_mib": 10, "power_w": 100.0}
+        (tmp_path / f"gpu{i}.json").write_text(json.dumps(data))
+    env = {
+        **os.environ,
+        "SPECBENCH_SIM_NVML": str(tmp_path),
+        "SPECBENCH_SIM_NVML_MODULE": str(FAKE_NVML_PATH),
+        "SPECBENCH_SIM_GPUS": "2",
+    }
+    out = subprocess.run(
+        [sys.executable, str(AGENT_PATH), "--probe"], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    nvml = json.loads(out.stdout)["nvml"]
+    assert nvml["ok"] and nvml["gpus"] == 2 and nvml["energy_gpus"] == 2
+
+    async def fake_probe(runner: Any, timeout_s: float = 0) -> dict[str, Any]:
+        return runner  # the "runner" below is the probe's line itself
+
+    monkeypatch.setattr(telemetry, "probe_interpreter", fake_probe)
+
+    async def chosen(line: dict[str, Any]) -> TelemetryMode:
+        return await probe_telemetry(lambda _python: line, ["python3"])  # type: ignore[arg-type,return-value]
+
+    import asyncio
+
+    every = asyncio.run(chosen({"probe": 1, "nvml": nvml}))
+    assert every.describe().endswith("energy: NVML counter on every GPU")
+    some = asyncio.run(chosen({"probe": 1, "nvml": {**nvml, "energy_gpus": 1}}))
+    assert "NVML counter on 1 of 2 GPUs" in some.describe()
+    older = asyncio.run(chosen({"probe": 1, "nvml": {"ok": True, "gpus": 2}}))  # an older agent
+    assert older.describe().endswith("energy: counter support not known")
+    smi = TelemetryMode("nvidia-smi", "python3", "", 2, "550.1")
+    assert "integral of power.draw" in smi.describe()
+
+
 # --- the report -----------------------------------------------------------------------------
 
 

@@ -167,6 +167,22 @@ class NvmlSource:
         with contextlib.suppress(Exception):
             self.nvml.nvmlShutdown()
 
+    def energy_counters(self) -> int:
+        """How many GPUs answer the total-energy counter (Volta and newer), so ``--check``
+        can say before a campaign whether its energy comes from the counter or from the
+        integral of the power readings."""
+        energy_fn = getattr(self.nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+        if energy_fn is None:
+            return 0
+        n = 0
+        for i in range(self.count):
+            try:
+                energy_fn(self.nvml.nvmlDeviceGetHandleByIndex(i))
+            except Exception:  # NotSupported, a GPU that fell off the bus: not counted
+                continue
+            n += 1
+        return n
+
     def memory(self, handle: Any) -> Any:
         """v2 memory info where the library and driver have it: its ``used`` leaves out the
         driver's reservation, as nvidia-smi does (v1 counts it as used: 22234 against 21619
@@ -376,6 +392,8 @@ def probe() -> dict[str, Any]:
             out[key] = {"ok": False, "error": str(e)}
             continue
         out[key] = {"ok": True, "gpus": src.count, "driver": src.driver()}
+        if isinstance(src, NvmlSource):
+            out[key]["energy_gpus"] = src.energy_counters()
         src.close()
     return out
 

@@ -771,7 +771,9 @@ class SimHost(Host):
 
     async def choose_telemetry(self) -> TelemetryMode:
         """The simulator's fake NVML, read by this interpreter: nothing to probe."""
-        return TelemetryMode("sim", self.python, "simulated GPUs", self.sim_gpu_count)
+        return TelemetryMode(
+            "sim", self.python, "simulated GPUs", self.sim_gpu_count, energy_gpus=self.sim_gpu_count
+        )
 
     async def close(self, grace_s: float = 10.0) -> None:
         await super().close(grace_s)

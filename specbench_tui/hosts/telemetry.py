@@ -122,6 +122,7 @@ class TelemetryMode:
     detail: str = ""
     gpus: int | None = None
     driver: str | None = None
+    energy_gpus: int | None = None  # GPUs that answer NVML's energy counter (None: not asked)
 
     @property
     def available(self) -> bool:
@@ -141,7 +142,23 @@ class TelemetryMode:
             facts.append(f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}")
         if self.driver:
             facts.append(f"driver {self.driver}")
-        return f"{how} ({', '.join(facts)})" if facts else how
+        line = f"{how} ({', '.join(facts)})" if facts else how
+        return f"{line}; {self.energy_words()}"
+
+    def energy_words(self) -> str:
+        """Where a cell's GPU board energy will come from on this host."""
+        if self.source == "nvidia-smi":
+            return "energy: integral of power.draw (nvidia-smi has no energy counter)"
+        if self.energy_gpus is None:
+            return "energy: counter support not known"
+        if self.gpus is not None and self.energy_gpus >= self.gpus:
+            return "energy: NVML counter on every GPU"
+        if self.energy_gpus == 0:
+            return "energy: no NVML counter; integral of the power readings"
+        return (
+            f"energy: NVML counter on {self.energy_gpus} of {self.gpus} GPUs; a group with a "
+            "GPU without it takes the integral of the power readings"
+        )
 
 
 class NoTelemetryError(Exception):
@@ -203,8 +220,14 @@ async def probe_telemetry(
             continue
         nvml, s = got.get("nvml") or {}, got.get("smi") or {}
         if nvml.get("ok"):
+            counters = nvml.get("energy_gpus")
             return TelemetryMode(
-                "nvml", python, "; ".join(findings), nvml.get("gpus"), nvml.get("driver")
+                "nvml",
+                python,
+                "; ".join(findings),
+                nvml.get("gpus"),
+                nvml.get("driver"),
+                counters if isinstance(counters, int) else None,
             )
         findings.append(f"{python}: {nvml.get('error', 'no NVML')}")
         if s.get("ok") and smi is None:
