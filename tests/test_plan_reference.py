@@ -50,7 +50,8 @@ def test_every_table_and_key_is_there() -> None:
     port = next(k for k in server.keys if k.name == "port")
     assert (port.type, port.bounds) == ("integer", ">= 1, <= 65535")
     config = next(t for t in tables() if t.path == "configs.NAME")
-    assert config.also == "server" and {k.name for k in config.keys} == {"label", "params"}
+    assert config.also == "server"
+    assert {k.name for k in config.keys} == {"label", "params", "forced_accept"}
 
 
 def test_plan_schema_prints_the_same_contract(capsys: pytest.CaptureFixture[str]) -> None:

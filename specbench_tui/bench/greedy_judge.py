@@ -27,11 +27,17 @@ UNCHECKED = "unchecked"
 
 
 def _greedy_cells(state: CampaignState, host: str) -> list[CellState]:
-    """Finished temperature-0 cells on ``host``: the ones whose outputs are compared."""
+    """Finished temperature-0 cells on ``host``: the ones whose outputs are compared. A
+    forced-acceptance cell is not: its engine accepts drafts whatever the target says, so its
+    outputs are not meant to be the baseline's (the report says so)."""
     return [
         c
         for c in state.cells.values()
-        if c.host == host and c.status == "done" and c.cell is not None and c.cell.temperature == 0
+        if c.host == host
+        and c.status == "done"
+        and c.cell is not None
+        and c.cell.temperature == 0
+        and c.cell.forced_accept is None
     ]
 
 

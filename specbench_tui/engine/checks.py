@@ -1,5 +1,6 @@
 """Correctness checks during a campaign: the greedy-equivalence verdict of each config once
-its group and the baseline's are done, the state-leak probe at the end of each group, and the
+its group and the baseline's are done (and, beside it, the forced-acceptance check of each
+forced config), the state-leak probe at the end of each group, and the
 noise-floor probe at the end of each baseline group (the baseline against itself, which the
 greedy verdicts are judged against).
 
@@ -14,6 +15,8 @@ import asyncio
 from typing import Any
 
 from specbench_tui.bench.client import BenchClient
+from specbench_tui.bench.forced import CHECK as FORCED_CHECK
+from specbench_tui.bench.forced import forced_verdict, measured_accept
 from specbench_tui.bench.greedy import Output, Verdict, floor_probe_verdict, leak_verdict
 from specbench_tui.bench.greedy_judge import HostJudgement, waiting_tps
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
@@ -61,6 +64,7 @@ async def evaluate_greedy(
     host are judged again too, as their comparisons across TP sizes may have changed.
     ``final``: this run will run nothing more (its end, an abort included), so no TP size
     waits for its baseline."""
+    evaluate_forced(ctx, host)
     baseline = ctx.spec.campaign.baseline
     if not (ctx.spec.checks.greedy_equivalence and baseline):
         return
@@ -69,6 +73,22 @@ async def evaluate_greedy(
     verdicts = await asyncio.to_thread(judgement.verdicts, ctx.store.read_cell_texts)
     for tp, config, v in verdicts:
         _emit_if_new(ctx, "greedy", host, config, tp, v)
+
+
+def evaluate_forced(ctx: RunContext, host: str) -> None:
+    """The forced-acceptance check of every forced config on ``host`` (bench/forced.py),
+    from its cells finished so far: made where the greedy verdicts are, as each group ends
+    and at the run's end."""
+    found: dict[tuple[str, int, float], list[tuple[str, float | None]]] = {}
+    for c in ctx.state.cells.values():
+        cell = c.cell
+        if c.host != host or c.status != "done" or cell is None or cell.forced_accept is None:
+            continue
+        found.setdefault((c.config, c.tp, cell.forced_accept), []).append(
+            (c.name, measured_accept(c.figures))
+        )
+    for (config, tp, forced), cells in sorted(found.items()):
+        _emit_if_new(ctx, FORCED_CHECK, host, config, tp, forced_verdict(config, tp, forced, cells))
 
 
 def _probe_prompts(ctx: RunContext, n: int = 1) -> list[tuple[str, list[dict[str, str]]]]:

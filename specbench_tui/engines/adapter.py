@@ -210,6 +210,11 @@ class EngineAdapter(ABC):
         """The model a server command loads (preflight checks it is on the host)."""
         return flag_value(command, "--model")
 
+    def draft_tokens(self, command: Sequence[str]) -> int | None:
+        """k, the most draft tokens one verify step can accept for the server ``command``
+        starts (an accept length is then at most k + 1), where the command says; else None."""
+        return None
+
     def forced_accept(self, command: Sequence[str], accept_length: float) -> ForcedAccept:
         """What makes the server that ``command`` starts accept ``accept_length`` tokens per
         verify step (bonus token included). Raises ValueError where the engine has no such

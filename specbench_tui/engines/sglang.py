@@ -247,6 +247,15 @@ class SglangAdapter(EngineAdapter):
         a, r = asked.upper(), running.upper()
         return _ALGORITHM_ALIASES.get(a, a) == _ALGORITHM_ALIASES.get(r, r)
 
+    def draft_tokens(self, command: Sequence[str]) -> int | None:
+        """``--speculative-num-steps`` (a chain or tree this deep accepts at most that many
+        drafts), else ``--speculative-num-draft-tokens`` less the verified root."""
+        for flag, less in (("--speculative-num-steps", 0), ("--speculative-num-draft-tokens", 1)):
+            raw = flag_value(command, flag, flag.replace("-", "_").replace("__", "--"))
+            if raw is not None and raw.isdigit() and int(raw) - less > 0:
+                return int(raw) - less
+        return None
+
     def forced_accept(self, command: Sequence[str], accept_length: float) -> ForcedAccept:
         """SGLang's simulated acceptance: every verify step accepts as if the draft matched
         the expected length, with the drafter's real tokens (``SGLANG_SIMULATE_ACC_*``)."""

@@ -334,6 +334,16 @@ class VllmAdapter(EngineAdapter):
             return True
         return (a.endswith("_mtp") and r == "mtp") or (a.replace("-", "") == r.replace("-", ""))
 
+    def draft_tokens(self, command: Sequence[str]) -> int | None:
+        """``num_speculative_tokens`` of the ``--speculative-config`` JSON."""
+        raw = flag_value(command, *_SPEC_FLAGS)
+        try:
+            cfg = json.loads(raw) if raw is not None else None
+        except ValueError:
+            cfg = None
+        k = cfg.get("num_speculative_tokens") if isinstance(cfg, dict) else None
+        return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+
     def forced_accept(self, command: Sequence[str], accept_length: float) -> ForcedAccept:
         """vLLM's synthetic rejection sampler: the ``--speculative-config`` JSON gains
         ``"rejection_sample_method": "synthetic"`` and ``"synthetic_acceptance_length"``."""

@@ -1,7 +1,9 @@
 """Config resolution: server defaults merged with each config, ``params`` expanded.
 
 ``ddtree`` with ``params = { budget = [8, 16] }`` becomes ``ddtree-8`` and ``ddtree-16``, with
-``{budget}`` substituted in args and label. Placeholders for the launch template itself
+``{budget}`` substituted in args and label; ``forced_accept = [1.5, 2.5]`` adds a forced
+variant of each (``ddtree-8-fa1.5``, ...), whose server the engine adapter changes at
+expansion. Placeholders for the launch template itself
 (``{python}``, ``{tp}``, ...) are left for expansion into groups.
 """
 
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
@@ -35,6 +37,15 @@ class ResolvedConfig:
     chat_template: str | None = None  # the plan's template file (as the plan spells it)
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()  # [server]'s, then the config's
     chat_template_on: str = "client"
+    # Forced acceptance (``forced_accept``): the accept length the engine is made to give, and
+    # the real-acceptance config this one forces; None for a config that runs as it is.
+    forced_accept: float | None = None
+    forced_of: str | None = None
+
+
+def forced_name(name: str, accept_length: float) -> str:
+    """The name of a config's forced variant: ``ngram-fa2.5``."""
+    return f"{name}-fa{accept_length:g}"
 
 
 def placeholders(text: str) -> list[str]:
@@ -120,10 +131,22 @@ def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
                     chat_template_on=cfg.chat_template_on or server.chat_template_on or "client",
                 )
             )
+            real = out[-1]
+            out.extend(
+                replace(
+                    real,
+                    name=forced_name(name, v),
+                    label=f"{real.label} (forced accept {v:g})",
+                    forced_accept=float(v),
+                    forced_of=name,
+                )
+                for v in dict.fromkeys(cfg.forced_accept)
+            )
     return out
 
 
 def names_matching(ref: str, configs: list[ResolvedConfig]) -> list[str]:
-    """A reference is an expanded name or a parametrized base standing for all expansions."""
-    exact = [c.name for c in configs if c.name == ref]
+    """A reference is an expanded name or a parametrized base standing for all expansions;
+    a config's forced-acceptance variants come with it."""
+    exact = [c.name for c in configs if ref in (c.name, c.forced_of)]
     return exact or [c.name for c in configs if c.base == ref]

@@ -158,6 +158,8 @@ def _group(
     else:
         command = tuple(substitute(t, values) for t in cfg.launch) + cfg.args
     env = dict(cfg.env)
+    if cfg.forced_accept is not None:
+        command = _forced(command, env, cfg, sim=kind == "sim")
     if kind != "slurm":  # a Slurm job sets it from its allocation
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
     # What the config asks for is read from the plan's command, as its engine reads it; a
@@ -187,7 +189,28 @@ def _group(
         model=cfg.model,
         chat_template=template_path(cfg.chat_template, plan_dir),
         chat_template_on=cfg.chat_template_on,
+        forced_accept=cfg.forced_accept,
     )
+
+
+def _forced(
+    command: tuple[str, ...], env: dict[str, str], cfg: ResolvedConfig, *, sim: bool
+) -> tuple[str, ...]:
+    """The command (and, in ``env``, the environment) of a forced-acceptance server: the
+    engine's own knob (validation made sure it has one). A rehearsal's simulator takes the
+    simulated engine's; where that cannot read the command's speculation (a rehearsal of
+    another engine's plan) it runs unforced, and the cells' forced-acceptance check says so."""
+    assert cfg.forced_accept is not None
+    try:
+        knob = adapter(SIMULATED_ENGINE if sim else cfg.engine).forced_accept(
+            command, cfg.forced_accept
+        )
+    except ValueError:
+        if not sim:
+            raise
+        return command
+    env.update(knob.env)
+    return knob.command
 
 
 def _cells(
@@ -243,6 +266,8 @@ def _cells(
             params=cfg.params,
             run=group.run,
         )
+        if cfg.forced_accept is not None:
+            common["forced_accept"] = cfg.forced_accept
         temps = w.temperatures
         for temp in temps:
             # A temperature axis names its cells: ".../t0", ".../t1".

@@ -285,6 +285,12 @@ class ConfigSpec(ServerSpec):
     # Expands one config into one per value: params = { budget = [16, 64] } gives NAME-16 and
     # NAME-64, with {budget} in args and label.
     params: dict[str, list[ParamValue]] = {}
+    # Forced acceptance beside the real one: a variant NAME-fa<value> per value, its engine made
+    # to accept that many tokens per verify step (bonus included) whatever the drafter proposes
+    # (vLLM's synthetic rejection sampler, SGLang's simulated acceptance); each in [1, k + 1]
+    # for the config's k drafts a step. Its cells are reported apart, their measured accept
+    # length checked against the value, and greedy equivalence is not judged on them.
+    forced_accept: list[Annotated[float, Field(ge=1, le=1024)]] = []
 
 
 class ExcludeSpec(Strict):

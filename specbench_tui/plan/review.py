@@ -153,7 +153,7 @@ def render_text(r: Review) -> str:
                 f"speculative ({g.spec_algorithm or 'unnamed algorithm'})"
                 if g.speculative
                 else "no speculation"
-            )
+            ) + (f", forced accept length {g.forced_accept:g}" if g.forced_accept else "")
             eng = adapter(g.engine)
             engine = ("simulated " if g.host_kind == "sim" else "") + eng.label
             api = eng.api_label(g.api, server_renders=g.chat_template_on == "server")

@@ -10,7 +10,7 @@ import re
 import string
 from typing import Any
 
-from specbench_tui.engines.registry import adapter
+from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
 from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan, PlanError
@@ -42,6 +42,7 @@ def check_plan(plan: Plan) -> list[PlanError]:
         + _check_logs(spec)
         + _check_programs(spec)
         + _check_model(spec, configs)
+        + _check_forced(spec, configs)
     )
 
 
@@ -272,12 +273,13 @@ def _check_baseline(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanE
     in_matrix = {n for ref in m.configs for n in names_matching(ref, configs)}
     if spec.campaign.baseline is not None:
         b = spec.campaign.baseline
-        if len(names_matching(b, configs)) > 1:
+        real = [c for c in configs if c.forced_accept is None]  # its forced variants aside
+        if len(names_matching(b, real)) > 1:
             errs.append(
                 PlanError(
                     ("campaign", "baseline"),
                     f"{b!r} is parametrized; name one "
-                    "expansion, e.g. " + repr(names_matching(b, configs)[0]),
+                    "expansion, e.g. " + repr(names_matching(b, real)[0]),
                 )
             )
         elif b not in in_matrix:
@@ -418,3 +420,44 @@ def _unknown(what: str, name: str, known: object) -> str:
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
     return f"no {what} named {name!r}; {hint}"
+
+def _check_forced(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
+    """Each ``forced_accept`` value against the command it forces: a speculative one, whose
+    engine has the knob, at most k + 1 for its k drafts a step. A rehearsal-only plan is read
+    as the simulator (which takes the simulated engine's knob) reads it."""
+    errs: list[PlanError] = []
+    all_sim = all(spec.hosts[h].kind == "sim" for h in _matrix_hosts(spec) if h in spec.hosts)
+    for c in configs:
+        values = spec.configs[c.base].forced_accept
+        if c.forced_accept is not None or not values:
+            continue
+        eng = adapter(SIMULATED_ENGINE if all_sim else c.engine)
+        subs = {"config": c.name, "python": c.python, "model": c.model, **dict(c.params)}
+        command = [substitute(t, subs) for t in (*c.launch, *c.args)]
+        where = ("configs", c.base, "forced_accept")
+        if not eng.requested_speculation(command).on:
+            errs.append(
+                PlanError(
+                    where,
+                    f"config {c.name!r} runs no speculative decoding, so there is no verify "
+                    "step to force: give it a speculative method or leave forced_accept out",
+                )
+            )
+            continue
+        k = eng.draft_tokens(command)
+        for i, v in enumerate(values):
+            if k is not None and v > k + 1:
+                errs.append(
+                    PlanError(
+                        (*where, i),
+                        f"{v:g} is above k + 1 = {k + 1} (config {c.name!r} drafts k = {k} "
+                        f"tokens a step, and a step accepts at most those and the bonus "
+                        f"token): give values in [1, {k + 1}]",
+                    )
+                )
+                continue
+            try:
+                eng.forced_accept(command, v)
+            except ValueError as e:
+                errs.append(PlanError((*where, i), f"config {c.name!r}: {e}"))
+    return errs

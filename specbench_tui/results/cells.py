@@ -47,6 +47,8 @@ class ServiceGroup:
     chat_template: str | None = None  # the plan's template file, absolute (None: the model's)
     chat_template_on: str = "client"  # who renders the template: "client" or "server"
     run: int = 1  # which of the plan's ``[campaign] runs`` (a fresh server each)
+    # The accept length its engine is made to give (``forced_accept``; None: real acceptance).
+    forced_accept: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow, as Cell.to_json: asdict() deep-copies, which dominates a big dry run.
@@ -121,6 +123,10 @@ class Cell:
     sampling_seed: int | None = None
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
     run: int = 1  # which of the plan's ``[campaign] runs`` (its group's server started afresh)
+    # Forced acceptance: the accept length its server was made to give (None: real
+    # acceptance). Such a cell measures what an accept length buys, never the drafter: it is
+    # reported apart, never pooled with real-acceptance cells, nor judged for greedy outputs.
+    forced_accept: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         # A shallow copy: asdict() deep-copies, which dominates a 10,000-cell dry run.

@@ -44,6 +44,8 @@ def cell_rows(state: CampaignState, *, simulated: bool | None = None) -> list[di
             # A matrix axis where a workload lists several (``temperature = [0, 1]``).
             "temperature": planned.temperature if planned else None,
             "run": planned.run if planned else 1,  # which of the plan's ``[campaign] runs``
+            # The accept length its server was forced to (``forced_accept``); null: real.
+            "forced_accept": planned.forced_accept if planned else None,
             "attempt": c.attempt,
             "status": view_status(state, c.status),
             "reason": c.reason or None,

@@ -63,6 +63,10 @@ class SimConfig:
     # A file each request's prompt is appended to (one JSON object a line): what the server
     # received, for tests that check the client's rendering.
     record_prompts: str | None = None
+    # Forced acceptance, as SGLang takes it (SGLANG_SIMULATE_ACC_LEN): every verify step of a
+    # speculative server accepts this many tokens on average, bonus included, whatever the
+    # drafts (model.py draws them as vLLM's synthetic rejection sampler does).
+    forced_accept: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -183,6 +187,20 @@ def _gpu_ids(tp_size: int, env: dict[str, str]) -> tuple[int, ...]:
     return ids[:tp_size]
 
 
+def _forced_accept(env: dict[str, str]) -> float | None:
+    """SGLang's simulated acceptance length, where the environment sets one."""
+    raw = env.get("SGLANG_SIMULATE_ACC_LEN", "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SimArgsError(f"SGLANG_SIMULATE_ACC_LEN={raw!r} is not a number") from None
+    if not value >= 1.0:
+        raise SimArgsError(f"SGLANG_SIMULATE_ACC_LEN={raw!r}: an accept length is at least 1")
+    return value
+
+
 def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
     """Build a :class:`SimConfig` from an SGLang-style command line and environment."""
     env = dict(os.environ) if env is None else env
@@ -253,6 +271,7 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
     _apply_spec_defaults(cfg)
     cfg.faults = tuple(faults)
     cfg.gpu_state_dir = cfg.gpu_state_dir or env.get("SPECBENCH_SIM_STATE") or None
+    cfg.forced_accept = _forced_accept(env)
     cfg.gpu_ids = _gpu_ids(cfg.tp_size, env)
     return cfg
 

@@ -100,6 +100,16 @@ class StepCost:
         return self.draft_ms + self.verify_ms
 
 
+def forced_drafts(rng: random.Random, accept_length: float, depth: int) -> int:
+    """Drafts one verify step accepts under forced acceptance: vLLM's synthetic rejection
+    sampler's minimum-variance schedule (``SpeculativeConfig._acceptance_length_to_rates``:
+    the first floor(L - 1) positions always accepted, the next with the fraction left), so a
+    step accepts floor(L - 1) or one more and the mean is L, capped by the depth."""
+    wanted = min(accept_length - 1.0, float(depth))
+    whole = int(wanted)
+    return whole + (1 if whole < depth and rng.random() < wanted - whole else 0)
+
+
 class PerfModel:
     """Step latencies and acceptance for one server configuration."""
 
@@ -176,6 +186,8 @@ class PerfModel:
         """Tokens one verify step yields: the accepted drafts plus the target's bonus token."""
         if self.algorithm is None:
             return 1
+        if self.cfg.forced_accept is not None:
+            return 1 + forced_drafts(rng, self.cfg.forced_accept, self.depth)
         u = rng.random()
         drafts = self.depth if u <= 0.0 else int(math.log(u) / math.log(p)) if p > 0 else 0
         return 1 + min(drafts, self.depth)
@@ -184,6 +196,8 @@ class PerfModel:
         """Expected accept length, for docs, tests and log sanity checks."""
         if self.algorithm is None:
             return 1.0
+        if self.cfg.forced_accept is not None:
+            return min(self.cfg.forced_accept, 1.0 + self.depth)
         return expected_accept_length(self.token_accept_prob(prompt_class, False), self.depth)
 
     def accept_rate(self, accept_len: float) -> float:
