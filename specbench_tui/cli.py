@@ -477,5 +477,7 @@ def _console(
         rerun=rerun,
         ssh_config=args.ssh_config,
     )
-    control = EngineProcess(argv, layout).start()
+    # the console draws at once; the child loads and checks its hosts meanwhile (its
+    # error before the run, if any, is raised by run_console once the terminal is back)
+    control = EngineProcess(argv, layout).launch()
     return run_console(control, theme=args.theme, relaunch=relaunch)

@@ -166,7 +166,7 @@ async def test_quit_mid_campaign_asks_and_returns_130() -> None:
         await settle(pilot, app)
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
-        assert "stops with it" in str(app.screen.question)
+        assert "The campaign stops" in str(app.screen.question)
         await pilot.press("y")
         await pilot.pause()
     assert app.return_value == 130

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -37,7 +38,9 @@ from textual.widgets import Footer, Static, Tree
 from textual.widgets._footer import FooterKey
 from textual.widgets.tree import TreeNode
 
-from specbench_tui.engine.commands import CampaignControl
+from specbench_tui.engine.commands import CampaignControl, Command
+from specbench_tui.engine.control_socket import AttachedControl
+from specbench_tui.errors import InputError
 from specbench_tui.results.events import (
     CampaignFinished,
     Event,
@@ -67,6 +70,10 @@ from specbench_tui.tui.toasts import Toast, ToastBatcher
 
 #: Exit status when the console is closed before the campaign finished (as for Ctrl-C).
 EXIT_INTERRUPTED = 130
+#: Exit status of a console detached from the campaign it started (which goes on running).
+EXIT_DETACHED = 0
+#: Longest the console waits for a child to take the abort when the operator quits.
+LEAVE_S = 2.0
 FRAME_S = 0.05  # apply pending events 20 times a second
 PLOT_S = 0.25  # redraw changed plots 4 times a second
 CLOCK_S = 1.0  # elapsed, uptime, ETA; results freshness
@@ -216,6 +223,9 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._seeded: set[str] = set()  # groups whose stored log was read into ``group_logs``
         self._noted: str | None = None  # the group whose missing stored log was said
         self._quitting = False
+        self._detached_by_operator = False
+        self._leaving_pid: int | None = None  # the child still running when the console left
+        self.start_error: Exception | None = None  # the child failed before its campaign ran
         self._leave_after_engine = False
         self._history_before = 0.0  # events before this (epoch s) are history after a restart
         self._results_due: float | None = None  # monotonic time the table is to be recomputed
@@ -259,7 +269,8 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     @property
     def detached(self) -> bool:
-        return self.control.detached
+        """Leaving leaves the campaign running: an attached console, or one detached."""
+        return self.control.detached or self._detached_by_operator
 
     def results_root(self) -> Path | None:
         """The campaign's results directory: what the control knows (its path is right
@@ -385,6 +396,8 @@ class ConsoleApp(CampaignKeys, App[int]):
                 if n % READER_CHUNK == 0:
                     await asyncio.sleep(0)
         except Exception as exc:  # a dropped socket or an engine crash: say so, keep the UI
+            if isinstance(exc, InputError) and not self.progress.campaign:
+                return  # the child failed to start: _run_engine says so and leaves
             self.notify(
                 f"lost the campaign's event stream: {exc}",
                 severity="error",
@@ -404,6 +417,17 @@ class ConsoleApp(CampaignKeys, App[int]):
     async def _run_engine(self, control: CampaignControl) -> None:
         try:
             code = await control.start_engine()
+        except InputError as exc:
+            if control is self.control and not self.progress.campaign:
+                # the child ended before its campaign ran (bad input, a host down): the
+                # command line says its message once the terminal is back
+                self.start_error = exc
+                self.exit(exc.exit_code)
+                return
+            self.notify(
+                f"the campaign engine stopped: {exc}", severity="error", timeout=60, markup=False
+            )
+            code = 1
         except Exception as exc:
             self.notify(
                 f"the campaign engine stopped: {exc}", severity="error", timeout=60, markup=False
@@ -917,15 +941,28 @@ class ConsoleApp(CampaignKeys, App[int]):
         """Textual's own quit (the palette's Quit) asks like q does."""
         self.action_request_quit()
 
+    def child_control(self) -> Any:
+        """The control of a campaign this console started in a child process, while that
+        process runs (it can be detached from, and it ends its run on its own); else None."""
+        c = self.control
+        if getattr(c, "can_detach", False) and c.process.running:
+            return c
+        return None
+
     def action_request_quit(self) -> None:
         screen = self.screen
         if isinstance(screen, ConfirmScreen) and screen.purpose == "quit":
             screen.dismiss(True)  # a second ctrl+c (or q) while asked: yes
             return
         engine = self.engine_running()
+        child = self.child_control()
+        if child is not None and not self.progress.campaign:
+            # still starting (loading, checking hosts): nothing ran, nothing to keep
+            self._stop_child_and_leave(child)
+            return
         if self.ended or self.stream_ended or not self.progress.campaign or self.detached:
-            if engine and not self._leave_after_engine:
-                # the run ended but still writes its views and report: leave when it is done
+            if engine and child is None and not self._leave_after_engine:
+                # in-process: the run ended but still writes its views and report here
                 self._leave_after_engine = True
                 self.notify(
                     "the campaign is writing its report; leaving when it is done "
@@ -934,37 +971,97 @@ class ConsoleApp(CampaignKeys, App[int]):
                 )
                 self.set_timer(QUIT_GRACE_S, lambda: self.exit(self.campaign_exit_code()))
                 return
+            # a child writes its views and report on its own: the terminal is not held
             self.exit(self.campaign_exit_code())
             return
 
-        def answered(yes: bool | None) -> None:
-            if not yes:
+        def answered(choice: bool | str | None) -> None:
+            if choice == "detach":
+                self.action_detach()
+                return
+            if not choice:
                 return
             if not self.engine_running():
                 self.exit(EXIT_INTERRUPTED)
                 return
+            self._quitting = True
+            child = self.child_control()
+            if child is not None:
+                self._stop_child_and_leave(child)
+                return
             # in-process: stop the campaign cleanly (server stopped, results flushed) and
             # leave when the engine returns; a stuck engine does not keep the console open
-            self._quitting = True
             self.send("abort")
             self.notify("stopping the campaign…", timeout=QUIT_GRACE_S)
             self.set_timer(QUIT_GRACE_S, lambda: self.exit(EXIT_INTERRUPTED))
 
+        detachable = self.child_control() is not None
         self.push_screen(
             ConfirmScreen(
-                "Quit? The campaign runs in this console and stops with it: the running "
-                "cell is cut short and runs again next time. Finished cells are kept; "
-                "running the plan again resumes.",
+                "Quit? The campaign stops: the running cell is cut short and runs again "
+                "next time. Finished cells are kept; running the plan again resumes."
+                + (
+                    " Detach leaves it running in its own process (specbench-tui --attach "
+                    f"{self.results_root()} comes back to it)."
+                    if detachable
+                    else ""
+                ),
                 yes="Quit",
                 no="Stay",
                 purpose="quit",
+                other="Detach" if detachable else None,
             ),
             answered,
         )
 
+    @work(group="leaving", exclusive=True)
+    async def _stop_child_and_leave(self, child: Any) -> None:
+        """Quit: the abort goes to the child and the console leaves at once; the child
+        stops its server and writes its views and report in its own time. A child that
+        does not take the abort (still starting, or stuck) gets SIGTERM, which aborts the
+        same way once it runs."""
+        self._quitting = True
+        self._leaving_pid = child.engine_pid
+        try:
+            reply = await asyncio.wait_for(
+                AttachedControl.send(child, Command("abort", by="console")), LEAVE_S
+            )
+            delivered = reply.ok
+        except (OSError, TimeoutError):
+            delivered = False
+        if not delivered:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.engine_pid, signal.SIGTERM)
+        self.exit(EXIT_INTERRUPTED)
+
+    def action_detach(self) -> None:
+        """Leave the console and let the campaign go on headless; ``--attach`` comes back."""
+        if self.view_only or (self.read_only and not self.engine_running()):
+            self._say_view("nothing runs this campaign here: q leaves")
+            return
+        if self.detached:
+            self.exit(self.campaign_exit_code())  # an attached console leaves it running anyway
+            return
+        child = self.child_control()
+        if child is None:
+            if self.engine_running():
+                self._say_view(
+                    "this campaign runs inside the console's own process and cannot go on "
+                    "without it; q stops it",
+                    timeout=6,
+                )
+            else:
+                self.exit(self.campaign_exit_code())  # nothing runs: as q
+            return
+        self._detached_by_operator = True
+        self._leaving_pid = child.engine_pid
+        self.exit(EXIT_DETACHED)
+
     def campaign_exit_code(self) -> int:
         """The campaign's exit code if it finished, else 130 (interrupted)."""
         p = self.progress
+        if self._detached_by_operator:
+            return EXIT_DETACHED
         if self._quitting:
             return EXIT_INTERRUPTED
         if p.finished and p.exit_code is not None:
@@ -974,7 +1071,14 @@ class ConsoleApp(CampaignKeys, App[int]):
         return EXIT_INTERRUPTED
 
     def summary_lines(self, code: int) -> list[str]:
-        return exit_summary(self.progress, self.results_root(), code, detached=self.detached)
+        child = self.child_control()
+        return exit_summary(
+            self.progress,
+            self.results_root(),
+            code,
+            detached=self.detached,
+            writing_pid=child.engine_pid if child is not None else None,
+        )
 
     # --- keys, help, palette --------------------------------------------------------------------
 
@@ -1024,6 +1128,8 @@ def run_console(
     out (counts, results directory, report)."""
     app = ConsoleApp(control, theme, relaunch=relaunch)
     result = app.run()
+    if app.start_error is not None:
+        raise app.start_error
     code = result if isinstance(result, int) else app.campaign_exit_code()
     for line in app.summary_lines(code):
         print(line)

@@ -34,6 +34,7 @@ BINDINGS: list[BindingType] = [
     Binding("t", "next_theme", "Theme", id="view.theme", show=False),
     Binding("ctrl+s", "save_screenshot", "Screenshot", id="view.screenshot", show=False),
     Binding("question_mark,f1", "help", "Help", id="app.help"),
+    Binding("d", "detach", "Detach", id="app.detach", show=False),
     Binding("q", "request_quit", "Quit", id="app.quit"),
     # Ctrl-C and Ctrl-Q ask like q does (a terminal's reflex must not cost a running cell).
     Binding("ctrl+c,ctrl+q", "request_quit", "Quit", id="app.quit_ctrl", show=False, priority=True),
@@ -81,7 +82,10 @@ HELP: dict[str, str] = {
     "next_theme": "switch to the next console theme",
     "save_screenshot": "save an SVG of the screen into the results directory",
     "help": "this screen",
-    "request_quit": "leave the console (asks first while the campaign runs); also ctrl+c",
+    "detach": "leave the console and let the campaign it started go on in its own process; "
+    "specbench-tui --attach DIR comes back to it (also in the quit question)",
+    "request_quit": "leave the console (asks first while the campaign runs: stop it, or "
+    "detach); also ctrl+c",
 }
 
 #: Palette titles where the footer word is too short to find an action by name.
@@ -99,6 +103,7 @@ PALETTE_TITLES: dict[str, str] = {
     "save_screenshot": "Screenshot (SVG into the results directory)",
     "help": "Help (keys and panes)",
     "request_quit": "Quit console",
+    "detach": "Detach (the campaign goes on headless)",
     "toggle_pane('results')": "Toggle results table",
 }
 

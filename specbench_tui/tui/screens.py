@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -107,8 +108,10 @@ class HelpScreen(ModalScreen[None]):
             )
 
 
-class ConfirmScreen(ModalScreen[bool]):
-    """Yes/no, keyboard first: y or enter confirms, n or escape cancels."""
+class ConfirmScreen(ModalScreen[bool | str]):
+    """Yes/no, keyboard first: y or enter confirms, n or escape cancels. ``other`` adds a
+    third answer, by its button or its label's first letter (the quit question's Detach),
+    and the screen then answers with that label in lower case."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),
@@ -127,10 +130,16 @@ class ConfirmScreen(ModalScreen[bool]):
     """
 
     def __init__(
-        self, question: str, yes: str = "Yes", no: str = "No", *, purpose: str = ""
+        self,
+        question: str,
+        yes: str = "Yes",
+        no: str = "No",
+        *,
+        purpose: str = "",
+        other: str | None = None,
     ) -> None:
         super().__init__()
-        self.question, self.yes, self.no = question, yes, no
+        self.question, self.yes, self.no, self.other = question, yes, no, other
         self.purpose = purpose  # "quit": a second ctrl+c answers yes
 
     def compose(self) -> ComposeResult:
@@ -138,12 +147,23 @@ class ConfirmScreen(ModalScreen[bool]):
             yield Label(self.question, markup=False)
             with Horizontal():
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
+                if self.other:
+                    key = self.other[0].lower()
+                    yield Button(f"{self.other} ({key})", variant="warning", id="other")
                 yield Button(f"{self.no} (n)", variant="primary", id="no")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()  # the safe answer is the default
 
+    def on_key(self, event: events.Key) -> None:
+        if self.other and event.character == self.other[0].lower():
+            event.stop()
+            self.dismiss(self.other.lower())
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "other" and self.other:
+            self.dismiss(self.other.lower())
+            return
         self.dismiss(event.button.id == "yes")
 
     def action_answer(self, yes: bool) -> None:

@@ -16,7 +16,10 @@ def exit_summary(
     code: int,
     *,
     detached: bool = False,
+    writing_pid: int | None = None,
 ) -> list[str]:
+    """``writing_pid``: the campaign's own process, still running as the console leaves
+    (detached, or ending its run: it writes the views and the report itself)."""
     if not p.campaign:
         return ["specbench-tui: no campaign was seen"]
     c = p.counts
@@ -38,7 +41,12 @@ def exit_summary(
     if results_root is not None:
         out.append(f"  results  {results_root}")
         written = [results_root / f for f in REPORT_FILES if (results_root / f).exists()]
-        if written and p.finished:
+        if writing_pid is not None and not detached:
+            out.append(
+                f"  report   {results_root / REPORT_FILES[0]} (being written by the "
+                f"campaign's process, pid {writing_pid})"
+            )
+        elif written and p.finished:
             out.append(
                 f"  report   {written[0]}"
                 + (f" (also {', '.join(w.name for w in written[1:])})" if written[1:] else "")
