@@ -40,6 +40,22 @@ chunk) and ``e2e`` (request sent to end of stream):
   carries tokens. Where the server gives no running count and every chunk must carry one
   token (n == chunks), each chunk counts one; otherwise it is unknown and ``chunk_tokens`` is
   empty.
+- **good request** (vLLM's bench ``--goodput``, DistServe): a request that succeeded and meets
+  every limit the plan's ``[slo]`` gives: TTFT <= ``ttft``, TPOT <= ``tpot``, e2e <= ``e2e``.
+  A request with no TPOT (one output token, or a zero decode window) is not good while a
+  ``tpot`` limit is given: it must not pass that limit vacuously. A failed request is never
+  good, and it is counted among the requests.
+- **goodput** ``goodput_req_s`` = good requests / the measured window (requests per second).
+- **share meeting the SLO** ``slo_share`` = good requests / all measured requests (failed
+  ones included), with its 95% Wilson score interval ``slo_share_lo`` .. ``slo_share_hi``
+  (z = 1.96; it stays inside [0, 1] and is honest at 0 or n of n, where the normal
+  approximation collapses to a point). ``slo_met``: the interval's lower bound reaches the
+  ``[slo]`` target, the test a capacity search puts to each concurrency level.
+- **capacity under the SLO** ``max_concurrency_under_slo``: the highest concurrency level,
+  among those a capacity search tried, whose share met the SLO (``slo_met``), with the bracket
+  it was found in: ``capacity_pass_level`` (= it) and ``capacity_fail_level``, the lowest
+  level tried that failed (null when none did: the capacity is at least the top of the
+  search). Null when even the lowest level tried failed.
 - **speed-up**: the ratio of two configs' decode tok/s, each the mean over its units
   (repeats, sessions, or the cell of a concurrency level) of the unit's token-weighted
   ``decode_tok_s_total``, with Fieller's interval (``report/stats.py``).
@@ -235,6 +251,134 @@ def token_gaps(
     return out
 
 
+#: z of a two-sided 95% interval.
+Z95 = 1.959963984540054
+
+
+def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval of a share of ``k`` in ``n`` (None for ``n`` = 0)."""
+    if n <= 0:
+        return None
+    p = k / n
+    z2 = z * z
+    denom = 1 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    lo = 0.0 if k <= 0 else max(0.0, centre - half)
+    hi = 1.0 if k >= n else min(1.0, centre + half)
+    return lo, hi
+
+
+def slo_good(m: Measurement, limits: Mapping[str, float]) -> bool:
+    """Whether one request is good under ``limits`` (seconds by ``ttft``, ``tpot``, ``e2e``;
+    only those given apply): see the module docstring."""
+    if m.error is not None:
+        return False
+    values = {"ttft": m.ttft_s, "tpot": m.tpot_s, "e2e": m.e2e_s}
+    for name, limit in limits.items():
+        value = values[name]
+        if value is None or not value <= limit:
+            return False
+    return True
+
+
+def slo_limits_text(limits: Mapping[str, float]) -> str:
+    """The limits as a plan writes them: "TTFT <= 2s, TPOT <= 50ms"."""
+    names = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "e2e"}
+
+    def say(s: float) -> str:
+        return f"{s * 1000:g}ms" if s < 1 else f"{s:g}s"
+
+    return ", ".join(f"{names[k]} <= {say(v)}" for k, v in limits.items())
+
+
+@dataclass(frozen=True)
+class SloFigures:
+    """Goodput and the share meeting the SLO of a set of measured requests."""
+
+    requests: int  # all measured requests, failed ones included
+    good: int
+    window_s: float | None  # the measured window goodput is over
+    target: float
+
+    @property
+    def share(self) -> float | None:
+        return self.good / self.requests if self.requests else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return wilson_interval(self.good, self.requests)
+
+    @property
+    def goodput(self) -> float | None:
+        return self.good / self.window_s if self.window_s and self.window_s > 0 else None
+
+    @property
+    def met(self) -> bool:
+        iv = self.interval
+        return iv is not None and iv[0] >= self.target
+
+    def columns(self) -> dict[str, Any]:
+        """The cell-row columns (``results/records.py`` SLO_COLUMNS, less ``slo_limits``)."""
+        iv = self.interval
+        return {
+            "goodput_req_s": self.goodput,
+            "slo_requests": self.requests,
+            "slo_good": self.good,
+            "slo_share": self.share,
+            "slo_share_lo": iv[0] if iv else None,
+            "slo_share_hi": iv[1] if iv else None,
+            "slo_target": self.target,
+            "slo_met": self.met,
+        }
+
+
+def slo_figures(
+    records: Iterable[Measurement],
+    window_s: float | None,
+    limits: Mapping[str, float],
+    target: float,
+) -> SloFigures:
+    """:class:`SloFigures` of ``records`` (every measured request, failed ones included)."""
+    rows = list(records)
+    good = sum(1 for r in rows if slo_good(r, limits))
+    return SloFigures(len(rows), good, window_s, target)
+
+
+def slo_columns(
+    records: Iterable[Measurement],
+    window_s: float | None,
+    limits: Mapping[str, float],
+    target: float,
+) -> dict[str, Any]:
+    """A cell's SLO columns (all of SLO_COLUMNS), from its measured requests and window."""
+    out = slo_figures(records, window_s, limits, target).columns()
+    out["slo_limits"] = slo_limits_text(limits)
+    return out
+
+
+def slo_said(columns: Mapping[str, Any]) -> str:
+    """A cell's SLO figures in words, from its row's columns ("" where it has none): the
+    share meeting the SLO with its interval and the goodput, or a capacity search's result
+    with its bracket."""
+    if "capacity_note" in columns:
+        cap, fail = columns.get("max_concurrency_under_slo"), columns.get("capacity_fail_level")
+        tried = len(columns.get("capacity_levels") or ())
+        found = "none" if cap is None else str(cap)
+        bracket = f" (fails at {fail})" if fail is not None else ""
+        return (
+            f"capacity under the SLO {found}{bracket}, {tried} levels tried, "
+            f"{columns.get('capacity_note')}"
+        )
+    share = columns.get("slo_share")
+    if share is None:
+        return ""
+    lo, hi = columns.get("slo_share_lo"), columns.get("slo_share_hi")
+    goodput = columns.get("goodput_req_s")
+    rate = f", goodput {goodput:.2f} req/s" if goodput is not None else ""
+    return f"SLO met by {share:.0%} [{lo:.2f}, {hi:.2f}]{rate}"
+
+
 #: Each figure's name as the report, the cells' columns and the console say it, by its
 #: column stem (``decode_tok_s`` for ``decode_tok_s_p50`` ...): a view names a figure from
 #: here rather than inventing a name of its own.
@@ -248,4 +392,7 @@ FIGURE_NAMES: dict[str, str] = {
     "itl_token_s": "ITL per token",
     "chunk_gap_s": "chunk gap",
     "accept_length": "accept length",
+    "goodput_req_s": "goodput",
+    "slo_share": "share meeting the SLO",
+    "max_concurrency_under_slo": "capacity under the SLO",
 }

@@ -15,6 +15,7 @@ whether to keep the partial rows or to run the cell again.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,12 +23,21 @@ from typing import Any
 
 from specbench_tui.bench.client import BenchClient, Completion, Message, Sampling
 from specbench_tui.bench.client_health import ClientHealth, ClientWatch
-from specbench_tui.bench.figures import Span, measured_window
+from specbench_tui.bench.figures import (
+    SloFigures,
+    Span,
+    decode_total,
+    measured_window,
+    slo_figures,
+    slo_limits_text,
+    throughput,
+)
 from specbench_tui.bench.greedy import Output
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.registry import adapter
 from specbench_tui.engines.streams import StreamMode
+from specbench_tui.plan.capacity import CapacitySearch
 from specbench_tui.plan.prompt_sets import Prompt, PromptLibrary, sample_prompts, session_tasks
 from specbench_tui.results.cells import Cell, ServiceGroup, planned_requests
 from specbench_tui.results.records import RequestRecord
@@ -65,6 +75,8 @@ class CellResult:
     # How the prefix cache stood for the measured requests: "cold (flushed before each
     # request)", "cold (a salt per request)", "warm", or why it could not be made cold.
     prefix_cache: str = "warm"
+    # Figures the workload itself found (a capacity search's result: CAPACITY_COLUMNS).
+    figures: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -154,6 +166,8 @@ class _Runner:
         self.sampling = Sampling(cell.temperature, cell.top_p, cell.top_k, cell.sampling_seed)
         self.started = False  # the first measured request is under way
         self.spans: list[Span] = []  # of the measured requests, for the measured window
+        # A capacity search's levels, each a measured window of its own (warm-ups between).
+        self.point_windows: list[float] | None = None
         self.identity = {
             "campaign": campaign,
             "cell_id": cell.id,
@@ -201,6 +215,8 @@ class _Runner:
             self.started = True
 
     def wall_s(self) -> float:
+        if self.point_windows is not None:
+            return math.fsum(self.point_windows)
         return measured_window(self.spans, concurrent=self.cell.kind == "concurrency")
 
     def record(
@@ -212,9 +228,13 @@ class _Runner:
         session: int | None = None,
         turn: int | None = None,
         repeat: int | None = None,
+        concurrency: int | None = None,
     ) -> RequestRecord:
+        identity = (
+            self.identity if concurrency is None else {**self.identity, "concurrency": concurrency}
+        )
         rec = RequestRecord(
-            **self.identity,
+            **identity,
             prompt_set=prompt.set_name if prompt else self.cell.prompt_set,
             prompt_id=prompt.id if prompt else None,
             session=session,
@@ -324,6 +344,82 @@ async def _run_concurrency(run: _Runner, pool: list[Prompt], seed: int) -> None:
     await asyncio.gather(*(worker() for _ in range(min(level, max(total, 1)))))
 
 
+async def _run_capacity(run: _Runner, pool: list[Prompt], seed: int) -> None:
+    """A capacity search (``plan/capacity.py``) on the running server: each level it asks for
+    gets a warm-up, then ``requests`` measured requests sent ``level`` at a time, judged by
+    the cell's SLO (``bench/figures.py``); request rows carry their level as ``concurrency``.
+    Every level draws the same prompts in the same order, so levels differ by load alone.
+    A stop ends the search; the level under way when it came is left out of the figures."""
+    cell = run.cell
+    limits = dict(cell.slo)
+    order = list(pool)
+    random.Random(f"{seed}:capacity:{cell.workload}").shuffle(order)
+    search = CapacitySearch(cell.levels, cell.max_points)
+    run.point_windows = []
+    points: list[Point] = []
+    while (level := search.next_level()) is not None:
+        if run.should_stop():
+            run.result.stopped = True
+            break
+        await run.warmup(order[0].messages(), cell.warmup)
+        await run.mark_start()
+        first = len(run.result.records)
+        spans_from = len(run.spans)
+        next_index = 0
+
+        async def worker(level: int = level) -> None:
+            nonlocal next_index
+            while next_index < cell.requests:
+                if run.should_stop():
+                    run.result.stopped = True
+                    return
+                i = next_index
+                next_index += 1
+                prompt = order[i % len(order)]
+                done = await run.send(prompt.messages())
+                run.record(done, prompt, None, repeat=i // len(order), concurrency=level)
+
+        await asyncio.gather(*(worker() for _ in range(min(level, cell.requests))))
+        window = measured_window(run.spans[spans_from:], concurrent=True)
+        run.point_windows.append(window)
+        if run.result.stopped:
+            break
+        rows = run.result.records[first:]
+        fig = slo_figures(rows, window, limits, cell.slo_target)
+        search.record(level, fig.met)
+        decode = decode_total(r for r in rows if r.error is None).rate
+        points.append((level, fig, throughput(rows, window), decode))
+    if not run.result.stopped:
+        run.result.planned = len(run.result.records)
+    run.result.figures = capacity_figures(search, points, limits, cell.slo_target)
+
+
+Point = tuple[int, SloFigures, float | None, float | None]  # level, SLO, throughput, decode
+
+
+def capacity_figures(
+    search: CapacitySearch, points: list[Point], limits: dict[str, float], target: float
+) -> dict[str, Any]:
+    """A capacity cell's columns (``results/records.py`` CAPACITY_COLUMNS) from its search and
+    the figures of each level tried, in the order tried."""
+    passed = search.passed
+    return {
+        "max_concurrency_under_slo": passed,
+        "capacity_pass_level": passed,
+        "capacity_fail_level": search.failed,
+        "capacity_note": search.note,
+        "capacity_levels": [lv for lv, *_ in points],
+        "capacity_shares": [f.share for _, f, *_ in points],
+        "capacity_share_lo": [(f.interval or (None, None))[0] for _, f, *_ in points],
+        "capacity_share_hi": [(f.interval or (None, None))[1] for _, f, *_ in points],
+        "capacity_goodput_req_s": [f.goodput for _, f, *_ in points],
+        "capacity_throughput_tok_s": [t for *_, t, _ in points],
+        "capacity_decode_tok_s": [d for *_, d in points],
+        "slo_target": target,
+        "slo_limits": slo_limits_text(limits),
+    }
+
+
 async def run_cell(
     cell: Cell,
     group: ServiceGroup,
@@ -365,7 +461,7 @@ async def run_cell(
             base_url,
             group.api,
             engine=group.engine,
-            concurrency=cell.concurrency or 1,
+            concurrency=cell.concurrency or max(cell.levels, default=1),
             prompting=prompting.with_kwargs(dict(cell.chat_template_kwargs)),
             model=model,
             stream_mode=stream_mode,
@@ -404,5 +500,8 @@ async def _run_kind(run: _Runner, library: PromptLibrary, seed: int, cold: str |
     elif cell.kind == "concurrency":
         run.result.planned = planned_requests(cell)
         await _run_concurrency(run, _pool(cell, library, seed), seed)
+    elif cell.kind == "capacity":
+        run.result.planned = planned_requests(cell)
+        await _run_capacity(run, _pool(cell, library, seed), seed)
     else:
         raise ValueError(f"cell {cell.name}: unknown workload kind {cell.kind!r}")

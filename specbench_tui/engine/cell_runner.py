@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from specbench_tui.bench.client import went_away
+from specbench_tui.bench.figures import slo_columns
 from specbench_tui.bench.greedy import greedy_warnings
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
@@ -320,8 +321,15 @@ async def conclude(
         if cell.temperature == 0 and result.outputs:
             outputs = {k: o.to_json() for k, o in result.outputs.items()}
             await durably(ctx, lambda: ctx.store.write_cell_texts(cell.id, attempt, outputs))
+        slo = ctx.spec.slo
         figures = {
             **summarize(result.records, result.wall_s),
+            **(
+                slo_columns(result.records, result.wall_s, slo.limits(), slo.target)
+                if slo is not None and cell.kind == "concurrency"
+                else {}
+            ),
+            **result.figures,  # what the workload found (a capacity search)
             **result.acceptance,
             **(result.client.figures() if result.client else {}),
             "prefix_cache": result.prefix_cache,

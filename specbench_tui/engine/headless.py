@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from specbench_tui.bench.figures import decode_left_out
+from specbench_tui.bench.figures import decode_left_out, slo_said
 from specbench_tui.engine.campaign import Campaign
 from specbench_tui.engine.commands import Command
 from specbench_tui.errors import EXIT_PIPE
@@ -88,12 +88,15 @@ def format_event(ev: Event) -> str | None:
             if f.get("client_lagged")
             else ""
         )
+        slo = slo_said(f)
         return (
             f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
             f"decode {_num(f.get('decode_tok_s_total'), '.1f')} tok/s"
             + (f" ({left} left out)" if left else "")
             + f", cell throughput {_num(f.get('throughput_tok_s'), '.1f')} tok/s, "
-            f"ttft p50 {_num(f.get('ttft_s_p50'), '.3f')}s{acc}{err}, {ev.wall_s:.1f}s{lag}"
+            f"ttft p50 {_num(f.get('ttft_s_p50'), '.3f')}s{acc}{err}, {ev.wall_s:.1f}s"
+            + (f", {slo}" if slo else "")
+            + lag
         )
     if isinstance(ev, CellEnergy):
         return f"{t} energy {ev.cell} [{ev.cell_id}] {energy_text(ev.figures)}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specbench_tui.plan.capacity import search
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate
 from specbench_tui.plan.probes import (
@@ -102,6 +103,14 @@ def _probes_said(spec: PlanSpec, groups: list[ServiceGroup]) -> str | None:
     return "checks' probes at the end of groups: " + "; ".join(parts) if parts else None
 
 
+def capacity_points(cell: Cell) -> list[int]:
+    """The levels a capacity search is assumed to try: the search played against a capacity
+    at the middle of its bracket (the real one tries as many or fewer, by its results)."""
+    lo, hi = min(cell.levels), max(cell.levels)
+    middle = (lo + hi) / 2
+    return list(search(cell.levels, cell.max_points, lambda lv: lv <= middle).tried)
+
+
 def cell_requests(cell: Cell, prompts: PromptLibrary) -> tuple[int, int]:
     """(measured, warm-up) requests of a cell, counting the prompt set on disk if needed."""
     if cell.kind != "single":
@@ -139,6 +148,14 @@ def estimate(
             ctx = sum(t * (c.tool_output_tokens + c.max_tokens * frac) for t in range(c.turns))
             prefill_total = c.sessions * (c.turns * prefill + ctx / est.prefill_tok_s)
             t = n * (decode + est.request_overhead) + prefill_total
+        elif c.kind == "capacity":
+            points = capacity_points(c)
+            measured = len(points) * c.requests
+            requests += measured - per_cell_requests[c.id]
+            per_cell_requests[c.id] = measured
+            t = sum(
+                _batch_s(est, rate, c.tp, c.requests + c.warmup, lv, c.max_tokens) for lv in points
+            )
         else:
             level = (c.concurrency or 1) if c.kind == "concurrency" else 1
             t = _batch_s(est, rate, c.tp, n, level, c.max_tokens)

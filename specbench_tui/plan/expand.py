@@ -27,6 +27,7 @@ from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_c
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import (
     AgenticWorkload,
+    CapacityWorkload,
     ConcurrencyWorkload,
     HostSpec,
     PlanSpec,
@@ -273,6 +274,10 @@ def _cells(
             # A temperature axis names its cells: ".../t0", ".../t1".
             at = f"/t{temp:g}" if len(temps) > 1 else ""
             fields = dict(shaping, temperature=temp)
+            if isinstance(w, CapacityWorkload) and spec.slo is not None:
+                # The SLO decides which levels the search tries: part of what it measures.
+                fields["slo"] = tuple(sorted(spec.slo.limits().items()))
+                fields["slo_target"] = spec.slo.target
             out.extend(
                 _workload_cells(
                     lib, spec.campaign.seed, server_identity, common, group, wname, w, at, fields
@@ -357,6 +362,23 @@ def _workload_cells(
                     **fields,
                 )
             )
+    elif isinstance(w, CapacityWorkload):
+        out.append(
+            _cell(
+                server_identity,
+                common,
+                f"{group.id}/{wname}{at}",
+                prompt_set=w.prompts[0] if len(w.prompts) == 1 else None,
+                prompts=tuple(w.prompts),
+                max_tokens=w.max_tokens,
+                concurrency=None,
+                requests=w.requests,
+                warmup=w.warmup,
+                levels=tuple(w.levels),
+                max_points=w.max_points,
+                **fields,
+            )
+        )
     return out
 
 

@@ -25,6 +25,7 @@ from pydantic import (
 
 from specbench_tui.engines.registry import API_NAMES, ENGINE_NAMES
 from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
+from specbench_tui.plan.slo import SloSpec
 from specbench_tui.printable import CONTROL
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -43,7 +44,7 @@ SSH_DESTINATION = r"^[A-Za-z0-9_.@:\[\]-]+$"
 # An absolute path on a cluster: one word for a shell and for sbatch's --output (no '%').
 CLUSTER_PATH = r"^/[A-Za-z0-9_.+/-]*$"
 
-KINDS = ("single", "agentic", "concurrency")
+KINDS = ("single", "agentic", "concurrency", "capacity")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
 
 # Bounds on the plan's integers: far above any real campaign, and small enough that no count,
@@ -428,8 +429,28 @@ class ConcurrencyWorkload(WorkloadBase):
     max_tokens: Tokens = 256
 
 
+class CapacityWorkload(WorkloadBase):
+    # The highest concurrency meeting [slo], searched per config x TP on one server
+    # (plan/capacity.py): levels tried by bracketed bisection, one cell for the search.
+    kind: Literal["capacity"]
+    # The bracket: its lowest and highest value bound the search, and every listed value is
+    # tried (by bisection over the list) before the levels between them, e.g. [1, 64].
+    levels: list[Annotated[int, Field(ge=1, le=MAX_LEVEL)]] = Field(min_length=2)
+    # Measured requests per level tried.
+    requests: int = Field(default=64, ge=1, le=MAX_REQUESTS)
+    # Requests sent at each level before its measured ones, not counted.
+    warmup: int = Field(default=1, ge=0, le=MAX_REPEATS)
+    # Levels tried at most (the search stops there, with the bracket it has).
+    max_points: int = Field(default=8, ge=2, le=64)
+    # Prompt sets the requests are drawn from.
+    prompts: list[str] = Field(default=["chat"], min_length=1)
+    # Output tokens per request.
+    max_tokens: Tokens = 256
+
+
 Workload = Annotated[
-    SingleWorkload | AgenticWorkload | ConcurrencyWorkload, Field(discriminator="kind")
+    SingleWorkload | AgenticWorkload | ConcurrencyWorkload | CapacityWorkload,
+    Field(discriminator="kind"),
 ]
 
 
@@ -475,6 +496,7 @@ class PlanSpec(Strict):
     prompt_sets: dict[str, PromptSetSpec] = {}
     logs: dict[str, str] = {}
     checks: ChecksSpec = ChecksSpec()
+    slo: SloSpec | None = None
     estimate: EstimateSpec = EstimateSpec()
 
 
@@ -488,6 +510,7 @@ def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel
         "server": ServerSpec,
         "checks": ChecksSpec,
         "estimate": EstimateSpec,
+        "slo": SloSpec,
     }
     if head in simple and not rest:
         return simple[head]
@@ -510,5 +533,6 @@ def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel
             "single": SingleWorkload,
             "agentic": AgenticWorkload,
             "concurrency": ConcurrencyWorkload,
+            "capacity": CapacityWorkload,
         }.get(kind, WorkloadBase)
     return None

@@ -11,6 +11,7 @@ import string
 from typing import Any
 
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
+from specbench_tui.plan.capacity import check_capacity
 from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan, PlanError
@@ -35,6 +36,7 @@ def check_plan(plan: Plan) -> list[PlanError]:
         + _check_expanded_names(configs)
         + _check_matrix(spec, configs)
         + _check_workloads(plan, configs)
+        + check_capacity(spec)
         + check_templates(plan, configs)
         + check_prompt_sets(plan)
         + check_job_files(plan)
@@ -420,6 +422,7 @@ def _unknown(what: str, name: str, known: object) -> str:
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
     return f"no {what} named {name!r}; {hint}"
+
 
 def _check_forced(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
     """Each ``forced_accept`` value against the command it forces: a speculative one, whose

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from specbench_tui.results.jsontypes import FieldTypeError, check_fields, conforms
 
-WorkloadKind = Literal["single", "agentic", "concurrency"]
+WorkloadKind = Literal["single", "agentic", "concurrency", "capacity"]
 Api = str  # one of an engine's APIs, by its plan name (engines/registry.py API_NAMES)
 
 
@@ -127,6 +127,14 @@ class Cell:
     # acceptance). Such a cell measures what an accept length buys, never the drafter: it is
     # reported apart, never pooled with real-acceptance cells, nor judged for greedy outputs.
     forced_accept: float | None = None
+    # A capacity search (``plan/capacity.py``): the plan's levels (its bracket and the points
+    # tried first), the most levels it tries, and the [slo] it judges them by: limits in
+    # seconds as sorted (name, seconds) pairs, and the target share. ``requests`` and
+    # ``warmup`` are per level tried.
+    levels: tuple[int, ...] = ()
+    max_points: int = 0
+    slo: tuple[tuple[str, float], ...] = ()
+    slo_target: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         # A shallow copy: asdict() deep-copies, which dominates a 10,000-cell dry run.
@@ -134,14 +142,16 @@ class Cell:
         d["prompts"] = list(self.prompts)
         d["params"] = dict(self.params)
         d["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        d["levels"] = list(self.levels)
+        d["slo"] = dict(self.slo)
         return d
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Cell:
         """Rebuild a cell from its JSON; unknown keys are ignored (see ServiceGroup.from_json)."""
         d = _known(cls, obj)
-        check_fields(cls, d, skip=("params", "chat_template_kwargs"))
-        for key in ("params", "chat_template_kwargs"):  # objects in JSON, pairs here
+        check_fields(cls, d, skip=("params", "chat_template_kwargs", "slo"))
+        for key in ("params", "chat_template_kwargs", "slo"):  # objects in JSON, pairs here
             if not isinstance(d.get(key, {}), dict | list):
                 raise FieldTypeError(f"{key!r} is {type(d[key]).__name__}, not an object")
         d["prompts"] = tuple(d.get("prompts", ()))
@@ -151,6 +161,9 @@ class Cell:
         d["chat_template_kwargs"] = (
             tuple(sorted(kwargs.items())) if isinstance(kwargs, dict) else tuple(map(tuple, kwargs))
         )
+        d["levels"] = tuple(int(v) for v in d.get("levels", ()))
+        slo = d.get("slo", ())
+        d["slo"] = tuple(sorted((str(k), float(v)) for k, v in dict(slo).items()))
         for key, default in _CELL_DEFAULTS.items():
             d.setdefault(key, default)
         return cls(**d)
@@ -200,6 +213,8 @@ def planned_requests(cell: Cell, n_prompts: int | None = None) -> int:
         return cell.requests or cell.sessions * cell.turns
     if cell.kind == "concurrency":
         return cell.requests
+    if cell.kind == "capacity":  # at most: the search may end in fewer levels
+        return cell.requests * cell.max_points
     if n_prompts is None:
         if cell.samples is None:
             raise ValueError(f"cell {cell.name}: the prompt count is needed (samples = all)")

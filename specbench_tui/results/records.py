@@ -112,3 +112,35 @@ ENERGY_COLUMNS: tuple[str, ...] = (
     "energy_window_s",
     "energy_output_tokens",
 )
+
+#: A concurrency or capacity cell's SLO columns where the plan has ``[slo]``
+#: (``bench/figures.py`` defines them): goodput, the share of requests meeting every given
+#: limit with its 95% Wilson interval, whether its lower bound reaches the target, and the
+#: limits in words.
+SLO_COLUMNS: tuple[str, ...] = (
+    "goodput_req_s",
+    "slo_requests",
+    "slo_good",
+    "slo_share",
+    "slo_share_lo",
+    "slo_share_hi",
+    "slo_target",
+    "slo_met",
+    "slo_limits",
+)
+
+#: A capacity cell's search result (``plan/capacity.py``): the highest level that met the
+#: SLO and its bracket, then one list entry per level tried, in the order tried.
+CAPACITY_COLUMNS: tuple[str, ...] = (
+    "max_concurrency_under_slo",
+    "capacity_pass_level",
+    "capacity_fail_level",
+    "capacity_note",
+    "capacity_levels",
+    "capacity_shares",
+    "capacity_share_lo",
+    "capacity_share_hi",
+    "capacity_goodput_req_s",
+    "capacity_throughput_tok_s",
+    "capacity_decode_tok_s",
+)
