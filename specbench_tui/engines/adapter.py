@@ -215,6 +215,14 @@ class EngineAdapter(ABC):
         starts (an accept length is then at most k + 1), where the command says; else None."""
         return None
 
+    def acceptance_warnings(
+        self, command: Sequence[str], env: Mapping[str, str], *, forced: bool
+    ) -> list[str]:
+        """What in a server's command or environment makes its acceptance other than the real,
+        lossless one, each said with its consequence (``--dry-run`` shows them). ``forced``:
+        the plan forces it (``forced_accept``), so the engine's knob is expected."""
+        return []
+
     def forced_accept(self, command: Sequence[str], accept_length: float) -> ForcedAccept:
         """What makes the server that ``command`` starts accept ``accept_length`` tokens per
         verify step (bonus token included). Raises ValueError where the engine has no such

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -73,6 +73,9 @@ from specbench_tui.results.cells import ServiceGroup
 
 #: The native API's plan name (``api = "sglang"``): ``POST /generate`` with text in.
 NATIVE_API = "sglang"
+# Relaxed acceptance: below 1.0, a draft token is accepted when the target gives it at least
+# this probability (single) or the accepted ones together this much (acc): lossy.
+_THRESHOLD_FLAGS = ("--speculative-accept-threshold-single", "--speculative-accept-threshold-acc")
 GENERATE_PATH = "/generate"
 
 READY_LINE = "The server is fired up and ready to roll!"
@@ -255,6 +258,44 @@ class SglangAdapter(EngineAdapter):
             if raw is not None and raw.isdigit() and int(raw) - less > 0:
                 return int(raw) - less
         return None
+
+    def acceptance_warnings(
+        self, command: Sequence[str], env: Mapping[str, str], *, forced: bool
+    ) -> list[str]:
+        """Relaxed acceptance (a threshold below 1.0), simulated acceptance set by hand, and
+        simulated acceptance in the default token mode."""
+        out: list[str] = []
+        for flag in _THRESHOLD_FLAGS:
+            raw = flag_value(command, flag, flag.replace("-", "_").replace("__", "--"))
+            try:
+                value = float(raw) if raw is not None else None
+            except ValueError:
+                value = None
+            if value is not None and value < 1.0:
+                out.append(
+                    f"{flag} {raw} is below 1.0: SGLang then accepts drafts the target model "
+                    "would not have chosen (relaxed, lossy acceptance, not forced acceptance), "
+                    "so its accept length and speed-up are not those of lossless speculative "
+                    "decoding and its outputs are not the baseline's; leave it at 1.0 (the "
+                    "default), or measure what an accept length buys with forced_accept"
+                )
+        if "SGLANG_SIMULATE_ACC_LEN" in env:
+            if not forced:
+                out.append(
+                    "SGLANG_SIMULATE_ACC_LEN is set by hand: its acceptance is simulated, but "
+                    "its cells are not marked forced, so the report takes them for real "
+                    "acceptance and greedy equivalence judges them; use forced_accept instead"
+                )
+            mode = env.get("SGLANG_SIMULATE_ACC_TOKEN_MODE", "")
+            if mode != "real-draft-token":
+                out.append(
+                    "simulated acceptance without SGLANG_SIMULATE_ACC_TOKEN_MODE="
+                    f"real-draft-token (it is {mode or 'unset, so fixed'}): the fixed mode "
+                    "emits token id 100, empties the text and makes detokenization quadratic "
+                    "(an open SGLang bug), so outputs are blank and timings measure the "
+                    "detokenizer; set it to real-draft-token"
+                )
+        return out
 
     def forced_accept(self, command: Sequence[str], accept_length: float) -> ForcedAccept:
         """SGLang's simulated acceptance: every verify step accepts as if the draft matched

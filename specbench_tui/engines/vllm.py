@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -343,6 +343,23 @@ class VllmAdapter(EngineAdapter):
             cfg = None
         k = cfg.get("num_speculative_tokens") if isinstance(cfg, dict) else None
         return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+
+    def acceptance_warnings(
+        self, command: Sequence[str], env: Mapping[str, str], *, forced: bool
+    ) -> list[str]:
+        """Synthetic acceptance set by hand in ``--speculative-config``."""
+        raw = flag_value(command, *_SPEC_FLAGS)
+        try:
+            cfg = json.loads(raw) if raw is not None else None
+        except ValueError:
+            cfg = None
+        if forced or not isinstance(cfg, dict) or cfg.get("rejection_sample_method") != "synthetic":
+            return []
+        return [
+            '"rejection_sample_method": "synthetic" is set by hand: its acceptance is '
+            "synthetic, but its cells are not marked forced, so the report takes them for real "
+            "acceptance and greedy equivalence judges them; use forced_accept instead"
+        ]
 
     def forced_accept(self, command: Sequence[str], accept_length: float) -> ForcedAccept:
         """vLLM's synthetic rejection sampler: the ``--speculative-config`` JSON gains

@@ -18,6 +18,7 @@ from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
+from specbench_tui.plan.lint import acceptance_warnings
 from specbench_tui.plan.model import SlurmSpec
 from specbench_tui.plan.packing import Schedule
 from specbench_tui.plan.prompt_review import (
@@ -53,6 +54,8 @@ class Review:
     only: str = ""
     prompts: tuple[Shown, ...] = ()  # each set's first prompt, rendered where it can be
     sets: tuple[SetInfo, ...] = ()  # each set named: source, licence, count per category
+    # What makes a config's acceptance other than the real, lossless one (plan/lint.py).
+    warnings: tuple[str, ...] = ()
 
     def is_selected(self, cell_id: str) -> bool:
         return self.selected is None or cell_id in self.selected
@@ -95,6 +98,7 @@ def review(
         only=only,
         prompts=tuple(first_prompts(plan, exp.groups, exp.cells)),
         sets=tuple(set_infos(plan)),
+        warnings=tuple(acceptance_warnings(exp.groups)),
     )
 
 
@@ -212,6 +216,9 @@ def render_text(r: Review) -> str:
         )
         out.extend(_schedule_text(est.schedule))
     out.append("  assuming " + "; ".join(est.assumptions))
+    if r.warnings:
+        out.append("")
+        out.extend(f"warning: {w}" for w in r.warnings)
     out.extend(set_lines(list(r.sets)))
     out.extend(prompt_lines(list(r.prompts)))
     if r.selected is not None:
@@ -316,6 +323,7 @@ def render_json(r: Review) -> dict[str, Any]:
             "estimate_s": round(r.selected_s, 1),
         },
         "assumptions": est.assumptions,
+        "warnings": list(r.warnings),
         "prompt_sets": set_json(list(r.sets)),
         "prompts": prompt_json(list(r.prompts)),
     }
