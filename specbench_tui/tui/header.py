@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from specbench_tui.results.progress import CampaignProgress, format_clock
+from specbench_tui.tui.eta import campaign_left, eta_text
 from specbench_tui.tui.look import MARKS, Palette, palette_for, stacked_bar
 
 
@@ -67,48 +68,63 @@ class CampaignHeader(Static):
     _shown: Text | None = None  # what is on screen: unchanged text is not repainted
 
     def show(self, p: CampaignProgress, now: float, *, live: bool = True) -> None:
+        """Built in two parts so that a narrow terminal loses the campaign's name before it
+        loses a count or the ETA: the state, clock, counts and ETA always show whole, the
+        ETA's range and the progress bar where they fit, the name and hosts in what is left."""
         pal = palette_for(self.app)
         c = p.counts
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append("specbench ", style=pal.primary + pal.bold)
-        t.append(p.campaign or "waiting for the campaign…", style=pal.bold)
-        if p.hosts:
-            t.append(" @ " + ",".join(p.hosts), style=pal.muted)
-        if p.simulated and "sim" not in p.hosts:
-            t.append(" (simulated)", style=pal.muted)
+        width = self.size.width or 80
+        tail = Text(no_wrap=True)
         word, tone = campaign_state(p, live=live)
         mark = {"running": "▶", "paused": "⏸", "waiting": "…", "aborting": "…"}.get(word, "■")
-        t.append("  ")
-        t.append(
+        tail.append("  ")
+        tail.append(
             f" {mark} {word.upper()} ", style=_tone(pal, tone) + Style(bold=True, reverse=True)
         )
         if not live:
-            t.append(" read-only", style=pal.muted)
-        t.append("  ")
-        t.append(format_clock(p.elapsed_s(now)))
-        t.append("  ")
+            tail.append(" read-only", style=pal.muted)
+        tail.append("  ")
+        tail.append(format_clock(p.elapsed_s(now)))
+        tail.append("  ")
         checks = failed_check_cells(p)
         for status, n in (("done", c.done - checks), ("failed_check", checks)):
             if n or status == "done":
-                t.append(f"{MARKS[status]}{n} ", style=pal.status(status))
+                tail.append(f"{MARKS[status]}{n} ", style=pal.status(status))
         for status, n in (("failed", c.failed), ("skipped", c.skipped)):
-            t.append(f"{MARKS[status]}{n} ", style=pal.status(status))
-        t.append(f"/{c.total}", style=pal.muted)
+            tail.append(f"{MARKS[status]}{n} ", style=pal.status(status))
+        tail.append(f"/{c.total}", style=pal.muted)
+        span = ""
         if not p.finished and live:
-            eta = p.eta_s(now)
-            t.append("  ETA ", style=pal.muted)
-            t.append(format_clock(eta) if eta is not None else "—")
-        width = self.size.width
-        if width >= 110 and c.total:
+            shown, span = eta_text(campaign_left(p, now), p.eta_s(now))
+            tail.append("  ETA ", style=pal.muted)
+            tail.append(shown)
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append("specbench ", style=pal.primary + pal.bold)
+        head.append(p.campaign or "waiting for the campaign…", style=pal.bold)
+        where = Text()
+        if p.hosts:
+            where.append(" @ " + ",".join(p.hosts), style=pal.muted)
+        if p.simulated and "sim" not in p.hosts:
+            where.append(" (simulated)", style=pal.muted)
+        room = width - len(tail)
+        if len(head) + len(where) <= room:
+            head.append_text(where)
+        elif len(head) > room:
+            head.truncate(max(room, 10), overflow="ellipsis")
+        head.append_text(tail)
+        extra = f" ({span})" if span else ""
+        if extra and len(head) + len(extra) <= width:
+            head.append(extra, style=pal.muted)
+        if width >= 110 and c.total and len(head) + 22 <= width:
             parts = [
                 ((c.done - checks) / c.total, pal.success),
                 (checks / c.total, pal.warning),
                 (c.failed / c.total, pal.error),
                 (c.skipped / c.total, pal.warning + Style(dim=True)),
             ]
-            t.append("  ")
-            t.append_text(stacked_bar(parts, 16, pal.muted))
-            t.append(f" {100 * c.settled / c.total:3.0f}%")
-        if t != self._shown:  # a frame that changes nothing repaints nothing
-            self._shown = t
-            self.update(t)
+            head.append("  ")
+            head.append_text(stacked_bar(parts, 16, pal.muted))
+            head.append(f" {100 * c.settled / c.total:3.0f}%")
+        if head != self._shown:  # a frame that changes nothing repaints nothing
+            self._shown = head
+            self.update(head)

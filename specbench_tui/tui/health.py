@@ -19,6 +19,7 @@ from textual.widgets import Static
 
 from specbench_tui.results.events import TelemetryChosen
 from specbench_tui.results.progress import CampaignProgress, GpuState, GroupState, format_clock
+from specbench_tui.tui.eta import group_left
 from specbench_tui.tui.gpu_history import GpuHistory, sparkline
 from specbench_tui.tui.look import SERVER_MARKS, Palette, bar, palette_for
 
@@ -38,24 +39,28 @@ def _telemetry_line(ev: TelemetryChosen, pal: Palette) -> Text:
 
 
 def group_eta_s(p: CampaignProgress, gid: str, now: float) -> float | None:
-    """Seconds the group still needs: for each of its cells still to run, the mean measured
-    duration of its kind (of all kinds before its kind has one), less what the running cell
-    has had. None before any cell was measured (as for the campaign's ETA)."""
+    """Seconds the group still needs: the plan's estimate of each cell still to run,
+    corrected by what this run measured (tui/eta.py); where no estimate was recorded, the
+    mean measured duration of its kind (of all kinds before its kind has one), less what
+    the running cell has had. None before anything can be said."""
+    left = group_left(p, gid, now)
+    if left is not None:
+        return left.seconds
     g = p.groups.get(gid)
     means = p.mean_durations()
     if g is None or not means:
         return None
     overall = sum(means.values()) / len(means)
-    left = 0.0
+    total = 0.0
     for cid in g.cells:
         c = p.cells[cid]
         expected = means.get(c.kind, overall)
         if c.status == "pending" and c.selected:
-            left += expected
+            total += expected
         elif c.status == "running":
             ran = now - c.started_at if c.started_at is not None else 0.0
-            left += max(expected - ran, 0.0)
-    return left
+            total += max(expected - ran, 0.0)
+    return total
 
 
 def _away_line(host: str, why: str, pal: Palette) -> Text:
