@@ -310,7 +310,7 @@ def cell_figures(inp: Inputs) -> pl.DataFrame:
     rows = []
     names = workload_names(inp)
     for c in inp.state.cells.values():
-        if c.status != "done":
+        if c.status != "done" or c.config in inp.forced:  # forced cells: sections/forced.py
             continue
         planned = c.cell
         rows.append(

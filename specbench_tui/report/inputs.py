@@ -109,6 +109,12 @@ class Inputs:
     manifest: dict[str, Any] = field(default_factory=dict)
     # Frames derived once per read (report/frames.py), by name.
     cache: dict[str, Any] = field(default_factory=dict)
+    # Forced acceptance (``forced_accept``): config -> the accept length its server was forced
+    # to, and those configs' request rows, kept apart: ``requests`` and ``config_order`` hold
+    # real acceptance only, so no table pools the two (sections/forced.py sets them side by
+    # side).
+    forced: dict[str, float] = field(default_factory=dict)
+    forced_requests: pl.DataFrame | None = None
 
 
 def _read_plan(path: Path, notes: list[str]) -> dict[str, Any]:
@@ -265,10 +271,22 @@ def read_telemetry(layout: ResultsLayout, notes: list[str]) -> pl.DataFrame | No
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+def forced_configs(state: CampaignState) -> dict[str, float]:
+    """Config -> its forced accept length, for the configs the plan forced (``forced_accept``)."""
+    return {
+        c.config: c.cell.forced_accept
+        for c in state.cells.values()
+        if c.cell is not None and c.cell.forced_accept is not None
+    }
+
+
 def known_configs(order: list[str], state: CampaignState, requests: pl.DataFrame) -> list[str]:
-    """Every config the log or the rows name, in plan order."""
+    """Every config the log or the rows name, in plan order; forced-acceptance configs are
+    not among them (they are reported apart)."""
     names = list(order)
     for c in state.cells.values():
+        if c.cell is not None and c.cell.forced_accept is not None:
+            continue
         if c.config and c.config not in names:
             names.append(c.config)
     if requests.height:
@@ -361,6 +379,12 @@ def load_inputs(root: Path) -> Inputs:
         state = CampaignState.from_events(log.events, _readable(layout, unreadable))
     notes += set_aside_notes(layout)
     labels, order = _labels(state)
+    forced = forced_configs(state)
+    if forced:
+        is_forced = pl.col("config").cast(pl.String).is_in(list(forced))
+        forced_rows = requests.filter(is_forced)
+        requests = requests.filter(~is_forced)
+        order = [c for c in order if c not in forced]
     live = is_live(layout)
     base = resolve_baseline(plan, known_configs(order, state, requests))
     _judge_greedy(plan, state, layout, base, live)
@@ -377,4 +401,6 @@ def load_inputs(root: Path) -> Inputs:
         notes=notes,
         baseline=base,
         manifest=_manifest(layout),
+        forced=forced,
+        forced_requests=forced_rows if forced else None,
     )

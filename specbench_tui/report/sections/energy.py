@@ -37,8 +37,10 @@ MAX_LISTED = 12  # invalid cells named one by one; the rest are counted
 
 def build(inp: Inputs) -> Section | None:
     names = workload_names(inp)
-    recorded = [
-        c for c in inp.state.cells.values() if c.status == "done" and "energy_valid" in c.figures
+    recorded = [  # real acceptance only: forced cells are never pooled with them
+        c
+        for c in inp.state.cells.values()
+        if c.status == "done" and "energy_valid" in c.figures and c.config not in inp.forced
     ]
     if not recorded:
         on_slurm = slurm_hosts(inp)

@@ -184,7 +184,7 @@ def budget_params(inp: Inputs) -> dict[str, tuple[str, str, float]]:
     (``params = { budget = [...] }``), as the planned cells in ``campaign_started`` carry it."""
     out: dict[str, tuple[str, str, float]] = {}
     for c in inp.state.cells.values():
-        if c.cell is None or c.config in out or len(c.cell.params) != 1:
+        if c.cell is None or c.config in out or len(c.cell.params) != 1 or c.config in inp.forced:
             continue
         ((key, value),) = c.cell.params
         if isinstance(value, bool) or not isinstance(value, int | float):

@@ -1,0 +1,383 @@
+"""Where a speed-up comes from: the forced-acceptance sweep beside real acceptance.
+
+A config's speed-up over the baseline is its accept length (tokens a verify step yields: the
+drafter's quality) over its step cost (a speculative step's time over an autoregressive step's:
+the system's). A forced sweep (``forced_accept``) pins the accept length and measures the
+speed-up each length buys on the same server: the system-cost curve. The real campaign's
+measured accept length, placed on that curve (linear interpolation between the two forced
+lengths around it), gives the speed-up the system would deliver at that acceptance; beside the
+measured speed-up, it tells drafter quality from verify cost.
+
+Forced rows are kept apart from real ones (``Inputs.forced_requests``): they are compared with
+the baseline here by the same frame as every table (``frames.comparison``), on a view that
+holds both, and nowhere else. Greedy equivalence is not judged on forced cells.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.bench.forced import CHECK, FORCED_TOLERANCE
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import (
+    Cell,
+    Chart,
+    Charts,
+    Column,
+    Para,
+    Point,
+    Section,
+    Series,
+    Table,
+    text,
+)
+from specbench_tui.report.frames import comparison, label
+from specbench_tui.report.inputs import Inputs
+
+TITLE = "Forced acceptance: where the speed-up comes from"
+#: Scope of one curve: a workload at one level on one host and TP size.
+_SCOPE = ("host", "tp", "kind", "workload", "concurrency")
+
+
+def real_config(config: str, forced: float) -> str:
+    """The real-acceptance config a forced one was made from (``NAME-fa<value>``, the name
+    ``plan/configs.py`` gives it)."""
+    suffix = f"-fa{forced:g}"
+    return config[: -len(suffix)] if config.endswith(suffix) else config
+
+
+def _both(inp: Inputs) -> pl.DataFrame:
+    """The comparison frame over real and forced rows together (speed-ups against the same
+    baseline rows), for this section only."""
+    assert inp.forced_requests is not None
+    both = replace(
+        inp,
+        requests=pl.concat([inp.requests, inp.forced_requests], how="diagonal_relaxed"),
+        config_order=[*inp.config_order, *inp.forced],
+        forced={},
+        cache={},
+    )
+    return comparison(both)
+
+
+def interpolate(curve: list[dict[str, Any]], x: float) -> dict[str, Any] | None:
+    """The speed-up the curve predicts at accept length ``x``: linear between the two forced
+    points around it, its interval bounds interpolated the same way (None where either point
+    has none); None outside the forced range."""
+    pts = sorted(curve, key=lambda p: p["forced"])
+    for a, b in itertools.pairwise(pts):
+        if a["forced"] <= x <= b["forced"]:
+            w = (x - a["forced"]) / (b["forced"] - a["forced"])
+            break
+    else:
+        exact = [p for p in pts if abs(p["forced"] - x) < 1e-9]
+        if not exact:
+            return None
+        a = b = exact[0]
+        w = 0.0
+
+    def mix(key: str) -> float | None:
+        if a[key] is None or b[key] is None:
+            return None
+        return (1 - w) * a[key] + w * b[key]
+
+    return {"speedup": mix("speedup"), "lo": mix("speedup_lo"), "hi": mix("speedup_hi")}
+
+
+def build(inp: Inputs) -> Section | None:
+    if not inp.forced or inp.forced_requests is None or inp.forced_requests.height == 0:
+        return None
+    rows = _both(inp).to_dicts()
+    real = {
+        tuple(r[k] for k in (*_SCOPE, "config")): r for r in rows if r["config"] not in inp.forced
+    }
+    curves: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["config"] in inp.forced:
+            forced = inp.forced[r["config"]]
+            key = (*(r[k] for k in _SCOPE), real_config(r["config"], forced))
+            curves.setdefault(key, []).append({**r, "forced": forced})
+    sec = Section(TITLE)
+    sec.add(Para(text(_INTRO)))
+    sec.add(Para(text(_NOT_JUDGED), kind="warning"))
+    sec.add(_check_table(inp, curves))
+    for host, tp in sorted({(k[0], k[1]) for k in curves}):
+        keys = sorted(k for k in curves if (k[0], k[1]) == (host, tp))
+        sec.add(_curve_table(inp, host, tp, keys, curves, real))
+        sec.add(_chart(inp, host, tp, keys, curves, real))
+        sec.add(_decomposition(inp, host, tp, keys, curves, real))
+    return sec
+
+
+_INTRO = (
+    "Each forced config ran its real config's server with the engine made to accept a set "
+    "number of tokens per verify step whatever the drafter proposed (vLLM's synthetic "
+    "rejection sampler, SGLang's simulated acceptance): its speed-up over the baseline, in "
+    "the same host, TP, workload and level, is what that accept length buys on this system, "
+    "the system-cost curve. The real config's measured accept length is placed on the curve "
+    "by linear interpolation between the two forced lengths around it; the predicted "
+    "speed-up's interval is interpolated from theirs. Speed-up = accept length / step cost "
+    "(a speculative step's time over an autoregressive step's): the drafter sets the accept "
+    "length, the system the step cost. Measured over predicted below 1: real acceptance costs "
+    "more than its mean says (its spread, or drafting that forced runs skip); near 1: the "
+    "curve explains the speed-up. Forced rows are reported here only, never pooled with "
+    "real-acceptance rows."
+)
+_NOT_JUDGED = (
+    "Greedy equivalence is not judged on forced cells: their engine accepts drafts whatever "
+    "the target model says, so their outputs are not meant to equal the baseline's. Each "
+    "forced config is checked instead for the accept length it measured: more than "
+    f"{FORCED_TOLERANCE:.0%} from the forced value fails its check (a knob the engine ignored)."
+)
+
+
+def _check_table(inp: Inputs, curves: dict[tuple[Any, ...], list[dict[str, Any]]]) -> Table:
+    """Forced against measured accept length per forced config, TP and workload."""
+    out, csv = [], []
+    for key in sorted(curves):
+        host, tp, _, workload, level = key[:5]
+        for p in sorted(curves[key], key=lambda p: p["forced"]):
+            v = inp.state.checks.get((CHECK, host, p["config"], tp))
+            status = v.status if v is not None else "not checked"
+            where = f"{workload} ({level} clients)" if level else workload
+            out.append(
+                [
+                    Cell(label(inp, p["config"])),
+                    Cell(str(tp)),
+                    Cell(where),
+                    Cell(f.accept(p["forced"])),
+                    Cell(f.accept(p["accept_len_weighted"])),
+                    Cell(status, bold=status == "fail"),
+                ]
+            )
+            csv.append(
+                {
+                    "host": host,
+                    "tp": tp,
+                    "workload": workload,
+                    "concurrency": level,
+                    "config": p["config"],
+                    "forced_accept": p["forced"],
+                    "accept_length": p["accept_len_weighted"],
+                    "check": status,
+                }
+            )
+    return Table(
+        "Forced against measured accept length",
+        [
+            Column("Forced config", "l"),
+            Column("TP"),
+            Column("Workload", "l"),
+            Column("Forced"),
+            Column("Measured"),
+            Column("Check", "l"),
+        ],
+        out,
+        small=True,
+        csv=csv,
+    )
+
+
+def _curve_table(
+    inp: Inputs,
+    host: str,
+    tp: int,
+    keys: list[tuple[Any, ...]],
+    curves: dict[tuple[Any, ...], list[dict[str, Any]]],
+    real: dict[tuple[Any, ...], dict[str, Any]],
+) -> Table:
+    """The curve's points, and the real config's point, per config and workload."""
+    out, csv = [], []
+    for key in keys:
+        r = real.get(key)
+        pts = sorted(curves[key], key=lambda p: p["forced"])
+        where = f"{key[3]} ({key[4]} clients)" if key[4] else key[3]
+        for p in pts:
+            out.append(
+                [
+                    Cell(label(inp, key[5])),
+                    Cell(where),
+                    Cell(f"forced {f.accept(p['forced'])}"),
+                    Cell(f.accept(p["accept_len_weighted"])),
+                    Cell(
+                        f.ratio(
+                            p["speedup"], p["speedup_lo"], p["speedup_hi"], p["speedup_too_few"]
+                        )
+                    ),
+                ]
+            )
+            csv.append(_csv(key, "forced", p["forced"], p))
+        if r is not None:
+            out.append(
+                [
+                    Cell(label(inp, key[5])),
+                    Cell(where),
+                    Cell("real", bold=True),
+                    Cell(f.accept(r["accept_len_weighted"]), bold=True),
+                    Cell(
+                        f.ratio(
+                            r["speedup"], r["speedup_lo"], r["speedup_hi"], r["speedup_too_few"]
+                        ),
+                        bold=True,
+                    ),
+                ]
+            )
+            csv.append(_csv(key, "real", None, r))
+    return Table(
+        f"Speed-up against forced accept length, TP {tp} on {host}",
+        [
+            Column("Config", "l"),
+            Column("Workload", "l"),
+            Column("Acceptance", "l"),
+            Column("Accept length"),
+            Column("Speed-up [95% CI]"),
+        ],
+        out,
+        small=True,
+        csv=csv,
+        key_columns=2,
+    )
+
+
+def _csv(key: tuple[Any, ...], acceptance: str, forced: float | None, r: dict[str, Any]) -> dict:
+    return {
+        "host": key[0],
+        "tp": key[1],
+        "workload": key[3],
+        "concurrency": key[4],
+        "config": key[5],
+        "acceptance": acceptance,
+        "forced_accept": forced,
+        "accept_length": r["accept_len_weighted"],
+        "speedup": r["speedup"],
+        "speedup_lo": r["speedup_lo"],
+        "speedup_hi": r["speedup_hi"],
+    }
+
+
+def _chart(
+    inp: Inputs,
+    host: str,
+    tp: int,
+    keys: list[tuple[Any, ...]],
+    curves: dict[tuple[Any, ...], list[dict[str, Any]]],
+    real: dict[tuple[Any, ...], dict[str, Any]],
+) -> Charts:
+    """The curves (forced accept length against speed-up, one line per config and workload)
+    and each real config's measured point, on one chart."""
+    series = []
+    for i, key in enumerate(keys):
+        name = f"{label(inp, key[5])}, {key[3]}" + (f" c{key[4]}" if key[4] else "")
+        pts = [
+            Point(p["forced"], p["speedup"], p["speedup_lo"], p["speedup_hi"])
+            for p in sorted(curves[key], key=lambda p: p["forced"])
+            if p["speedup"] is not None
+        ]
+        series.append(Series(f"{name} (forced)", pts, color=i))
+        r = real.get(key)
+        if r is not None and r["speedup"] is not None and r["accept_len_weighted"] is not None:
+            point = Point(r["accept_len_weighted"], r["speedup"], r["speedup_lo"], r["speedup_hi"])
+            series.append(Series(f"{name} (real)", [point], color=i, dashed=True))
+    return Charts(
+        [
+            Chart(
+                title=f"Speed-up against accept length, TP {tp} on {host}",
+                kind="lines",
+                xlabel="accept length (tokens per verify step)",
+                ylabel="speed-up over the baseline",
+                series=series,
+                hline=1.0,
+                wide=True,
+            )
+        ]
+    )
+
+
+_STEP_COST = (
+    "Step cost: a speculative step's time over an autoregressive step's, the accept length "
+    "over the speed-up (measured: the real speed-up's; curve: the predicted one's)."
+)
+
+
+def _decomposition(
+    inp: Inputs,
+    host: str,
+    tp: int,
+    keys: list[tuple[Any, ...]],
+    curves: dict[tuple[Any, ...], list[dict[str, Any]]],
+    real: dict[tuple[Any, ...], dict[str, Any]],
+) -> Table:
+    """Per config and workload: drafter quality (the measured accept length), verify cost
+    (step cost, measured and on the curve), the predicted speed-up beside the measured one."""
+    out, csv, notes = [], [], []
+    for key in keys:
+        r = real.get(key)
+        if r is None or r["accept_len_weighted"] is None:
+            continue
+        al = r["accept_len_weighted"]
+        lengths = [p["forced"] for p in curves[key]]
+        pred = interpolate(curves[key], al)
+        where = f"{key[3]} ({key[4]} clients)" if key[4] else key[3]
+        if pred is None:
+            notes.append(
+                f"{label(inp, key[5])}, {where}: its accept length {f.accept(al)} is outside "
+                f"the forced range {f.accept(min(lengths))}-{f.accept(max(lengths))}: no "
+                "prediction (add a forced value beyond it)"
+            )
+        s, sp = r["speedup"], pred["speedup"] if pred else None
+        cost = al / s if s else None
+        cost_pred = al / sp if sp else None
+        share = s / sp if s and sp else None
+        out.append(
+            [
+                Cell(label(inp, key[5])),
+                Cell(where),
+                Cell(f.accept(al)),
+                Cell(f.ratio(sp, pred["lo"], pred["hi"]) if pred else f.MISSING),
+                Cell(f.ratio(s, r["speedup_lo"], r["speedup_hi"], r["speedup_too_few"])),
+                Cell(f.fnum(cost, 2)),
+                Cell(f.fnum(cost_pred, 2)),
+                Cell(f.fnum(share, 2)),
+            ]
+        )
+        csv.append(
+            {
+                "host": host,
+                "tp": tp,
+                "workload": key[3],
+                "concurrency": key[4],
+                "config": key[5],
+                "accept_length": al,
+                "predicted_speedup": sp,
+                "predicted_lo": pred["lo"] if pred else None,
+                "predicted_hi": pred["hi"] if pred else None,
+                "speedup": s,
+                "speedup_lo": r["speedup_lo"],
+                "speedup_hi": r["speedup_hi"],
+                "step_cost": cost,
+                "step_cost_on_curve": cost_pred,
+                "measured_over_predicted": share,
+            }
+        )
+    return Table(
+        f"Drafter quality against verify cost, TP {tp} on {host}",
+        [
+            Column("Config", "l"),
+            Column("Workload", "l"),
+            Column("Accept length (drafter)"),
+            Column("Predicted speed-up [95% CI]"),
+            Column("Measured speed-up [95% CI]"),
+            Column("Step cost (measured)"),
+            Column("Step cost (curve)"),
+            Column("Measured / predicted"),
+        ],
+        out,
+        notes=[*notes, _STEP_COST],
+        small=True,
+        csv=csv,
+        key_columns=2,
+    )
