@@ -9,6 +9,7 @@ why the floors changed.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "specbench_tui"
@@ -43,6 +44,7 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """Module -> the product modules it imports; module -> the outside packages it imports."""
     mods = {_module(p): p for p in ROOT.rglob("*.py")}
