@@ -169,11 +169,39 @@ async def test_a_forced_sweep_on_the_simulator_measures_its_values(write_plan, t
 
 
 @pytest.mark.system
-async def test_a_knob_the_server_ignores_fails_the_check(tmp_path) -> None:
-    # A rehearsal of a vLLM plan: the simulator cannot read vLLM's --speculative-config, so
-    # the forced servers run as they are, and nothing measures the forced accept length.
-    text = VLLM_PLAN.replace("port = 18400", "port = 18431")
+async def test_a_rehearsal_of_a_vllm_sweep_forces_through_vllms_knob(tmp_path) -> None:
+    # vLLM on CPU refuses synthetic acceptance (README): the stand-in is the simulator, which
+    # reads vLLM's --speculative-config as vLLM does, synthetic rejection sampler included.
+    text = VLLM_PLAN.replace("18400", "18431").replace("max_tokens = [32]", "max_tokens = [128]")
     c, code = await _run(_plan(tmp_path, text), tmp_path, sim=True)
-    assert code == 1
-    v = c.state.checks[("forced_accept", "cpu", "ngram-fa2.5", 1)]
-    assert v.status == "fail" and "cannot be confirmed" in v.text
+    assert code == 0
+    g = c.state.groups["cpu.ngram-fa2.5.tp1"].group
+    assert g is not None and '"synthetic_acceptance_length":2.5' in " ".join(g.command)
+    for config, forced in (("ngram-fa1.5", 1.5), ("ngram-fa2.5", 2.5)):
+        v = c.state.checks[("forced_accept", "cpu", config, 1)]
+        assert v.status == "pass", v.text
+        (cell,) = [x for x in c.state.cells.values() if x.config == config]
+        assert abs(cell.figures["accept_length_weighted"] - forced) <= 0.1 * forced
+
+
+@pytest.mark.system
+async def test_a_knob_the_server_ignores_fails_the_check(write_plan, tmp_path) -> None:
+    text = FORCED_SIM.replace('"8"]', '"8", "--sim-fault", "ignore-forced"]')
+    c, code = await _run(write_plan(text.replace("[1.5, 4]", "[1.2]")), tmp_path)
+    assert code == 1  # every cell done, yet the campaign fails its check
+    v = c.state.checks[("forced_accept", "sim", "dflash-fa1.2", 1)]
+    assert v.status == "fail" and "did not take the forced acceptance" in v.text
+    (cell,) = [x for x in c.state.cells.values() if x.config == "dflash-fa1.2"]
+    assert cell.failed_check and c.state.checks[("greedy", "sim", "dflash", 1)].status == "pass"
+
+
+def test_the_simulator_reads_vllms_synthetic_acceptance() -> None:
+    spec = {"method": "ngram", "num_speculative_tokens": 3}
+    cfg = parse_args(["--speculative-config", json.dumps(spec)], env={})
+    assert (cfg.algorithm, cfg.num_steps, cfg.forced_accept) == ("EAGLE", 3, None)
+    assert cfg.server_info()["speculative_algorithm"] == "ngram"  # as the plan named it
+    forced = {**spec, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}
+    assert parse_args(["--speculative-config", json.dumps(forced)], env={}).forced_accept == 2.5
+    forced["synthetic_acceptance_length"] = 4.5
+    with pytest.raises(SimArgsError, match=r"must be in \[1, 4\], got 4.5"):
+        parse_args(["--speculative-config", json.dumps(forced)], env={})

@@ -199,19 +199,21 @@ def _forced(
 ) -> tuple[str, ...]:
     """The command (and, in ``env``, the environment) of a forced-acceptance server: the
     engine's own knob (validation made sure it has one). A rehearsal's simulator takes the
-    simulated engine's; where that cannot read the command's speculation (a rehearsal of
-    another engine's plan) it runs unforced, and the cells' forced-acceptance check says so."""
+    simulated engine's, or where that cannot read the command's speculation (a rehearsal of
+    another engine's plan) the config engine's, which the simulator reads too (vLLM's
+    --speculative-config); failing both it runs unforced, and the forced check says so."""
     assert cfg.forced_accept is not None
-    try:
-        knob = adapter(SIMULATED_ENGINE if sim else cfg.engine).forced_accept(
-            command, cfg.forced_accept
-        )
-    except ValueError:
-        if not sim:
-            raise
-        return command
-    env.update(knob.env)
-    return knob.command
+    engines = [SIMULATED_ENGINE, cfg.engine] if sim else [cfg.engine]
+    for name in engines:
+        try:
+            knob = adapter(name).forced_accept(command, cfg.forced_accept)
+        except ValueError:
+            if not sim:
+                raise
+            continue
+        env.update(knob.env)
+        return knob.command
+    return command
 
 
 def _cells(

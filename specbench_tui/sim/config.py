@@ -9,6 +9,7 @@ way SGLang names them, because a client may read them back.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,9 @@ class SimConfig:
     # speculative server accepts this many tokens on average, bonus included, whatever the
     # drafts (model.py draws them as vLLM's synthetic rejection sampler does).
     forced_accept: float | None = None
+    # The algorithm as the command named it, where that is not the simulator's own (a vLLM
+    # method from --speculative-config, simulated as a chain drafter): what server info says.
+    named_algorithm: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -94,7 +98,7 @@ class SimConfig:
             mem_fraction_static=self.mem_fraction_static,
             max_running_requests=self.max_running_requests,
             random_seed=self.seed,
-            speculative_algorithm=self.algorithm,
+            speculative_algorithm=self.named_algorithm or self.algorithm,
             speculative_draft_model_path=self.draft_model_path,
             speculative_num_draft_tokens=self.num_draft_tokens,
             speculative_num_steps=self.num_steps,
@@ -160,7 +164,7 @@ def _float(key: str, value: str | None) -> float:
 
 def _parse_fault(spec: str) -> Fault:
     name, _, arg = spec.partition(":")
-    if name in ("diverge", "crash-at-start", "never-ready"):
+    if name in ("diverge", "crash-at-start", "never-ready", "ignore-forced"):
         return Fault(name)
     if name in ("crash-after", "crash-once-after", "slow", "leak", "slow-stop", "diverge-tp"):
         try:
@@ -172,6 +176,7 @@ def _parse_fault(spec: str) -> Fault:
         return Fault(name, value)
     raise SimArgsError(
         f"unknown --sim-fault {spec!r}; known: diverge, crash-at-start, never-ready, "
+        "ignore-forced, "
         "crash-after:N, crash-once-after:N, slow:X, leak:N, slow-stop:S, diverge-tp:N"
     )
 
@@ -199,6 +204,36 @@ def _forced_accept(env: dict[str, str]) -> float | None:
     if not value >= 1.0:
         raise SimArgsError(f"SGLANG_SIMULATE_ACC_LEN={raw!r}: an accept length is at least 1")
     return value
+
+
+def _vllm_speculation(cfg: SimConfig, raw: str) -> None:
+    """vLLM's ``--speculative-config`` JSON, so that a rehearsal of a vLLM plan speculates:
+    any method drafts as a chain of ``num_speculative_tokens``, and its synthetic rejection
+    sampler (``"rejection_sample_method": "synthetic"`` with ``synthetic_acceptance_length``)
+    is forced acceptance, checked as vLLM checks it (``SpeculativeConfig``)."""
+    try:
+        spec = json.loads(raw)
+    except ValueError:
+        raise SimArgsError(f"--speculative-config {raw!r} is not JSON") from None
+    if not isinstance(spec, dict):
+        raise SimArgsError("--speculative-config must be a JSON object")
+    method = spec.get("method") or ("draft_model" if spec.get("model") else None)
+    k = spec.get("num_speculative_tokens")
+    if not method or not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise SimArgsError("--speculative-config needs a method and num_speculative_tokens >= 1")
+    cfg.algorithm, cfg.named_algorithm, cfg.num_steps = "EAGLE", str(method), k
+    if spec.get("rejection_sample_method") == "synthetic":
+        length = spec.get("synthetic_acceptance_length")
+        if not isinstance(length, int | float) or isinstance(length, bool):
+            raise SimArgsError(
+                "rejection_sample_method='synthetic' needs synthetic_acceptance_length here "
+                "(synthetic_acceptance_rates is not simulated)"
+            )
+        if not 1.0 <= length <= k + 1:
+            raise SimArgsError(
+                f"synthetic_acceptance_length must be in [1, {k + 1}], got {length}."
+            )
+        cfg.forced_accept = float(length)
 
 
 def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
@@ -246,6 +281,8 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
                 cfg.speed = _float(key, value)
             case "seed":
                 cfg.seed = _int(key, value)
+            case "speculative_config":
+                _vllm_speculation(cfg, value or "")
             case "sim_fault":
                 faults.append(_parse_fault(value or ""))
             case "sim_gpu_state":
@@ -271,7 +308,9 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
     _apply_spec_defaults(cfg)
     cfg.faults = tuple(faults)
     cfg.gpu_state_dir = cfg.gpu_state_dir or env.get("SPECBENCH_SIM_STATE") or None
-    cfg.forced_accept = _forced_accept(env)
+    cfg.forced_accept = _forced_accept(env) or cfg.forced_accept
+    if cfg.fault("ignore-forced"):  # a server that drops the forced-acceptance knob
+        cfg.forced_accept = None
     cfg.gpu_ids = _gpu_ids(cfg.tp_size, env)
     return cfg
 

@@ -459,6 +459,10 @@ class SimServer:
                     }
                     if done:
                         choice["matched_stop"] = (req.finish or {}).get("matched")
+                        if self.cfg.speculative:
+                            # As SGLang builds that attach it: the request's verify steps,
+                            # so an OpenAI-route rehearsal has its accept length too.
+                            choice["meta_info"] = self._meta(req, time.perf_counter())
                     await emitter.send(
                         {**base, "choices": [choice]}, req.completion_tokens - sent_tokens
                     )
