@@ -205,3 +205,33 @@ def test_the_simulator_reads_vllms_synthetic_acceptance() -> None:
     forced["synthetic_acceptance_length"] = 4.5
     with pytest.raises(SimArgsError, match=r"must be in \[1, 4\], got 4.5"):
         parse_args(["--speculative-config", json.dumps(forced)], env={})
+
+
+# vLLM 0.32 on CPU, asked for the synthetic rejection sampler (its log, shortened): the engine
+# core's worker fails warming up the CPU rejection kernel, and the API server's own last
+# exception only points above.
+VLLM_CPU_REFUSAL = [
+    "(Worker pid=20956) ERROR 12-03 12:33:06 [multiproc_executor.py:1063]     assert not "
+    'SYNTHETIC_MODE, "Synthetic acceptance not supported with CPU sampling"',
+    "(Worker pid=20956) ERROR 12-03 12:33:06 [multiproc_executor.py:1063] AssertionError: "
+    "Synthetic acceptance not supported with CPU sampling",
+    "(EngineCore pid=13930) ERROR 12-03 12:33:06 [core.py:1510] RuntimeError: Worker failed "
+    "with error 'Synthetic acceptance not supported with CPU sampling', please check the stack "
+    "trace above for the root cause",
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+    "proc(s): {}",
+    "  warnings.warn('resource_tracker: There appear to be %d '",
+]
+
+
+def test_a_start_up_failure_names_the_engines_cause() -> None:
+    from specbench_tui.engines.registry import adapter
+
+    assert adapter("vllm").startup_failure(VLLM_CPU_REFUSAL) == (
+        "Synthetic acceptance not supported with CPU sampling"
+    )
+    assert adapter("sglang").startup_failure(VLLM_CPU_REFUSAL) == (
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+        "proc(s): {}"
+    )
+    assert adapter("sglang").startup_failure(["Loading weights", "done"]) is None

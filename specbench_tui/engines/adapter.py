@@ -41,6 +41,10 @@ MODELS_PATH = "/v1/models"
 METRICS_PATH = "/metrics"
 
 
+#: A Python exception's last line, as a traceback ends: ``AssertionError: message``.
+_EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception): \S.*$")
+
+
 @dataclass(frozen=True)
 class Speculation:
     """What a server command asks for: speculative decoding on or off, and which algorithm."""
@@ -312,6 +316,15 @@ class EngineAdapter(ABC):
     def missing_accept_length(self, api: str) -> str:
         """Why a speculative config's requests carried no accept length (the report)."""
         return "the server reported no verify steps"
+
+    def startup_failure(self, lines: Sequence[str]) -> str | None:
+        """Why a server that exited during start-up did, from its last log lines (oldest
+        first): the last Python exception's line (most engines are Python), else None."""
+        for line in reversed(lines):
+            m = _EXCEPTION.search(line)
+            if m:
+                return m.group(0).strip()
+        return None
 
     def dead_engine(self, error: str) -> str | None:
         """When a request's error text (an HTTP error answer, or an error event in its

@@ -59,6 +59,8 @@ PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 
 _SPEC_FLAGS = ("--speculative-config", "--speculative_config", "-sc")
+# An engine core's worker that failed while the engine started (vLLM 0.32).
+_WORKER_FAILED = re.compile(r"Worker failed with error '(.+?)', please check")
 
 
 # --- acceptance -------------------------------------------------------------------------------
@@ -422,6 +424,16 @@ class VllmAdapter(EngineAdapter):
                 "--per-request-spec-decode-metrics summary; only the counters will"
             ]
         return []
+
+    def startup_failure(self, lines: Sequence[str]) -> str | None:
+        """The engine core's root cause, which its workers report above the API server's own
+        "Engine core initialization failed. See root cause above." (e.g. ``Synthetic
+        acceptance not supported with CPU sampling``); else the last exception line."""
+        for line in reversed(lines):
+            m = _WORKER_FAILED.search(line)
+            if m:
+                return m.group(1)
+        return super().startup_failure(lines)
 
     def dead_engine(self, error: str) -> str | None:
         return "its engine core is gone (EngineDeadError)" if ENGINE_DEAD in error else None

@@ -241,8 +241,12 @@ class Service(ABC):
             )
             if exit_task in done:
                 code = exit_task.result()
+                # The cause, where the engine's log says it: the tail's last line is
+                # seldom it (a traceback's frames, a shutdown warning).
+                cause = adapter(self.group.engine).startup_failure(list(self._tail))
                 raise ServiceError(
-                    f"{self.group.id}: server {describe_exit(code)} during start-up",
+                    f"{self.group.id}: server {describe_exit(code)} during start-up"
+                    + (f": {cause}" if cause else ""),
                     self.log_tail(),
                 )
             if health_task in done:
