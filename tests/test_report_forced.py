@@ -114,3 +114,14 @@ def test_the_forced_section_renders_in_the_pdf(tmp_path: Path) -> None:
     text = check_pdf(root, 2)
     assert "Drafter quality against verify cost" in text
     assert overfull_boxes(root / "report.tex", tmp_path / "tex") == []
+
+
+def test_forced_cells_that_never_ran_are_said(tmp_path: Path) -> None:
+    b = ResultsBuilder(tmp_path / "syn", campaign="syn")
+    b.cell("c-ar", "ar", 1, "single", "single")
+    b.cell("c-fa", "eagle-fa2", 1, "single", "single", forced_accept=2.0)
+    b.finished("c-ar", [request_row(cell_id="c-ar", group="sim.ar.tp1", config="ar")])
+    b.failed("c-fa", "server did not start: Synthetic acceptance not supported with CPU sampling")
+    md, _ = render_texts(build_report(b.write(plan=PLAN)))
+    assert "No forced-acceptance cell measured anything (eagle-fa2)" in md
+    assert "eagle-fa2: server did not start: Synthetic acceptance not supported" in md

@@ -24,6 +24,7 @@ import polars as pl
 from specbench_tui.bench.forced import CHECK, FORCED_TOLERANCE
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
+    Bullets,
     Cell,
     Chart,
     Charts,
@@ -89,8 +90,10 @@ def interpolate(curve: list[dict[str, Any]], x: float) -> dict[str, Any] | None:
 
 
 def build(inp: Inputs) -> Section | None:
-    if not inp.forced or inp.forced_requests is None or inp.forced_requests.height == 0:
+    if not inp.forced:
         return None
+    if inp.forced_requests is None or inp.forced_requests.height == 0:
+        return _none_finished(inp)
     rows = _both(inp).to_dicts()
     real = {
         tuple(r[k] for k in (*_SCOPE, "config")): r for r in rows if r["config"] not in inp.forced
@@ -110,6 +113,22 @@ def build(inp: Inputs) -> Section | None:
         sec.add(_curve_table(inp, host, tp, keys, curves, real))
         sec.add(_chart(inp, host, tp, keys, curves, real))
         sec.add(_decomposition(inp, host, tp, keys, curves, real))
+    return sec
+
+
+def _none_finished(inp: Inputs) -> Section:
+    """Forced configs planned, no forced row measured: say so, with why their cells ended
+    (an engine that refuses the knob fails its server's start)."""
+    why: dict[str, str] = {}
+    for c in inp.state.cells.values():
+        if c.config in inp.forced and c.reason:
+            why.setdefault(c.config, c.reason)
+    names = ", ".join(label(inp, n) for n in inp.forced)
+    sec = Section(TITLE).add(
+        Para(text(f"No forced-acceptance cell measured anything ({names}), so there is no curve."))
+    )
+    if why:
+        sec.add(Bullets([text(f"{label(inp, n)}: {r}") for n, r in sorted(why.items())]))
     return sec
 
 
