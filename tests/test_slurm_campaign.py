@@ -902,3 +902,61 @@ def test_a_job_id_that_names_another_job_is_neither_requeued_nor_cancelled(
     assert f"job {job_id} is not this campaign's (its comment is someone-else)" in reason
     job = clean_slurm.jobs()[job_id]
     assert job["state"] in ("RUNNING", "PENDING"), job  # not cancelled, not requeued
+
+
+def test_a_cell_longer_than_the_time_limit_fails_once_and_the_rest_run_after_it(
+    tmp_path: Path,
+    clean_slurm: SlurmCluster,  # noqa: F811
+    sshd: Sshd,  # noqa: F811
+) -> None:
+    """A one-minute job whose first cell needs minutes: Slurm stops the job at its limit;
+    that cell fails once, saying why, and the requeued job runs the cells never tried."""
+    plan = write_plan(
+        tmp_path,
+        clean_slurm,
+        name="limited",
+        speed=5,
+        max_tokens="[6000, 24, 48]",
+        configs='["ar"]',
+        tps="[1]",
+        # The node's GPU is read by the stand-in nvidia-smi (an H200's captured answers), so
+        # the job has samples and cell energy to fold.
+        extra=(
+            'time_limit = "1m"\nmax_requeues = 1\n'
+            f'setup = ["export PATH={ROOT / "tests" / "support"}:$PATH"]'
+        ),
+    )
+    root = tmp_path / "results" / "limited"
+    code, out = finish(coordinator(plan, tmp_path / "results", sshd), timeout_s=600)
+    assert code == 1, out[-6000:]  # a cell failed
+    cells = pl.read_parquet(root / "cells.parquet")
+    status = dict(zip(cells["name"], cells["status"], strict=True))
+    long_cell = "cluster.ar.tp1/single/chat/6000"
+    assert status == {  # the two never tried before the limit ran after it
+        long_cell: "failed",
+        "cluster.ar.tp1/single/chat/24": "done",
+        "cluster.ar.tp1/single/chat/48": "done",
+    }, (status, out[-6000:])
+    evs = events(root)
+    failed = [e for e in evs if e["event"] == "cell_failed"]
+    assert len(failed) == 1 and failed[0]["cell"] == long_cell, failed
+    reason = str(failed[0]["reason"])
+    assert "longer than the time limit" in reason and "time_limit 1m" in reason, reason
+    assert "had run" in reason
+    assert "longer than the time limit" in out
+    ids = {e["job_id"] for e in evs if e["event"] == "slurm_job"}
+    assert len(ids) == 1, ids  # the same job, requeued for the rest
+    started = [e for e in evs if e["event"] == "cell_started" and e["cell"] == long_cell]
+    assert len(started) == 1  # not tried again
+    # The job's telemetry is the campaign's: its GPU samples and its cells' energy.
+    copied = sorted(p.name for p in (root / "telemetry").glob("job.cluster.ar.tp1.1.*.parquet"))
+    assert copied, sorted(p.name for p in (root / "telemetry").iterdir())
+    samples = pl.read_parquet(root / "telemetry.parquet")
+    assert samples.height > 0 and set(samples["host"]) == {"cluster"}
+    energy = {e["cell_id"]: e["attempt"] for e in evs if e["event"] == "cell_energy"}
+    done = cells.filter(pl.col("status") == "done")
+    assert set(energy) == set(done["cell_id"]), (energy, out[-3000:])
+    assert all(energy[c] == a for c, a in zip(done["cell_id"], done["attempt"], strict=True))
+    md = (root / "report.md").read_text()
+    assert "GPU telemetry per service group (busy and idle apart)" in md
+    assert "not folded" not in md

@@ -17,16 +17,30 @@ views and the report see one campaign whatever ran where. Rules:
 - Only what the campaign still wants is folded: a start only for a cell the campaign has
   pending, an end only for the attempt the campaign saw start. A job that restarted (Slurm
   requeued it, or it was killed) leaves its running cells queued again, as a crash does.
+- What a time limit needs is kept on the job (``JobRun``): when its tool's run started,
+  whether SIGTERM stopped it (Slurm's signal before the limit), and how long a cell set aside
+  had run when it was the run's first (no other cell ended before it there), so the
+  coordinator can tell a cell that cannot fit the limit: Slurm may signal up to a minute
+  early, but it does so in every run alike, so a cell that had a run to itself and did not
+  finish never will.
 - Job-level events stay with the job (its own campaign start and end, pause, abort); its
   group, service, state-leak verdict, telemetry and warning events are the campaign's too.
+  A cell's ``cell_energy`` (the node measured it) is the campaign's under the campaign's
+  attempt, as its other events are.
+- The job's GPU samples (its ``telemetry/<n>.parquet``, each written whole, once) are copied
+  into the campaign's ``telemetry/`` as ``job.<group>.<submission>.<n>.parquet``: that name
+  is what makes a copy happen once, whichever coordinator reads it. Their rows go to the
+  console as samples (late by a flush of the job's store, at most a minute).
   The greedy check is the campaign's: a job has only its own group's outputs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +53,10 @@ from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.plan.slurm_jobs import JobPaths
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
+    Aborted,
     CampaignFinished,
     CampaignStarted,
+    CellEnergy,
     CellFailed,
     CellFinished,
     CellQueued,
@@ -48,6 +64,7 @@ from specbench_tui.results.events import (
     CellStarted,
     CheckVerdict,
     Event,
+    GpuSample,
     GpusUnverified,
     GroupFinished,
     GroupStarted,
@@ -59,8 +76,14 @@ from specbench_tui.results.events import (
     TelemetryChosen,
     iso_utc,
 )
-from specbench_tui.results.files import write_bytes_atomic, write_parquet_atomic
+from specbench_tui.results.files import (
+    TMP_PREFIX,
+    StorageError,
+    write_bytes_atomic,
+    write_parquet_atomic,
+)
 from specbench_tui.results.records import REQUEST_COLUMNS, RequestRecord
+from specbench_tui.results.state import INTERRUPTIONS
 
 Fetch = Callable[[str], Awaitable[bytes | None]]
 Key = tuple[str, str, str]
@@ -114,6 +137,14 @@ class JobRun:
     held: bool = False  # waiting in the queue on hold (scontrol hold)
     ended: bool = False  # Slurm says it is over
     adopted: bool = False  # found when the coordinator started, not submitted by it
+    run_started: float | None = None  # when its tool's last run started (the job's clock)
+    signalled: float | None = None  # when SIGTERM stopped that run (Slurm's, before the limit)
+    cell_starts: dict[str, float] = field(default_factory=dict)  # running in that run: start
+    run_ended: int = 0  # cells that ended in that run
+    # Set aside in that run before any other cell ended there (it had the run to itself):
+    # the seconds it ran.
+    cut: dict[str, float] = field(default_factory=dict)
+    telemetry_parts: set[str] = field(default_factory=set)  # its sample files copied so far
 
 
 class JobFolder:
@@ -143,6 +174,13 @@ class JobFolder:
             job.tool_exit = None
             job.finished_since_start = 0
             self.interrupted(job)
+            job.run_started, job.signalled, job.run_ended = ev.ts, None, 0
+            job.cell_starts.clear()
+            job.cut.clear()
+            return
+        if isinstance(ev, Aborted):  # the job's own; SIGTERM is Slurm's (or a signal by hand)
+            if ev.by == "SIGTERM" and job.signalled is None:
+                job.signalled = ev.ts
             return
         if isinstance(ev, CampaignFinished):
             job.tool_exit = ev.exit_code
@@ -156,6 +194,7 @@ class JobFolder:
                 job.ended_cells.add(ev.cell_id)
             else:
                 job.ended_cells.discard(ev.cell_id)
+            self._timing(job, ev)
             await self._cell(job, ev)
             return
         if isinstance(ev, Notice):
@@ -165,6 +204,11 @@ class JobFolder:
         key = event_key(ev)
         if key in self.seen:
             return
+        if isinstance(ev, CellEnergy):  # the campaign's attempt, or none it knows: left out
+            a = self.attempts.get((job.paths.dir, ev.cell_id, ev.attempt))
+            if a is not None:
+                self._emit(_with(ev, attempt=a))
+            return
         if isinstance(ev, TelemetryChosen):  # every job says it; the campaign needs it once
             old = self.ctx.state.telemetry.get(ev.host)
             if old is not None and (old.source, old.text) == (ev.source, ev.text):
@@ -173,6 +217,19 @@ class JobFolder:
             isinstance(ev, CheckVerdict) and ev.check in ("state_leak", "noise_floor")
         ):
             self._emit(ev)
+
+    @staticmethod
+    def _timing(job: JobRun, ev: Any) -> None:
+        """How long the cell that had the job's current run to itself ran before it was set
+        aside (a cell after others may fit a run of its own: it is not judged)."""
+        if isinstance(ev, CellStarted):
+            job.cell_starts[ev.cell_id] = ev.ts
+            return
+        t0 = job.cell_starts.pop(ev.cell_id, None)
+        if isinstance(ev, _CELL_ENDS):
+            job.run_ended += 1
+        elif t0 is not None and ev.by in INTERRUPTIONS and not job.run_ended:
+            job.cut[ev.cell_id] = max(0.0, ev.ts - t0)
 
     def _notice(self, job: JobRun, ev: Notice) -> None:
         """A job's warning, said as the campaign's with the job named; the same warning
@@ -264,12 +321,50 @@ class JobFolder:
             status, attempt = self._status(cell_id)
             if status == "running" and attempt == a:
                 self._stopped(job, cell_id)
+                t0 = job.cell_starts.pop(cell_id, None)
+                if t0 is not None and not job.run_ended:  # no word: it ran until about now
+                    job.cut[cell_id] = max(0.0, time.time() - t0)
                 c = self.ctx.state.cells[cell_id]
                 self._emit(
                     CellQueued(
                         cell_id=cell_id, group=c.group, cell=c.name, attempt=a + 1, by="interrupted"
                     )
                 )
+
+    async def telemetry(self, job: JobRun, names: Iterable[str]) -> int:
+        """Copy the job's sample files not copied yet (``names``: what its ``telemetry/``
+        holds) into the campaign's telemetry, and their samples to the console; returns how
+        many were copied. A file that cannot be read now is tried at the next call."""
+        here = self.ctx.layout.telemetry_parts
+        copied = 0
+        for name in sorted(names):
+            if (
+                name in job.telemetry_parts
+                or not name.endswith(".parquet")
+                or name.startswith(TMP_PREFIX)
+            ):
+                continue
+            dest = here / f"job.{job.group.id}.{job.submission}.{name}"
+            if dest.exists():  # an earlier coordinator copied it
+                job.telemetry_parts.add(name)
+                continue
+            data = await self.fetch(f"{job.paths.layout.telemetry_parts}/{name}")
+            if data is None:
+                continue
+            try:
+                df = pl.read_parquet(io.BytesIO(data))
+            except Exception:  # not a parquet file of the job's store: nothing to take
+                job.telemetry_parts.add(name)
+                continue
+            try:  # samples are what a full disk may cost, as for the campaign's own
+                await asyncio.to_thread(write_parquet_atomic, df, dest)
+            except StorageError:
+                continue
+            job.telemetry_parts.add(name)
+            copied += 1
+            for row in df.iter_rows(named=True):
+                self.ctx.hub.emit(_sample(row))
+        return copied
 
     async def _copy_rows(self, job: JobRun, cell_id: str, job_attempt: int, a: int) -> bool:
         """The attempt's rows and texts into the campaign's parts, under its attempt; False
@@ -296,6 +391,26 @@ class JobFolder:
                 self.ctx, lambda: write_bytes_atomic(layout.texts_path(cell_id, a), texts)
             )
         return True
+
+
+def _sample(row: dict[str, Any]) -> GpuSample:
+    """A telemetry row of a job as the console's sample, at the time it was taken."""
+
+    def num(key: str) -> float:
+        v = row.get(key)
+        return float(v) if v is not None else 0.0
+
+    return GpuSample(
+        host=str(row.get("host") or ""),
+        gpu=int(row.get("gpu") or 0),
+        util_pct=num("util_pct"),
+        mem_used_mib=num("mem_used_mib"),
+        mem_total_mib=num("mem_total_mib"),
+        power_w=num("power_w"),
+        temp_c=num("temp_c"),
+        energy_mj=row.get("energy_mj"),
+        ts=num("time") or time.time(),
+    )
 
 
 def _with(ev: Any, **changes: Any) -> Event:

@@ -3,8 +3,12 @@
 The cluster's scheduler decides where and when; this decides what to ask of it and follows
 the answers. Each group with cells to run gets one job at a time, up to the plan's
 ``max_jobs`` at once, in plan order (``plan/slurm_jobs.py`` says what a job is). Every second
-the jobs' event logs and server logs are read over the login node's SSH and folded into the
-campaign (``job_fold.py``); squeue is asked every ``poll``.
+the jobs' event logs and server logs are read over the login node's SSH, all in one command,
+and folded into the campaign (``job_fold.py``); squeue is asked every ``poll``, and with it
+the jobs' GPU sample files are listed and the new ones copied. The jobs that left the queue
+are asked how they ended side by side (a few channels of the one connection), their last
+files read in one command, and a submission's files are written in one: under load a round
+trip to a login node takes seconds, and a job's end is not to wait behind the others'.
 
 Operator commands map onto the jobs:
 - pause: running jobs get ``pause`` in their mailbox (the cell in flight stops and runs again
@@ -17,10 +21,13 @@ Operator commands map onto the jobs:
 A job that ends with cells of its share left (node failure, preemption, time limit, a crash)
 is requeued (``scontrol requeue``: the same job and directory, so the tool resumes there and
 runs only the rest); after ``max_requeues`` ends in a row with no cell finished, the rest
-fail with the reason. A job cancelled outside the campaign fails the rest of its cells (the
-operator meant it). A coordinator that starts finds the jobs of earlier runs again, by the
-directories on the shared filesystem and the comments squeue shows, folds what they wrote
-and follows the ones still queued or running: no group is submitted twice.
+fail with the reason. A job stopped by its time limit (Slurm's SIGTERM before it, or the
+TIMEOUT state) in the first cell of its run fails that cell once, "longer than the time
+limit", takes it out of the job's ``job.json`` and requeues the job for the rest: the cells
+never tried stay queued and run there. A job cancelled outside the campaign fails the rest of its
+cells (the operator meant it). A coordinator that starts finds the jobs of earlier runs
+again, by the directories on the shared filesystem and the comments squeue shows, folds what
+they wrote and follows the ones still queued or running: no group is submitted twice.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from specbench_tui.hosts.slurm import (
     preflight_slurm,
 )
 from specbench_tui.hosts.ssh import SshError
+from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.model import SlurmSpec
 from specbench_tui.plan.slurm_files import job_files
 from specbench_tui.plan.slurm_jobs import (
@@ -58,6 +66,7 @@ from specbench_tui.plan.slurm_jobs import (
     job_script,
     parse_comment,
     sbatch_argv,
+    stop_signal_s,
 )
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
@@ -76,6 +85,8 @@ FILE_POLL_S = 1.0
 RETRY_SUBMIT_S = 30.0
 #: How long an abort waits, past the stop grace, for jobs to end before cancelling them.
 ABORT_WAIT_S = 30.0
+#: How much earlier than asked Slurm may send a job's signal before its time limit.
+SIGNAL_EARLY_S = 60.0
 
 
 class SlurmScheduler:
@@ -217,6 +228,7 @@ class SlurmScheduler:
                         "following it"
                     )
                 await self._drain(job)
+                await self._telemetry([job])
                 job.paused = job.log_paused  # an earlier run may have left it paused
 
     async def _drain(self, job: JobRun) -> None:
@@ -316,27 +328,50 @@ class SlurmScheduler:
             self._say("squeue", f"cannot ask squeue: {e}")
             return
         self._said.discard("squeue")
+        over: list[JobRun] = []
+        gone: list[JobRun] = []
         for job in live:
             info = queue.get(job.job_id)
-            if info is not None:
-                # A pending requeued job shows no node: the one it ran on is kept, and no
-                # event is emitted for an unchanged job each poll.
-                node = info.node or job.node
-                changed = (info.state, node, info.reason) != (job.state, job.node, job.reason)
-                job.state, job.node, job.reason = info.state, node, info.reason
-                if changed:
-                    self._changed(job)
-                if info.active:
-                    continue
-            else:  # left the queue: scontrol or accounting may still say how it ended
-                try:
-                    end = await self.cluster.ended(job.job_id)
-                except (SshError, SlurmError):
-                    continue
+            if info is None:  # left the queue: scontrol or accounting may still say how
+                gone.append(job)
+                continue
+            # A pending requeued job shows no node: the one it ran on is kept, and no
+            # event is emitted for an unchanged job each poll.
+            node = info.node or job.node
+            changed = (info.state, node, info.reason) != (job.state, job.node, job.reason)
+            job.state, job.node, job.reason = info.state, node, info.reason
+            if changed:
+                self._changed(job)
+            if not info.active:
+                over.append(job)
+        if gone:  # all asked at once: one slow answer does not hold up the others' ends
+            try:
+                ends = await self.cluster.ended_all([j.job_id for j in gone])
+            except (SshError, SlurmError):
+                ends = []
+            for job, end in zip(gone, ends, strict=False):
                 job.state, job.node = end.state, end.node or job.node
                 self._changed(job)
-            await self._read([job])  # what it wrote last
-            job.ended = True
+                over.append(job)
+        await self._telemetry([j for j in live if j.starts])
+        if over and await self._read(over):  # what they wrote last, in one read
+            for job in over:
+                job.ended = True
+
+    async def _telemetry(self, jobs: list[JobRun]) -> None:
+        """The jobs' GPU sample files not copied yet, into the campaign's telemetry."""
+        if not jobs:
+            return
+        try:
+            listed = await self.cluster.list_dirs(
+                [str(j.paths.layout.telemetry_parts) for j in jobs]
+            )
+            for job, names in zip(jobs, listed, strict=True):
+                await self.folder.telemetry(job, names)
+        except (SshError, SlurmError) as e:
+            self._say("telemetry", f"cannot copy the jobs' GPU samples: {e}")
+            return
+        self._said.discard("telemetry")
 
     def _changed(self, job: JobRun) -> None:
         self.ctx.hub.emit(
@@ -526,6 +561,7 @@ class SlurmScheduler:
 
     async def _settle(self, job: JobRun) -> None:
         """A job left the queue: done, requeued for the rest, or its rest failed."""
+        await self._telemetry([job])  # its last samples (its tool writes them as it ends)
         self.folder.interrupted(job)
         self._deactivate(job)
         group = job.group
@@ -550,6 +586,12 @@ class SlurmScheduler:
                 tail,
             )
             return
+        timed_out = await self._fail_cut_by_time_limit(job)
+        if timed_out:
+            pending = [c.id for c in self.ctx.pending(group)]
+            if not pending:
+                await evaluate_greedy(self.ctx, group.host, [group.tp])
+                return
         # Its share it has not ended itself (a cell ended there and queued again here is a
         # rerun the operator asked for: a new submission runs it).
         left = set(job.cells) - job.ended_cells
@@ -557,9 +599,8 @@ class SlurmScheduler:
             if set(pending) & left:
                 self._fail_group(group, f"{what} without running these cells", tail)
             return  # cells queued after it was submitted: a new submission runs them
-        self._requeues[group.id] = (
-            0 if job.finished_since_start else self._requeues.get(group.id, 0)
-        ) + 1
+        progress = job.finished_since_start or timed_out  # a cell ended either way
+        self._requeues[group.id] = (0 if progress else self._requeues.get(group.id, 0)) + 1
         if self._requeues[group.id] > self.slurm.max_requeues:
             self._fail_group(
                 group,
@@ -585,6 +626,74 @@ class SlurmScheduler:
         self.ctx.hub.notice(
             f"{group.id}: {what}; requeued for the {len(pending)} cells left", "warning"
         )
+
+    def _stopped_by_time_limit(self, job: JobRun) -> bool:
+        """The job's last run ended at its time limit: Slurm says TIMEOUT, or SIGTERM stopped
+        the tool (the job script asks for it before the limit) at a time near the limit,
+        and neither the operator (CANCELLED) nor the cluster (a node end) ended it."""
+        if job.state == "TIMEOUT":
+            return True
+        if job.signalled is None or job.state == "CANCELLED" or job.state in NODE_ENDS:
+            return False
+        limit = self.slurm.time_limit
+        if limit is None or job.run_started is None:
+            return True  # the partition's limit: the one signal a job script asks for
+        soonest = limit - stop_signal_s(self.slurm) - SIGNAL_EARLY_S
+        return job.signalled - job.run_started >= soonest
+
+    async def _fail_cut_by_time_limit(self, job: JobRun) -> bool:
+        """A cell that had the job's run to itself (no cell ended before it there) and was
+        still running when the time limit stopped the job cannot fit: it fails once, saying
+        so, and leaves the job's share (``job.json``), so the requeued job runs the rest
+        instead of the same cell again. One cut after other cells is only requeued: it runs
+        first in the next run, and is judged there. True when one failed."""
+        if not job.cut or not self._stopped_by_time_limit(job):
+            return False
+        limit = (
+            f"time_limit {format_duration(self.slurm.time_limit)}"
+            if self.slurm.time_limit is not None
+            else "its partition's time limit"
+        )
+        failed = []
+        for cid, ran in job.cut.items():
+            c = self.ctx.state.cells.get(cid)
+            if c is None or c.status != "pending":
+                continue
+            self.ctx.hub.emit(
+                CellFailed(
+                    cell_id=cid,
+                    group=job.group.id,
+                    cell=c.name,
+                    attempt=max(c.attempt, 1),
+                    reason=(
+                        f"longer than the time limit: job {job.job_id} has {limit}, and the "
+                        f"cell, run first, had run {format_duration(ran)} when Slurm stopped "
+                        f"the job ({job.state}); raise slurm.time_limit to run it"
+                    ),
+                )
+            )
+            failed.append(cid)
+        job.cut.clear()
+        if not failed:
+            return False
+        job.cells = tuple(c for c in job.cells if c not in failed)
+        spec = JobSpec(
+            campaign=self.campaign,
+            group=job.group.id,
+            submission=job.submission,
+            cells=job.cells,
+            plan_hash=self.ctx.plan.hash,
+            tool_version=__version__,
+        )
+        try:
+            await self.cluster.write_files({job.paths.spec: spec.dumps()})
+        except (SshError, SlurmError) as e:  # the requeued job skips nothing: it fails again
+            self.ctx.hub.notice(
+                f"{job.group.id}: cannot take the cells too long for the time limit out of "
+                f"job {job.job_id} ({e}); it will try them again",
+                "warning",
+            )
+        return True
 
     async def _output_tail(self, job: JobRun, n: int = 20) -> list[str]:
         if not job.job_id:

@@ -15,6 +15,7 @@ script in the same command.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import re
@@ -167,6 +168,32 @@ def read_script(files: Sequence[tuple[str, int]], limit: int = READ_LIMIT) -> st
     return f"{fn}; {calls}"
 
 
+def write_script(files: Mapping[str, str]) -> tuple[str, str]:
+    """Shell and its input that write ``files`` (path -> text) in one command: the input is
+    the texts one after the other, kept whole in a temp file first, then each cut out of it
+    by its byte offset into its own temp file, renamed into place. A file is never seen half
+    written; one that fails stops the rest (the caller writes them all again)."""
+    q = remote_path
+    data = "".join(files.values())
+    dirs = sorted({path.rsplit("/", 1)[0] or "/" for path in files})
+    first = next(iter(files))
+    lines = [
+        "set -e",
+        f"mkdir -p -- {' '.join(q(d) for d in dirs)}",
+        f"t={q(first)}.in.$$.tmp",
+        "trap 'rm -f -- \"$t\"' EXIT",
+        # An empty input sends no EOF (asyncssh writes EOF only after some data).
+        'cat > "$t"' if data else ': > "$t"',
+        'w() { tail -c +$(($2 + 1)) -- "$t" | head -c "$3" > "$1.tmp"; mv -- "$1.tmp" "$1"; }',
+    ]
+    at = 0
+    for path, text in files.items():
+        n = len(text.encode("utf-8"))
+        lines.append(f"w {q(path)} {at} {n}")
+        at += n
+    return "\n".join(lines), data
+
+
 class SlurmCluster:
     """The login node of one ``[hosts.NAME] slurm`` table. ``env`` goes in front of every
     Slurm command (PATH where a module would set it, SLURM_CONF)."""
@@ -300,15 +327,12 @@ class SlurmCluster:
     # --- files on the shared filesystem -------------------------------------------------------
 
     async def write_files(self, files: Mapping[str, str]) -> None:
-        """Write text files whole (temp file, then rename), creating their directories."""
-        for path, text in files.items():
-            q = remote_path(path)
-            d = remote_path(path.rsplit("/", 1)[0] or "/")
-            # An empty input sends no EOF (asyncssh writes EOF only after some data).
-            fill = f"cat > {q}.tmp" if text else f": > {q}.tmp"
-            await self._checked(
-                f"mkdir -p {d} && {fill} && mv {q}.tmp {q}", input=text or None, timeout_s=120
-            )
+        """Write text files whole (temp file, then rename), creating their directories: all
+        of them in one command, their texts one after the other on its input."""
+        if not files:
+            return
+        script, data = write_script(files)
+        await self._checked(script, input=data or None, timeout_s=120)
 
     async def append_line(self, path: str, line: str) -> None:
         await self._checked(f"printf '%s\\n' {quote(line)} >> {remote_path(path)}")
@@ -322,6 +346,34 @@ class SlurmCluster:
             return []
         res = await self.run(read_script(files, limit), timeout_s=120)
         return parse_chunks(res.stdout, len(files))
+
+    async def list_dirs(self, dirs: Sequence[str]) -> list[list[str]]:
+        """The names in each directory, in one round trip; empty for one not there."""
+        if not dirs:
+            return []
+        calls = "; ".join(
+            f"echo /{i}; ls -1 -- {remote_path(d)} 2>/dev/null" for i, d in enumerate(dirs)
+        )
+        res = await self._checked(calls + "; :")
+        out: list[list[str]] = [[] for _ in dirs]
+        at = -1
+        for line in res.stdout.splitlines():
+            if line.startswith("/") and line[1:].isdigit():
+                at = int(line[1:])
+            elif 0 <= at < len(out) and line:
+                out[at].append(line)
+        return out
+
+    async def ended_all(self, job_ids: Sequence[str], *, at_once: int = 4) -> list[JobEnd]:
+        """``ended`` of several jobs, ``at_once`` of them in flight together (each is its own
+        channel of the one connection; sshd allows ten sessions per connection)."""
+        gate = asyncio.Semaphore(max(1, at_once))
+
+        async def one(job_id: str) -> JobEnd:
+            async with gate:
+                return await self.ended(job_id)
+
+        return list(await asyncio.gather(*(one(j) for j in job_ids)))
 
     async def read_bytes(self, path: str) -> bytes | None:
         """A whole file; None when it is not there. Raises SlurmError when it is there but
