@@ -103,8 +103,9 @@ def where(host: str, tp: Any, hosts: int) -> str:
 
 
 def slurm_hosts(inp: Inputs) -> list[str]:
-    """Hosts whose groups ran as Slurm batch jobs: their GPU samples and energy stay on the
-    nodes, which the telemetry and energy sections say rather than leave out."""
+    """Hosts whose groups ran as Slurm batch jobs: where none of their nodes recorded GPU
+    samples or energy (the jobs' own are folded into the campaign), the telemetry and energy
+    sections say so rather than leave their heading out."""
     return sorted(
         {
             g.group.host

@@ -52,9 +52,9 @@ def build(inp: Inputs) -> Section | None:
             Para(
                 text(
                     f"No GPU board energy for the groups on {', '.join(on_slurm)}: each ran "
-                    "as a Slurm batch job, whose GPU samples and energy records stay in the "
-                    "job's own results directory on the cluster (they are not folded into "
-                    "the campaign)."
+                    "as a Slurm batch job, and its node recorded no GPU samples to measure it "
+                    "from (a job's cell energy comes into the campaign where its node's GPUs "
+                    "can be read)."
                 )
             )
         )

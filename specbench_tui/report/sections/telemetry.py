@@ -106,8 +106,8 @@ def build(inp: Inputs) -> Section | None:
             Para(
                 text(
                     f"No GPU samples for the groups on {', '.join(on_slurm)}: each ran as a "
-                    "Slurm batch job, whose samples stay in the job's own results directory "
-                    "on the cluster (they are not folded into the campaign)."
+                    "Slurm batch job, and its node recorded none (a job's samples come into "
+                    "the campaign where its node's GPUs can be read)."
                 )
             )
         )
