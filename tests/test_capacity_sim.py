@@ -6,11 +6,11 @@ The simulator's decode step is 28 ms at TP1, 1.2% slower per extra running reque
 yields one token a step, so its TPOT at ``c`` concurrent clients is the step at batch ``c``
 (the prompts are short and run to max_tokens, so a level's clients stay in step). The limit is
 put halfway between the steps at batch 12 and 13, so the known capacity is 12; the search,
-bisecting [4, 24] to a closed bracket (a resolution of one level), must find 12, or at most
-two levels lower: the first requests of a level also wait on the prefills of the clients that
-join after them (the simulator admits a burst in a few prefill steps), which the step model
-leaves out and which adds up to about two levels' worth of TPOT here. Nothing makes a request
-faster than the model, so the search must never find more than 12.
+bisecting [4, 24] to a closed bracket (a resolution of one level), must find 12, or one level
+lower where what the model leaves out (a stray prefill, a late wake-up on a loaded machine)
+pushes a request over; nothing makes a request faster than the model, so never more than 12.
+Each client's first request at a level is its warm-up: the burst of first requests, admitted
+over a few prefill steps that the first decodes wait on, is not measured.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def test_the_search_finds_the_simulators_tpot_limit(tmp_path: Path) -> None:
         f"shares {[round(s, 2) for s in cell['capacity_shares']]}"
     )
     assert fails == found + 1, cell["capacity_note"]  # the bracket closed
-    assert known - 2 <= found <= known
+    assert known - 1 <= found <= known
     assert cell["capacity_levels"][:2] == [4, 24]
     assert len(cell["capacity_levels"]) <= 8
     # Each level's rows carry it, and the share recorded for a level is its rows' share.

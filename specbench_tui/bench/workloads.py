@@ -345,9 +345,16 @@ async def _run_concurrency(run: _Runner, pool: list[Prompt], seed: int) -> None:
 
 
 async def _run_capacity(run: _Runner, pool: list[Prompt], seed: int) -> None:
-    """A capacity search (``plan/capacity.py``) on the running server: each level it asks for
-    gets a warm-up, then ``requests`` measured requests sent ``level`` at a time, judged by
-    the cell's SLO (``bench/figures.py``); request rows carry their level as ``concurrency``.
+    """A capacity search (``plan/capacity.py``) on the running server: at each level it asks
+    for, ``level`` clients send requests back to back, each client's first ``warmup`` ones not
+    counted, until ``requests`` measured ones are done; those are judged by the cell's SLO
+    (``bench/figures.py``) and their rows carry the level as ``concurrency``.
+
+    The warm-up is each client's, not a few requests before the level: a level starts from an
+    idle server, whose burst of first requests is admitted over a few prefill steps that the
+    first decodes wait on, so the measured requests are the ones sent once the level runs.
+    For the same reason the engine's counters, which cannot part one client's warm-up from
+    another's measured request, are not read: the cell's acceptance is its requests' own.
     Every level draws the same prompts in the same order, so levels differ by load alone.
     A stop ends the search; the level under way when it came is left out of the figures."""
     cell = run.cell
@@ -357,18 +364,23 @@ async def _run_capacity(run: _Runner, pool: list[Prompt], seed: int) -> None:
     search = CapacitySearch(cell.levels, cell.max_points)
     run.point_windows = []
     points: list[Point] = []
+    if run.counters is not None:
+        await run.counters.pause()  # read once, never measured (see above)
+    run.started = True
     while (level := search.next_level()) is not None:
         if run.should_stop():
             run.result.stopped = True
             break
-        await run.warmup(order[0].messages(), cell.warmup)
-        await run.mark_start()
         first = len(run.result.records)
         spans_from = len(run.spans)
         next_index = 0
 
-        async def worker(level: int = level) -> None:
+        async def worker(client: int, level: int = level) -> None:
             nonlocal next_index
+            for k in range(cell.warmup):
+                if run.should_stop() or next_index >= cell.requests:
+                    return
+                await run.send(order[(client + k) % len(order)].messages())
             while next_index < cell.requests:
                 if run.should_stop():
                     run.result.stopped = True
@@ -379,7 +391,7 @@ async def _run_capacity(run: _Runner, pool: list[Prompt], seed: int) -> None:
                 done = await run.send(prompt.messages())
                 run.record(done, prompt, None, repeat=i // len(order), concurrency=level)
 
-        await asyncio.gather(*(worker() for _ in range(min(level, cell.requests))))
+        await asyncio.gather(*(worker(c) for c in range(min(level, cell.requests))))
         window = measured_window(run.spans[spans_from:], concurrent=True)
         run.point_windows.append(window)
         if run.result.stopped:

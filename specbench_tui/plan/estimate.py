@@ -154,7 +154,8 @@ def estimate(
             requests += measured - per_cell_requests[c.id]
             per_cell_requests[c.id] = measured
             t = sum(
-                _batch_s(est, rate, c.tp, c.requests + c.warmup, lv, c.max_tokens) for lv in points
+                _batch_s(est, rate, c.tp, c.requests + c.warmup * lv, lv, c.max_tokens)
+                for lv in points
             )
         else:
             level = (c.concurrency or 1) if c.kind == "concurrency" else 1

@@ -438,7 +438,8 @@ class CapacityWorkload(WorkloadBase):
     levels: list[Annotated[int, Field(ge=1, le=MAX_LEVEL)]] = Field(min_length=2)
     # Measured requests per level tried.
     requests: int = Field(default=64, ge=1, le=MAX_REQUESTS)
-    # Requests sent at each level before its measured ones, not counted.
+    # Requests each client sends at a level before its measured ones (the level's ramp-up),
+    # not counted.
     warmup: int = Field(default=1, ge=0, le=MAX_REPEATS)
     # Levels tried at most (the search stops there, with the bracket it has).
     max_points: int = Field(default=8, ge=2, le=64)
