@@ -3,23 +3,28 @@ search's bisection, and the [slo] table and capacity workload of a plan."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from specbench_tui.bench.client import Completion
 from specbench_tui.bench.figures import (
+    Span,
     slo_columns,
     slo_figures,
     slo_good,
     slo_said,
     wilson_interval,
 )
+from specbench_tui.bench.workloads import run_cell
 from specbench_tui.errors import InputError
 from specbench_tui.plan.capacity import CapacitySearch, search
 from specbench_tui.plan.estimate import capacity_points, estimate
 from specbench_tui.plan.expand import expand
 from specbench_tui.plan.loader import load_plan
-from specbench_tui.results.cells import Cell
+from specbench_tui.plan.prompt_sets import PromptLibrary
+from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.records import SLO_COLUMNS, Measurement
 
 # -- the figures ------------------------------------------------------------------------------
@@ -215,3 +220,96 @@ def test_the_estimate_counts_the_levels_the_search_tries(tmp_path: Path) -> None
     est = estimate(plan.spec, plan.prompts, x.groups, x.cells)
     assert est.per_cell_requests[cell.id] == len(points) * 40
     assert est.per_cell_s[cell.id] > 0
+
+
+# -- the driver, against a client whose TPOT grows with the requests in flight ----------------
+
+
+class LoadClient:
+    """A stand-in for the bench client: TPOT = 10 ms + 1 ms per other request in flight when
+    a request is sent, 11 tokens each; no time passes (the figures come from the numbers)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.sent = 0
+        self.clock = 0.0
+
+    async def generate(self, messages: object, **_: object) -> Completion:
+        self.sent += 1
+        self.in_flight += 1
+        tpot = 0.010 + 0.001 * (self.in_flight - 1)
+        await asyncio.sleep(0)  # let every client of the level send before any ends
+        await asyncio.sleep(0)
+        self.in_flight -= 1
+        start, self.clock = self.clock, self.clock + 0.1
+        done = Completion(output_tokens=11, ttft_s=0.05, e2e_s=0.05 + 10 * tpot, tpot_s=tpot)
+        done.span = Span(start, start + done.e2e_s)  # type: ignore[operator]
+        return done
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _capacity_cell(**kw: object) -> Cell:
+    fields: dict[str, object] = dict(
+        id="cap",
+        name="sim.ar.tp1/cap",
+        group="sim.ar.tp1",
+        host="sim",
+        config="ar",
+        tp=1,
+        workload="cap",
+        kind="capacity",
+        prompt_set="chat",
+        max_tokens=11,
+        concurrency=None,
+        prompts=("chat",),
+        requests=40,
+        warmup=1,
+        levels=(1, 32),
+        max_points=8,
+        slo=(("tpot", 0.0205),),
+        slo_target=0.9,
+    )
+    fields.update(kw)
+    return Cell(**fields)  # type: ignore[arg-type]
+
+
+GROUP = ServiceGroup(
+    id="sim.ar.tp1",
+    host="sim",
+    host_kind="sim",
+    config="ar",
+    label="ar",
+    tp=1,
+    gpu_ids=(0,),
+    port=0,
+    command=(),
+    env=(),
+    api="sglang",
+    ready_timeout_s=60,
+    speculative=False,
+)
+
+
+async def test_the_driver_finds_the_level_where_tpot_crosses_the_limit(tmp_path: Path) -> None:
+    # TPOT 10 ms + 1 ms per other client: within 20.5 ms up to 11 clients.
+    client = LoadClient()
+    cell = _capacity_cell()
+    result = await run_cell(
+        cell, GROUP, "http://unused", campaign="c", attempt=1, seed=0,
+        prompts=PromptLibrary(tmp_path), client=client,  # type: ignore[arg-type]
+    )  # fmt: skip
+    fig = result.figures
+    assert fig["max_concurrency_under_slo"] == 11
+    assert fig["capacity_fail_level"] == 12
+    levels = fig["capacity_levels"]
+    assert levels[:2] == [1, 32] and len(levels) <= 8
+    # Every level's measured rows carry it; each client's warm-up is sent and not recorded.
+    per_level = {lv: sum(1 for r in result.records if r.concurrency == lv) for lv in levels}
+    assert set(per_level.values()) == {40}
+    assert client.sent == len(result.records) + sum(levels)
+    assert result.complete and result.planned == 40 * len(levels)
+    shares = dict(zip(levels, fig["capacity_shares"], strict=True))
+    assert shares[11] == 1.0 and shares[12] < 0.9
+    assert fig["slo_limits"] == "TPOT <= 20.5ms"
