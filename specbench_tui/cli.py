@@ -110,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--theme", metavar="NAME", help="console theme from themes/")
     p.add_argument(
+        "--refresh",
+        metavar="HZ",
+        type=float,
+        help="console repaints a second (default 10, at most 20; below 1 the clock and GPU "
+        "lines slow down too): lower it over a slow SSH link",
+    )
+    p.add_argument(
         "--plan-schema",
         action="store_true",
         help="print the plan format as a JSON Schema (docs/plan-format.md says it for people)",
@@ -345,6 +352,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.send and args.attach is None:
         raise InputError("--send goes with --attach RESULTS_DIR")
+    _refresh(args)  # a rate out of range is said before anything opens
     if args.attach is not None:
         from specbench_tui.engine.control_socket import attach_control
 
@@ -353,7 +361,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _send(control, args.send)
         from specbench_tui.tui.app import run_console
 
-        return run_console(control, theme=args.theme)
+        return run_console(control, theme=args.theme, **_refresh(args))
 
     from specbench_tui.plan.loader import load_plan
     from specbench_tui.results.layout import ResultsLayout
@@ -480,4 +488,13 @@ def _console(
     # the console draws at once; the child loads and checks its hosts meanwhile (its
     # error before the run, if any, is raised by run_console once the terminal is back)
     control = EngineProcess(argv, layout).launch()
-    return run_console(control, theme=args.theme, relaunch=relaunch)
+    return run_console(control, theme=args.theme, relaunch=relaunch, **_refresh(args))
+
+
+def _refresh(args: argparse.Namespace) -> dict[str, float]:
+    """``--refresh HZ`` for run_console (nothing when not given: the console's default)."""
+    if args.refresh is None:
+        return {}
+    if not 0.05 <= args.refresh <= 60:
+        raise InputError(f"--refresh {args.refresh:g}: give repaints a second from 0.05 to 60")
+    return {"refresh_hz": args.refresh}

@@ -82,9 +82,9 @@ def make_app(
 
 
 async def settle(pilot: Pilot[int], app: ConsoleApp, extra: float = 0.06) -> None:
-    for _ in range(100):
+    for _ in range(150):  # held-back GPU samples reach the health pane within a second
         await pilot.pause(0.02)
-        if not len(app.inbox) and app.frames:
+        if not len(app.inbox) and app.frames and not app.health_pending:
             break
     await pilot.pause(extra)
 

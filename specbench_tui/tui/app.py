@@ -58,6 +58,7 @@ from specbench_tui.tui.health import HealthPane
 from specbench_tui.tui.inbox import EventInbox
 from specbench_tui.tui.log_pane import LogPane
 from specbench_tui.tui.palette import ConsoleCommands
+from specbench_tui.tui.plan_filter import FilterSet, PlanFilter, PlanFilterInput
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.plots import LiveData, PlotsPane
 from specbench_tui.tui.relaunch import Relaunch
@@ -72,11 +73,19 @@ from specbench_tui.tui.toasts import Toast, ToastBatcher
 EXIT_INTERRUPTED = 130
 #: Exit status of a console detached from the campaign it started (which goes on running).
 EXIT_DETACHED = 0
+#: GPU samples (each GPU at its own moment) repaint the health pane at most this often.
+HEALTH_GPU_S = 1.0
+#: Rows a toast takes at most, with the gap above it (app.tcss: Toast max-height 6).
+TOAST_ROWS = 7
 #: Longest the console waits for a child to take the abort when the operator quits.
 LEAVE_S = 2.0
-FRAME_S = 0.05  # apply pending events 20 times a second
-PLOT_S = 0.25  # redraw changed plots 4 times a second
-CLOCK_S = 1.0  # elapsed, uptime, ETA; results freshness
+#: ``--refresh HZ``: how often the console applies what arrived and repaints (frames). The
+#: default keeps a live campaign's log and counts current to the eye; an idle campaign costs
+#: the 1 s tick only (under 10 KB/s of terminal output at 200x60: bench/console_terminal_bench).
+DEFAULT_REFRESH_HZ = 10.0
+FRAME_S = 0.05  # at most 20 frames a second, whatever --refresh says
+PLOT_S = 0.25  # redraw changed plots at most 4 times a second
+CLOCK_S = 1.0  # elapsed, uptime, ETA, GPU lines; results freshness (longer below 1 Hz)
 #: Events handled per reader step before yielding to the UI: a replay of a long campaign or a
 #: flood must not hold the event loop.
 READER_CHUNK = 256
@@ -195,8 +204,10 @@ class ConsoleApp(CampaignKeys, App[int]):
         theme_dirs: list[Any] | None = None,
         relaunch: Relaunch | None = None,
         results_source: Callable[[Path], pl.DataFrame] | None = comparison,
+        refresh_hz: float = DEFAULT_REFRESH_HZ,
     ) -> None:
         super().__init__()
+        self.refresh_hz = refresh_hz
         self.control = control
         self.relaunch = relaunch
         self.results_source = results_source
@@ -223,6 +234,8 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._seeded: set[str] = set()  # groups whose stored log was read into ``group_logs``
         self._noted: str | None = None  # the group whose missing stored log was said
         self._quitting = False
+        self._health_due = False  # GPU samples came in that the health pane does not show yet
+        self._health_at = float("-inf")  # monotonic time the health pane was last painted
         self._detached_by_operator = False
         self._leaving_pid: int | None = None  # the child still running when the console left
         self.start_error: Exception | None = None  # the child failed before its campaign ran
@@ -268,6 +281,12 @@ class ConsoleApp(CampaignKeys, App[int]):
         return self.control.read_only and self.relaunch is None
 
     @property
+    def health_pending(self) -> bool:
+        """GPU samples came in that the health pane shows at its next repaint (held back to
+        ``HEALTH_GPU_S``); tests wait for it as for the inbox."""
+        return self._health_due
+
+    @property
     def detached(self) -> bool:
         """Leaving leaves the campaign running: an attached console, or one detached."""
         return self.control.detached or self._detached_by_operator
@@ -306,6 +325,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         with Horizontal(id="body"):
             with Vertical(id="left"):
                 yield ConsolePlanTree(id="tree")
+                yield PlanFilterInput()
                 yield DetailPane(id="detail")
             with Vertical(id="right"):
                 yield HealthPane(id="health")
@@ -326,6 +346,7 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     def on_mount(self) -> None:
         self.main.query_one("#banner").display = self.view_only
+        self.main.query_one(PlanFilterInput).display = False
         for pane_id, title in PANE_TITLES.items():
             pane = self.main.query_one(f"#{pane_id}")
             pane.add_class("pane")
@@ -336,9 +357,10 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.main.query_one(PlanTree).focus()
         for text, severity in self._startup_notes:
             self.notify(text, severity=severity, timeout=10, markup=False)  # type: ignore[arg-type]
-        self.set_interval(FRAME_S, self._frame)
-        self.set_interval(PLOT_S, self._redraw_plots)
-        self.set_interval(CLOCK_S, self._tick)
+        period = 1.0 / self.refresh_hz
+        self.set_interval(max(FRAME_S, period), self._frame)
+        self.set_interval(max(PLOT_S, period), self._redraw_plots)
+        self.set_interval(max(CLOCK_S, period), self._tick)
         if self.control.owns_engine:
             # a campaign this console starts: whatever its log already holds is history,
             # however recent (an earlier run that ended a moment ago raises no toast)
@@ -460,6 +482,8 @@ class ConsoleApp(CampaignKeys, App[int]):
         batch = self.inbox.drain()
         if batch:
             self.apply_batch(batch)
+        elif self._health_due and time.monotonic() - self._health_at >= HEALTH_GPU_S:
+            self._paint_health(self.clock(), time.monotonic())  # the samples held back
         for toast in self.toasts.due(time.monotonic()):
             self._show_toast(toast)
 
@@ -512,14 +536,17 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.frames += 1
         clock = self.clock()
         self.main.query_one(CampaignHeader).show(p, clock, live=not self.read_only)
-        if changes.gpus or changes.lifecycle:
-            self.main.query_one(HealthPane).show(p, clock, self.gpu_history)
+        if changes.gpus:
+            self._health_due = True
+        gpus_due = self._health_due and now - self._health_at >= HEALTH_GPU_S
+        if changes.lifecycle or changes.hosts or gpus_due:
+            self._paint_health(clock, now)
         if changes.lifecycle:
             self._show_detail()
 
     def _paint_tree(self, tree: PlanTree, changes: FrameChanges) -> None:
         p = self.progress
-        refilter = tree.only_failed and changes.lifecycle and tree.failing(p) != tree.shown_failures
+        refilter = changes.lifecycle and tree.needs_rebuild(p)
         if changes.started or refilter:
             self._rebuild_tree()
         elif changes.checks:
@@ -536,9 +563,12 @@ class ConsoleApp(CampaignKeys, App[int]):
         tree = self.main.query_one(PlanTree)
         tree.build(self.progress)
         self._followed = None
-        self.main.query_one("#tree").border_title = (
-            "Plan · failed only (F: all)" if tree.only_failed else PANE_TITLES["tree"]
-        )
+        title = PANE_TITLES["tree"]
+        if tree.only_failed:
+            title += " · failed only (F: all)"
+        if tree.filter.active:
+            title += f" · {tree.filter.text.strip()} ({len(tree.shown_matches)})"
+        self.main.query_one("#tree").border_title = title
         if not self.follow and self._selected is not None:
             tree.reveal(self._selected)
 
@@ -583,10 +613,15 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     # --- painting -------------------------------------------------------------------------------
 
+    def _paint_health(self, clock: float, now: float) -> None:
+        self._health_due = False
+        self._health_at = now
+        self.main.query_one(HealthPane).show(self.progress, clock, self.gpu_history)
+
     def _paint(self) -> None:
         now = self.clock()
         self.main.query_one(CampaignHeader).show(self.progress, now, live=not self.read_only)
-        self.main.query_one(HealthPane).show(self.progress, now, self.gpu_history)
+        self._paint_health(now, time.monotonic())
         self._show_detail()
 
     @_while_mounted
@@ -813,6 +848,19 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._sync_log()
         self._redraw_plots(force=True)
 
+    def _on_notify(self, event: Any) -> None:
+        """Textual's handler of a notification, keeping no more toasts than fit between the
+        header and the log's last line (toasts stack down from the top right, each at most
+        ``TOAST_ROWS`` high with its gap): the oldest gives way, so the newest log line is
+        never covered."""
+        super()._on_notify(event)
+        keep = max(1, (self.size.height - 4) // TOAST_ROWS)
+        live = list(self._notifications)
+        for old in live[:-keep]:
+            self._unnotify(old, refresh=False)
+        if len(live) > keep:
+            self._refresh_notifications()
+
     def _say_view(self, text: str, timeout: float = 3) -> None:
         self.notify(text, timeout=timeout, markup=False)
 
@@ -855,6 +903,26 @@ class ConsoleApp(CampaignKeys, App[int]):
             f"plan: failed cells only ({n})" if tree.only_failed else "plan: every cell",
             timeout=3,
         )
+
+    def action_filter_tree(self) -> None:
+        """ctrl+f: type words of a name or a status; the tree keeps the cells that match."""
+        self._user_display["tree"] = True
+        self._apply_panes()
+        box = self.main.query_one(PlanFilterInput)
+        box.display = True
+        box.value = self.main.query_one(PlanTree).filter.text
+        box.focus()
+
+    def on_filter_set(self, message: FilterSet) -> None:
+        tree = self.main.query_one(PlanTree)
+        tree.filter = PlanFilter(message.text)
+        box = self.main.query_one(PlanFilterInput)
+        box.display = tree.filter.active
+        self._rebuild_tree()
+        tree.focus()
+        if tree.filter.active:
+            n = len(tree.shown_matches)
+            self.notify(f"plan: {n} cell{'s' * (n != 1)} match (ctrl+f, esc clears)", timeout=3)
 
     def action_search_log(self) -> None:
         self._user_display["logpane"] = True
@@ -1122,11 +1190,12 @@ def run_console(
     theme: str | None = None,
     *,
     relaunch: Relaunch | None = None,
+    refresh_hz: float = DEFAULT_REFRESH_HZ,
 ) -> int:
     """Open the console on a campaign and return the exit status: the campaign's own when it
     finished, 130 when the operator left before the end. Prints what happened on the way
     out (counts, results directory, report)."""
-    app = ConsoleApp(control, theme, relaunch=relaunch)
+    app = ConsoleApp(control, theme, relaunch=relaunch, refresh_hz=refresh_hz)
     result = app.run()
     if app.start_error is not None:
         raise app.start_error

@@ -22,6 +22,7 @@ BINDINGS: list[BindingType] = [
     Binding("F", "toggle_failed_only", "Failed only", id="view.failed_only", show=False),
     Binding("n", "next_running_group", "Next group", id="view.next_group", show=False),
     Binding("slash", "search_log", "Search", id="view.search"),
+    Binding("ctrl+f", "filter_tree", "Filter plan", id="view.filter_tree", show=False),
     Binding("l", "freeze_log", "Freeze log", id="view.freeze_log", show=False),
     Binding("w", "wrap_log", "Wrap log", id="view.wrap_log", show=False),
     Binding("6", "toggle_pane('results')", "Results", id="view.pane.results"),
@@ -70,6 +71,9 @@ HELP: dict[str, str] = {
     "next_running_group": "select the next running service group: the log shows its lines "
     "and the plots mark its series (the log always shows the selected group's)",
     "search_log": "filter the log for a text; esc clears",
+    "filter_tree": "filter the plan tree: words of a cell's name (config, TP, prompt set, "
+    "tokens, level) and status words (failed, running, done, pending, skipped, held, check); "
+    "enter applies, esc clears",
     "freeze_log": "freeze the log view; the campaign keeps running",
     "wrap_log": "wrap long log lines, or cut them (then ← → scroll the focused log sideways)",
     "toggle_pane('results')": "show or hide the results table (per TP; o sorts, [ ] change TP)",
@@ -97,6 +101,7 @@ PALETTE_TITLES: dict[str, str] = {
     "toggle_failed_only": "Plan: failed cells only (toggle)",
     "next_running_group": "Next running group's log",
     "search_log": "Search log",
+    "filter_tree": "Filter plan by name or status",
     "wrap_log": "Wrap log lines (toggle)",
     "maximize_pane": "Maximize focused pane (toggle)",
     "next_theme": "Next theme",

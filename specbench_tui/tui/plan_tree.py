@@ -16,6 +16,7 @@ from textual.widgets.tree import TreeNode
 
 from specbench_tui.results.progress import CampaignProgress, Counts
 from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for, shown_status
+from specbench_tui.tui.plan_filter import PlanFilter
 
 NodeKind = Literal["root", "host", "group", "workload", "cell"]
 
@@ -64,6 +65,8 @@ class PlanTree(Tree[NodeRef]):
         self._progress: CampaignProgress | None = None
         self._pal: Palette | None = None
         self.only_failed = False
+        self.filter = PlanFilter()  # the operator's filter by name and status (ctrl+f)
+        self.shown_matches: frozenset[str] = frozenset()  # the cells that filter let through
         self._moved_to: TreeNode[NodeRef] | None = None  # the node ``reveal`` scrolled to
         self.shown_failures: frozenset[str] = frozenset()  # the failing cells a filtered tree shows
 
@@ -91,6 +94,13 @@ class PlanTree(Tree[NodeRef]):
         failed a correctness check."""
         return frozenset(c.id for c in p.cells.values() if c.status == "failed" or c.failed_check)
 
+    def needs_rebuild(self, p: CampaignProgress) -> bool:
+        """Whether a narrowed tree shows other cells than it would now (a cell failed, one
+        matching a status filter started or ended)."""
+        if self.only_failed and self.failing(p) != self.shown_failures:
+            return True
+        return self.filter.active and self.filter.cells(p) != self.shown_matches
+
     def build(self, p: CampaignProgress) -> None:
         """Rebuild from the plan (on campaign_started, or when the failed-only filter or the
         set of failing cells changes); cheap for hundreds of cells."""
@@ -99,15 +109,22 @@ class PlanTree(Tree[NodeRef]):
         self.clear()
         self.nodes_by_ref = {}
         self.shown_failures = self.failing(p)
+        self.shown_matches = self.filter.cells(p) if self.filter.active else frozenset()
+        narrowed = self.only_failed or self.filter.active
         hosts: dict[str, TreeNode[NodeRef]] = {}
         for gid, g in p.groups.items():
-            cids = [c for c in g.cells if not self.only_failed or c in self.shown_failures]
+            cids = [
+                c
+                for c in g.cells
+                if (not self.only_failed or c in self.shown_failures)
+                and (not self.filter.active or c in self.shown_matches)
+            ]
             if not cids:
                 continue
             host = g.host or "?"
             if host not in hosts:
                 hosts[host] = self._add(self.root, NodeRef("host", host), expand=True)
-            gnode = self._add(hosts[host], NodeRef("group", gid), expand=self.only_failed)
+            gnode = self._add(hosts[host], NodeRef("group", gid), expand=narrowed)
             workloads: dict[str, TreeNode[NodeRef]] = {}
             for cid in cids:
                 cell = p.cells[cid]
@@ -115,11 +132,13 @@ class PlanTree(Tree[NodeRef]):
                 if wkey not in workloads:
                     workloads[wkey] = self._add(gnode, NodeRef("workload", wkey), expand=True)
                 self._add(workloads[wkey], NodeRef("cell", cid), leaf=True)
-        if self.only_failed and not hosts:
-            self.root.add_leaf(
-                Text("no failed cells (F shows every cell)", style="dim"),
-                data=NodeRef("root", "empty"),
+        if narrowed and not hosts:
+            why = (
+                f"no cell matches {self.filter.text.strip()!r} (ctrl+f, esc clears)"
+                if self.filter.active
+                else "no failed cells (F shows every cell)"
             )
+            self.root.add_leaf(Text(why, style="dim"), data=NodeRef("root", "empty"))
         self.relabel_all()
 
     def _add(

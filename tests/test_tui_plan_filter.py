@@ -1,0 +1,101 @@
+"""The plan tree's filter by name and status (ctrl+f): the words it takes, and the tree it
+leaves on a scripted campaign, kept current as cells change status."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbench_tui.results.events import CellFinished, CellStarted
+from specbench_tui.results.progress import CampaignProgress
+from specbench_tui.tui.plan_filter import PlanFilter, PlanFilterInput
+from specbench_tui.tui.plan_tree import NodeRef, PlanTree
+from tests.support.console_pilot import frozen_app, settle
+from tests.support.scripted import sample_campaign
+
+
+def _progress() -> CampaignProgress:
+    p = CampaignProgress()
+    p.apply_all(sample_campaign())
+    return p
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 16),
+        ("ddtree", 8),
+        ("ddtree tp4", 4),
+        ("tp1 code", 3),
+        ("failed", 1),
+        ("running pending", 6),
+        ("ddtree pending", 5),
+        ("DFLASH failed", 1),
+        ("ar", 4),  # a config's name is that config, not every name with "ar" in it
+        ("ar failed", 0),
+        ("linear", 4),  # dflash's label
+    ],
+)
+def test_words_of_a_name_and_status_words(text: str, expected: int) -> None:
+    p = _progress()
+    f = PlanFilter(text)
+    got = f.cells(p) if f.active else frozenset(p.cells)
+    assert len(got) == expected, sorted(got)
+
+
+def _cells_shown(tree: PlanTree) -> set[str]:
+    return {ref.key for ref in tree.nodes_by_ref if ref.kind == "cell"}
+
+
+@pytest.mark.console
+async def test_ctrl_f_filters_the_tree_and_follows_status_changes() -> None:
+    events = sample_campaign()
+    app, control = frozen_app(events)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        tree = app.main.query_one(PlanTree)
+        assert len(_cells_shown(tree)) == 16
+        await pilot.press("ctrl+f")
+        box = app.main.query_one(PlanFilterInput)
+        assert box.display and app.focused is box
+        await pilot.press(*"ddtree running", "enter")
+        await settle(pilot, app)
+        assert _cells_shown(tree) == {"ddt1agent"}
+        assert app.focused is tree and "ddtree running (1)" in str(tree.border_title)
+        assert NodeRef("group", "sim.ar.tp1") not in tree.nodes_by_ref  # no empty branches
+        # the running cell ends and the next starts: the filtered tree follows
+        t = events[-1].ts
+        control.publish(CellFinished(cell_id="ddt1agent", ts=t + 0.1))
+        control.publish(CellStarted(cell_id="ddt1conc4", ts=t + 0.2))
+        await settle(pilot, app, 0.2)
+        assert _cells_shown(tree) == {"ddt1conc4"}
+        await pilot.press("ctrl+f", "escape")  # esc clears: every cell again
+        await settle(pilot, app)
+        assert len(_cells_shown(tree)) == 16 and not box.display
+        assert str(tree.border_title) == "Plan"
+        await pilot.press("ctrl+f", *"nothing-like-this", "enter")
+        await settle(pilot, app)
+        assert not _cells_shown(tree)
+        labels = [str(n.label) for n in tree.root.children]
+        assert any("no cell matches 'nothing-like-this'" in x for x in labels)
+
+
+@pytest.mark.console
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_toasts_never_cover_the_logs_last_line(size: tuple[int, int]) -> None:
+    from textual.widgets._toast import Toast
+
+    from specbench_tui.tui.log_pane import LogPane
+
+    app, _ = frozen_app(sample_campaign())
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await settle(pilot, app)
+        for i in range(4):  # more than the batcher ever shows at once
+            app.notify(f"notice {i}: " + "a long message that wraps " * 4, timeout=30)
+        await pilot.pause(0.3)
+        log = app.main.query_one(LogPane).log_widget.region
+        last = log.y + log.height - 1  # the log's last line on screen
+        toasts = [t.region for t in app.screen.query(Toast)]
+        assert len(toasts) == min(4, (size[1] - 4) // 7)  # at 80x24 the oldest gave way
+        for r in toasts:
+            covers = r.y <= last < r.y + r.height and r.x < log.x + log.width
+            assert not covers, (r, log)
