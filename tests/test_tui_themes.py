@@ -74,3 +74,43 @@ async def test_every_theme_renders_the_console(theme: str) -> None:
         assert app.theme == f"specbench-{theme}"
         assert app.plot_draws > 0
         assert "specbench" in app.export_screenshot()
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+async def test_plots_draw_their_series_in_the_themes_colours(theme: str) -> None:
+    """Each running group's series in one of the theme's colours (primary, accent, ...),
+    the same group in the same colour in every plot; nothing in plotext's own palette."""
+    from textual.color import Color
+
+    from specbench_tui.tui.look import series_colours
+    from specbench_tui.tui.plots import LivePlot
+    from tests.support.scripted import packed_campaign
+
+    events = packed_campaign()
+    frozen = events[-1].ts + 1.0
+    app = ConsoleApp(
+        ScriptedControl(events), theme=theme, clock=lambda: frozen, results_source=None
+    )
+    async with app.run_test(size=(200, 60)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if app.frames and not len(app.inbox) and app.plot_draws:
+                break
+        await pilot.pause(0.5)
+        wanted = [c for c in series_colours(app) if isinstance(c, tuple)]
+        text_colour = Color.parse(app.theme_variables["foreground"]).rgb
+        plot = next(p for p in app.main.query(LivePlot) if p.key == "gen")
+        drawn = plot.render()
+        used = set()
+        for span in drawn.spans:
+            c = span.style.color if not isinstance(span.style, str) else None
+            if c is not None and c.triplet is not None:
+                used.add(tuple(c.triplet))
+
+    def near(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+        return all(abs(x - y) <= 3 for x, y in zip(a, b, strict=True))
+
+    series = {u for u in used if not near(u, text_colour)}
+    assert len(series) >= 2, used  # several groups, several colours
+    for u in series:
+        assert any(near(u, w) for w in wanted), (u, wanted)

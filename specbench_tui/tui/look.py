@@ -72,6 +72,29 @@ def _style(variables: dict[str, str], name: str, fallback: str) -> Style:
         return Style(color=Color.parse(fallback).rich_color)
 
 
+#: Theme colours the plots' series take, in turn (one per running group, or per kind of a
+#: single group's plot), so the plots match the panes around them in every theme.
+SERIES_VARIABLES = ("primary", "accent", "success", "secondary", "warning", "error")
+
+
+def series_colours(app: App[object]) -> list[str | tuple[int, int, int]]:
+    """The plots' series colours from the theme, as plotext takes them: an RGB triple, or
+    for an ANSI theme the terminal's own colour by name (``blue``, ``cyan+`` for bright)."""
+    out: list[str | tuple[int, int, int]] = []
+    for name in SERIES_VARIABLES:
+        raw = app.theme_variables.get(name, "")
+        if raw.startswith("ansi_"):
+            base = raw.removeprefix("ansi_")
+            bright = base.startswith("bright_")
+            out.append(base.removeprefix("bright_") + ("+" if bright else ""))
+            continue
+        try:
+            out.append(Color.parse(raw).rgb)
+        except Exception:  # not a plain colour: leave it out
+            continue
+    return out or ["blue", "yellow", "green"]
+
+
 def palette_for(app: App[object]) -> Palette:
     v = app.theme_variables
     return Palette(

@@ -21,6 +21,7 @@ from textual_plotext import PlotextPlot
 
 from specbench_tui.bench.figures import FIGURE_NAMES
 from specbench_tui.results.events import Event, LogLine, RequestDone
+from specbench_tui.tui.look import series_colours
 
 #: Points kept per series: about ten minutes at one point a second.
 HISTORY = 600
@@ -166,7 +167,9 @@ class LivePlot(PlotextPlot):
             if pts and (groups is None or series.group_of.get(name, ("", ""))[0] in groups)
         ]
         several = len({series.group_of.get(n, ("", ""))[0] for n, _ in shown}) > 1
-        for name, pts in shown:
+        colours = series_colours(self.app)
+        order = list(groups) if groups is not None else []
+        for i, (name, pts) in enumerate(shown):
             has = True
             group, kind = series.group_of.get(name, ("", name))
             label = kind
@@ -175,7 +178,15 @@ class LivePlot(PlotextPlot):
                 label = who if kind in _SINGLE_KINDS else f"{who} {kind}"
             xs = [x for x, _ in pts]
             ys = [y for _, y in pts]
-            plt.plot(xs, ys, marker="braille", label=label if len(shown) > 1 else None)
+            # a group keeps its colour in every plot (its place among the running groups)
+            at = order.index(group) if several and group in order else i
+            plt.plot(
+                xs,
+                ys,
+                marker="braille",
+                label=label if len(shown) > 1 else None,
+                color=colours[at % len(colours)],
+            )
         if has:
             plt.xlabel(XLABEL)
         else:
