@@ -133,3 +133,25 @@ async def test_abort_says_what_it_stops_and_keeps() -> None:
         await pilot.press("n")
         await settle(pilot, app)
         assert control.commands == []
+
+
+async def test_a_skip_is_undone_with_u_its_cells_queued_again() -> None:
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await put_cursor(pilot, app, NodeRef("group", "sim.ddtree-16.tp4"))
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen) and "u undoes" in app.screen.question
+        await pilot.press("y")
+        await answered(pilot, app, control, 1)
+        tp4 = ["ddt4co64", "ddt4ma64", "ddt4agent", "ddt4conc4"]
+        assert all(app.progress.cells[c].status == "skipped" for c in tp4)
+        await pilot.press("u")
+        await answered(pilot, app, control, 1 + len(tp4))
+        # one rerun per skipped cell (a rerun of the group would re-measure its finished ones)
+        assert [(c.action, c.target) for c in control.commands[1:]] == [("rerun", c) for c in tp4]
+        assert all(app.progress.cells[c].status == "pending" for c in tp4)
+        await pilot.press("u")  # once only
+        await settle(pilot, app)
+        assert len(control.commands) == 1 + len(tp4)
+        assert any("no skip to undo" in n.message for n in app._notifications)

@@ -22,6 +22,9 @@ from specbench_tui.tui.relaunch import Relaunch
 from specbench_tui.tui.screens import ConfirmScreen
 from specbench_tui.tui.toasts import ToastBatcher
 
+#: How long after a skip ``u`` takes it back.
+UNDO_S = 60.0
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -38,6 +41,7 @@ class CampaignKeys(_Base):
     relaunch: Relaunch | None
     toasts: ToastBatcher
     _restarting: bool = False
+    _last_skip: tuple[list[str], float] | None = None  # cells the last skip took, and when
 
     if TYPE_CHECKING:  # provided by the app
 
@@ -166,8 +170,9 @@ class CampaignKeys(_Base):
         target = self._target(ref)
         if ref is not None and ref.kind == "cell" and ref.key == self.progress.current_cell:
             target = ref.key
-        if ref is None or target is None:
-            self.send("skip", target)  # the running cell, as the engine picks it
+        if ref is None or target is None:  # the running cell, as the engine picks it
+            current = self.progress.current_cell
+            self._skip(target, [current] if current else [])
             return
         cells = self.cell_ids_under(ref)
         p = self.progress
@@ -177,7 +182,7 @@ class CampaignKeys(_Base):
             self._say(f"nothing to skip in {self._describe(ref)}: its cells have ended", timeout=4)
             return
         if len(running) + len(pending) <= 1:
-            self.send("skip", target)  # the one cell the operator pointed at: no question
+            self._skip(target, running + pending)  # the one cell pointed at: no question
             return
         ended = len(cells) - len(running) - len(pending)
         parts = [f"{len(running)} running (cut short, not measured)"] if running else []
@@ -186,9 +191,66 @@ class CampaignKeys(_Base):
         kept = f" Its {ended} finished or failed cells stay as they are." if ended else ""
         self._confirm(
             f"Skip {self._describe(ref)}? {_cells(len(running) + len(pending))} are skipped: "
-            f"{', '.join(parts)}.{kept} r queues them again later.",
+            f"{', '.join(parts)}.{kept} u undoes it for a minute; r queues them again later.",
             "Skip",
-            lambda: self.send("skip", target),
+            lambda: self._skip(target, running + pending),
+        )
+
+    # --- an undo-able skip ------------------------------------------------------------------
+
+    @work(group="commands")
+    async def _skip(self, target: str | None, cells: list[str]) -> None:
+        """Skip, and keep which cells it took for ``u``: the engine cannot take a skip back,
+        but it queues a skipped cell again (as a rerun does), which is the same for the
+        operator as long as the campaign still runs."""
+        reply = await self._send(Command("skip", target=target, by="console")).wait()
+        if reply is not None and reply.ok and cells:
+            self._last_skip = (cells, self.now_mono())
+            self._say(
+                f"{len(cells)} cell{'s' * (len(cells) != 1)} skipped: u undoes it "
+                f"(for {UNDO_S:.0f} s)",
+                severity="information",
+                timeout=6,
+            )
+
+    def action_undo_skip(self) -> None:
+        if self._refused_read_only():
+            return
+        last = self._last_skip
+        if last is None or self.now_mono() - last[1] > UNDO_S:
+            self._say("no skip to undo (u undoes the last skip for a minute)", timeout=4)
+            return
+        if self.ended:
+            self._say("the campaign has ended; r runs the skipped cells again", timeout=6)
+            return
+        cells = [
+            c
+            for c in last[0]
+            if c in self.progress.cells and self.progress.cells[c].status == "skipped"
+        ]
+        self._last_skip = None
+        if not cells:
+            self._say("nothing to undo: the skipped cells are queued or ran again", timeout=4)
+            return
+        self._unskip(cells)
+
+    @work(group="commands")
+    async def _unskip(self, cells: list[str]) -> None:
+        """Queue each skipped cell again, one command per cell (a group's rerun would also
+        re-measure its finished cells)."""
+        queued = 0
+        for cid in cells:
+            try:
+                reply = await self.control.send(Command("rerun", target=cid, by="console"))
+            except Exception as exc:
+                reply = Reply(False, str(exc))
+            queued += reply.ok
+        left = len(cells) - queued
+        self._say(
+            f"skip undone: {queued} cell{'s' * (queued != 1)} queued again"
+            + (f", {left} not (see the log)" if left else ""),
+            severity="information" if not left else "warning",
+            timeout=6,
         )
 
     def _confirm(self, question: str, yes: str, go: Any, no: str = "Cancel") -> None:

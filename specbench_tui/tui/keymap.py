@@ -14,6 +14,7 @@ from textual.binding import Binding, BindingType
 BINDINGS: list[BindingType] = [
     Binding("space,p", "toggle_pause", "Pause", id="campaign.pause", key_display="p"),
     Binding("s", "skip", "Skip", id="campaign.skip"),
+    Binding("u", "undo_skip", "Undo skip", id="campaign.undo_skip", show=False),
     Binding("r", "rerun", "Rerun", id="campaign.rerun"),
     Binding("R", "rerun_failed", "Rerun failed", id="campaign.rerun_failed", show=False),
     Binding("g", "retry_group", "Retry group", id="campaign.retry_group", show=False),
@@ -52,7 +53,7 @@ FOOTER_WIDE_ONLY: frozenset[str] = frozenset(
 #: Actions that change a campaign: a read-only view (nothing runs the campaign) leaves them
 #: out of the footer and answers them with why and how to run it again.
 MUTATIONS: frozenset[str] = frozenset(
-    {"toggle_pause", "skip", "rerun", "rerun_failed", "retry_group", "abort"}
+    {"toggle_pause", "skip", "undo_skip", "rerun", "rerun_failed", "retry_group", "abort"}
 )
 
 #: Longer words for the help screen and the palette, keyed by action.
@@ -60,6 +61,8 @@ HELP: dict[str, str] = {
     "toggle_pause": "pause after the running cell, or resume; after the end, run what is left",
     "skip": "skip the selected cell or group (the running cell while following); asks "
     "first, with the counts, when that skips more than one cell",
+    "undo_skip": "take back the last skip (within a minute, while the campaign runs): its "
+    "cells are queued again",
     "rerun": "queue the selected cell, workload or group again (asks before re-measuring "
     "finished cells); after the end, runs them again",
     "rerun_failed": "queue every failed cell again; after the end, runs them again",
@@ -95,6 +98,7 @@ HELP: dict[str, str] = {
 #: Palette titles where the footer word is too short to find an action by name.
 PALETTE_TITLES: dict[str, str] = {
     "skip": "Skip selected cell",
+    "undo_skip": "Undo the last skip",
     "rerun": "Rerun selected",
     "abort": "Abort campaign",
     "toggle_follow": "Follow running cell (toggle)",
