@@ -151,7 +151,11 @@ class Campaign(CampaignControl):
         return self.hub.subscribe()
 
     async def send(self, command: Command) -> Reply:
-        return await OperatorCommands(self.hub, self.control, lambda: self._finished).send(command)
+        """Apply one command; its answer comes once the log holds what it said (not waiting
+        for a disk that refuses writes: the run is held then, and the command answered)."""
+        reply = await OperatorCommands(self.hub, self.control, lambda: self._finished).send(command)
+        await self.hub.settle()
+        return reply
 
     # -- hosts --------------------------------------------------------------------------------
 
@@ -325,8 +329,10 @@ class Campaign(CampaignControl):
             await self._shutdown()
             await ctx.log_lines.stop()
         code = self._finish(storage_failed)
+        await self.hub.settle()  # the log holds the end before the views are written
         if self.options.write_views:
             await self._write_outputs()
+        await self.hub.settle()
         self._close()
         return code
 

@@ -119,11 +119,14 @@ def request_done_event(record: RequestRecord, done: int, total: int) -> RequestD
 
 async def durably(ctx: RunContext, write: Callable[[], T]) -> T:
     """Do one results write, waiting for the disk when it is full: the run holds (its gate
-    is closed) until the write succeeds, and gives up after the plan's storage wait.
+    is closed) until the write succeeds, and gives up after the plan's storage wait. It
+    starts once the log holds every event emitted before it (the order of the boundaries a
+    resume relies on: a cell's start before its rows, its rows before the event ending it).
 
     The write runs in a worker thread: building and syncing a cell's rows takes tens of
     milliseconds, and in a packed run the neighbours' streams are being timed on this loop."""
     hub = ctx.hub
+    await hub.durable()  # the events before this write are on disk before it, as they were
     loop = asyncio.get_running_loop()
     since = loop.time()
     while True:
@@ -375,7 +378,7 @@ async def conclude(
                 by=verdict.reason,
             )
         )
-    ctx.store.refresh_views(ctx.state)
+    ctx.store.refresh_views(ctx.state, after=hub.durable)
     return verdict
 
 

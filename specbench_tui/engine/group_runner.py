@@ -200,6 +200,7 @@ class GroupRunner:
                 port=group.port,
             )
         )
+        await ctx.hub.durable()  # the log says a server starts before anything stops or starts
         svc: Service | None = None
         try:
             if claim_failed is not None:

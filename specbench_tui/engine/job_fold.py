@@ -167,8 +167,13 @@ class JobFolder:
         return (c.status, c.attempt) if c is not None else ("unknown", 0)
 
     async def fold(self, job: JobRun, ev: Event) -> None:
-        """Fold one event of ``job``'s log (in log order). Raises what a copy raises
-        (SshError, StorageFailed): the caller tries the same event again later."""
+        """Fold one event of ``job``'s log (in log order), on the campaign's disk when this
+        returns. Raises what a copy raises (SshError, StorageFailed): the caller tries the
+        same event again later."""
+        await self._fold(job, ev)
+        await self.ctx.hub.durable()
+
+    async def _fold(self, job: JobRun, ev: Event) -> None:
         if isinstance(ev, CampaignStarted):
             job.starts += 1
             job.tool_exit = None
@@ -300,7 +305,7 @@ class JobFolder:
             job.finished_since_start += 1
         self._emit(_with(ev, attempt=a))
         if isinstance(ev, CellFinished):
-            self.ctx.store.refresh_views(self.ctx.state)
+            self.ctx.store.refresh_views(self.ctx.state, after=self.ctx.hub.durable)
 
     def _running(self, job: JobRun, cell_id: str) -> None:
         c = self.ctx.state.cells.get(cell_id)

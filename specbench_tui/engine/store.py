@@ -1,7 +1,9 @@
 """The crash-safe results store.
 
 What is true, and what is derived:
-- ``events.jsonl`` is appended and fsynced line by line: the record of what happened.
+- ``events.jsonl`` is appended in order and fsynced: the record of what happened. A running
+  campaign writes it from one thread (engine/event_writer.py), a batch per fsync, so the
+  event loop never waits on the disk; the hub says when an event is durable.
 - A cell's request rows are written whole to ``parts/<cell>.a<attempt>.parquet`` (temp file,
   fsync, rename) *before* its ``cell_finished`` event. A cell counts as finished only when
   both exist, so a crash mid-cell reruns that cell whole and never repeats a finished one; a
@@ -30,13 +32,15 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from specbench_tui.engine.event_writer import EventWriter, Report
+from specbench_tui.engine.run_control import StorageFailed
 from specbench_tui.errors import InputError
 from specbench_tui.results.damaged import (
     BAD_LINES,
@@ -83,6 +87,7 @@ class ResultsStore:
     def __init__(self, layout: ResultsLayout) -> None:
         self.layout = layout
         self._events_file: Any = None
+        self._writer: EventWriter | None = None
         self._lock_fd: int | None = None
         self._telemetry: list[dict[str, Any]] = []
         self._telemetry_flushed = time.monotonic()
@@ -244,6 +249,10 @@ class ResultsStore:
             os.replace(self.layout.telemetry, self.layout.telemetry_parts / "000000.parquet")
 
     def close(self) -> None:
+        """Write what is queued for the log, flush the samples, and let the directory go."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         with contextlib.suppress(StorageError):  # samples: what a full disk may cost
             self.flush_telemetry(force=True)
         if self._events_file is not None:
@@ -257,10 +266,23 @@ class ResultsStore:
 
     # -- events ----------------------------------------------------------------------------
 
+    def event_writer(self, report: Report) -> EventWriter:
+        """The log's writer thread (started on the first call; ``report`` is called from
+        it). Raises StorageError when the log cannot be opened."""
+        if self._writer is None:
+            try:
+                self._writer = EventWriter(self.layout.events, report)
+            except OSError as exc:
+                raise StorageError(self.layout.events, exc) from exc
+        return self._writer
+
     def append_event(self, event: Event) -> None:
-        """One durable event, on disk before this returns. Raises StorageError."""
+        """One durable event, on disk before this returns, behind whatever the writer thread
+        still has queued. Raises StorageError."""
         if not event.durable or self._events_file is None:
             return
+        if self._writer is not None:
+            self._writer.drain()
         try:
             self._events_file.write(event_line(event))
             self._events_file.flush()
@@ -408,24 +430,31 @@ class ResultsStore:
         finally:
             os.close(fd)  # and with it the lock
 
-    def refresh_views(self, state: CampaignState) -> None:
+    def refresh_views(
+        self, state: CampaignState, after: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """Rewrite the views in a worker thread, at most one at a time; a refresh asked for
         while one runs is done once after it, from the state as it is then. The cells view
         is computed here, on the loop that owns ``state`` (a few hundred rows); the writing
-        happens in the thread. Failures are left to the final write."""
+        happens in the thread, once ``after()`` returned (the hub's durable point: a view
+        never says more than the log). Failures are left to the final write."""
         self._views_again = True
         if self._views_task is not None and not self._views_task.done():
             return
-        self._views_task = asyncio.ensure_future(self._refresh_loop(state))
+        self._views_task = asyncio.ensure_future(self._refresh_loop(state, after))
 
-    async def _refresh_loop(self, state: CampaignState) -> None:
+    async def _refresh_loop(
+        self, state: CampaignState, after: Callable[[], Awaitable[None]] | None
+    ) -> None:
         while self._views_again:
             self._views_again = False
             whole = time.monotonic() - self._whole_views_at >= WHOLE_VIEWS_EVERY_S
             cells = cells_frame(state)
             try:
+                if after is not None:
+                    await after()
                 await asyncio.to_thread(self._write_views, cells, whole=whole)
-            except (OSError, pl.exceptions.PolarsError):
+            except (OSError, pl.exceptions.PolarsError, StorageFailed):
                 return
 
     async def settle_views(self) -> None:
