@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from specbench_tui.hosts.remote_process import ALIVE_FN, stop_process_group
+from specbench_tui.hosts.remote_process import ALIVE_FN, WRAPPER, stop_process_group
 from specbench_tui.hosts.shell import remote_path
 from specbench_tui.hosts.ssh import SshConnection
 from specbench_tui.hosts.systemd import ACTIVE_STATES, parse_show, stop_unit, unit_name
@@ -44,15 +44,17 @@ def belongs(mark: str, campaign: str, group: str, group_ids: Collection[str]) ->
 
 
 def pid_files_script(workdir: str) -> str:
-    """Shell: ``group<TAB>pid<TAB>mark`` for each pid file in the workdir whose process
-    group still lives."""
+    """Shell: ``group<TAB>pid<TAB>mark<TAB>script`` for each pid file in the workdir whose
+    process group still lives (the script: the leader's ``sh -c`` text, the wrapper when
+    the process is one this tool started)."""
     base = workdir.rstrip("/") or "/"
     return (
         f"{ALIVE_FN}cd {remote_path(base)} 2>/dev/null || exit 0; "
         'for f in *.pid; do [ -s "$f" ] || continue; read -r p < "$f"; '
         'case "$p" in ""|*[!0-9]*) continue;; esac; alive "$p" || continue; '
         "m=$(tr '\\0' '\\n' < /proc/$p/cmdline 2>/dev/null | sed -n 4p); "
-        'printf "%s\\t%s\\t%s\\n" "${f%.pid}" "$p" "$m"; done'
+        "w=$(tr '\\0' '\\n' < /proc/$p/cmdline 2>/dev/null | sed -n 3p); "
+        'printf "%s\\t%s\\t%s\\t%s\\n" "${f%.pid}" "$p" "$m" "$w"; done'
     )
 
 
@@ -70,8 +72,11 @@ async def find_leftovers(
         found = []
         for line in res.stdout.splitlines():
             group, _, rest = line.partition("\t")
-            pid, _, mark = rest.partition("\t")
-            if pid.isdigit() and belongs(mark, campaign, group, group_ids):
+            pid, _, rest = rest.partition("\t")
+            mark, _, script = rest.partition("\t")
+            # a pid file whose pid now names a process not started by the wrapper (a reboot
+            # reused it) is stale: that process is not ours to stop
+            if pid.isdigit() and script == WRAPPER and belongs(mark, campaign, group, group_ids):
                 found.append(Leftover(group, mark, pid=int(pid)))
         return found
     prefix = unit_name(campaign, "x")[: -len("x.service")]

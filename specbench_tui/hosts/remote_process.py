@@ -89,28 +89,34 @@ def decode_status(text: str) -> int | None:
 
 
 def running_script(pid_file: str) -> str:
-    """Shell: the process group a pid file names, while it lives: its pid and the leader's
-    ``$0`` (the launch mark) on two lines; nothing when there is none."""
+    """Shell: the process group a pid file names, while it lives: its pid, the leader's
+    ``$0`` (the launch mark) and its ``sh -c`` script (the wrapper) on three lines; nothing
+    when there is none."""
     return (
         f"{ALIVE_FN}[ -s {pid_file} ] || exit 0; read -r p < {pid_file}; "
         'case "$p" in ""|*[!0-9]*) exit 0;; esac; alive "$p" || exit 0; '
-        "echo \"$p\"; tr '\\0' '\\n' < /proc/$p/cmdline 2>/dev/null | sed -n 4p"
+        "echo \"$p\"; tr '\\0' '\\n' < /proc/$p/cmdline 2>/dev/null | sed -n '3h;4{p;x;p;q;}'"
     )
 
 
 @dataclass(frozen=True)
 class Running:
-    """A live process group a pid file names, and its launch mark ("" when unreadable)."""
+    """A live process group a pid file names, and its launch mark ("" when unreadable).
+    ``wrapper``: its leader runs this tool's wrapper (of any version, marked or not); when
+    not, the pid file is stale and its pid now names another process (after a reboot, say),
+    which is not ours to stop or follow."""
 
     pid: int
     mark: str
+    wrapper: bool = True
 
 
 def parse_running(stdout: str) -> Running | None:
     lines = stdout.splitlines()
     if not lines or not lines[0].strip().isdigit():
         return None
-    return Running(int(lines[0]), lines[1].strip() if len(lines) > 1 else "")
+    mark = lines[1].strip() if len(lines) > 1 else ""
+    return Running(int(lines[0]), mark, len(lines) > 2 and lines[2] == WRAPPER)
 
 
 async def stop_process_group(
@@ -236,16 +242,24 @@ class RemoteProcessService(RemoteService):
         self._reset_for_start()
         self.adopted = False
         running = await self._running()
+        if running is not None and not running.wrapper:
+            self.on_notice(
+                "warning",
+                f"{self.group.id}: the pid file on {self.ssh} names pid {running.pid}, now a "
+                "process this tool did not start: left alone; starting a new server",
+            )
+            running = None
         if running is not None:
             self._refuse_foreign(f"the server of pid {running.pid}", running.mark)
             same = mark_what(running.mark) == mark_what(self.mark)
             if same and await self._adopt(running.pid):
                 return
             if not same:
+                mark = running.mark if running.mark.startswith("specbench:") else ""
                 self.on_notice(
                     "warning",
                     f"{self.group.id}: stopped the server left running on {self.ssh} by an "
-                    f"earlier run (pid {running.pid}): {mark_mismatch(running.mark)}",
+                    f"earlier run (pid {running.pid}): {mark_mismatch(mark)}",
                 )
             await self._stop_running(running)
         await self._refuse_taken_port()
@@ -288,6 +302,8 @@ class RemoteProcessService(RemoteService):
             running = None
             for _ in range(3):
                 running = await self._running()
+                if running is not None and not running.wrapper:
+                    running = None  # the old pid file, its pid reused: nothing of ours
                 if running is not None:
                     break
                 await asyncio.sleep(1.0)
