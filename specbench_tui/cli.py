@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--refresh",
         metavar="HZ",
         type=float,
-        help="console repaints a second (default 10, at most 20; below 1 the clock and GPU "
+        help="console repaints a second (default 20, the most; below 1 the clock and GPU "
         "lines slow down too): lower it over a slow SSH link",
     )
     p.add_argument(

@@ -82,7 +82,7 @@ LEAVE_S = 2.0
 #: ``--refresh HZ``: how often the console applies what arrived and repaints (frames). The
 #: default keeps a live campaign's log and counts current to the eye; an idle campaign costs
 #: the 1 s tick only (under 10 KB/s of terminal output at 200x60: bench/console_terminal_bench).
-DEFAULT_REFRESH_HZ = 10.0
+DEFAULT_REFRESH_HZ = 20.0
 FRAME_S = 0.05  # at most 20 frames a second, whatever --refresh says
 PLOT_S = 0.25  # redraw changed plots at most 4 times a second
 CLOCK_S = 1.0  # elapsed, uptime, ETA, GPU lines; results freshness (longer below 1 Hz)

@@ -156,4 +156,5 @@ def eta_text(eta: Eta | None, fallback: float | None) -> tuple[str, str]:
     per-kind mean ``fallback`` with no range where no estimate was recorded."""
     if eta is None:
         return (format_clock(fallback) if fallback is not None else "—"), ""
-    return format_clock(eta.seconds), f"{format_clock(eta.low)}–{format_clock(eta.high)}"
+    low, high = format_clock(eta.low), format_clock(eta.high)
+    return format_clock(eta.seconds), (f"{low}–{high}" if low != high else "")
