@@ -943,7 +943,7 @@ def test_a_cell_longer_than_the_time_limit_fails_once_and_the_rest_run_after_it(
     reason = str(failed[0]["reason"])
     assert "longer than the time limit" in reason and "time_limit 1m" in reason, reason
     assert "had run" in reason
-    assert "longer than the time limit" in out
+    assert "longer than the time limit" in out and "at its time limit; requeued for the" in out
     ids = {e["job_id"] for e in evs if e["event"] == "slurm_job"}
     assert len(ids) == 1, ids  # the same job, requeued for the rest
     started = [e for e in evs if e["event"] == "cell_started" and e["cell"] == long_cell]

@@ -85,6 +85,7 @@ async def test_one_poll_of_jobs_that_ended_costs_a_few_round_trips(tmp_path: Pat
     assert took < (rounds + 2 * n) * DELAY_S + 5.0  # bounded however loaded the machine
 
 
+@pytest.mark.system  # a real shell runs the script
 async def test_a_submissions_files_are_written_in_one_command(tmp_path: Path) -> None:
     login = Login()
     cluster = SlurmCluster("cluster", "login", ssh=login)  # type: ignore[arg-type]
@@ -99,7 +100,7 @@ async def test_a_submissions_files_are_written_in_one_command(tmp_path: Path) ->
     assert len(login.commands) == 1  # one transfer for the batch (it was one per file)
     # The same script, run by a real shell: every file whole, the empty one empty.
     script, data = write_script(files)
-    res = subprocess.run(["sh", "-c", script], input=data.encode(), capture_output=True)
+    res = subprocess.run(["sh", "-c", script], input=data.encode(), capture_output=True, timeout=30)
     assert res.returncode == 0, res.stderr
     for path, text in files.items():
         assert Path(path).read_text(encoding="utf-8") == text, path
@@ -113,5 +114,7 @@ async def test_a_submissions_files_are_written_in_one_command(tmp_path: Path) ->
     empty = {str(base / "a"): "", str(base / "b"): ""}
     script, data = write_script(empty)
     assert data == ""
-    res = subprocess.run(["sh", "-c", script], capture_output=True, timeout=30)
+    res = subprocess.run(
+        ["sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, timeout=30
+    )
     assert res.returncode == 0 and (base / "a").read_text() == ""

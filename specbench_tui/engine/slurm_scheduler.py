@@ -587,6 +587,8 @@ class SlurmScheduler:
             )
             return
         timed_out = await self._fail_cut_by_time_limit(job)
+        if self._stopped_by_time_limit(job):
+            what += " at its time limit"
         if timed_out:
             pending = [c.id for c in self.ctx.pending(group)]
             if not pending:
