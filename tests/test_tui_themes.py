@@ -76,6 +76,7 @@ async def test_every_theme_renders_the_console(theme: str) -> None:
         assert "specbench" in app.export_screenshot()
 
 
+@pytest.mark.console
 @pytest.mark.parametrize("theme", ["dark", "light"])
 async def test_plots_draw_their_series_in_the_themes_colours(theme: str) -> None:
     """Each running group's series in one of the theme's colours (primary, accent, ...),

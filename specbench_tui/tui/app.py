@@ -721,6 +721,11 @@ class ConsoleApp(CampaignKeys, App[int]):
     def on_results_computed(self, message: ResultsComputed) -> None:
         self._results_busy = False
         self.results_computed += 1
+        self._show_results(message)
+
+    @_while_mounted
+    def _show_results(self, message: ResultsComputed) -> None:
+        """A table computed while the console was leaving finds no pane: it is dropped."""
         pane = self.main.query_one(ResultsPane)
         if message.frame is None:
             pane.show(pane.frame, message.note)  # keep the last good table, say why
