@@ -3,7 +3,7 @@
 thread) against the writer thread (engine/event_writer.py), and the client lag of a packed
 simulated campaign run each way.
 
-    python bench/event_log.py [--events 400] [--gap-ms 2] [--dir DIR] [--packed]
+    python bench/event_log.py [--events 1000] [--gap-ms 1] [--dir DIR] [--packed]
                               [--plan plans/demo.toml] [--repeats 1]
 
 Part one emits ``--events`` durable events through the engine's hub, one every ``--gap-ms``
@@ -144,8 +144,8 @@ def _campaign(plan: Path, results: Path, sync: bool) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--events", type=int, default=400)
-    ap.add_argument("--gap-ms", type=float, default=2.0)
+    ap.add_argument("--events", type=int, default=1000)
+    ap.add_argument("--gap-ms", type=float, default=1.0)
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--packed", action="store_true")
     ap.add_argument("--plan", type=Path, default=ROOT / "plans" / "demo.toml")
