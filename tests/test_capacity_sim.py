@@ -138,6 +138,10 @@ def test_the_search_finds_the_simulators_tpot_limit(tmp_path: Path) -> None:
         good = at.filter(pl.col("error").is_null() & (pl.col("tpot_s") <= limit_s)).height
         assert share == pytest.approx(good / at.height)
     assert f"capacity under the SLO {found} (fails at {fails})" in proc.stdout
+    # The search's progress, a line per level as it is measured (the console shows them too).
+    steps = [line for line in proc.stdout.splitlines() if "clients m" in line and "SLO (" in line]
+    assert len(steps) == len(cell["capacity_levels"])
+    assert "24 clients misses the SLO" in steps[1] and "capacity bracket 4 .. 24" in steps[1]
     # A concurrency cell of a plan with [slo] records its share and goodput from its rows.
     sweep = cells.filter(pl.col("kind") == "concurrency").row(0, named=True)
     at = rows.filter(pl.col("kind") == "concurrency")

@@ -507,6 +507,11 @@ def test_energy_per_token_stands_beside_the_speed_up(tmp_path: Path) -> None:
     (r,) = [dict(zip(titles, (c.text for c in r), strict=True)) for r in t.rows]
     assert r["J/token"] == "3.0000" and r["J/token vs baseline"] == "0.60x"
     assert r["Speed-up [95% CI]"].startswith("2.0")
+    # The console's results table: the same J/token on the pooled row and the point's row.
+    from specbench_tui.tui.results_source import comparison as console_rows
+
+    live = console_rows(root).filter(pl.col("config") == "ar")
+    assert live["j_per_token"].to_list() == [pytest.approx(5.0)] * 2 and live.height == 2
     md, tex = render_texts(build_report(root))
     assert "Energy per token against speed-up" in md and "J/token vs baseline" in md
     assert "Energy per token against speed-{}up" in tex and "only marks" in tex

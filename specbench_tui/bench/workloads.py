@@ -44,6 +44,7 @@ from specbench_tui.results.records import RequestRecord
 
 OnRequest = Callable[[RequestRecord], None]
 ShouldStop = Callable[[], bool]
+OnNote = Callable[[str], None]  # a line on the cell's progress that no request row carries
 
 CHARS_PER_TOKEN = 4
 """Rough size of a token in English text and code, for sizing synthetic tool output."""
@@ -155,9 +156,11 @@ class _Runner:
         should_stop: ShouldStop | None,
         result: CellResult,
         counters: CounterWindow | None = None,
+        on_note: OnNote | None = None,
     ) -> None:
         self.cell = cell
         self.counters = counters
+        self.on_note = on_note or (lambda _text: None)
         self.group = group
         self.client = client
         self.on_request = on_request
@@ -401,12 +404,29 @@ async def _run_capacity(run: _Runner, pool: list[Prompt], seed: int) -> None:
         search.record(level, fig.met)
         decode = decode_total(r for r in rows if r.error is None).rate
         points.append((level, fig, throughput(rows, window), decode))
+        run.on_note(capacity_progress(cell.name, level, fig, search))
     if not run.result.stopped:
         run.result.planned = len(run.result.records)
     run.result.figures = capacity_figures(search, points, limits, cell.slo_target)
 
 
 Point = tuple[int, SloFigures, float | None, float | None]  # level, SLO, throughput, decode
+
+
+def capacity_progress(name: str, level: int, fig: SloFigures, search: CapacitySearch) -> str:
+    """One line per level a capacity search measured: whether it met the SLO, and the
+    bracket so far, so the operator sees the search move while its one cell runs."""
+    lo_hi = fig.interval
+    share = "no requests" if fig.share is None else f"{fig.share:.0%}"
+    if lo_hi is not None:
+        share += f" [{lo_hi[0]:.2f}, {lo_hi[1]:.2f}]"
+    verdict = "meets" if fig.met else "misses"
+    passed = "-" if search.passed is None else str(search.passed)
+    failed = "-" if search.failed is None else str(search.failed)
+    return (
+        f"{name}: {level} clients {verdict} the SLO ({share} good); "
+        f"capacity bracket {passed} .. {failed}, {len(search.tried)} levels tried"
+    )
 
 
 def capacity_figures(
@@ -450,6 +470,7 @@ async def run_cell(
     stream_mode: StreamMode = "auto",
     counters: CounterWindow | None = None,
     watch: ClientWatch | None = None,
+    on_note: OnNote | None = None,
 ) -> CellResult:
     """Run one cell against a healthy server and return its rows.
 
@@ -481,7 +502,9 @@ async def run_cell(
             speculative=group.speculative,
         )
     result = result if result is not None else CellResult()
-    run = _Runner(cell, group, client, campaign, attempt, on_request, should_stop, result, counters)
+    run = _Runner(
+        cell, group, client, campaign, attempt, on_request, should_stop, result, counters, on_note
+    )
     watch = watch or ClientWatch()
     try:
         async with watch:

@@ -225,6 +225,7 @@ async def run_one(
             stream_mode=facts.stream_mode,
             counters=window,
             prompting=prompting or DEFAULT_PROMPTING,
+            on_note=ctx.hub.notice,  # a capacity search's levels, as it measures them
         )
     )
     handle.task = task

@@ -676,8 +676,9 @@ def _cell_throughput(inp: Inputs) -> dict[tuple[Any, ...], float]:
     return {k: sum(v) / len(v) for k, v in got.items()}
 
 
-def cell_energy(inp: Inputs) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """GPU board energy per comparison key, pooled over its valid cells (``energy_pool``)."""
+def cell_energy(inp: Inputs, point: Sequence[str] = ()) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """GPU board energy per comparison key (with ``point``, e.g. prompt set and length, after
+    it), pooled over its valid cells (``energy_pool``)."""
     cells = cell_figures(inp)
     if cells.height == 0 or "energy_valid" not in cells.columns:
         return {}
@@ -687,6 +688,7 @@ def cell_energy(inp: Inputs) -> dict[tuple[Any, ...], dict[str, Any]]:
         if r["group"] in controls or not energy_valid(r):
             continue
         k = (r["host"], r["tp"], r["kind"], r["workload"], r["concurrency"], r["config"])
+        k += tuple(r[c] for c in point)
         got.setdefault(k, []).append(r)
     return {k: pool_energy(v) for k, v in got.items()}
 

@@ -221,6 +221,8 @@ class ResultsPane(Vertical):
             cols += [("tok_s", "dec tok/s"), ("speedup", "speedup"), ("accept", "acc")]
         if any(r.get("accept_mean") is not None for r in rows):
             cols.append(("accept_mean", "acc/req" if not wide else "accept (req. mean)"))
+        if any(r.get("j_per_token") is not None for r in rows):
+            cols.append(("j_per_token", "J/token" if wide else "J/tok"))
         headers = [
             header
             + (
@@ -277,6 +279,8 @@ class ResultsPane(Vertical):
                 cells.append(Text(text, style=pal.warning if failed or open_check else ""))
             elif key in ("accept", "accept_mean"):
                 cells.append(Text(_num(r.get(key), "{:.2f}")))
+            elif key == "j_per_token":
+                cells.append(Text(_num(r.get(key), "{:.3f}")))
             elif key == "point":
                 length = "" if r.get("max_tokens") is None else f"/{r['max_tokens']}"
                 cells.append(Text(f"{r.get('prompt_set') or '—'}{length}"))

@@ -16,7 +16,9 @@ names the pane shows. ``tok_s`` is decode tok/s (TTFT excluded, token-weighted w
 repeat), the mean over repeats with its 95% interval; ``speedup`` is its ratio to the
 baseline's at the same point, with Fieller's interval (``speedup_too_few``: too few repeats
 to bound it); ``accept`` is the accept length as the engine defines it, what its own
-counters give; ``best`` is the report's (fastest, and told apart from the runner-up). No
+counters give; ``j_per_token`` is GPU board energy per output token (the report's
+pooling, ``report/energy_pool.py``), null where the host's GPUs are not read; ``best`` is
+the report's (fastest, and told apart from the runner-up). No
 textual import: it runs in a worker thread.
 """
 
@@ -32,6 +34,7 @@ from specbench_tui.report.frames import (
     SCOPE,
     accept_frame,
     baseline,
+    cell_energy,
     group_kinds,
     label,
     rank,
@@ -66,6 +69,7 @@ COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "speedup_too_few": pl.Boolean,  # too few repeats to bound the speed-up
     "accept": pl.Float64,  # accept length as the engine defines it (its counters' figure)
     "accept_mean": pl.Float64,  # the plain mean of the requests' accept lengths
+    "j_per_token": pl.Float64,  # GPU board energy per output token, where the GPUs are read
     "failed_check": pl.String,  # why the config failed a correctness check, null if it did not
     "unchecked": pl.String,  # why no verdict covers its outputs (never best), null if one does
     "best": pl.Boolean,  # fastest at its point, and distinguishable from the runner-up
@@ -114,6 +118,7 @@ def comparison(root: Path) -> pl.DataFrame:
                 "speedup_too_few": bool(r["speedup_too_few"]),
                 "accept": r["accept_len_weighted"],
                 "accept_mean": r["accept_len_mean"],
+                "j_per_token": r["j_per_token"],
                 "failed_check": (r["check_reason"] or "failed a check")
                 if r["failed_check"]
                 else None,
@@ -142,6 +147,7 @@ def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[di
     runs = df.group_by(keys).agg(pl.col("between_runs").any())
     across = {tuple(r[k] for k in keys): bool(r["between_runs"]) for r in runs.to_dicts()}
     base = baseline(inp)
+    energy = cell_energy(inp, POINT)
     out: list[dict[str, Any]] = []
     for it in ranked:
         k = tuple(it.key[c] for c in keys)
@@ -178,6 +184,9 @@ def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[di
                 "speedup_too_few": bool(sp and sp.too_few),
                 "accept": a.get("accept_len_weighted"),
                 "accept_mean": a.get("accept_len_mean"),
+                "j_per_token": energy.get(
+                    tuple(key[c] for c in (*SCOPE, "config", *POINT)), {}
+                ).get("j_per_token"),
                 "failed_check": it.failed_check or None,
                 "unchecked": it.unchecked or None,
                 "best": it.best and done >= planned,
