@@ -34,6 +34,7 @@ async def test_a_lower_rate_applies_fewer_frames() -> None:
     assert fast > slow
 
 
+@pytest.mark.system
 def test_the_command_line_refuses_a_rate_out_of_range(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "specbench_tui", "--attach", str(tmp_path), "--refresh", "0"],
