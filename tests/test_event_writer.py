@@ -156,3 +156,27 @@ async def test_a_full_disk_holds_the_events_and_writes_them_once_in_order(
     assert _texts(store.layout.events) == ["0", "1", "2", "3"]
     hub.close()
     store.close()
+
+
+def test_a_run_on_the_next_loop_is_not_held_by_what_the_first_loop_wrote(tmp_path: Path) -> None:
+    """The hosts' preflight emits on a loop of its own (a prepare's notice), the campaign on
+    the next: the writer's reports of the first went to a loop that is gone, and the
+    campaign's ``durable()`` before its first server start must not wait for them forever."""
+    store, hub = _open(tmp_path)
+
+    async def preflight() -> None:
+        hub.notice("box: model not found; running the plan's prepare")
+
+    async def campaign() -> None:
+        hub.notice("the campaign's own")
+        await asyncio.wait_for(hub.durable(), 10)
+
+    try:
+        asyncio.run(preflight())
+        asyncio.run(campaign())
+    finally:
+        store.close()
+    assert _texts(store.layout.events) == [
+        "box: model not found; running the plan's prepare",
+        "the campaign's own",
+    ]

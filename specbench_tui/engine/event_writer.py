@@ -60,9 +60,14 @@ class EventWriter:
         with self._cond:
             self._failed = False
 
+    @property
+    def failed(self) -> bool:
+        """A write failed and ``resume()`` has not been called since."""
+        return self._failed
+
     def drain(self) -> None:
-        """Block until everything queued is written or dropped (a synchronous caller that
-        writes the file itself, and closing)."""
+        """Block until everything queued is written or dropped and reported (a synchronous
+        caller that writes the file itself, closing, an owner moving to another loop)."""
         with self._cond:
             while self._queue or self._busy:
                 self._cond.wait()
@@ -91,10 +96,12 @@ class EventWriter:
                 if error is not None:
                     self._failed = True
                     self._queue.clear()  # queued behind the failed batch: the owner holds them
+                # Reported before the batch counts as done, so that ``drain`` returning means
+                # every report was made (the owner moving to another loop relies on it).
+                with contextlib.suppress(RuntimeError):  # the owner's loop closed at exit
+                    self._report(0 if error else len(batch), error)
                 self._busy = False
                 self._cond.notify_all()
-            with contextlib.suppress(RuntimeError):  # the owner's loop closed at exit
-                self._report(0 if error else len(batch), error)
 
     def _write(self, batch: list[tuple[bytes, str]]) -> StorageError | None:
         data = memoryview(b"".join(line for line, _ in batch))

@@ -170,17 +170,34 @@ class EventHub:
 
     def _writer_now(self) -> EventWriter | None:
         """The writer thread, started on the first event emitted on a running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        if self._writer is not None and loop is not self._loop:
+            self._moved_to(loop)
         if self._writer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return None
             try:
                 self._writer = self.store.event_writer(self._reported_from_thread)
             except StorageError:
                 return None  # the synchronous write says why
             self._loop = loop
         return self._writer
+
+    def _moved_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Events are emitted on a new loop (the hosts' preflight runs on a loop of its own,
+        the campaign on the next): the writer's reports of what it wrote went to the old
+        one, which will never run them. Wait for the writer to finish what it holds, take
+        its word from its state, and have it report to this loop from now on."""
+        assert self._writer is not None
+        self._writer.drain()
+        self._loop = loop
+        if self._writer.failed:  # what it held was dropped: held here, in order
+            self._unwritten[:0] = self._inflight
+        else:
+            self._written += len(self._inflight)
+        self._inflight.clear()
+        self._released()
 
     def _reported_from_thread(self, written: int, error: StorageError | None) -> None:
         assert self._loop is not None
