@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from specbench_tui.bench.client import BenchClient
+from specbench_tui.bench.client_health import LAG_THRESHOLD_S
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING
 from specbench_tui.bench.workloads import CellResult, planned_requests, run_cell
@@ -558,9 +559,12 @@ async def test_a_starved_client_flags_its_cell(server: str, plan_dir: Path) -> N
         sys.setswitchinterval(switch)
     health = starved.client
     assert health is not None
-    assert health.lag_p99_s > 0.015 and health.lagged
+    # The hog holds the GIL 20 ms at a time, but on a loaded machine the OS also takes the
+    # hog off the CPU, so its holds are fewer: twice the threshold is what it surely gives.
+    assert health.lag_p99_s > 2 * LAG_THRESHOLD_S and health.lagged
     figures = health.figures()
-    assert figures["client_lagged"] is True and figures["client_lag_p99_s"] > 0.015
+    assert figures["client_lagged"] is True
+    assert figures["client_lag_p99_s"] == pytest.approx(health.lag_p99_s, abs=1e-6)
     assert "lagged" in health.describe()
     assert all(r.error is None for r in starved.records)  # slow, but measured
 
