@@ -125,7 +125,11 @@ def test_concurrency_throughput_is_tokens_over_the_request_span(run) -> None:
         )
         tokens = sum(r["completion_tokens"] for r in seen)
         assert tokens == mine["output_tokens"].sum()
-        assert c["throughput_tok_s"] == pytest.approx(tokens / span, rel=0.01), cfg
+        # The client's window also holds the first request's way there and the last byte's
+        # way back, which reached 1% at load 10 on two cores; the figures this definition
+        # excludes (per-request rates summed or averaged, the cell's wall) are far further off.
+        assert c["throughput_tok_s"] == pytest.approx(tokens / span, rel=0.03), cfg
+        assert c["throughput_tok_s"] <= tokens / span * 1.0001  # never shorter than the server's
 
 
 def test_itl_per_token_divides_each_events_gap_by_its_tokens(run) -> None:
