@@ -109,6 +109,11 @@ async def settle(pilot: Pilot[Any]) -> None:
     app._paint()
     app._redraw_plots(force=True)
     app.clear_notifications()
+    # The tree scrolls to the followed cell once its lines are laid out; on a loaded machine
+    # that can come after the pause above, so it is done once more, now that they are.
+    tree = app.query_one("#tree")
+    if getattr(tree, "_moved_to", None) is not None:
+        tree._move_to(tree._moved_to)  # type: ignore[attr-defined]
     await pilot.pause(0.1)
 
 
