@@ -222,6 +222,27 @@ async def test_crash_while_the_follower_is_down_comes_back_whole(
         await ssh.close()
 
 
+def _script_unit(
+    script: str,
+    gid: str,
+    ssh: SshConnection,
+    systemd_host: SystemdHost,  # noqa: F811
+    tmp_path: Path,
+    lines: list[str],
+) -> SystemdService:
+    """A unit that runs a Python script as its server, its log lines into ``lines``."""
+    group = command_group(free_port(), sys.executable, "-c", script, gid=gid)
+    return SystemdService(
+        group,
+        ssh,
+        tmp_path / f"{gid}.log",
+        lines.append,
+        campaign="demo",
+        workdir=str(systemd_host.root / "work"),
+        python=sys.executable,
+    )
+
+
 LONG_AND_MULTI = """
 import socket, sys
 print("A" * 10240, flush=True)
@@ -238,16 +259,7 @@ async def test_long_line_and_multivalued_message(
     tmp_path: Path,
 ) -> None:
     lines: list[str] = []
-    group = command_group(free_port(), sys.executable, "-c", LONG_AND_MULTI, gid="long.tp1")
-    svc = SystemdService(
-        group,
-        ssh,
-        tmp_path / "l.log",
-        lines.append,
-        campaign="demo",
-        workdir=str(systemd_host.root / "work"),
-        python=sys.executable,
-    )
+    svc = _script_unit(LONG_AND_MULTI, "long.tp1", ssh, systemd_host, tmp_path, lines)
     try:
         await svc.start()
         await asyncio.wait_for(svc.wait_exit(), 30)
@@ -276,16 +288,7 @@ async def test_a_20_mb_line_without_newline_reaches_the_log_in_pieces(
     """journald splits a line at its LineMax, so the tail sees bounded entries and the line
     after it arrives; nothing on this path holds or rejoins the 20 MB."""
     lines: list[str] = []
-    group = command_group(free_port(), sys.executable, "-c", HUGE_LINE, gid="huge.tp1")
-    svc = SystemdService(
-        group,
-        ssh,
-        tmp_path / "h.log",
-        lines.append,
-        campaign="demo",
-        workdir=str(systemd_host.root / "work"),
-        python=sys.executable,
-    )
+    svc = _script_unit(HUGE_LINE, "huge.tp1", ssh, systemd_host, tmp_path, lines)
     try:
         await svc.start()
         await asyncio.wait_for(svc.wait_exit(), 60)
