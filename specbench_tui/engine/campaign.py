@@ -44,7 +44,6 @@ from specbench_tui.results.events import (
     CampaignStarted,
     CellQueued,
     Event,
-    GpuSample,
 )
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.state import CampaignState
@@ -217,33 +216,8 @@ class Campaign(CampaignControl):
 
     def _on_gpu_sample(self, s: Any) -> None:
         self.ctx.energy.sample(s)
-        self.hub.emit(
-            GpuSample(
-                host=s.host,
-                gpu=s.gpu,
-                util_pct=s.util_pct or 0.0,
-                mem_used_mib=s.mem_used_mib or 0.0,
-                mem_total_mib=s.mem_total_mib or 0.0,
-                power_w=s.power_w or 0.0,
-                temp_c=s.temp_c or 0.0,
-                processes=[p.describe() for p in s.processes],
-                energy_mj=s.energy_mj,
-            )
-        )
-        self.store.add_telemetry(
-            {
-                "time": s.t,
-                "host": s.host,
-                "gpu": s.gpu,
-                "name": s.name,
-                "util_pct": s.util_pct,
-                "mem_used_mib": s.mem_used_mib,
-                "mem_total_mib": s.mem_total_mib,
-                "power_w": s.power_w,
-                "temp_c": s.temp_c,
-                "energy_mj": s.energy_mj,
-            }
-        )
+        self.hub.emit(s.event())
+        self.store.add_telemetry(s.row())
 
     # -- running ------------------------------------------------------------------------------
 

@@ -31,9 +31,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from specbench_tui.bench.energy import PowerSample, cell_energy, idle_power
+from specbench_tui.hosts.telemetry import GpuSample
 from specbench_tui.results.events import (
     CellEnergy,
     CellFailed,
@@ -162,14 +162,14 @@ class EnergyWatch:
             if w is not None and w.spans is None:
                 del self._watches[ev.cell_id]
 
-    def sample(self, s: Any) -> None:
-        """One ``hosts.telemetry.GpuSample`` as it arrives."""
+    def sample(self, s: GpuSample) -> None:
+        """One sample as it arrives from a host's agent."""
         try:
             self._sample(s)
         except Exception:
             log.exception("energy watch: a sample")
 
-    def _sample(self, s: Any) -> None:
+    def _sample(self, s: GpuSample) -> None:
         now = self._clock()
         off = now - float(s.t)
         self._offset[s.host] = min(self._offset.get(s.host, math.inf), off)

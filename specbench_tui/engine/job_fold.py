@@ -368,7 +368,7 @@ class JobFolder:
             job.telemetry_parts.add(name)
             copied += 1
             for row in df.iter_rows(named=True):
-                self.ctx.hub.emit(_sample(row))
+                self.ctx.hub.emit(GpuSample.from_row(row))
         return copied
 
     async def _copy_rows(self, job: JobRun, cell_id: str, job_attempt: int, a: int) -> bool:
@@ -396,26 +396,6 @@ class JobFolder:
                 self.ctx, lambda: write_bytes_atomic(layout.texts_path(cell_id, a), texts)
             )
         return True
-
-
-def _sample(row: dict[str, Any]) -> GpuSample:
-    """A telemetry row of a job as the console's sample, at the time it was taken."""
-
-    def num(key: str) -> float:
-        v = row.get(key)
-        return float(v) if v is not None else 0.0
-
-    return GpuSample(
-        host=str(row.get("host") or ""),
-        gpu=int(row.get("gpu") or 0),
-        util_pct=num("util_pct"),
-        mem_used_mib=num("mem_used_mib"),
-        mem_total_mib=num("mem_total_mib"),
-        power_w=num("power_w"),
-        temp_c=num("temp_c"),
-        energy_mj=row.get("energy_mj"),
-        ts=num("time") or time.time(),
-    )
 
 
 def _with(ev: Any, **changes: Any) -> Event:

@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 from specbench_tui.hosts.service import ServiceError
 from specbench_tui.plan.durations import format_duration
+from specbench_tui.results import events
+from specbench_tui.results.gpu_readings import GpuReadings, readings_from, telemetry_row
 
 log = logging.getLogger(__name__)
 
@@ -61,33 +63,22 @@ class GpuProcess:
         return f"pid {self.pid} ({what}{mem})"
 
 
-@dataclass(frozen=True)
-class GpuSample:
-    """One GPU at one moment. Fields the GPU does not report are None."""
+@dataclass(kw_only=True)
+class GpuSample(GpuReadings):
+    """One GPU at one moment, as the agent reported it: its readings (``GpuReadings``, the
+    one definition; None where the GPU does not report one) and where and when it was taken.
+    Not frozen: the readings are shared with the live event, which is not."""
 
     t: float  # epoch seconds on the host
     host: str
     gpu: int
-    name: str | None
-    util_pct: float | None
-    mem_used_mib: float | None
-    mem_total_mib: float | None
-    power_w: float | None
-    temp_c: float | None
+    name: str | None = None  # the GPU's model, as the driver names it
     processes: tuple[GpuProcess, ...] = ()
-    # NVML's total energy counter (mJ since the driver loaded); None on nvidia-smi, on a
-    # board without it and from an agent older than the field.
-    energy_mj: float | None = None
     received: float = field(default_factory=time.monotonic, compare=False)  # local clock
 
     @classmethod
     def from_json(cls, host: str, obj: Mapping[str, Any]) -> GpuSample:
         """Build from an agent line; raises ValueError/TypeError/KeyError on a malformed one."""
-
-        def num(key: str) -> float | None:
-            v = obj.get(key)
-            return None if v is None else float(v)
-
         procs = tuple(
             GpuProcess(
                 pid=int(p["pid"]),
@@ -102,13 +93,23 @@ class GpuSample:
             host=host,
             gpu=int(obj["gpu"]),
             name=obj.get("name"),
-            util_pct=num("util_pct"),
-            mem_used_mib=num("mem_used_mib"),
-            mem_total_mib=num("mem_total_mib"),
-            power_w=num("power_w"),
-            temp_c=num("temp_c"),
             processes=procs,
-            energy_mj=num("energy_mj"),
+            **readings_from(obj),
+        )
+
+    def event(self) -> events.GpuSample:
+        """The sample as the console's live event."""
+        return events.GpuSample(
+            host=self.host,
+            gpu=self.gpu,
+            processes=[p.describe() for p in self.processes],
+            **self.readings(),
+        )
+
+    def row(self) -> dict[str, Any]:
+        """The sample as a row of ``telemetry.parquet``."""
+        return telemetry_row(
+            time=self.t, host=self.host, gpu=self.gpu, name=self.name, readings=self
         )
 
 

@@ -9,11 +9,13 @@ streamed, since their data lands in the parquet files.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from specbench_tui.results.cells import Cell, ServiceGroup
+from specbench_tui.results.gpu_readings import GpuReadings, readings_from
 from specbench_tui.results.jsontypes import check_fields
 
 _REGISTRY: dict[str, type[Event]] = {}
@@ -469,18 +471,27 @@ class LogLine(Event):
 
 
 @dataclass(kw_only=True)
-class GpuSample(Event):
+class GpuSample(GpuReadings, Event):
+    """One GPU's sample as the console sees it: its readings (``GpuReadings``, the one
+    definition; None where the GPU reports none) and its processes as lines of text."""
+
     name: ClassVar[str] = "gpu_sample"
     durable: ClassVar[bool] = False
     host: str
     gpu: int
-    util_pct: float = 0.0
-    mem_used_mib: float = 0.0
-    mem_total_mib: float = 0.0
-    power_w: float = 0.0
-    temp_c: float = 0.0
     processes: list[str] = field(default_factory=list)
-    energy_mj: float | None = None  # NVML's energy counter; None where the source has none
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> GpuSample:
+        """A ``telemetry.parquet`` row as the console's sample, at the time it was taken (a
+        row without one: now)."""
+        t = row.get("time")
+        return cls(
+            host=str(row.get("host") or ""),
+            gpu=int(row.get("gpu") or 0),
+            ts=float(t) if t else time.time(),
+            **readings_from(row),
+        )
 
 
 def event_names() -> list[str]:

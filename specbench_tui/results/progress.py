@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specbench_tui.results.events import GpuSample, LogLine, Notice, RequestDone
+from specbench_tui.results.gpu_readings import READING_NAMES
 from specbench_tui.results.state import (
     DURABLE_HANDLERS,
     CampaignState,
@@ -29,7 +30,8 @@ __all__ = ["CampaignProgress", "CellState", "Counts", "GpuState", "GroupState", 
 
 @dataclass
 class GpuState:
-    """The latest telemetry sample of one GPU."""
+    """The latest telemetry sample of one GPU, as the console draws it: the readings of
+    ``GpuReadings`` that it shows, named as there, 0 where the GPU reported none."""
 
     host: str
     gpu: int
@@ -40,6 +42,11 @@ class GpuState:
     temp_c: float = 0.0
     processes: list[str] = field(default_factory=list)
     ts: float = 0.0
+
+
+#: The readings the console keeps of a sample (a reading the GPU did not report shows as 0);
+#: a new reading is shown once it is a field of ``GpuState`` too.
+_SHOWN: tuple[str, ...] = tuple(f.name for f in fields(GpuState) if f.name in READING_NAMES)
 
 
 class CampaignProgress(CampaignState):
@@ -74,17 +81,9 @@ class CampaignProgress(CampaignState):
         gpu = self.gpus.get(key)
         if gpu is None:
             gpu = self.gpus[key] = GpuState(host=ev.host, gpu=ev.gpu)
-        gpu.util_pct, gpu.mem_used_mib, gpu.mem_total_mib = (
-            ev.util_pct,
-            ev.mem_used_mib,
-            ev.mem_total_mib,
-        )
-        gpu.power_w, gpu.temp_c, gpu.processes, gpu.ts = (
-            ev.power_w,
-            ev.temp_c,
-            list(ev.processes),
-            ev.ts,
-        )
+        for name in _SHOWN:
+            setattr(gpu, name, getattr(ev, name) or 0.0)
+        gpu.processes, gpu.ts = list(ev.processes), ev.ts
 
     def _notice(self, ev: Notice) -> None:
         self.notices.append(ev)

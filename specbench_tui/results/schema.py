@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.results.gpu_readings import READING_NAMES, TELEMETRY_IDENTITY, GpuReadings
 from specbench_tui.results.records import REQUEST_COLUMNS, RequestRecord
 
 _SCALARS: dict[Any, Any] = {str: pl.String, int: pl.Int64, float: pl.Float64, bool: pl.Boolean}
@@ -33,19 +34,12 @@ def _schema_of(cls: type, columns: tuple[str, ...]) -> dict[str, Any]:
 
 REQUEST_SCHEMA: dict[str, Any] = _schema_of(RequestRecord, REQUEST_COLUMNS)
 
+#: A ``telemetry.parquet`` row: where and when, then the readings of ``GpuReadings`` (null
+#: where the GPU reports none; a file written before a reading existed lacks its column,
+#: and its readers add it as null).
 TELEMETRY_SCHEMA: dict[str, Any] = {
-    "time": pl.Float64,
-    "host": pl.String,
-    "gpu": pl.Int64,
-    "name": pl.String,  # the GPU's model, as the driver names it (added later: older files lack it)
-    "util_pct": pl.Float64,
-    "mem_used_mib": pl.Float64,
-    "mem_total_mib": pl.Float64,
-    "power_w": pl.Float64,
-    "temp_c": pl.Float64,
-    # NVML's total energy counter, mJ since the driver loaded: null on nvidia-smi and in files
-    # written before it was read (their readers add it as null).
-    "energy_mj": pl.Float64,
+    **{name: _polars_type(tp) for name, tp in TELEMETRY_IDENTITY.items()},
+    **_schema_of(GpuReadings, READING_NAMES),
 }
 
 #: The identity columns of a ``cells.parquet`` row, in the contract's order.

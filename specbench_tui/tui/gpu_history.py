@@ -26,8 +26,9 @@ class GpuHistory:
                 if key not in self.util:
                     self.util[key] = deque(maxlen=self.maxlen)
                     self.mem[key] = deque(maxlen=self.maxlen)
-                self.util[key].append(ev.util_pct)
-                frac = ev.mem_used_mib / ev.mem_total_mib if ev.mem_total_mib else 0.0
+                self.util[key].append(ev.util_pct or 0.0)  # None: not reported
+                used, total = ev.mem_used_mib or 0.0, ev.mem_total_mib
+                frac = used / total if total else 0.0
                 self.mem[key].append(100.0 * frac)
 
     def clear(self) -> None:
