@@ -18,14 +18,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from specbench_tui.errors import EXIT_FAILED, EXIT_INPUT, EXIT_OK
+from specbench_tui.errors import EXIT_FAILED, EXIT_INPUT, EXIT_OK, DataError
 from specbench_tui.plan.prompt_formats import SOURCES, Source, cache_dir, default_path
 
 MAX_BYTES = 64 * 1024 * 1024  # far above any question file: a wrong URL ends here
 TIMEOUT_S = 60.0
 
 
-class FetchError(Exception):
+class FetchError(DataError):
     """The download did not give the pinned file; the message is the whole story."""
 
 

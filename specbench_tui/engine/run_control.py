@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+from specbench_tui.errors import Interrupted, ResultsError
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.files import StorageError
 
@@ -21,11 +22,11 @@ T = TypeVar("T")
 StopReason = Literal["pause", "skip", "abort", "restart"]
 
 
-class AbortRequested(Exception):
+class AbortRequested(Interrupted):
     """The operator or a signal aborted the run while something long was awaited."""
 
 
-class StorageFailed(Exception):
+class StorageFailed(ResultsError):
     """The results could not be written and waiting did not help; the run must end."""
 
     def __init__(self, error: StorageError) -> None:

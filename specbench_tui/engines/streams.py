@@ -33,6 +33,7 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
+from specbench_tui.errors import DataError
 from specbench_tui.results.records import Measurement
 
 StreamMode = Literal["auto", "cumulative", "incremental"]
@@ -49,7 +50,7 @@ VERIFY_KEYS = ("spec_verify_ct", "spec_verify_count", "verify_ct")
 MAX_COUNT = 100_000_000
 
 
-class StreamError(Exception):
+class StreamError(DataError):
     """A failure found while reading the stream; its message is the row's ``error``."""
 
 

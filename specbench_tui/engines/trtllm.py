@@ -60,6 +60,7 @@ from specbench_tui.engines.streams import (
     StreamMode,
     StreamParser,
 )
+from specbench_tui.errors import DataError
 from specbench_tui.results.cells import ServiceGroup
 
 READY_LINE = "Application startup complete."  # uvicorn's, once the engine is loaded
@@ -84,7 +85,7 @@ _CHILD = re.compile(r"^(\s+)([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*?)\s*(?:#.*)?$")
 _FLOW_TYPE = re.compile(r"\bdecoding_type\s*:\s*['\"]?([A-Za-z0-9_.-]+)")
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(DataError, ValueError):
     """The ``--config`` YAML cannot be read, or its ``speculative_config`` cannot be told."""
 
 

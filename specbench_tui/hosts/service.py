@@ -23,6 +23,7 @@ from typing import IO
 import httpx
 
 from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
+from specbench_tui.errors import HostError
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
@@ -34,7 +35,7 @@ READY_LINE = adapter(DEFAULT_ENGINE).ready_line
 LineCallback = Callable[[str], None]
 
 
-class ServiceError(Exception):
+class ServiceError(HostError):
     """A server that could not be started, got unhealthy or could not be stopped.
 
     ``reason`` is one line an operator can act on; ``log_tail`` is the server's last lines,

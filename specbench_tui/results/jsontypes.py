@@ -15,10 +15,12 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+from specbench_tui.errors import DataError
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-class FieldTypeError(ValueError):
+class FieldTypeError(DataError, ValueError):
     """A field whose JSON value does not have its declared type; the message names both."""
 
 
