@@ -27,7 +27,9 @@ not initialise CUDA; ``--gpus``, ``--model`` and ``--packages`` say what to desc
 
 A sample line: {"t": epoch, "gpu": i, "name": str, "util_pct", "mem_used_mib",
 "mem_total_mib", "power_w", "temp_c", "energy_mj", "processes": [{"pid", "name", "mem_mib",
-"cmd"}]}. A field the GPU does not support is null. ``energy_mj`` is NVML's total energy
+"cmd"}]}: the readings are those of ``results/gpu_readings.py``, the one definition of a
+sample's fields (this file cannot import it; tests/test_gpu_readings.py holds its keys to
+it). A field the GPU does not support is null. ``energy_mj`` is NVML's total energy
 counter (millijoules since the driver loaded; Volta and newer): a cell's energy is a delta of
 it, exact where an integral of 1 s power readings is an estimate; nvidia-smi has no such
 field, so its lines carry null there. Memory "used" is NVML's v2 figure (without the
