@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import httpx
 
@@ -61,6 +61,69 @@ class ForcedAccept:
 
     command: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class LaunchSpeculation:
+    """Speculation as one engine's launch flags and environment state it, in the terms of a
+    server that runs it (the embedded simulator, ``sim/``): ``algorithm`` is one the caller
+    can run (its ``algorithms``), ``named_algorithm`` the engine's own name where it differs
+    (what the server reports back). ``num_steps`` a chain's depth, ``num_draft_tokens`` a
+    step's drafted tokens (the verified root included), ``forced_accept`` the forced accept
+    length. A field left None is not stated."""
+
+    algorithm: str | None = None
+    named_algorithm: str | None = None
+    num_draft_tokens: int | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    ddtree_budget: int | None = None
+    draft_model_path: str | None = None
+    forced_accept: float | None = None
+
+
+class LaunchArgsError(ValueError):
+    """A launch flag or environment value that an engine would refuse, worded as its argument
+    parser would (a simulated server exits 2 with it)."""
+
+
+def int_arg(flag: str, value: str | None) -> int:
+    """``value`` of ``flag`` as an integer, or a :class:`LaunchArgsError` naming the flag."""
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise LaunchArgsError(f"{flag} needs an integer, got {value!r}") from None
+
+
+class ServerLogFormat(Protocol):
+    """How an engine's server words the log lines a simulated server prints in its stead
+    (the campaign reads them with the engine's own parser, so the wording matters)."""
+
+    #: A frame of the traceback the engine's scheduler prints when it fails at start-up.
+    scheduler_frame: str
+
+    def prefix(self, stamp: str, rank: int | None) -> str:
+        """The prefix of a line a scheduler rank prints (``rank`` None: no rank tag)."""
+        ...
+
+    def prefill_line(
+        self, new_seq: int, new_token: int, cached: int, usage: float, running: int, queued: int
+    ) -> str: ...
+
+    def decode_line(
+        self,
+        running: int,
+        tokens: int,
+        usage: float,
+        accept_len: float | None,
+        accept_rate: float | None,
+        throughput: float,
+        queued: int,
+    ) -> str: ...
+
+    def tree_line(
+        self, budget: int, nodes: int, accept_len: float, draft_ms: float, verify_ms: float
+    ) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -182,6 +245,21 @@ class EngineAdapter(ABC):
     # The Python packages that make up a server of this engine (its own and what its numbers
     # depend on), whose versions and commits the run's manifest records.
     packages: ClassVar[tuple[str, ...]] = ("torch", "triton", "transformers")
+    #: The launch flags (as the engine spells them) that state speculation, which
+    #: :meth:`launch_speculation` reads.
+    speculation_flags: ClassVar[tuple[str, ...]] = ()
+    #: The log lines a simulated server of this engine prints; None where none is simulated.
+    log_format: ClassVar[ServerLogFormat | None] = None
+
+    # --- how the report words the engine's specifics ---------------------------------------
+    #: Where a chunk's token count comes from (the report's ITL definition).
+    chunk_tokens_source: ClassVar[str] = "the server's continuous usage"
+    #: The periodic stats lines the report pools, as named in its prose; None for none.
+    stats_lines_name: ClassVar[str | None] = None
+    #: How often those lines come ("every 10 s"); None where not known.
+    stats_interval: ClassVar[str | None] = None
+    #: The knob :meth:`forced_accept` turns, in words; None where there is none.
+    forced_accept_knob: ClassVar[str | None] = None
 
     # --- the plan ---------------------------------------------------------------------------
 
@@ -232,6 +310,18 @@ class EngineAdapter(ABC):
         verify step (bonus token included). Raises ValueError where the engine has no such
         knob, or the command runs no speculative decoding to force."""
         raise ValueError(f"{self.label} has no forced acceptance")
+
+    def launch_speculation(
+        self,
+        flags: Mapping[str, str | None],
+        env: Mapping[str, str],
+        algorithms: Sequence[str],
+    ) -> LaunchSpeculation | None:
+        """What the engine's own speculation flags (``flags``: each of
+        :attr:`speculation_flags` the command gave, with its value) and its environment state,
+        for a server that runs ``algorithms``; None where they state nothing. Raises
+        :class:`LaunchArgsError` for a value the engine would refuse."""
+        return None
 
     # --- start-up ---------------------------------------------------------------------------
 

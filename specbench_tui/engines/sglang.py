@@ -49,6 +49,8 @@ from specbench_tui.engines.adapter import (
     OPENAI_API,
     EngineAdapter,
     ForcedAccept,
+    LaunchArgsError,
+    LaunchSpeculation,
     Message,
     RequestSpec,
     Speculation,
@@ -57,11 +59,13 @@ from specbench_tui.engines.adapter import (
     get_json,
     get_text,
     has_flag,
+    int_arg,
     stamp_time,
 )
 from specbench_tui.engines.counters import Counters
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import LogCounts, norm_key, number
+from specbench_tui.engines.sglang_log import SglangLogFormat
 from specbench_tui.engines.sglang_stream import (
     ACCEPT_LENGTH_DEFINITION,
     SglangChatStream,
@@ -90,6 +94,20 @@ GENERATION_TOKENS = "sglang:generation_tokens_total"
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 
 _STAMP = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?[ \]]")
+
+# Simulated acceptance: the accept length every verify step is forced to (SGLang's
+# ``srt/environ.py``).
+SIMULATE_ACC_LEN = "SGLANG_SIMULATE_ACC_LEN"
+
+# The flags that state speculation, and the launch field each integer one fills.
+_ALGORITHM_FLAG = "--speculative-algorithm"
+_DRAFT_MODEL_FLAG = "--speculative-draft-model-path"
+_INT_FLAGS = {
+    "--speculative-num-draft-tokens": "num_draft_tokens",
+    "--speculative-ddtree-budget": "ddtree_budget",
+    "--speculative-num-steps": "num_steps",
+    "--speculative-eagle-topk": "eagle_topk",
+}
 
 # SGLang renames some algorithms while parsing its arguments.
 _ALGORITHM_ALIASES = {"NEXTN": "EAGLE"}
@@ -181,6 +199,20 @@ def server_info_facts(info: dict[str, Any]) -> dict[str, Any]:
 # --- the adapter ------------------------------------------------------------------------------
 
 
+def _simulated_accept(env: Mapping[str, str]) -> float | None:
+    """The simulated acceptance length the environment sets, if any."""
+    raw = env.get(SIMULATE_ACC_LEN, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise LaunchArgsError(f"{SIMULATE_ACC_LEN}={raw!r} is not a number") from None
+    if not value >= 1.0:
+        raise LaunchArgsError(f"{SIMULATE_ACC_LEN}={raw!r}: an accept length is at least 1")
+    return value
+
+
 def _counters(text: str) -> Counters:
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -222,6 +254,12 @@ class SglangAdapter(EngineAdapter):
     # ``SignalHandler.running_phase_sigquit_handler``), so a client sees the connection go,
     # which the transport's signs (``bench.client.went_away``) cover.
     deterministic_mode = "--enable-deterministic-inference"
+    speculation_flags = (_ALGORITHM_FLAG, _DRAFT_MODEL_FLAG, *_INT_FLAGS)
+    log_format = SglangLogFormat()
+    chunk_tokens_source = "the server's running count"
+    stats_lines_name = "'Decode batch' lines"
+    stats_interval = "every 40 decode steps"
+    forced_accept_knob = "simulated acceptance"
 
     def health_paths(self, api: str) -> tuple[str, ...]:
         """``/health_generate`` runs a real one-token generation, so it answers 200 only once
@@ -311,6 +349,33 @@ class SglangAdapter(EngineAdapter):
                 ("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token"),
             ),
         )
+
+    def launch_speculation(
+        self,
+        flags: Mapping[str, str | None],
+        env: Mapping[str, str],
+        algorithms: Sequence[str],
+    ) -> LaunchSpeculation | None:
+        """``--speculative-*`` flags as SGLang's argument parser takes them, and its simulated
+        acceptance length (``SGLANG_SIMULATE_ACC_LEN``)."""
+        fields: dict[str, object] = {}
+        if _ALGORITHM_FLAG in flags:
+            raw = flags[_ALGORITHM_FLAG]
+            algo = (raw or "").upper()
+            if algo not in algorithms:
+                raise LaunchArgsError(
+                    f"{_ALGORITHM_FLAG} {raw!r}: choose from {', '.join(algorithms)}"
+                )
+            fields["algorithm"] = algo
+        for flag, name in _INT_FLAGS.items():
+            if flag in flags:
+                fields[name] = int_arg(flag, flags[flag])
+        if _DRAFT_MODEL_FLAG in flags:
+            fields["draft_model_path"] = flags[_DRAFT_MODEL_FLAG]
+        forced = _simulated_accept(env)
+        if forced is not None:
+            fields["forced_accept"] = forced
+        return LaunchSpeculation(**fields) if fields else None  # type: ignore[arg-type]
 
     def request(self, api: str, messages: list[Message], spec: RequestSpec) -> tuple[str, dict]:
         if api != NATIVE_API:

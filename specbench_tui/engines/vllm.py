@@ -30,6 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from specbench_tui.engines.adapter import (
     EngineAdapter,
     ForcedAccept,
+    LaunchArgsError,
+    LaunchSpeculation,
     Message,
     RequestSpec,
     Speculation,
@@ -278,6 +280,39 @@ ENGINE_DEAD = "EngineCore encountered an issue"
 # --- the adapter ------------------------------------------------------------------------------
 
 
+def speculation_of_config(raw: str | None) -> LaunchSpeculation:
+    """A ``--speculative-config`` JSON checked as vLLM checks it (``SpeculativeConfig``): a
+    method (``draft_model`` where only a model is given) and ``num_speculative_tokens`` >= 1
+    drafted as a chain that deep; the synthetic rejection sampler
+    (``"rejection_sample_method": "synthetic"`` with ``synthetic_acceptance_length`` in
+    [1, k + 1]) is forced acceptance. Only the length form is read
+    (``synthetic_acceptance_rates`` is refused)."""
+    try:
+        spec = json.loads(raw or "")
+    except ValueError:
+        raise LaunchArgsError(f"--speculative-config {raw!r} is not JSON") from None
+    if not isinstance(spec, dict):
+        raise LaunchArgsError("--speculative-config must be a JSON object")
+    method = spec.get("method") or ("draft_model" if spec.get("model") else None)
+    k = spec.get("num_speculative_tokens")
+    if not method or not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise LaunchArgsError("--speculative-config needs a method and num_speculative_tokens >= 1")
+    forced: float | None = None
+    if spec.get("rejection_sample_method") == "synthetic":
+        length = spec.get("synthetic_acceptance_length")
+        if not isinstance(length, int | float) or isinstance(length, bool):
+            raise LaunchArgsError(
+                "rejection_sample_method='synthetic' needs synthetic_acceptance_length here "
+                "(synthetic_acceptance_rates is not simulated)"
+            )
+        if not 1.0 <= length <= k + 1:
+            raise LaunchArgsError(
+                f"synthetic_acceptance_length must be in [1, {k + 1}], got {length}."
+            )
+        forced = float(length)
+    return LaunchSpeculation(named_algorithm=str(method), num_steps=k, forced_accept=forced)
+
+
 class VllmAdapter(EngineAdapter):
     """vLLM's OpenAI-compatible server."""
 
@@ -307,6 +342,23 @@ class VllmAdapter(EngineAdapter):
     text_prompt = "verbatim"  # completions carry add_special_tokens: false
     verify_counter = DRAFTS
     deterministic_mode = "VLLM_BATCH_INVARIANT=1"
+    speculation_flags = ("--speculative-config",)
+    chunk_tokens_source = "the token ids of each chunk"
+    stats_lines_name = "'SpecDecoding metrics'"
+    stats_interval = "every 10 s"
+    forced_accept_knob = "synthetic rejection sampler"
+
+    def launch_speculation(
+        self,
+        flags: Mapping[str, str | None],
+        env: Mapping[str, str],
+        algorithms: Sequence[str],
+    ) -> LaunchSpeculation | None:
+        """The ``--speculative-config`` JSON (:func:`speculation_of_config`): any method is
+        the engine's own name (``named_algorithm``), run by the caller as a chain drafter."""
+        if "--speculative-config" not in flags:
+            return None
+        return speculation_of_config(flags["--speculative-config"])
 
     def requested_speculation(self, command: Sequence[str]) -> Speculation:
         """``--speculative-config JSON`` (or its dotted form ``--speculative-config.method X``)."""

@@ -9,10 +9,12 @@ way SGLang names them, because a client may read them back.
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from specbench_tui.engines.adapter import EngineAdapter, LaunchArgsError
+from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter, adapters
 
 ALGORITHMS = ("DFLASH", "DDTREE", "EAGLE", "EAGLE3", "NEXTN")
 
@@ -72,6 +74,9 @@ class SimConfig:
     # method from --speculative-config, simulated as a chain drafter): what server info says.
     named_algorithm: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The engine whose wire face the server shows (its log lines, its model owner): the
+    # registry's simulated engine unless --sim-engine names another with simulated lines.
+    engine: str = SIMULATED_ENGINE
 
     @property
     def speculative(self) -> bool:
@@ -133,7 +138,7 @@ def _split(argv: list[str]) -> list[tuple[str, str | None]]:
     while i < len(argv):
         token = argv[i]
         if not token.startswith("--") or token == "--":
-            raise SimArgsError(f"unexpected argument {token!r}: SGLang takes only --flags")
+            raise SimArgsError(f"unexpected argument {token!r}: the server takes only --flags")
         name, eq, value = token[2:].partition("=")
         key = name.replace("-", "_")
         if eq:
@@ -192,48 +197,47 @@ def _gpu_ids(tp_size: int, env: dict[str, str]) -> tuple[int, ...]:
     return ids[:tp_size]
 
 
-def _forced_accept(env: dict[str, str]) -> float | None:
-    """SGLang's simulated acceptance length, where the environment sets one."""
-    raw = env.get("SGLANG_SIMULATE_ACC_LEN", "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SimArgsError(f"SGLANG_SIMULATE_ACC_LEN={raw!r} is not a number") from None
-    if not value >= 1.0:
-        raise SimArgsError(f"SGLANG_SIMULATE_ACC_LEN={raw!r}: an accept length is at least 1")
-    return value
+def _speculation_flags() -> dict[str, tuple[EngineAdapter, str]]:
+    """Every engine's speculation flags by their key here (``--speculative-num-steps`` is
+    ``speculative_num_steps``): a rehearsal of any engine's plan passes its own flags."""
+    return {
+        flag.lstrip("-").replace("-", "_"): (a, flag)
+        for a in adapters()
+        for flag in a.speculation_flags
+    }
 
 
-def _vllm_speculation(cfg: SimConfig, raw: str) -> None:
-    """vLLM's ``--speculative-config`` JSON, so that a rehearsal of a vLLM plan speculates:
-    any method drafts as a chain of ``num_speculative_tokens``, and its synthetic rejection
-    sampler (``"rejection_sample_method": "synthetic"`` with ``synthetic_acceptance_length``)
-    is forced acceptance, checked as vLLM checks it (``SpeculativeConfig``)."""
+def _apply_speculation(
+    cfg: SimConfig, given: dict[EngineAdapter, dict[str, str | None]], env: dict[str, str]
+) -> None:
+    """What each engine's flags and environment state about speculation, as its adapter
+    reads them; where two engines state the same field, the first in the registry's order
+    wins. An engine's own algorithm that the simulator does not run is simulated as a chain
+    drafter (EAGLE) of the depth it states, under its own name."""
+    for a in adapters():
+        try:
+            spec = a.launch_speculation(given.get(a, {}), env, ALGORITHMS)
+        except LaunchArgsError as exc:
+            raise SimArgsError(str(exc)) from None
+        if spec is None:
+            continue
+        for f in fields(spec):
+            value = getattr(spec, f.name)
+            if value is not None and getattr(cfg, f.name) is None:
+                setattr(cfg, f.name, value)
+        if spec.algorithm is None and spec.named_algorithm is not None and cfg.algorithm is None:
+            cfg.algorithm = "EAGLE"
+
+
+def _face(name: str) -> str:
+    """The engine whose wire face the server shows: one with simulated log lines."""
     try:
-        spec = json.loads(raw)
-    except ValueError:
-        raise SimArgsError(f"--speculative-config {raw!r} is not JSON") from None
-    if not isinstance(spec, dict):
-        raise SimArgsError("--speculative-config must be a JSON object")
-    method = spec.get("method") or ("draft_model" if spec.get("model") else None)
-    k = spec.get("num_speculative_tokens")
-    if not method or not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise SimArgsError("--speculative-config needs a method and num_speculative_tokens >= 1")
-    cfg.algorithm, cfg.named_algorithm, cfg.num_steps = "EAGLE", str(method), k
-    if spec.get("rejection_sample_method") == "synthetic":
-        length = spec.get("synthetic_acceptance_length")
-        if not isinstance(length, int | float) or isinstance(length, bool):
-            raise SimArgsError(
-                "rejection_sample_method='synthetic' needs synthetic_acceptance_length here "
-                "(synthetic_acceptance_rates is not simulated)"
-            )
-        if not 1.0 <= length <= k + 1:
-            raise SimArgsError(
-                f"synthetic_acceptance_length must be in [1, {k + 1}], got {length}."
-            )
-        cfg.forced_accept = float(length)
+        found = adapter(name)
+    except ValueError as exc:
+        raise SimArgsError(f"--sim-engine: {exc}") from None
+    if found.log_format is None:
+        raise SimArgsError(f"--sim-engine {name!r}: {found.label} has no simulated server")
+    return found.name
 
 
 def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
@@ -241,8 +245,14 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
     env = dict(os.environ) if env is None else env
     cfg = SimConfig()
     faults: list[Fault] = []
+    spec_flags = _speculation_flags()
+    given: dict[EngineAdapter, dict[str, str | None]] = {}
     for raw_key, value in _split(argv):
         key = _ALIASES.get(raw_key, raw_key)
+        if key in spec_flags:
+            engine, flag = spec_flags[key]
+            given.setdefault(engine, {})[flag] = value
+            continue
         match key:
             case "model_path":
                 cfg.model_path = value or cfg.model_path
@@ -254,23 +264,6 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
                 cfg.host = value or cfg.host
             case "port":
                 cfg.port = _int(key, value)
-            case "speculative_algorithm":
-                algo = (value or "").upper()
-                if algo not in ALGORITHMS:
-                    raise SimArgsError(
-                        f"--speculative-algorithm {value!r}: choose from {', '.join(ALGORITHMS)}"
-                    )
-                cfg.algorithm = algo
-            case "speculative_num_draft_tokens":
-                cfg.num_draft_tokens = _int(key, value)
-            case "speculative_ddtree_budget":
-                cfg.ddtree_budget = _int(key, value)
-            case "speculative_num_steps":
-                cfg.num_steps = _int(key, value)
-            case "speculative_eagle_topk":
-                cfg.eagle_topk = _int(key, value)
-            case "speculative_draft_model_path":
-                cfg.draft_model_path = value
             case "max_running_requests":
                 cfg.max_running_requests = _int(key, value)
             case "context_length":
@@ -281,8 +274,8 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
                 cfg.speed = _float(key, value)
             case "seed":
                 cfg.seed = _int(key, value)
-            case "speculative_config":
-                _vllm_speculation(cfg, value or "")
+            case "sim_engine":
+                cfg.engine = _face(value or "")
             case "sim_fault":
                 faults.append(_parse_fault(value or ""))
             case "sim_gpu_state":
@@ -305,10 +298,10 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
         raise SimArgsError("--sim-burst must be at least 1")
     if not 0 < cfg.port < 65536:
         raise SimArgsError(f"--port {cfg.port} is not a TCP port")
+    _apply_speculation(cfg, given, env)
     _apply_spec_defaults(cfg)
     cfg.faults = tuple(faults)
     cfg.gpu_state_dir = cfg.gpu_state_dir or env.get("SPECBENCH_SIM_STATE") or None
-    cfg.forced_accept = _forced_accept(env) or cfg.forced_accept
     if cfg.fault("ignore-forced"):  # a server that drops the forced-acceptance knob
         cfg.forced_accept = None
     cfg.gpu_ids = _gpu_ids(cfg.tp_size, env)

@@ -1,9 +1,9 @@
-"""Server log lines in SGLang's format, written straight to stdout.
+"""Server log lines in the simulated engine's format, written straight to stdout.
 
-The campaign tails these lines (journald or a pipe) and parses them with the same regexes it
-uses on a real server, so the wording, the ``[YYYY-MM-DD HH:MM:SS TPn] `` prefix and the
-trailing commas matter. Every line is flushed at once: a tailing reader must see a line when
-the event happens, not when a buffer fills.
+The campaign tails these lines (journald or a pipe) and parses them with the same code it
+uses on a real server, so their wording (the engine adapter's ``log_format``, kept beside its
+parser in ``engines/``) matters. Every line is flushed at once: a tailing reader must see a
+line when the event happens, not when a buffer fills.
 """
 
 from __future__ import annotations
@@ -12,18 +12,28 @@ import sys
 import time
 from typing import TextIO
 
+from specbench_tui.engines.adapter import ServerLogFormat
+from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
+
+
+def log_format(engine: str = SIMULATED_ENGINE) -> ServerLogFormat:
+    """The log lines of ``engine``'s server (the simulator checks it has them at start)."""
+    fmt = adapter(engine).log_format
+    if fmt is None:
+        raise ValueError(f"{adapter(engine).label} has no simulated log lines")
+    return fmt
+
 
 class ServerLog:
-    """A line printer with SGLang's prefix; the stream is injectable for tests."""
+    """A line printer with the engine's prefix; the stream is injectable for tests."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, engine: str = SIMULATED_ENGINE) -> None:
         self._stream = stream or sys.stdout
+        self.fmt = log_format(engine)
 
     def line(self, text: str, rank: int | None = 0) -> None:
         """One timestamped line, as a scheduler rank prints it (``rank=None``: no rank tag)."""
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        tag = f"{stamp} TP{rank}" if rank is not None else stamp
-        self.raw(f"[{tag}] {text}")
+        self.raw(self.fmt.prefix(time.strftime("%Y-%m-%d %H:%M:%S"), rank) + text)
 
     def raw(self, text: str) -> None:
         """A line without a prefix, as uvicorn prints its own."""
@@ -38,41 +48,3 @@ class ServerLog:
         """Uvicorn's access line for one HTTP request."""
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
         self.raw(f'INFO:     {peer} - "{method} {path} HTTP/1.1" {status} {reason.get(status, "")}')
-
-
-def prefill_line(
-    new_seq: int, new_token: int, cached: int, usage: float, running: int, queued: int
-) -> str:
-    return (
-        f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_token}, "
-        f"#cached-token: {cached}, token usage: {usage:.2f}, "
-        f"#running-req: {running}, #queue-req: {queued}, "
-    )
-
-
-def decode_line(
-    running: int,
-    tokens: int,
-    usage: float,
-    accept_len: float | None,
-    accept_rate: float | None,
-    throughput: float,
-    queued: int,
-) -> str:
-    spec = ""
-    if accept_len is not None and accept_rate is not None:
-        spec = f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
-    return (
-        f"Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, "
-        f"{spec}cuda graph: True, gen throughput (token/s): {throughput:.2f}, "
-        f"#queue-req: {queued}, "
-    )
-
-
-def ddtree_line(
-    budget: int, nodes: int, accept_len: float, draft_ms: float, verify_ms: float
-) -> str:
-    return (
-        f"DDTree stats: budget={budget}, tree nodes={nodes}, accept_len={accept_len:.2f}, "
-        f"draft_ms={draft_ms:.2f}, verify_ms={verify_ms:.2f}"
-    )

@@ -24,7 +24,7 @@ from typing import Any
 
 from specbench_tui.sim.cache import PrefixCache
 from specbench_tui.sim.config import SimConfig
-from specbench_tui.sim.logfmt import ServerLog, ddtree_line, decode_line, prefill_line
+from specbench_tui.sim.logfmt import ServerLog
 from specbench_tui.sim.model import PerfModel, classify_prompt
 from specbench_tui.sim.textgen import (
     EOS_TOKEN_ID,
@@ -232,7 +232,7 @@ class Scheduler:
             return deadline
         running = len(self.running) + len(batch)
         self.log.line(
-            prefill_line(
+            self.log.fmt.prefill_line(
                 len(batch), new_tokens, cached, self._usage(batch), running, len(self.waiting)
             )
         )
@@ -344,7 +344,7 @@ class Scheduler:
             accept_rate = self.model.accept_rate(accept_len)
         kv = self._kv_tokens()
         self.log.line(
-            decode_line(
+            self.log.fmt.decode_line(
                 len([r for r in self.running if not r.done]),
                 kv,
                 kv / self.max_total_tokens,
@@ -357,7 +357,7 @@ class Scheduler:
         if self.model.algorithm == "DDTREE" and accept_len is not None and s.i_steps:
             budget = self.model.verify_tokens - 1
             self.log.line(
-                ddtree_line(
+                self.log.fmt.tree_line(
                     budget,
                     budget,
                     accept_len,

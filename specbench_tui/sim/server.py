@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 import time
 import uuid
 from collections import OrderedDict
@@ -28,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter, adapters
 from specbench_tui.sim.config import SimArgsError, SimConfig, parse_args
 from specbench_tui.sim.gpus import MemoryPlan, SimGpus, memory_plan
 from specbench_tui.sim.logfmt import ServerLog
@@ -243,7 +245,7 @@ class SimServer:
             "id": self.cfg.model_name,
             "object": "model",
             "created": self._created,
-            "owned_by": "sglang",
+            "owned_by": adapter(self.cfg.engine).name,
             "root": self.cfg.model_path,
             "max_model_len": self.cfg.context_length,
         }
@@ -609,7 +611,7 @@ class SimServer:
         if cfg.fault("crash-at-start"):
             await asyncio.sleep(total * 0.1)
             log.line("Scheduler hit an exception: Traceback (most recent call last):")
-            log.raw('  File "sglang/srt/managers/scheduler.py", line 2612, in run_scheduler')
+            log.raw(log.fmt.scheduler_frame)
             log.raw("    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)")
             log.raw("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable")
             log.line(
@@ -782,35 +784,50 @@ async def serve(cfg: SimConfig, log: ServerLog) -> int:
     return server.exit_code
 
 
-USAGE = """\
-usage: python -m specbench_tui.sim [SGLang launch_server arguments] [--speed F] [--seed N]
+def usage(engine: str = SIMULATED_ENGINE) -> str:
+    """The help text, naming the engine the server stands in for and the speculation flags
+    each engine's adapter reads (``EngineAdapter.speculation_flags``)."""
+    face = adapter(engine)
+    others = "; ".join(
+        f"{', '.join(a.speculation_flags)} ({a.label})"
+        for a in adapters()
+        if a is not face and a.speculation_flags
+    )
+    about = (
+        f"A simulated {face.label} server: same HTTP API and log lines, simulated GPUs. "
+        f"Understood {face.label} arguments: --model-path, --tp-size, --host, --port, "
+        f"{', '.join(face.speculation_flags)}, --max-running-requests, --served-model-name; "
+        f"the speculation flags of other engines: {others or 'none'}; others are accepted "
+        "and ignored, as a real config passes many. --speed compresses simulated time; "
+        "--sim-require-model fails start-up when --model-path does not exist, as "
+        f"{face.label} would. --sim-engine names the engine whose log lines the server "
+        f"prints (default {SIMULATED_ENGINE})."
+    )
+    return f"""\
+usage: python -m specbench_tui.sim [{face.label} launch arguments] [--speed F] [--seed N]
        [--sim-fault diverge|diverge-tp:N|crash-at-start|never-ready|crash-after:N|
                     crash-once-after:N|slow:X|slow-stop:S]
-       [--sim-gpu-state DIR]
+       [--sim-gpu-state DIR] [--sim-engine NAME]
        [--sim-require-model] [--sim-burst N] [--sim-record FILE]
 
-A simulated SGLang server: same HTTP API and log lines, simulated GPUs. Understood SGLang
-arguments: --model-path, --tp-size, --host, --port, --speculative-algorithm,
---speculative-num-draft-tokens, --speculative-ddtree-budget, --speculative-num-steps,
---speculative-eagle-topk, --max-running-requests, --served-model-name; others are accepted and
-ignored, as a real config passes many. --speed compresses simulated time;
---sim-require-model fails start-up when --model-path does not exist, as SGLang would."""
+{textwrap.fill(about, width=95, break_on_hyphens=False)}"""
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m specbench_tui.sim``: parse SGLang's arguments and serve until told to stop."""
+    """``python -m specbench_tui.sim``: parse the launch arguments and serve until told to
+    stop."""
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:  # unknown flags are accepted, so say it before serving
-        print(USAGE)
+        print(usage())
         return 0
     try:
         cfg = parse_args(argv)
     except SimArgsError as exc:
         print(f"launch_server: error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(cfg, ServerLog()))
+    return asyncio.run(serve(cfg, ServerLog(engine=cfg.engine)))
 
 
 def _ids(req: SimRequest) -> list[int]:
