@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from test_slurm_job_fold import GROUP, campaign
 
+from specbench_tui.engine.batch_scheduler import BatchScheduler
 from specbench_tui.engine.job_fold import JobRun
-from specbench_tui.engine.slurm_scheduler import SlurmScheduler
 from specbench_tui.hosts.slurm import SlurmCluster, write_script
 from specbench_tui.hosts.ssh import CommandResult
 from specbench_tui.plan.slurm_jobs import JobPaths
@@ -52,11 +52,11 @@ class Login:
         pass
 
 
-def scheduler(tmp_path: Path) -> tuple[SlurmScheduler, Login]:
+def scheduler(tmp_path: Path) -> tuple[BatchScheduler, Login]:
     c = campaign(tmp_path)
     login = Login()
     cluster = SlurmCluster("cluster", "login", ssh=login)  # type: ignore[arg-type]
-    return SlurmScheduler(c.ctx, list(c.groups), "cluster", cluster=cluster), login
+    return BatchScheduler(c.ctx, list(c.groups), "cluster", cluster=cluster), login
 
 
 @pytest.mark.parametrize("n", [1, 8])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specbench_tui.bench.logparse import LogParser
+from specbench_tui.engine.batch_scheduler import BatchScheduler
 from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.commands import CampaignControl, Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
@@ -32,8 +33,8 @@ from specbench_tui.engine.selection import select_cells
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORAGE
 from specbench_tui.hosts import port_claims
-from specbench_tui.hosts.factory import make_host
-from specbench_tui.hosts.host import Host, SshSettings
+from specbench_tui.hosts.backends import backend, build_host, preflight_host
+from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.local_leftovers import results_owner
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.estimate import recorded_estimate
@@ -78,7 +79,7 @@ class Campaign(CampaignControl):
         self._ctx: RunContext | None = None
         self._finished = False
         self._started = time.time()
-        self.schedulers: list[Any] = []  # a HostScheduler per host, a SlurmScheduler per cluster
+        self.schedulers: list[Any] = []  # a HostScheduler per host, a BatchScheduler per cluster
 
     # -- preparation ---------------------------------------------------------------------------
 
@@ -159,28 +160,13 @@ class Campaign(CampaignControl):
     # -- hosts --------------------------------------------------------------------------------
 
     def _new_host(self, name: str, kind: Any) -> Host:
-        hs = self.spec.hosts[name]
-        ssh = None
-        if kind == "ssh":
-            assert hs.ssh is not None
-            ssh = SshSettings(
-                destination=hs.ssh,
-                campaign=self.spec.campaign.name,
-                services=hs.services or "systemd",
-                workdir=hs.workdir,
-                prepare=tuple(hs.prepare),
-                restore_after=hs.restore_after,
-                ssh_config=self.options.ssh_config,
-                reconnect_timeout_s=hs.reconnect_timeout,
-            )
-        return make_host(
+        return build_host(
+            self.spec,
             name,
-            kind,
-            hs.gpus,
-            gpu_ids=hs.gpu_ids,
+            self.options.ssh_config,
+            kind=kind,
             events=HubEvents(self.hub),
             telemetry_interval_s=self.options.telemetry_interval_s,
-            ssh=ssh,
             groups=self.groups,
             owner=results_owner(self.layout.root),
         )
@@ -195,24 +181,22 @@ class Campaign(CampaignControl):
         return host
 
     async def check_hosts(self) -> None:
-        """Before anything runs: reach every SSH host and check what its servers need, so an
-        unknown host key or a missing model is one clear line (InputError), not a failed
+        """Before anything runs: reach every remote host and check what its servers need, so
+        an unknown host key or a missing model is one clear line (InputError), not a failed
         group an hour in. Connections are closed again: the run opens its own."""
         kinds = {g.host: g.host_kind for g in self.groups}
         for name, kind in kinds.items():
-            if kind == "slurm":
-                from specbench_tui.engine.slurm_scheduler import preflight_slurm
-
-                mine = [g for g in self.groups if g.host == name]
-                await preflight_slurm(self.plan, name, mine, self.options.ssh_config)
-                continue
-            if kind != "ssh":
-                continue
-            host = self._new_host(name, kind)
-            try:
-                await host.preflight([g for g in self.groups if g.host == name])  # type: ignore[attr-defined]
-            finally:
-                await host.close()
+            mine = [g for g in self.groups if g.host == name]
+            await preflight_host(
+                self.plan,
+                name,
+                kind,
+                mine,
+                self.options.ssh_config,
+                events=HubEvents(self.hub),
+                telemetry_interval_s=self.options.telemetry_interval_s,
+                owner=results_owner(self.layout.root),
+            )
 
     def _on_gpu_sample(self, s: Any) -> None:
         self.ctx.energy.sample(s)
@@ -228,11 +212,9 @@ class Campaign(CampaignControl):
         for name in dict.fromkeys(g.host for g in self.groups):
             mine = [g for g in self.groups if g.host == name]
             hs = self.spec.hosts[name]
-            if mine[0].host_kind == "slurm":  # its groups run as batch jobs on the cluster
-                from specbench_tui.engine.slurm_scheduler import SlurmScheduler
-
+            if backend(mine[0].host_kind).batch_jobs is not None:  # each group one batch job
                 self.schedulers.append(
-                    SlurmScheduler(self.ctx, mine, name, ssh_config=self.options.ssh_config)
+                    BatchScheduler(self.ctx, mine, name, ssh_config=self.options.ssh_config)
                 )
                 continue
             self.schedulers.append(

@@ -1,20 +1,19 @@
-"""Which Host class a plan host gets: the one place that knows every kind, so that the
-base Host need not import the SSH host built on it."""
+"""Which Host class a plan host gets, for callers that hold a kind and its settings rather than
+a plan (the registry, ``backends.py``, knows every kind)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any, Literal
 
-from specbench_tui.hosts.host import Host, HostEvents, SimHost, SshSettings
-from specbench_tui.hosts.ssh_host import SshHost
+from specbench_tui.hosts.backends import HostBuild, backend
+from specbench_tui.hosts.host import Host, HostEvents, SshSettings
 from specbench_tui.results.cells import ServiceGroup
 
 
 def make_host(
     name: str,
-    kind: Literal["local", "sim", "ssh"],
+    kind: str,
     gpus: int,
     *,
     gpu_ids: Iterable[int] | None = None,
@@ -25,19 +24,20 @@ def make_host(
     groups: Iterable[ServiceGroup] = (),
     owner: str = "",
 ) -> Host:
-    """The Host for a plan host of the given kind (``ssh`` settings for an SSH host);
+    """The Host for a plan host of the given kind (``ssh`` settings for a remote host);
     ``owner`` names the run's results (see ``Host``)."""
-    common: dict[str, Any] = {
-        "owner": owner,
-        "gpu_ids": gpu_ids,
-        "events": events,
-        "telemetry_interval_s": telemetry_interval_s,
-        "groups": [g for g in groups if g.host == name],
-    }
-    if kind == "sim":
-        return SimHost(name, gpus, state_dir=state_dir, **common)
-    if kind == "local":
-        return Host(name, gpus, **common)
-    if ssh is None:
-        raise ValueError(f"host {name}: an SSH host needs its ssh settings")
-    return SshHost(name, gpus, ssh, **common)
+    entry = backend(kind)
+    if entry.host is None:
+        raise ValueError(f"host {name}: a {kind} host runs batch jobs, not a Host")
+    build = HostBuild(
+        name,
+        gpus,
+        gpu_ids=gpu_ids,
+        state_dir=state_dir,
+        events=events,
+        telemetry_interval_s=telemetry_interval_s,
+        ssh=ssh,
+        groups=groups,
+        owner=owner,
+    )
+    return entry.host(build)

@@ -20,12 +20,10 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from specbench_tui import __version__
-from specbench_tui.errors import InputError
+from specbench_tui.hosts.batch import BatchError, JobEnd, JobInfo, JobStates
 from specbench_tui.hosts.host import HostReport
-from specbench_tui.hosts.service import ServiceError
 from specbench_tui.hosts.shell import quote, remote_path
 from specbench_tui.hosts.ssh import (
     CommandResult,
@@ -35,7 +33,7 @@ from specbench_tui.hosts.ssh import (
     quote_command,
 )
 from specbench_tui.plan.document import Plan
-from specbench_tui.plan.model import SlurmSpec
+from specbench_tui.plan.model import PlanSpec, SlurmSpec
 from specbench_tui.plan.slurm_jobs import campaign_dir, campaign_key, job_script, sbatch_argv
 from specbench_tui.results.cells import ServiceGroup
 
@@ -69,38 +67,20 @@ READ_LIMIT = 4 << 20
 _SQUEUE_FORMAT = "%i|%T|%N|%r|%k"
 
 
-class SlurmError(ServiceError):
+class SlurmError(BatchError):
     """A Slurm command failed; ``reason`` is its own last line."""
 
-    def __init__(self, reason: str, *, transient: bool = False) -> None:
-        super().__init__(reason)
-        self.transient = transient
 
-
-@dataclass(frozen=True)
-class JobInfo:
-    """One job as squeue shows it."""
-
-    job_id: str
-    state: str
-    node: str = ""
-    reason: str = ""
-    comment: str = ""
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
-
-@dataclass(frozen=True)
-class JobEnd:
-    """How a job ended, from ``scontrol show job`` while the controller remembers it, else
-    from accounting (``sacct``); ``state`` is ``UNKNOWN`` when neither knows."""
-
-    state: str
-    exit_code: str = ""  # Slurm's "status:signal"
-    restarts: int = 0
-    node: str = ""
+#: What the scheduler needs to know of Slurm's job states.
+STATES = JobStates(
+    pending="PENDING",
+    running=frozenset({"RUNNING", "COMPLETING"}),
+    cancelled=frozenset({"CANCELLED"}),
+    timed_out=frozenset({"TIMEOUT"}),
+    node_ends=NODE_ENDS,
+)
+#: The reason squeue gives a job its user held.
+HELD_REASON = "JobHeldUser"
 
 
 def parse_squeue(text: str) -> dict[str, JobInfo]:
@@ -112,7 +92,16 @@ def parse_squeue(text: str) -> dict[str, JobInfo]:
         jid, state, node, reason, comment = (p.strip() for p in parts)
         node = "" if node in ("(null)", "n/a") else node
         reason = "" if reason in ("None", "(null)") else reason
-        out[jid] = JobInfo(jid, state.split()[0] if state else "", node, reason, comment)
+        word = state.split()[0] if state else ""
+        out[jid] = JobInfo(
+            jid,
+            word,
+            node,
+            reason,
+            comment,
+            active=word in ACTIVE_STATES,
+            held=reason == HELD_REASON,
+        )
     return out
 
 
@@ -195,8 +184,17 @@ def write_script(files: Mapping[str, str]) -> tuple[str, str]:
 
 
 class SlurmCluster:
-    """The login node of one ``[hosts.NAME] slurm`` table. ``env`` goes in front of every
-    Slurm command (PATH where a module would set it, SLURM_CONF)."""
+    """The login node of one ``[hosts.NAME] slurm`` table, as a ``BatchSystem``. ``env`` goes
+    in front of every Slurm command (PATH where a module would set it, SLURM_CONF)."""
+
+    states = STATES
+    errors: tuple[type[Exception], ...] = (SshError, SlurmError)
+    submit_command = "sbatch"
+    queue_command = "squeue"
+    cancel_command = "scancel"
+
+    def __str__(self) -> str:
+        return str(self.ssh)
 
     def __init__(
         self,
@@ -306,6 +304,11 @@ class SlurmCluster:
         if batch:
             argv.append("--batch")
         await self.run(self._if_ours(job_id, comment, [*argv, job_id]))
+
+    async def stop(self, job_id: str, *, comment: str | None = None) -> None:
+        """SIGTERM to the job's batch shell, where the tool runs: it stops its server and
+        keeps what it measured."""
+        await self.cancel(job_id, signal="TERM", batch=True, comment=comment)
 
     async def requeue(self, job_id: str, *, comment: str | None = None) -> None:
         """Put an ended (or running) job back in the queue, eligible at once: Slurm holds a
@@ -493,13 +496,20 @@ def _tests(
     ]
 
 
+def cluster_of(spec: PlanSpec, host: str, ssh_config: str | None) -> SlurmCluster:
+    """The login node of the plan's Slurm host ``host``."""
+    slurm = spec.hosts[host].slurm
+    assert slurm is not None
+    return SlurmCluster(host, slurm.login, env=slurm.env, ssh_config=ssh_config)
+
+
 async def check_slurm(
     plan: Plan, host: str, groups: list[ServiceGroup], ssh_config: str | None
 ) -> HostReport:
     """``--dry-run --check`` of a Slurm host: submits nothing."""
     slurm = plan.spec.hosts[host].slurm
     assert slurm is not None
-    cluster = SlurmCluster(host, slurm.login, env=slurm.env, ssh_config=ssh_config)
+    cluster = cluster_of(plan.spec, host, ssh_config)
     try:
         return await cluster.check(
             shared_dir=campaign_dir(slurm, plan.spec.campaign.name),
@@ -509,12 +519,3 @@ async def check_slurm(
         )
     finally:
         await cluster.close()
-
-
-async def preflight_slurm(
-    plan: Plan, host: str, groups: list[ServiceGroup], ssh_config: str | None
-) -> None:
-    """Before a campaign: the first problem of ``check_slurm`` as one line (InputError)."""
-    report = await check_slurm(plan, host, groups, ssh_config)
-    if report.problems:
-        raise InputError(f"host {host}: {report.problems[0]}")

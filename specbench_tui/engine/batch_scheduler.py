@@ -1,33 +1,34 @@
-"""A Slurm host's share of a campaign: its service groups as batch jobs, many at once.
+"""A batch host's share of a campaign: its service groups as batch jobs, many at once.
 
 The cluster's scheduler decides where and when; this decides what to ask of it and follows
-the answers. Each group with cells to run gets one job at a time, up to the plan's
-``max_jobs`` at once, in plan order (``plan/slurm_jobs.py`` says what a job is). Every second
-the jobs' event logs and server logs are read over the login node's SSH, all in one command,
-and folded into the campaign (``job_fold.py``); squeue is asked every ``poll``, and with it
-the jobs' GPU sample files are listed and the new ones copied. The jobs that left the queue
-are asked how they ended side by side (a few channels of the one connection), their last
-files read in one command, and a submission's files are written in one: under load a round
-trip to a login node takes seconds, and a job's end is not to wait behind the others'.
+the answers, through the host's ``BatchSystem`` and ``BatchJobs`` (``hosts/batch.py``; which
+ones, the backend registry says). Each group with cells to run gets one job at a time, up to
+the plan's ``max_jobs`` at once, in plan order. Every second the jobs' event logs and server
+logs are read from the shared filesystem, all in one command, and folded into the campaign
+(``job_fold.py``); the queue is asked every ``poll``, and with it the jobs' GPU sample files
+are listed and the new ones copied. The jobs that left the queue are asked how they ended side
+by side, their last files read in one command, and a submission's files are written in one:
+under load a round trip to a login node takes seconds, and a job's end is not to wait behind
+the others'.
 
 Operator commands map onto the jobs:
 - pause: running jobs get ``pause`` in their mailbox (the cell in flight stops and runs again
-  whole on resume; the server keeps its GPUs, as on any host), pending ones ``scontrol hold``,
-  and nothing new is submitted; resume undoes each;
+  whole on resume; the server keeps its GPUs, as on any host), pending ones are held, and
+  nothing new is submitted; resume undoes each;
 - skip and retry_group: the mailbox of the job that runs the cell or group;
-- abort: pending jobs ``scancel``, running ones ``scancel --batch --signal=TERM`` (the tool
-  stops its server and keeps what it measured, as SIGTERM does anywhere); a job still there
-  after the grace is cancelled outright.
+- abort: pending jobs are cancelled, running ones stopped (SIGTERM to the tool, which stops
+  its server and keeps what it measured, as anywhere); a job still there after the grace is
+  cancelled outright.
 A job that ends with cells of its share left (node failure, preemption, time limit, a crash)
-is requeued (``scontrol requeue``: the same job and directory, so the tool resumes there and
-runs only the rest); after ``max_requeues`` ends in a row with no cell finished, the rest
-fail with the reason. A job stopped by its time limit (Slurm's SIGTERM before it, or the
-TIMEOUT state) in the first cell of its run fails that cell once, "longer than the time
+is requeued (the same job and directory, so the tool resumes there and runs only the rest);
+after ``max_requeues`` ends in a row with no cell finished, the rest fail with the reason. A
+job stopped by its time limit (the signal the job asks for before it, or the system's
+time-limit state) in the first cell of its run fails that cell once, "longer than the time
 limit", takes it out of the job's ``job.json`` and requeues the job for the rest: the cells
-never tried stay queued and run there. A job cancelled outside the campaign fails the rest of its
-cells (the operator meant it). A coordinator that starts finds the jobs of earlier runs
-again, by the directories on the shared filesystem and the comments squeue shows, folds what
-they wrote and follows the ones still queued or running: no group is submitted twice.
+never tried stay queued and run there. A job cancelled outside the campaign fails the rest of
+its cells (the operator meant it). A coordinator that starts finds the jobs of earlier runs
+again, by the directories on the shared filesystem and the comments the queue shows, folds
+what they wrote and follows the ones still queued or running: no group is submitted twice.
 """
 
 from __future__ import annotations
@@ -44,30 +45,12 @@ from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.job_fold import JobFolder, JobRun
 from specbench_tui.engine.run_control import StorageFailed
+from specbench_tui.hosts.backends import backend
+from specbench_tui.hosts.batch import BatchError, BatchJobs, BatchSystem
 from specbench_tui.hosts.lines import LineSplitter
-from specbench_tui.hosts.slurm import (
-    NODE_ENDS,
-    SlurmCluster,
-    SlurmError,
-    check_slurm,
-    preflight_slurm,
-)
-from specbench_tui.hosts.ssh import SshError
 from specbench_tui.plan.durations import format_duration
-from specbench_tui.plan.model import SlurmSpec
 from specbench_tui.plan.slurm_files import job_files
-from specbench_tui.plan.slurm_jobs import (
-    JobPaths,
-    JobSpec,
-    campaign_key,
-    groups_dir,
-    job_comment,
-    job_paths,
-    job_script,
-    parse_comment,
-    sbatch_argv,
-    stop_signal_s,
-)
+from specbench_tui.plan.slurm_jobs import JobPaths, JobSpec
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
     CellFailed,
@@ -85,11 +68,11 @@ FILE_POLL_S = 1.0
 RETRY_SUBMIT_S = 30.0
 #: How long an abort waits, past the stop grace, for jobs to end before cancelling them.
 ABORT_WAIT_S = 30.0
-#: How much earlier than asked Slurm may send a job's signal before its time limit.
-SIGNAL_EARLY_S = 60.0
 
 
-class SlurmScheduler:
+class BatchScheduler:
+    """The service groups of one batch host, each run as batch jobs (see the module)."""
+
     def __init__(
         self,
         ctx: RunContext,
@@ -97,19 +80,21 @@ class SlurmScheduler:
         host: str,
         *,
         ssh_config: str | None = None,
-        cluster: SlurmCluster | None = None,
+        cluster: BatchSystem | None = None,
     ) -> None:
         self.ctx = ctx
         self.groups = groups
         self.host = host
-        slurm = ctx.spec.hosts[host].slurm
-        assert slurm is not None
-        self.slurm: SlurmSpec = slurm
+        entry = backend(ctx.spec.hosts[host].kind)
+        assert entry.batch_jobs and entry.batch_system, f"host {host} runs no batch jobs"
+        self.cluster: BatchSystem = cluster or entry.batch_system(ctx.spec, host, ssh_config)
+        self.layout: BatchJobs = entry.batch_jobs(ctx.spec, host)
+        jobs = self.layout
+        self.limits = jobs.limits
         self.campaign = ctx.spec.campaign.name
-        self.key = campaign_key(slurm, self.campaign)
-        self.cluster = cluster or SlurmCluster(
-            host, slurm.login, env=slurm.env, ssh_config=ssh_config
-        )
+        self.key = jobs.key
+        self.states = self.cluster.states
+        self.errors = self.cluster.errors
         self.folder = JobFolder(ctx, self.cluster.read_bytes)
         self.jobs: dict[str, JobRun] = {}  # the one live job of each group that has one
         self.submitted: list[JobRun] = []  # submissions of this run, in order (for tests)
@@ -140,7 +125,7 @@ class SlurmScheduler:
                 ending = any(j.tool_exit is not None and j.state == "RUNNING" for j in live)
                 if live and (loop.time() >= self._queue_at or ending):
                     await self._refresh_queue(live)
-                    self._queue_at = loop.time() + self.slurm.poll
+                    self._queue_at = loop.time() + self.limits.poll_s
                 await self._relay()
                 for job in [j for j in self.jobs.values() if j.ended]:
                     await self._settle(job)
@@ -178,7 +163,7 @@ class SlurmScheduler:
         to be tried again from scratch (folding is idempotent, following is not doubled)."""
         try:
             await self._adopt()
-        except (SshError, SlurmError) as e:
+        except self.errors as e:
             for job in list(self.jobs.values()):
                 self._deactivate(job)
             self._say("adopt", f"cannot look for the jobs of earlier runs yet ({e}); trying again")
@@ -188,23 +173,23 @@ class SlurmScheduler:
     async def _adopt(self) -> None:
         """Jobs of earlier runs: fold what each wrote, follow those still queued or running,
         so nothing is submitted twice."""
-        subs = await self.cluster.submissions(groups_dir(self.slurm, self.campaign))
+        subs = await self.cluster.submissions(self.layout.groups_dir)
         queue = await self.cluster.queue()
         live: dict[tuple[str, int], str] = {}
         for info in queue.values():
-            parsed = parse_comment(info.comment)
+            parsed = self.layout.parse_comment(info.comment)
             if parsed is not None and parsed[0] == self.key and info.active:
                 live[(parsed[1], parsed[2])] = info.job_id
         for group in self.groups:
             ns = subs.get(group.id, [])
             self._next[group.id] = max(ns, default=0) + 1
             for n in ns:
-                paths = job_paths(self.slurm, self.campaign, group.id, n)
+                paths = self.layout.paths(group.id, n)
                 job = JobRun(group, n, paths, adopted=True)
                 job.cells = await self._job_cells(paths)
                 job.job_id = live.get((group.id, n), "")
                 if not job.job_id:  # ended: its id, for the names its notices carry
-                    with contextlib.suppress(SlurmError):
+                    with contextlib.suppress(BatchError):
                         known = await self.cluster.read_bytes(paths.job_id)
                         job.job_id = (known or b"").decode(errors="replace").strip()
                     live_id = ""
@@ -220,7 +205,7 @@ class SlurmScheduler:
                 if live_id:
                     info = queue[job.job_id]
                     job.state, job.node, job.reason = info.state, info.node, info.reason
-                    job.held = info.reason == "JobHeldUser"
+                    job.held = info.held
                     self._activate(job)
                     self._changed(job)
                     self.ctx.hub.notice(
@@ -236,7 +221,7 @@ class SlurmScheduler:
         while True:
             before = job.events_offset
             if not await self._read([job], follow_log=False):
-                raise SlurmError(f"cannot read {job.paths.events} on {self.cluster.ssh}")
+                raise BatchError(f"cannot read {job.paths.events} on {self.cluster}")
             if job.events_offset == before:
                 return
 
@@ -244,7 +229,7 @@ class SlurmScheduler:
         try:
             data = await self.cluster.read_bytes(paths.spec)
             return JobSpec.from_json(json.loads(data or b"{}")).cells
-        except (ValueError, SlurmError):
+        except (ValueError, BatchError):
             return ()
 
     # --- reading the jobs' files ----------------------------------------------------------
@@ -261,7 +246,7 @@ class SlurmScheduler:
             files.append((j.paths.server_log, j.log_offset))
         try:
             chunks = await self.cluster.read_new(files)
-        except (SshError, SlurmError) as e:
+        except self.errors as e:
             self._say("read", f"cannot read the jobs' files: {e}")
             return False
         self._said.discard("read")
@@ -290,7 +275,7 @@ class SlurmScheduler:
             if isinstance(obj, dict):
                 try:
                     await self.folder.fold(job, Event.from_json(obj))
-                except (SshError, SlurmError) as e:  # tried again at the next read
+                except self.errors as e:  # tried again at the next read
                     self._say("fold", f"cannot copy the rows of {job.group.id}: {e}")
                     return
             job.events_buf = rest
@@ -324,15 +309,15 @@ class SlurmScheduler:
     async def _refresh_queue(self, live: list[JobRun]) -> None:
         try:
             queue = await self.cluster.queue()
-        except (SshError, SlurmError) as e:
-            self._say("squeue", f"cannot ask squeue: {e}")
+        except self.errors as e:
+            self._say("queue", f"cannot ask {self.cluster.queue_command}: {e}")
             return
-        self._said.discard("squeue")
+        self._said.discard("queue")
         over: list[JobRun] = []
         gone: list[JobRun] = []
         for job in live:
             info = queue.get(job.job_id)
-            if info is None:  # left the queue: scontrol or accounting may still say how
+            if info is None:  # left the queue: the controller or accounting may still say how
                 gone.append(job)
                 continue
             # A pending requeued job shows no node: the one it ran on is kept, and no
@@ -347,7 +332,7 @@ class SlurmScheduler:
         if gone:  # all asked at once: one slow answer does not hold up the others' ends
             try:
                 ends = await self.cluster.ended_all([j.job_id for j in gone])
-            except (SshError, SlurmError):
+            except self.errors:
                 ends = []
             for job, end in zip(gone, ends, strict=False):
                 job.state, job.node = end.state, end.node or job.node
@@ -368,7 +353,7 @@ class SlurmScheduler:
             )
             for job, names in zip(jobs, listed, strict=True):
                 await self.folder.telemetry(job, names)
-        except (SshError, SlurmError) as e:
+        except self.errors as e:
             self._say("telemetry", f"cannot copy the jobs' GPU samples: {e}")
             return
         self._said.discard("telemetry")
@@ -389,7 +374,7 @@ class SlurmScheduler:
 
     def _comment(self, job: JobRun) -> str:
         """The comment its submission gave the job: what proves an id is still ours."""
-        return job_comment(self.key, job.group.id, job.submission)
+        return self.layout.comment(job.group.id, job.submission)
 
     def _activate(self, job: JobRun) -> None:
         self.jobs[job.group.id] = job
@@ -410,7 +395,7 @@ class SlurmScheduler:
             return
         now = asyncio.get_running_loop().time()
         for group in self.groups:
-            if len(self.jobs) >= self.slurm.max_jobs:
+            if len(self.jobs) >= self.limits.max_jobs:
                 return
             if group.id in self.jobs or not self._wants(group):
                 continue
@@ -418,19 +403,20 @@ class SlurmScheduler:
                 continue
             try:
                 await self._submit(group)
-            except SlurmError as e:
+            except BatchError as e:
+                cmd = self.cluster.submit_command
                 if e.transient:
                     self._retry_at[group.id] = now + RETRY_SUBMIT_S
-                    self._say(f"submit-{group.id}", f"sbatch failed, trying again: {e.reason}")
+                    self._say(f"submit-{group.id}", f"{cmd} failed, trying again: {e.reason}")
                 else:
-                    self._fail_group(group, f"sbatch refused the job: {e.reason}", [])
-            except SshError as e:
+                    self._fail_group(group, f"{cmd} refused the job: {e.reason}", [])
+            except self.errors as e:
                 self._retry_at[group.id] = now + RETRY_SUBMIT_S
                 self._say(f"submit-{group.id}", f"cannot submit {group.id}: {e.reason}")
 
     async def _submit(self, group: ServiceGroup) -> None:
         n = self._next.get(group.id, 1)
-        paths = job_paths(self.slurm, self.campaign, group.id, n)
+        paths = self.layout.paths(group.id, n)
         cells = tuple(c.id for c in self.ctx.pending(group))
         spec = JobSpec(
             campaign=self.campaign,
@@ -442,29 +428,28 @@ class SlurmScheduler:
         )
         if self._written.get(group.id) != n:
             # Written once per submission: a retry must not empty the mailbox of a job that
-            # an ambiguous sbatch did submit.
+            # an ambiguous submission did submit.
             files = {f"{paths.dir}/{rel}": text for rel, text in job_files(self.ctx.plan).items()}
             files[paths.spec] = spec.dumps()
-            files[paths.script] = job_script(self.slurm, self.campaign, group, n, self.key)
+            files[paths.script] = self.layout.script(group, n)
             files[paths.mailbox] = ""
             await self.cluster.write_files(files)
             self._written[group.id] = n
         try:
             job_id = await self.cluster.submit(
-                sbatch_argv(self.slurm, paths.script),
-                comment=job_comment(self.key, group.id, n),
+                self.layout.submit_argv(paths.script),
+                comment=self.layout.comment(group.id, n),
                 id_file=paths.job_id,
             )
-        except SlurmError as e:
-            # Transient ("Socket timed out", which Slurm says may have submitted) or a lost
-            # SSH reply: the retry keeps this submission and its comment, and ``submit``
-            # looks the job up by that comment before it asks sbatch again, so one group
-            # never gets two jobs.
+        except BatchError as e:
+            # Transient (a controller's timeout, which may have submitted) or a lost reply:
+            # the retry keeps this submission and its comment, and ``submit`` looks the job
+            # up by that comment before it submits again, so one group never gets two jobs.
             if not e.transient:
                 self._next[group.id] = n + 1
             raise
         self._next[group.id] = n + 1
-        job = JobRun(group, n, paths, cells=cells, job_id=job_id, state="PENDING")
+        job = JobRun(group, n, paths, cells=cells, job_id=job_id, state=self.states.pending)
         job.reason = "submitted"
         self.submitted.append(job)
         self._activate(job)
@@ -476,12 +461,12 @@ class SlurmScheduler:
         line = json.dumps({"action": action, "target": target, "by": "coordinator"})
         try:
             await self.cluster.append_line(job.paths.mailbox, line)
-        except (SshError, SlurmError) as e:
+        except self.errors as e:
             self._say(f"mail-{job.group.id}", f"cannot reach job {job.job_id}'s mailbox: {e}")
 
     def _started(self, job: JobRun) -> bool:
         """The tool runs in it (or did): the mailbox is read."""
-        return job.starts > 0 or job.state in ("RUNNING", "COMPLETING")
+        return job.starts > 0 or job.state in self.states.running
 
     async def _relay(self) -> None:
         control = self.ctx.control
@@ -490,11 +475,9 @@ class SlurmScheduler:
             if self._abort_at is None:
                 self._abort_at = asyncio.get_running_loop().time()
                 for job in jobs:
-                    with contextlib.suppress(SshError, SlurmError):
+                    with contextlib.suppressself.errors:
                         if self._started(job):
-                            await self.cluster.cancel(
-                                job.job_id, signal="TERM", batch=True, comment=self._comment(job)
-                            )
+                            await self.cluster.stop(job.job_id, comment=self._comment(job))
                         else:
                             await self.cluster.cancel(job.job_id, comment=self._comment(job))
             return
@@ -508,7 +491,7 @@ class SlurmScheduler:
                     await self._mail(job, "pause" if paused else "resume")
                     job.paused = paused
             elif job.held != paused:
-                with contextlib.suppress(SshError, SlurmError):
+                with contextlib.suppressself.errors:
                     if paused:
                         await self.cluster.hold([job.job_id])
                     else:
@@ -546,13 +529,14 @@ class SlurmScheduler:
         if waited < grace:
             return False
         for job in list(self.jobs.values()):
-            with contextlib.suppress(SshError, SlurmError):
+            with contextlib.suppressself.errors:
                 await self.cluster.cancel(job.job_id, comment=self._comment(job))
         if waited < 2 * grace:
             return False
         names = ", ".join(j.job_id for j in self.jobs.values())
         self.ctx.hub.notice(
-            f"{self.host}: jobs {names} did not end after the abort; check them with squeue",
+            f"{self.host}: jobs {names} did not end after the abort; check them with "
+            f"{self.cluster.queue_command}",
             "error",
         )
         return True
@@ -574,14 +558,15 @@ class SlurmScheduler:
             return
         what = f"job {job.job_id} ended {job.state}"
         tail = await self._output_tail(job)
-        if job.tool_exit == 2 or (job.starts == 0 and job.state not in NODE_ENDS):
+        if job.tool_exit == 2 or (job.starts == 0 and job.state not in self.states.node_ends):
             why = "before the tool started" if job.starts == 0 else "with bad input"
             self._fail_group(group, f"{what} {why}", tail)
             return
-        if job.state == "CANCELLED":  # not by this campaign: its abort ended above
+        if job.state in self.states.cancelled:  # not by this campaign: its abort ended above
             self._fail_group(
                 group,
-                f"{what}: cancelled outside the campaign (scancel or preemption); run the "
+                f"{what}: cancelled outside the campaign ({self.cluster.cancel_command} or "
+                "preemption); run the "
                 "plan again with --rerun-failed to retry",
                 tail,
             )
@@ -603,7 +588,7 @@ class SlurmScheduler:
             return  # cells queued after it was submitted: a new submission runs them
         progress = job.finished_since_start or timed_out  # a cell ended either way
         self._requeues[group.id] = (0 if progress else self._requeues.get(group.id, 0)) + 1
-        if self._requeues[group.id] > self.slurm.max_requeues:
+        if self._requeues[group.id] > self.limits.max_requeues:
             self._fail_group(
                 group,
                 f"{what}; {self._requeues[group.id]} ends in a row without a finished cell, "
@@ -615,14 +600,14 @@ class SlurmScheduler:
             return  # a new submission takes the rest, with what was queued since
         try:
             await self.cluster.requeue(job.job_id, comment=self._comment(job))
-        except (SshError, SlurmError) as e:
+        except self.errors as e:
             self.ctx.hub.notice(
                 f"{group.id}: {what}; cannot requeue it ({e}), submitting the rest anew",
                 "warning",
             )
             return
         job.ended = False
-        job.state, job.reason = "PENDING", "requeued"
+        job.state, job.reason = self.states.pending, "requeued"
         self._activate(job)
         self._changed(job)
         self.ctx.hub.notice(
@@ -630,17 +615,18 @@ class SlurmScheduler:
         )
 
     def _stopped_by_time_limit(self, job: JobRun) -> bool:
-        """The job's last run ended at its time limit: Slurm says TIMEOUT, or SIGTERM stopped
+        """The job's last run ended at its time limit: its state says so, or SIGTERM stopped
         the tool (the job script asks for it before the limit) at a time near the limit,
         and neither the operator (CANCELLED) nor the cluster (a node end) ended it."""
-        if job.state == "TIMEOUT":
+        st = self.states
+        if job.state in st.timed_out:
             return True
-        if job.signalled is None or job.state == "CANCELLED" or job.state in NODE_ENDS:
+        if job.signalled is None or job.state in st.cancelled or job.state in st.node_ends:
             return False
-        limit = self.slurm.time_limit
+        limit = self.limits.time_limit_s
         if limit is None or job.run_started is None:
             return True  # the partition's limit: the one signal a job script asks for
-        soonest = limit - stop_signal_s(self.slurm) - SIGNAL_EARLY_S
+        soonest = limit - self.limits.stop_signal_s - self.limits.signal_early_s
         return job.signalled - job.run_started >= soonest
 
     async def _fail_cut_by_time_limit(self, job: JobRun) -> bool:
@@ -652,8 +638,8 @@ class SlurmScheduler:
         if not job.cut or not self._stopped_by_time_limit(job):
             return False
         limit = (
-            f"time_limit {format_duration(self.slurm.time_limit)}"
-            if self.slurm.time_limit is not None
+            f"time_limit {format_duration(self.limits.time_limit_s)}"
+            if self.limits.time_limit_s is not None
             else "its partition's time limit"
         )
         failed = []
@@ -669,8 +655,9 @@ class SlurmScheduler:
                     attempt=max(c.attempt, 1),
                     reason=(
                         f"longer than the time limit: job {job.job_id} has {limit}, and the "
-                        f"cell, run first, had run {format_duration(ran)} when Slurm stopped "
-                        f"the job ({job.state}); raise slurm.time_limit to run it"
+                        f"cell, run first, had run {format_duration(ran)} when "
+                        f"{self.layout.label} stopped the job ({job.state}); raise "
+                        f"{self.layout.time_limit_key} to run it"
                     ),
                 )
             )
@@ -689,7 +676,7 @@ class SlurmScheduler:
         )
         try:
             await self.cluster.write_files({job.paths.spec: spec.dumps()})
-        except (SshError, SlurmError) as e:  # the requeued job skips nothing: it fails again
+        except self.errors as e:  # the requeued job skips nothing: it fails again
             self.ctx.hub.notice(
                 f"{job.group.id}: cannot take the cells too long for the time limit out of "
                 f"job {job.job_id} ({e}); it will try them again",
@@ -701,8 +688,8 @@ class SlurmScheduler:
         if not job.job_id:
             return []
         try:
-            data = await self.cluster.read_bytes(job.paths.output_of(job.job_id))
-        except (SshError, SlurmError):
+            data = await self.cluster.read_bytes(self.layout.output_of(job.paths, job.job_id))
+        except self.errors:
             return []
         return (data or b"").decode("utf-8", errors="replace").splitlines()[-n:]
 
@@ -712,12 +699,10 @@ class SlurmScheduler:
         parts: list[bytes] = []
         try:
             for n in range(1, self._next.get(group.id, 1)):
-                data = await self.cluster.read_bytes(
-                    job_paths(self.slurm, self.campaign, group.id, n).server_log
-                )
+                data = await self.cluster.read_bytes(self.layout.paths(group.id, n).server_log)
                 if data:
                     parts.append(data if data.endswith(b"\n") else data + b"\n")
-        except (SshError, SlurmError):
+        except self.errors:
             return
         f = self._logs.pop(group.id, None)
         if f is not None:
@@ -750,4 +735,4 @@ class SlurmScheduler:
         hub.emit(GroupFinished(group=group.id, status="failed"))
 
 
-__all__ = ["SlurmScheduler", "check_slurm", "preflight_slurm"]
+__all__ = ["BatchScheduler"]
