@@ -43,9 +43,10 @@ after the connection was taken from the pool (or opened), right before the body 
 ERROR_BODY_BYTES = 4096
 READ_BUFSIZE = 1 << 20
 """aiohttp's per-connection buffer mark (it stops reading the socket past twice this): above
-the longest SSE line a 50k-token cumulative SGLang stream sends (text and ``output_ids``,
-some 600 KiB), and small enough that one connection's backlog is a few milliseconds of
-parsing, not a stall of every other stream's timestamps."""
+the longest SSE line a 50k-token cumulative stream sends (one that resends the whole text
+and every token id so far in each event: some 600 KiB), and small enough that one
+connection's backlog is a few milliseconds of parsing, not a stall of every other stream's
+timestamps."""
 
 
 @dataclass

@@ -37,7 +37,8 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.bench.figures import DecodeTotal, decode_parts_expr
-from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length
+from specbench_tui.engines.adapter import EngineAdapter
+from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length, adapter
 from specbench_tui.report.energy_pool import energy_valid, pool_energy
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.inputs import known_configs as known_configs_of
@@ -194,6 +195,18 @@ def group_engines(inp: Inputs) -> dict[str, str]:
     for gid, g in inp.state.groups.items():
         out[gid] = g.engine or (g.group.engine if g.group is not None else "") or DEFAULT_ENGINE
     return out
+
+
+def ran_adapters(inp: Inputs) -> list[EngineAdapter]:
+    """The adapters of the engines this campaign ran, by name: what the report's prose names
+    when it says how an engine counts (the default engine where none is recorded)."""
+    return [adapter(e) for e in sorted(set(group_engines(inp).values()) or {DEFAULT_ENGINE})]
+
+
+def accept_definitions(inp: Inputs) -> str:
+    """Each engine's own accept-length definition, for the engines this campaign ran:
+    ``"SGLang: completion tokens / verify steps"``, one per engine, joined by ``; ``."""
+    return "; ".join(f"{a.label}: {a.accept_length_definition}" for a in ran_adapters(inp))
 
 
 #: The per-request columns behind the token-weighted decode rate: n - 1 and the decode window
@@ -554,11 +567,12 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     - ``speedup``, ``speedup_lo``, ``speedup_hi``: ``decode_tok_s`` over the baseline config's
       in the same host, TP, workload and level, with Fieller's 95% interval; null without a
       baseline; ``speedup_too_few`` (bool): the units are too few to bound it (no interval).
-    - ``accept_len_weighted``: the accept length as the engine defines it (SGLang completion
-      tokens / verify steps, vLLM 1 + accepted drafts / verify steps) over the counts summed
-      over the row's requests, the figure the engine's counters give; ``accept_len_mean``: the
-      plain mean of the requests' accept lengths; ``acceptance_rate`` (accepted over drafted
-      tokens, where the engine gave them): null without speculative decoding.
+    - ``accept_len_weighted``: the accept length as the engine defines it (its adapter's
+      ``accept_length_definition``: output tokens or accepted drafts over verify steps) over
+      the counts summed over the row's requests, the figure the engine's counters give;
+      ``accept_len_mean``: the plain mean of the requests' accept lengths;
+      ``acceptance_rate`` (accepted over drafted tokens, where the engine gave them): null
+      without speculative decoding.
     - ``cell_throughput_tok_s``: concurrency rows only, all output tokens over the cell's
       measured window (the cell's own summary).
     - ``j_per_token``, ``j_per_token_above_idle``: GPU board energy per output token of the

@@ -1,8 +1,8 @@
 """Accept length per host, TP and workload kind, never pooled across them: the engine's own
-definition over the counts summed over the requests (SGLang completion tokens / verify steps,
-vLLM 1 + accepted drafts / verify steps: what its counters give, and what a step delivers on
-average) and, beside it, the request mean (each request's accept length, averaged). The two
-differ whenever short and long requests accept differently, so both are shown."""
+definition over the counts summed over the requests (its adapter's
+``accept_length_definition``: what its counters give, and what a step delivers on average)
+and, beside it, the request mean (each request's accept length, averaged). The two differ
+whenever short and long requests accept differently, so both are shown."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
 from specbench_tui.report.frames import (
     ACCEPT_COLUMNS,
+    accept_definitions,
     accept_frame,
     config_rank,
     label,
@@ -29,8 +30,8 @@ def accept_by_kind(inp: Inputs) -> pl.DataFrame:
     df = subset(inp, ["host", "tp", "kind", "config", *ACCEPT_COLUMNS])
     if df.height == 0:
         return df
-    # Every request counts (an SGLang request that ended on its first token adds a token and
-    # no step, as in its counters); configs without speculation have no figure and no row.
+    # Every request counts (one that ended on its first token may add a token and no step,
+    # as in the engine's counters); configs without speculation have no figure and no row.
     acc = accept_frame(df, ["host", "tp", "kind", "config"])
     return acc.filter(
         pl.col("accept_len_weighted").is_not_null() | pl.col("accept_len_mean").is_not_null()
@@ -81,8 +82,8 @@ def build(inp: Inputs) -> Section | None:
             text(
                 "Accepted tokens per verification step, bonus token included, from the "
                 "server's own counts for each request, per TP and workload kind. Accept length: "
-                "the engine's own definition over the counts summed over the requests (SGLang: "
-                "completion tokens / verify steps; vLLM: 1 + accepted drafts / verify steps), "
+                "the engine's own definition over the counts summed over the requests "
+                f"({accept_definitions(inp)}), "
                 "which is what its counters give. Request mean: the mean of the requests' "
                 "accept lengths."
                 + (" Acceptance rate: accepted over drafted tokens." if has_rate else "")

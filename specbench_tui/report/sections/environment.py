@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from specbench_tui import __version__
+from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
 from specbench_tui.report.blocks import Cell, Column, Facts, Para, Section, Table, code, text
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.telemetry import host_gpus
@@ -79,8 +80,9 @@ def build(inp: Inputs) -> Section:
         sec.add(
             Para(
                 text(
-                    "Simulated: every server was the embedded simulated SGLang server, on "
-                    "simulated GPUs; the command lines below are the simulator's."
+                    "Simulated: every server was the embedded simulated "
+                    f"{adapter(SIMULATED_ENGINE).label} server, on simulated GPUs; the "
+                    "command lines below are the simulator's."
                 ),
                 "warning",
             )

@@ -36,7 +36,7 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
-from specbench_tui.report.frames import comparison, label
+from specbench_tui.report.frames import comparison, label, ran_adapters
 from specbench_tui.report.inputs import Inputs
 
 TITLE = "Forced acceptance: where the speed-up comes from"
@@ -105,7 +105,7 @@ def build(inp: Inputs) -> Section | None:
             key = (*(r[k] for k in _SCOPE), real_config(r["config"], forced))
             curves.setdefault(key, []).append({**r, "forced": forced})
     sec = Section(TITLE)
-    sec.add(Para(text(_INTRO)))
+    sec.add(Para(text(_intro(inp))))
     sec.add(Para(text(_NOT_JUDGED), kind="warning"))
     sec.add(_check_table(inp, curves))
     for host, tp in sorted({(k[0], k[1]) for k in curves}):
@@ -132,19 +132,27 @@ def _none_finished(inp: Inputs) -> Section:
     return sec
 
 
+def _intro(inp: Inputs) -> str:
+    """:data:`_INTRO`, naming the knob of each engine this campaign ran (its adapter's
+    ``forced_accept_knob``)."""
+    knobs = ", ".join(
+        f"{a.label}'s {a.forced_accept_knob}" for a in ran_adapters(inp) if a.forced_accept_knob
+    )
+    return _INTRO.replace(" {knobs}", f" ({knobs})" if knobs else "")
+
+
 _INTRO = (
     "Each forced config ran its real config's server with the engine made to accept a set "
-    "number of tokens per verify step whatever the drafter proposed (vLLM's synthetic "
-    "rejection sampler, SGLang's simulated acceptance): its speed-up over the baseline, in "
-    "the same host, TP, workload and level, is what that accept length buys on this system, "
-    "the system-cost curve. The real config's measured accept length is placed on the curve "
-    "by linear interpolation between the two forced lengths around it; the predicted "
-    "speed-up's interval is interpolated from theirs. Speed-up = accept length / step cost "
-    "(a speculative step's time over an autoregressive step's): the drafter sets the accept "
-    "length, the system the step cost. Measured over predicted below 1: real acceptance costs "
-    "more than its mean says (its spread, or drafting that forced runs skip); near 1: the "
-    "curve explains the speed-up. Forced rows are reported here only, never pooled with "
-    "real-acceptance rows."
+    "number of tokens per verify step whatever the drafter proposed {knobs}: its speed-up "
+    "over the baseline, in the same host, TP, workload and level, is what that accept "
+    "length buys on this system, the system-cost curve. The real config's measured accept "
+    "length is placed on the curve by linear interpolation between the two forced lengths "
+    "around it; the predicted speed-up's interval is interpolated from theirs. Speed-up = "
+    "accept length / step cost (a speculative step's time over an autoregressive step's): "
+    "the drafter sets the accept length, the system the step cost. Measured over predicted "
+    "below 1: real acceptance costs more than its mean says (its spread, or drafting that "
+    "forced runs skip); near 1: the curve explains the speed-up. Forced rows are reported "
+    "here only, never pooled with real-acceptance rows."
 )
 _NOT_JUDGED = (
     "Greedy equivalence is not judged on forced cells: their engine accepts drafts whatever "

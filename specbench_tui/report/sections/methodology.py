@@ -8,7 +8,6 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length_definition, adapter
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Bullets,
@@ -21,10 +20,11 @@ from specbench_tui.report.blocks import (
     text,
 )
 from specbench_tui.report.frames import (
+    accept_definitions,
     baseline,
     decode_left_out_by_kind,
-    group_engines,
     label,
+    ran_adapters,
     requests,
 )
 from specbench_tui.report.inputs import Inputs
@@ -42,8 +42,7 @@ FIGURES = (
      "requests' spans; warm-up, cache flushes, garbage collection and writes stay out."),
     ("TPOT", "per request, (e2e - TTFT) / (output tokens - 1)."),
     ("ITL per token", "a read that brings k tokens after a gap g gives k latencies of g / k; "
-     "tokens per chunk from the server's running count (SGLang) or the token ids of each chunk "
-     "(vLLM)."),
+     "tokens per chunk from {chunk_tokens}."),
     ("Chunk gap", "time between streamed chunks (SSE events) that came in different reads; a "
      "speculative server sends several tokens per chunk, so it is not ITL."),
     ("Speed-up", "ratio of two configs' decode tok/s with Fieller's 95% interval; 'too few "
@@ -228,7 +227,7 @@ def build(inp: Inputs) -> Section:
             ]
         )
     )
-    figures = [*FIGURES, ("Accept length", _accept_definition(inp))]
+    figures = [*_figures(inp), ("Accept length", _accept_definition(inp))]
     sec.add(
         Table(
             "Figures, named once",
@@ -252,13 +251,18 @@ def build(inp: Inputs) -> Section:
     return sec
 
 
+def _figures(inp: Inputs) -> list[tuple[str, str]]:
+    """:data:`FIGURES`, where a definition depends on the engine, worded for the engines this
+    campaign ran (their adapters say where a chunk's token count comes from)."""
+    chunk_tokens = " or ".join(f"{a.chunk_tokens_source} ({a.label})" for a in ran_adapters(inp))
+    return [(name, d.replace("{chunk_tokens}", chunk_tokens)) for name, d in FIGURES]
+
+
 def _accept_definition(inp: Inputs) -> str:
     """Each engine's own definition, for the engines this campaign ran."""
-    engines = sorted(set(group_engines(inp).values())) or [DEFAULT_ENGINE]
-    defs = "; ".join(f"{adapter(e).label}: {accept_length_definition(e)}" for e in engines)
     return (
         f"mean accepted tokens per verify step, bonus token included, as the engine defines it "
-        f"({defs}), over the counts summed over a cell's (or a row's) requests, which is what "
-        "the engine's own counters give; the plain mean of the requests' accept lengths is "
-        "shown beside it as 'request mean'."
+        f"({accept_definitions(inp)}), over the counts summed over a cell's (or a row's) "
+        "requests, which is what the engine's own counters give; the plain mean of the "
+        "requests' accept lengths is shown beside it as 'request mean'."
     )

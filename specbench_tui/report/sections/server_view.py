@@ -29,6 +29,7 @@ from specbench_tui.report.frames import (
     group_engines,
     label,
     marked,
+    ran_adapters,
     requests,
 )
 from specbench_tui.report.inputs import Inputs
@@ -187,6 +188,19 @@ def disagreements(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _stats_lines(inp: Inputs) -> str:
+    """``"(SGLang 'Decode batch' lines), "``: the stats lines each engine this campaign ran
+    prints, as its adapter names them; a bare comma where none names any."""
+    named = [f"{a.label} {a.stats_lines_name}" for a in ran_adapters(inp) if a.stats_lines_name]
+    return f"({', '.join(named)}), " if named else ", "
+
+
+def _intervals(inp: Inputs) -> str:
+    """``" (vLLM prints every 10 s)"``: how often each engine this campaign ran logs them."""
+    said = [f"{a.label} prints {a.stats_interval}" for a in ran_adapters(inp) if a.stats_interval]
+    return f" ({'; '.join(said)})" if said else ""
+
+
 def build(inp: Inputs) -> Section | None:
     view = view_frame(inp)
     if view.height == 0:
@@ -203,7 +217,7 @@ def build(inp: Inputs) -> Section | None:
                 "ratio of sums, as in the other tables). The client's accept length is the "
                 "engine's own definition over the requests' counts (what its counters give); "
                 "the server log's pools the stats lines whose whole stretch lay inside a cell "
-                "(SGLang 'Decode batch' lines, vLLM 'SpecDecoding metrics'), weighted by the "
+                f"{_stats_lines(inp)}weighted by the "
                 "verify steps behind each, warm-up requests within a cell included. The "
                 "client's speed is the cells' throughput (output tokens over their measured "
                 "windows); the server's is its logged generation throughput over the same "
@@ -231,7 +245,7 @@ def build(inp: Inputs) -> Section | None:
                 text(
                     f"The kept server logs hold {f.plural(read, 'stats line')}, but none "
                     "describes a stretch wholly inside one cell: the cells are shorter than "
-                    "the server's logging interval (vLLM prints every 10 s), so the log has "
+                    f"the server's logging interval{_intervals(inp)}, so the log has "
                     "no figure of its own for any cell."
                 )
             )

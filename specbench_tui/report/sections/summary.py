@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Bullets,
@@ -173,7 +174,8 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
             Para(
                 text(
                     "SIMULATED RESULTS: not measured on real hardware. These numbers come from "
-                    "the embedded simulated SGLang server; they show how the report looks, not "
+                    f"the embedded simulated {adapter(SIMULATED_ENGINE).label} server; they "
+                    "show how the report looks, not "
                     "how any config performs."
                 ),
                 "banner",
