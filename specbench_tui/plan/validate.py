@@ -5,52 +5,51 @@ Each problem is a PlanError with the key path it is about; the loader adds file 
 
 from __future__ import annotations
 
-import difflib
 import re
 import string
 from typing import Any
 
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
 from specbench_tui.plan.capacity import check_capacity
+from specbench_tui.plan.check_hosts import check_hosts
+from specbench_tui.plan.check_matrix import (
+    check_baseline,
+    check_matrix,
+    check_workloads,
+    matrix_hosts,
+)
 from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
-from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
+from specbench_tui.plan.configs import ResolvedConfig, resolve_configs, substitute
 from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.log_patterns import compile_pattern
-from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, SSH_DESTINATION, PlanSpec
+from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, PlanSpec
 from specbench_tui.plan.slurm_files import check_job_files
-from specbench_tui.plan.slurm_jobs import check_slurm_host
 
 _SAFE = re.compile(SAFE_NAME)
-_SSH = re.compile(SSH_DESTINATION)
 
 
 def check_plan(plan: Plan) -> list[PlanError]:
     """Every problem of a plan that its model alone cannot see, table by table."""
     spec = plan.spec
-    errs = _check_names(spec) + _check_hosts(spec) + _check_config_tables(spec)
+    errs = _check_names(spec) + check_hosts(spec) + _check_config_tables(spec)
     if errs:
         return errs  # the rest needs resolvable configs
     configs = resolve_configs(spec)
     return (
         _check_engines(spec, configs)
         + _check_expanded_names(configs)
-        + _check_matrix(spec, configs)
-        + _check_workloads(plan, configs)
+        + check_matrix(spec, configs)
+        + check_workloads(plan, configs)
         + check_capacity(spec)
         + check_templates(plan, configs)
         + check_prompt_sets(plan)
         + check_job_files(plan)
-        + _check_baseline(spec, configs)
+        + check_baseline(spec, configs)
         + _check_logs(spec)
         + _check_programs(spec)
         + _check_model(spec, configs)
         + _check_forced(spec, configs)
     )
-
-
-def _matrix_hosts(spec: PlanSpec) -> list[str]:
-    m = spec.matrix
-    return m.hosts if m.hosts is not None else list(spec.hosts)
 
 
 def _check_names(spec: PlanSpec) -> list[PlanError]:
@@ -71,53 +70,6 @@ def _check_names(spec: PlanSpec) -> list[PlanError]:
                         "use letters, digits, '_', '.' and '-'",
                     )
                 )
-    return errs
-
-
-def _check_hosts(spec: PlanSpec) -> list[PlanError]:
-    """``[hosts.NAME]``: one kind each, GPU ids that agree, SSH destinations."""
-    errs: list[PlanError] = []
-    for name, host in spec.hosts.items():
-        chosen = [
-            k
-            for k, on in (
-                ("ssh", host.ssh),
-                ("local", host.local),
-                ("sim", host.sim),
-                ("slurm", host.slurm),
-            )
-            if on
-        ]
-        if len(chosen) != 1:
-            errs.append(
-                PlanError(
-                    ("hosts", name),
-                    'set exactly one of ssh = "user@host", '
-                    "local = true, sim = true, slurm = { login = ... } "
-                    f"(found {len(chosen) or 'none'})",
-                )
-            )
-        if host.slurm is not None:
-            errs += check_slurm_host(name, host)
-        if host.gpu_ids is not None:
-            if len(host.gpu_ids) != host.gpus:
-                errs.append(
-                    PlanError(
-                        ("hosts", name, "gpu_ids"),
-                        f"lists {len(host.gpu_ids)} "
-                        f"GPU ids but gpus = {host.gpus}; make them agree",
-                    )
-                )
-            elif len(set(host.gpu_ids)) != len(host.gpu_ids):
-                errs.append(PlanError(("hosts", name, "gpu_ids"), "has a GPU id twice"))
-        if host.ssh is not None and not _SSH.match(host.ssh):
-            errs.append(
-                PlanError(
-                    ("hosts", name, "ssh"),
-                    f"{host.ssh!r} is not an SSH "
-                    "destination; write an alias, user@host or user@host:port",
-                )
-            )
     return errs
 
 
@@ -171,7 +123,7 @@ def _check_engines(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanEr
                     f"set api = {eng.default_api!r} or leave api out",
                 )
             )
-    if all(spec.hosts[h].kind == "sim" for h in _matrix_hosts(spec) if h in spec.hosts):
+    if all(spec.hosts[h].kind == "sim" for h in matrix_hosts(spec) if h in spec.hosts):
         return errs  # the simulator runs instead of the engine: its command is not read
     for c in configs:
         values = {"config": c.name, "python": c.python, "model": c.model, **dict(c.params)}
@@ -198,100 +150,6 @@ def _check_expanded_names(configs: list[ResolvedConfig]) -> list[PlanError]:
             )
         else:
             first[c.name] = c.base
-    return errs
-
-
-def _check_matrix(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
-    """``[matrix]``: configs and hosts that exist, TP that fits, exclusions that exist."""
-    errs: list[PlanError] = []
-    m = spec.matrix
-    for i, ref in enumerate(m.configs):
-        if not names_matching(ref, configs):
-            errs.append(PlanError(("matrix", "configs", i), _unknown("config", ref, spec.configs)))
-    hosts = _matrix_hosts(spec)
-    for i, h in enumerate(hosts):
-        if h not in spec.hosts:
-            errs.append(PlanError(("matrix", "hosts", i), _unknown("host", h, spec.hosts)))
-    for tp in m.tp:
-        for h in hosts:
-            if h in spec.hosts and tp > spec.hosts[h].gpus:
-                errs.append(
-                    PlanError(
-                        ("matrix", "tp"),
-                        f"TP {tp} needs {tp} GPUs but host "
-                        f"{h!r} has gpus = {spec.hosts[h].gpus}; drop TP {tp} or "
-                        "exclude it for that host",
-                    )
-                )
-    for i, ex in enumerate(m.exclude):
-        if ex.config is not None and not names_matching(ex.config, configs):
-            errs.append(
-                PlanError(
-                    ("matrix", "exclude", i, "config"), _unknown("config", ex.config, spec.configs)
-                )
-            )
-        if ex.host is not None and ex.host not in spec.hosts:
-            errs.append(
-                PlanError(("matrix", "exclude", i, "host"), _unknown("host", ex.host, spec.hosts))
-            )
-        if ex.workload is not None and ex.workload not in spec.workloads:
-            errs.append(
-                PlanError(
-                    ("matrix", "exclude", i, "workload"),
-                    _unknown("workload", ex.workload, spec.workloads),
-                )
-            )
-    return errs
-
-
-def _check_workloads(plan: Plan, configs: list[ResolvedConfig]) -> list[PlanError]:
-    """``[workloads.NAME]``: configs and TP sizes of the matrix (its prompt sets:
-    ``check_prompts``)."""
-    spec, m = plan.spec, plan.spec.matrix
-    errs: list[PlanError] = []
-    for wname, w in spec.workloads.items():
-        for i, ref in enumerate(w.configs or []):
-            if not names_matching(ref, configs):
-                errs.append(
-                    PlanError(
-                        ("workloads", wname, "configs", i), _unknown("config", ref, spec.configs)
-                    )
-                )
-        for tp in w.tp or []:
-            if tp not in m.tp:
-                errs.append(
-                    PlanError(
-                        ("workloads", wname, "tp"),
-                        f"TP {tp} is not in matrix.tp {m.tp}; the workload can only restrict it",
-                    )
-                )
-    return errs
-
-
-def _check_baseline(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
-    """``[campaign] baseline``: one config of the matrix."""
-    m = spec.matrix
-    errs: list[PlanError] = []
-    in_matrix = {n for ref in m.configs for n in names_matching(ref, configs)}
-    if spec.campaign.baseline is not None:
-        b = spec.campaign.baseline
-        real = [c for c in configs if c.forced_accept is None]  # its forced variants aside
-        if len(names_matching(b, real)) > 1:
-            errs.append(
-                PlanError(
-                    ("campaign", "baseline"),
-                    f"{b!r} is parametrized; name one "
-                    "expansion, e.g. " + repr(names_matching(b, real)[0]),
-                )
-            )
-        elif b not in in_matrix:
-            errs.append(
-                PlanError(
-                    ("campaign", "baseline"),
-                    f"baseline {b!r} is not in "
-                    f"matrix.configs {m.configs}; speedups need it measured",
-                )
-            )
     return errs
 
 
@@ -331,7 +189,7 @@ def _check_programs(spec: PlanSpec) -> list[PlanError]:
 
 def _check_model(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
     """A model path wherever a real host runs the servers."""
-    hosts = _matrix_hosts(spec)
+    hosts = matrix_hosts(spec)
     errs: list[PlanError] = []
     needs_model = any(spec.hosts[h].kind != "sim" for h in hosts if h in spec.hosts)
     if needs_model and not any(c.model for c in configs):
@@ -417,19 +275,12 @@ def _literal_braces(text: str, allowed: set[str]) -> str:
     return "".join(out)
 
 
-def _unknown(what: str, name: str, known: object) -> str:
-    names = list(known)  # type: ignore[call-overload]
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
-    return f"no {what} named {name!r}; {hint}"
-
-
 def _check_forced(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
     """Each ``forced_accept`` value against the command it forces: a speculative one, whose
     engine has the knob, at most k + 1 for its k drafts a step. A rehearsal-only plan is read
     as the simulator (which takes the simulated engine's knob) reads it."""
     errs: list[PlanError] = []
-    all_sim = all(spec.hosts[h].kind == "sim" for h in _matrix_hosts(spec) if h in spec.hosts)
+    all_sim = all(spec.hosts[h].kind == "sim" for h in matrix_hosts(spec) if h in spec.hosts)
     for c in configs:
         values = spec.configs[c.base].forced_accept
         if c.forced_accept is not None or not values:
