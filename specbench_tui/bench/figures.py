@@ -32,19 +32,19 @@ chunk) and ``e2e`` (request sent to end of stream):
   the socket have no measured gap between them: their gap's index is listed in the row's
   ``coalesced_gaps`` and it is left out of every chunk-gap statistic (the cell's
   ``coalesced_gap_share`` says how many were), never counted as a 0.00 ms gap.
-- **ITL per token**: the chunks of one read form one arrival; an arrival that carries k tokens
-  after a gap g gives k inter-token latencies of g / k. Tokens per chunk come from the
-  server's running count (``chunk_tokens``: deltas of SGLang's ``completion_tokens`` between
-  chunks, the token ids each vLLM chunk carries when asked for them, or an OpenAI server's
-  continuous usage); an arrival whose count did not move adds its gap to the next one that
-  carries tokens. Where the server gives no running count and every chunk must carry one
-  token (n == chunks), each chunk counts one; otherwise it is unknown and ``chunk_tokens`` is
-  empty.
-- **good request** (vLLM's bench ``--goodput``, DistServe): a request that succeeded and meets
-  every limit the plan's ``[slo]`` gives: TTFT <= ``ttft``, TPOT <= ``tpot``, e2e <= ``e2e``.
-  A request with no TPOT (one output token, or a zero decode window) is not good while a
-  ``tpot`` limit is given: it must not pass that limit vacuously. A failed request is never
-  good, and it is counted among the requests.
+- **ITL per token**: the chunks of one read form one arrival; an arrival that carries k
+  tokens after a gap g gives k inter-token latencies of g / k. Tokens per chunk come from the
+  server's running count (``chunk_tokens``, as the engine's stream parser reads it: deltas of a
+  running ``completion_tokens`` between chunks, the token ids each chunk carries when asked for
+  them, or an OpenAI server's continuous usage); an arrival whose count did not move adds its
+  gap to the next one that carries tokens. Where the server gives no running count and every
+  chunk must carry one token (n == chunks), each chunk counts one; otherwise it is unknown and
+  ``chunk_tokens`` is empty.
+- **good request** (goodput as serving benchmarks and DistServe define it): a request that
+  succeeded and meets every limit the plan's ``[slo]`` gives: TTFT <= ``ttft``, TPOT <=
+  ``tpot``, e2e <= ``e2e``. A request with no TPOT (one output token, or a zero decode window)
+  is not good while a ``tpot`` limit is given: it must not pass that limit vacuously. A failed
+  request is never good, and it is counted among the requests.
 - **goodput** ``goodput_req_s`` = good requests / the measured window (requests per second).
 - **share meeting the SLO** ``slo_share`` = good requests / all measured requests (failed
   ones included), with its 95% Wilson score interval ``slo_share_lo`` .. ``slo_share_hi``

@@ -10,8 +10,8 @@ the baseline diverges from itself is numerics; one that diverges earlier, or fro
 tokens, is broken. A config is also compared with itself across TP sizes, judged against the
 same floor. Everything here is plain data in and out; the engine turns verdicts into events.
 
-Outputs are compared by token ids where the engine returned them (SGLang ``output_ids``,
-vLLM token ids), by text otherwise (the position is then a word, said as such). Outputs of
+Outputs are compared by token ids where the engine's stream carried them (its stream parser
+collects them), by text otherwise (the position is then a word, said as such). Outputs of
 different ``max_tokens`` are compared on their common prefix.
 """
 

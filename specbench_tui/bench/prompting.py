@@ -1,16 +1,16 @@
 """How a conversation becomes what a request carries, the same way on every engine.
 
 By default the client renders the model's chat template (plan/chat_template.py) with the plan's
-kwargs and sends the text: SGLang's ``/generate`` and the OpenAI ``/v1/completions`` route then
+kwargs and sends the text: a native text route and the OpenAI ``/v1/completions`` route then
 continue exactly the same string, whichever engine serves it. ``chat_template_on = "server"``
 sends the messages to ``/v1/chat/completions`` with the same kwargs instead, for a plan that
 means to measure the server's own rendering.
 
 One difference is the engine's (its adapter's ``text_prompt``) and is kept: a text route that
-tokenizes with special tokens (SGLang's) adds the model's BOS itself, so a BOS the template
+tokenizes with special tokens (``"adds_bos"``) adds the model's BOS itself, so a BOS the template
 wrote at the start is taken off the text, and the server sees one BOS, as after its own chat
-rendering; an engine that takes the text as it is (vLLM, asked ``add_special_tokens: false``)
-gets the whole rendering.
+rendering; an engine that takes the text as it is (``"verbatim"``, asked
+``add_special_tokens: false``) gets the whole rendering.
 """
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ tok/s; aiohttp (C HTTP parser) with the SSE framing below cost 11 us and carried
 call a second does not matter: health checks.
 
 What the transport does per event, not per token: ``bytes.find`` to cut it and one
-``perf_counter_ns()`` when it is complete, handed on with the number of the read that
-completed it, so that a reader can tell events that came in one read (their gaps were never
-on the wire) from events that came apart. A read may end in the middle of an event;
-the pieces are kept in a list and joined once the event is complete, so a 50k-token
-cumulative SSE line (SGLang resends the whole text) costs one join, never a quadratic rebuild,
-and never meets a line-length limit. The read buffer (``read_bufsize``) is large enough that
-such a line does not pause the socket either.
+``perf_counter_ns()`` when it is complete, handed on with the number of the read that completed
+it, so that a reader can tell events that came in one read (their gaps were never on the wire)
+from events that came apart. A read may end in the middle of an event; the pieces are kept in a
+list and joined once the event is complete, so a 50k-token cumulative SSE line (a stream that
+resends the whole text) costs one join, never a quadratic rebuild, and never meets a
+line-length limit. The read buffer (``read_bufsize``) is large enough that such a line does not
+pause the socket either.
 
 SSE framing follows the spec's essentials: lines end in LF (CR LF tolerated), an event ends at
 a blank line, several ``data:`` lines of one event are joined with LF, other fields

@@ -205,7 +205,7 @@ def ran_adapters(inp: Inputs) -> list[EngineAdapter]:
 
 def accept_definitions(inp: Inputs) -> str:
     """Each engine's own accept-length definition, for the engines this campaign ran:
-    ``"SGLang: completion tokens / verify steps"``, one per engine, joined by ``; ``."""
+    ``"<label>: <definition>"``, one per engine, joined by ``; ``."""
     return "; ".join(f"{a.label}: {a.accept_length_definition}" for a in ran_adapters(inp))
 
 

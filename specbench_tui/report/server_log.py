@@ -4,16 +4,16 @@ placed in time and given to a cell only when the whole stretch it describes lies
 cell, pooled per cell by the tokens behind each line.
 
 What a line describes: engines print their statistics over the stretch since their previous
-line of the same kind (SGLang a ``Decode batch`` line every so many decode steps, vLLM an
-``Engine`` line and a ``SpecDecoding metrics`` line every 10 s of activity), and that stretch
+line of the same kind (every so many decode steps, or every so many seconds of activity, as
+the engine's adapter says: ``stats_lines_name``, ``stats_interval``), and that stretch
 may hold idle time or another cell's requests. So a line counts for a cell only when the
 previous line of its kind and the line itself both fall inside the cell's window (its
 ``cell_started`` to ``cell_finished``), the stamps' resolution (a second) taken off the window.
 A short cell may get no line at all: then it has no log figure, rather than a neighbour's.
 
 Placing a line in time: servers print local wall-clock time, each engine in its own form
-(``EngineAdapter.log_stamp``: SGLang ``[2026-01-01 12:00:00 TP0]``, vLLM ``INFO 01-01
-12:00:00``), while the events are UTC. The
+(``EngineAdapter.log_stamp``: ``[2026-01-01 12:00:00 TP0]``, or ``INFO 01-01 12:00:00``
+without a year), while the events are UTC. The
 server's clock is measured at each start: each start in the kept log begins with the
 campaign's own header (``----- <UTC ISO time> starting ...``), and the time zone is the
 difference to the first stamped line after it, rounded to a quarter hour; beyond the zone,
@@ -102,7 +102,7 @@ def stats_parser(engine: str) -> StatsParser:
 
 def _family(stats: dict[str, float]) -> str | None:
     """Which periodic line this is, so that a line's stretch starts at the previous line of
-    the same kind: vLLM's spec line apart from its engine line, SGLang's decode lines."""
+    the same kind: a speculative-counts line apart from an engine's throughput line."""
     if "accepted_tokens" in stats or "drafted_tokens" in stats:
         return "spec"
     if THROUGHPUT_KEY in stats or ACCEPT_KEY in stats:

@@ -189,14 +189,15 @@ def disagreements(r: dict[str, Any]) -> list[str]:
 
 
 def _stats_lines(inp: Inputs) -> str:
-    """``"(SGLang 'Decode batch' lines), "``: the stats lines each engine this campaign ran
+    """``"(<label> <stats lines>), "``: the stats lines each engine this campaign ran
     prints, as its adapter names them; a bare comma where none names any."""
     named = [f"{a.label} {a.stats_lines_name}" for a in ran_adapters(inp) if a.stats_lines_name]
     return f"({', '.join(named)}), " if named else ", "
 
 
 def _intervals(inp: Inputs) -> str:
-    """``" (vLLM prints every 10 s)"``: how often each engine this campaign ran logs them."""
+    """``" (<label> prints every <interval>)"``: how often each engine this campaign ran
+    logs them."""
     said = [f"{a.label} prints {a.stats_interval}" for a in ran_adapters(inp) if a.stats_interval]
     return f" ({'; '.join(said)})" if said else ""
 
