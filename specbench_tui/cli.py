@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--job",
         metavar="FILE",
         type=Path,
-        help="with --headless, inside a Slurm batch job: run the service group and cells of "
+        help="with --headless, inside a batch job: run the service group and cells of "
         "the job file the campaign wrote (the job script passes it)",
     )
     p.add_argument(
@@ -407,7 +407,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     rerun = tuple(x.strip() for x in (args.rerun or "").split(",") if x.strip())
     if args.job is not None and not args.headless:
-        raise InputError("--job goes with --headless (it is how a Slurm job runs its group)")
+        raise InputError("--job goes with --headless (it is how a batch job runs its group)")
     if not args.headless:
         return _console(args, plan, results_root, layout, rerun)
 
@@ -442,7 +442,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         campaign.store.close()
         raise
     if share is not None:
-        from specbench_tui.engine.slurm_job import run_job
+        from specbench_tui.engine.batch_job import run_job
 
         return run_job(campaign, share)
     from specbench_tui.engine.headless import run_headless

@@ -236,7 +236,7 @@ def test_a_job_file_that_does_not_fit_the_plan_is_one_line(tmp_path: Path, plan_
     plan = load_plan(plan_path)
     (job_dir / "plan.toml").write_text(plan.text)
     for spec, says in (
-        (JobSpec("folded", "cluster.nope.tp2", 1, (), plan.hash, ""), "no Slurm service group"),
+        (JobSpec("folded", "cluster.nope.tp2", 1, (), plan.hash, ""), "run as batch jobs"),
         (JobSpec("folded", "cluster.ar.tp2", 1, ("feedbeef",), plan.hash, ""), "are not cells"),
         (JobSpec("folded", "cluster.ar.tp2", 1, (), "0" * 16, ""), "written for plan"),
     ):

@@ -41,9 +41,9 @@ class CampaignOptions:
     live_history: int = 2000  # live events kept for a console that attaches late
     ssh_config: str | None = None  # like ``ssh -F FILE``; None: ~/.ssh/config
     abort_grace_s: float = 1.0  # how long an abort lets requests in flight finish
-    # Inside a Slurm batch job: run only the job's group and cells, on its allocation.
+    # Inside a batch job: run only the job's group and cells, on its allocation.
     job: JobShare | None = None
-    # Views at the end (a Slurm job leaves them to its campaign), and what writes the report
+    # Views at the end (a batch job leaves them to its campaign), and what writes the report
     # of the results directory then: the command line passes the report's renderer; None
     # writes none (``--report DIR`` renders it later).
     write_views: bool = True

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.group_runner import GroupRunner
+from specbench_tui.hosts.backends import backend
 from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.local_leftovers import find_local_leftovers, results_owner
 from specbench_tui.plan.packing import Placer, placed
@@ -40,8 +41,9 @@ class HostScheduler:
         ctx = self.ctx
         running: dict[asyncio.Task[None], tuple[ServiceGroup, int]] = {}
         keep = {g.id for g in self.groups if ctx.pending(g)}
-        if self.groups and (keep or self.groups[0].host_kind == "ssh" or self._left_here()):
-            # Servers a crashed run left there: kept for the groups about to run (an SSH
+        remote = bool(self.groups) and backend(self.groups[0].host_kind).remote
+        if self.groups and (keep or remote or self._left_here()):
+            # Servers a crashed run left there: kept for the groups about to run (a remote
             # host takes one over), else stopped.
             await self.host().settle_leftovers(keep)
         try:

@@ -1,6 +1,6 @@
-"""What one Slurm batch job runs: its submission's ``job.json`` and the node's allocation.
+"""What one batch job runs: its submission's ``job.json`` and the node's allocation.
 
-Kept apart from the job's run (``slurm_job.py``) because the run context carries a share
+Kept apart from the job's run (``batch_job.py``) because the run context carries a share
 while the run itself drives a whole campaign.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from specbench_tui import __version__
 from specbench_tui.errors import InputError
+from specbench_tui.hosts.backends import backend, job_gpu_variables
 from specbench_tui.hosts.host import pick_free_port, with_port
 from specbench_tui.plan.expand import Expansion
 from specbench_tui.plan.model import HostSpec, PlanSpec
@@ -21,12 +22,13 @@ from specbench_tui.plan.slurm_jobs import JobSpec
 
 
 def allocated_gpus(environ: Mapping[str, str]) -> tuple[tuple[int, ...], str | None]:
-    """The job's GPUs as indices, and ``CUDA_VISIBLE_DEVICES`` as Slurm set it (None when
-    Slurm set none). Slurm sets it from the ``--gres=gpu:N`` allocation; ids that are not
-    numbers (UUIDs) count as 0..N-1 for the telemetry and pass through unchanged."""
+    """The job's GPUs as indices, and ``CUDA_VISIBLE_DEVICES`` as the batch system set it
+    (None when it set none; then the variables the backends name for a job's GPUs). Ids
+    that are not numbers (UUIDs) count as 0..N-1 for the telemetry and pass through
+    unchanged."""
     raw = environ.get("CUDA_VISIBLE_DEVICES")
     if raw is None or not raw.strip():
-        raw_jobs = environ.get("SLURM_JOB_GPUS") or environ.get("SLURM_STEP_GPUS")
+        raw_jobs = next((environ[v] for v in job_gpu_variables() if environ.get(v)), None)
         raw = raw_jobs.strip() if raw_jobs and raw_jobs.strip() else None
     if raw is None:
         return (), None
@@ -73,8 +75,10 @@ class JobShare:
                 f"{plan_hash}; the job's directory holds the plan it was submitted with"
             )
         group = next((g for g in exp.groups if g.id == s.group), None)
-        if group is None or group.host_kind != "slurm":
-            raise InputError(f"{self.path}: the plan has no Slurm service group {s.group!r}")
+        if group is None or backend(group.host_kind).batch_jobs is None:
+            raise InputError(
+                f"{self.path}: the plan has no service group {s.group!r} run as batch jobs"
+            )
         cells = exp.cells_of(group.id)
         unknown = set(s.cells) - {c.id for c in cells}
         if unknown:
@@ -90,7 +94,7 @@ class JobShare:
         return Expansion(groups=[with_port(here, pick_free_port())], cells=cells)
 
     def node_spec(self, spec: PlanSpec, group_host: str) -> PlanSpec:
-        """The plan with the Slurm host seen as this node: a local host with the job's GPUs."""
+        """The plan with the batch host seen as this node: a local host with the job's GPUs."""
         gpus = list(self.gpus) or None
         node = HostSpec(
             local=True, gpus=len(gpus) if gpus else spec.hosts[group_host].gpus, gpu_ids=gpus
@@ -105,8 +109,8 @@ class JobShare:
         out = []
         if self.visible is None:
             out.append(
-                "Slurm set no CUDA_VISIBLE_DEVICES for this job; the server sees every GPU "
-                "of the node"
+                "the batch system set no CUDA_VISIBLE_DEVICES for this job; the server sees "
+                "every GPU of the node"
             )
         if self.spec.tool_version and self.spec.tool_version != __version__:
             out.append(

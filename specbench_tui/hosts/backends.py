@@ -69,6 +69,12 @@ class Backend:
     #: Whether a campaign reaches the host before it starts (``Host.preflight``, or the first
     #: problem of ``batch_check``): an unknown host key is one clear line, not a failure later.
     preflights: bool = False
+    #: Another machine: servers an earlier run left there are settled at every start (an
+    #: SSH host takes one over), not only when this run has groups to run there.
+    remote: bool = False
+    #: Environment variables in which a batch job finds its GPUs when the system set no
+    #: ``CUDA_VISIBLE_DEVICES``, in order.
+    job_gpu_variables: tuple[str, ...] = ()
 
 
 def _local(b: HostBuild) -> Host:
@@ -127,13 +133,14 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend("local", host=_local),
         Backend("sim", host=_sim),
-        Backend("ssh", host=_ssh, settings=_ssh_settings, preflights=True),
+        Backend("ssh", host=_ssh, settings=_ssh_settings, preflights=True, remote=True),
         Backend(
             "slurm",
             batch_system=_slurm_system,
             batch_jobs=_slurm_jobs,
             batch_check=_slurm_check,
             preflights=True,
+            job_gpu_variables=("SLURM_JOB_GPUS", "SLURM_STEP_GPUS"),
         ),
     )
 }
@@ -144,6 +151,11 @@ def backend(kind: str) -> Backend:
         return BACKENDS[kind]
     except KeyError:
         raise ValueError(f"no backend for hosts of kind {kind!r}") from None
+
+
+def job_gpu_variables() -> tuple[str, ...]:
+    """Every batch backend's variables that name a job's GPUs."""
+    return tuple(v for b in BACKENDS.values() for v in b.job_gpu_variables)
 
 
 def build_host(plan_spec: PlanSpec, name: str, ssh_config: str | None = None, **kw: Any) -> Host:

@@ -1,18 +1,18 @@
-"""The tool inside a Slurm batch job: one service group's cells on the node Slurm allocated.
+"""The tool inside a batch job: one service group's cells on the node the cluster allocated.
 
 The job runs ``specbench-tui PLAN --headless --results DIR --job job.json``: the same engine
 as anywhere, on the plan as the coordinator expanded it (so cell ids agree), narrowed to the
 group and cells ``job.json`` names. The group runs as on a local host, with the GPUs of the
-allocation (``CUDA_VISIBLE_DEVICES`` as Slurm set it) and a free port, since other jobs may
-share the node. A requeued job finds its own results directory and resumes it: finished cells
-stay finished, an interrupted one runs again.
+allocation (``CUDA_VISIBLE_DEVICES`` as the batch system set it) and a free port, since other
+jobs may share the node. A requeued job finds its own results directory and resumes it:
+finished cells stay finished, an interrupted one runs again.
 
 The coordinator steers a running job through a mailbox on the shared filesystem,
 ``commands.jsonl`` beside ``job.json``: one operator command a line (pause, resume, skip,
 retry_group), applied in order. The shared filesystem is the one path that both the login
 node and every compute node have by the plan's contract; a node's own control socket is not
-reachable from the login node on most clusters. Abort is Slurm's: ``scancel --batch
---signal=TERM`` ends the tool as SIGTERM always does (servers stopped, measurements kept).
+reachable from the login node on most clusters. Abort is the batch system's: SIGTERM to the
+job's shell ends the tool as SIGTERM always does (servers stopped, measurements kept).
 """
 
 from __future__ import annotations
