@@ -62,3 +62,11 @@ class Interrupted(SpecbenchError):
     """The operator or a signal ended the run while something long was awaited."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+def describe(exc: BaseException) -> str:
+    """The one line an error is told with: a worded error's own message; anything else with
+    its class first (an OSError's or a bug's class is the first clue to what happened)."""
+    if isinstance(exc, SpecbenchError) and str(exc):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

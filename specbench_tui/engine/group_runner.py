@@ -27,6 +27,7 @@ from specbench_tui.engine.run_control import AbortRequested
 from specbench_tui.engine.verdict import restart_allowed
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.inspect import inspect_server
+from specbench_tui.errors import describe
 from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError, describe_exit
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -62,10 +63,11 @@ class ServerSlot:
             return
         try:
             await svc.stop(self.grace_s)
-        except Exception as exc:  # the stop's own reason; the campaign goes on either way
+        except Exception as exc:  # whatever failed, said: the campaign goes on either way,
+            # and the server stays on record (only a stop that worked drops the record)
             self.say(
-                f"{svc.group.id}: could not stop its server: {exc}; what is left of it is "
-                "stopped by the next run of these results or by --cleanup"
+                f"{svc.group.id}: could not stop its server: {describe(exc)}; what is left of it "
+                "is stopped by the next run of these results or by --cleanup"
             )
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from specbench_tui.engines.registry import adapter
+from specbench_tui.errors import describe
 from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.local_leftovers import (
     SERVER_MARK_ENV,
@@ -355,8 +356,8 @@ class Host:
             if self._mode is None:
                 try:
                     mode = await self.choose_telemetry()
-                except Exception as e:  # a probe must never stop a campaign
-                    mode = TelemetryMode("none", None, f"probe failed: {type(e).__name__}: {e}")
+                except Exception as e:  # a probe must never stop a campaign: said as the mode
+                    mode = TelemetryMode("none", None, f"probe failed: {describe(e)}")
                 self._mode = mode
                 self.events.event(
                     TelemetryChosen(
@@ -676,10 +677,12 @@ class Host:
             if svc.alive():
                 try:
                     await svc.stop(grace_s)
-                except Exception as exc:  # said; its record stays for the leftover check
+                except Exception as exc:  # whatever failed, said; its record stays for the
+                    # leftover check (a stop never drops the record of a server it left)
                     self.events.notice(
-                        f"{self.name}: could not stop {svc.group.id}'s server: {exc}; what is "
-                        "left of it is stopped by the next run of these results or by --cleanup",
+                        f"{self.name}: could not stop {svc.group.id}'s server: {describe(exc)}; "
+                        "what is left of it is stopped by the next run of these results or by "
+                        "--cleanup",
                         "error",
                     )
         self._services.clear()

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import asyncssh
+
+from specbench_tui.errors import describe
 from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
@@ -125,10 +128,13 @@ async def stop_process_group(
     grace_s: float,
     say: Callable[[str], None] | None = None,
     name: str = "",
+    kill_wait_s: float = 10.0,
 ) -> None:
     """SIGTERM to the whole process group, SIGKILL after ``grace_s``; returns once none of
     it is left. Every step is a check or a signal sent again, so each survives a dropped
-    link (the connection waits for the host); a host that stays away raises SshError."""
+    link (the connection waits for the host); a host that stays away raises SshError, and a
+    group still there ``kill_wait_s`` after SIGKILL raises ServiceError (the caller keeps it on record
+    for the leftover check instead of taking it for stopped)."""
     say = say or (lambda _line: None)
 
     async def alive() -> bool:
@@ -148,9 +154,13 @@ async def stop_process_group(
     if await alive():
         say(f"----- {name or pgid} ignored SIGTERM; sending SIGKILL")
         await signal("KILL")
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + kill_wait_s
         while time.monotonic() < deadline and await alive():
             await asyncio.sleep(0.2)
+        if await alive():
+            raise ServiceError(
+                f"{name or f'process group {pgid}'} on {ssh}: still running after SIGKILL"
+            )
 
 
 class RemoteProcessService(RemoteService):
@@ -409,15 +419,17 @@ class RemoteProcessService(RemoteService):
 
     async def _stop(self, grace_s: float) -> None:
         pid = self.pid
-        if pid is not None:
-            await stop_process_group(self.ssh, pid, grace_s, self._write_log, self.group.id)
-            await self._read_exit_file()
-            if not self._exited.is_set():
-                self._exited.set()  # killed by us: the wrapper died before writing a status
-            await self._drain_log(1.0)
-            self._write_log(f"----- {self.group.id} {describe_exit(self._exit_code)}")
-        await self._stop_background()
-        self._close_log()
+        try:
+            if pid is not None:
+                await stop_process_group(self.ssh, pid, grace_s, self._write_log, self.group.id)
+                await self._read_exit_file()
+                if not self._exited.is_set():
+                    self._exited.set()  # killed by us: the wrapper died before writing a status
+                await self._drain_log(1.0)
+                self._write_log(f"----- {self.group.id} {describe_exit(self._exit_code)}")
+        finally:  # a stop that failed still ends the tail and the log; its record stays
+            await self._stop_background()
+            self._close_log()
         if pid is not None:
             await self._wait_port_free()
 
@@ -493,15 +505,15 @@ class RemoteProcessService(RemoteService):
                 log.info("%s: log tail: %s", self.group.id, e)
                 await asyncio.sleep(2.0)
                 continue
-            except Exception as e:  # a channel error: retry on a fresh attempt
-                log.info("%s: log tail: %s", self.group.id, e)
+            except (asyncssh.Error, OSError) as e:  # a channel error: retry on a fresh one
+                log.info("%s: log tail: %s", self.group.id, describe(e))
                 await asyncio.sleep(1.0)
                 continue
             try:
                 while True:
                     try:
                         chunk = await proc.stdout.read(65536)
-                    except Exception:
+                    except (asyncssh.Error, OSError):  # the channel broke: start another
                         break
                     if not chunk:
                         break

@@ -215,7 +215,7 @@ class Service(ABC):
         if self._on_line is not None:
             try:
                 self._on_line(line)
-            except Exception:
+            except Exception:  # a reader's bug must not stop the tail the readiness waits on
                 if not self._callback_failed:  # say it once, not for every line
                     self._callback_failed = True
                     log.exception("on_line callback failed for %s", self.group.id)

@@ -346,7 +346,7 @@ class SshConnection:
             return
         try:
             self.on_state(state, reason)
-        except Exception:
+        except Exception:  # a watcher's bug must not break the reconnect it is told of
             log.exception("on_state callback failed for %s", self.destination)
 
     async def _connect_once(self) -> asyncssh.SSHClientConnection:
@@ -427,7 +427,7 @@ class SshConnection:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(asyncssh.Error, OSError):  # closing: a drop is no news
                 await conn.wait_closed()
 
     def stop_waiting(self) -> bool:
@@ -623,7 +623,7 @@ class PortForward:
         while True:
             conn = self._conn
             if conn is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(asyncssh.Error, OSError):  # closed either way
                     await conn.wait_closed()
             await asyncio.sleep(0.05)
             try:
@@ -640,7 +640,7 @@ class PortForward:
             self._watch = None
         if self._listener is not None:
             self._listener.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(asyncssh.Error, OSError, TimeoutError):
                 await asyncio.wait_for(self._listener.wait_closed(), timeout=2.0)
             self._listener = None
 
@@ -685,7 +685,7 @@ class _SshAgentProcess(AgentProcess):
         # Closing the channel ends the agent: it gets EPIPE at its next line (within one
         # interval); there is no pty, so no signal reaches it reliably.
         self._proc.close()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(asyncssh.Error, OSError, TimeoutError):  # the link went first
             await asyncio.wait_for(self._proc.wait_closed(), timeout=2.0)
         if not self._stderr_task.done():
             self._stderr_task.cancel()

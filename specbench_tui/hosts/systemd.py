@@ -44,6 +44,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncssh
+
+from specbench_tui.errors import describe
 from specbench_tui.hosts.lines import CUT_MARK
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
@@ -229,11 +232,17 @@ async def wait_unit_inactive(ssh: SshConnection, unit: str, timeout_s: float) ->
 
 
 async def stop_unit(
-    ssh: SshConnection, unit: str, grace_s: float, say: Callable[[str], None] | None = None
+    ssh: SshConnection,
+    unit: str,
+    grace_s: float,
+    say: Callable[[str], None] | None = None,
+    kill_wait_s: float = 10.0,
 ) -> None:
     """``systemctl stop``, SIGKILL to the unit after ``grace_s``; returns once it is
     inactive. Every step is a check or a request systemd takes twice as once, so each
-    survives a dropped link (the connection waits for the host)."""
+    survives a dropped link (the connection waits for the host). A unit still active
+    ``kill_wait_s`` after SIGKILL raises ServiceError: the caller keeps it on record, never takes it for
+    stopped."""
     say = say or (lambda _line: None)
     if (await show_unit(ssh, unit)).get("ActiveState") not in ACTIVE_STATES:
         return
@@ -242,7 +251,8 @@ async def stop_unit(
     if not await wait_unit_inactive(ssh, unit, grace_s):
         say(f"----- {unit} did not stop; sending SIGKILL")
         await ssh.run(["systemctl", "kill", "--signal=KILL", unit], timeout_s=30.0, idempotent=True)
-        await wait_unit_inactive(ssh, unit, 10.0)
+        if not await wait_unit_inactive(ssh, unit, kill_wait_s):
+            raise ServiceError(f"{unit} on {ssh}: still active after SIGKILL")
 
 
 class SystemdService(RemoteService):
@@ -497,13 +507,15 @@ class SystemdService(RemoteService):
         return self._exit_code
 
     async def _stop(self, grace_s: float) -> None:
-        if self._started:
-            await stop_unit(self.ssh, self.unit, grace_s, self._write_log)
-            await self._settle_exit()
-            await asyncio.sleep(0.2)  # systemd's last journal lines
-            self._write_log(f"----- {self.unit} {describe_exit(self._exit_code)}")
-        await self._stop_background()
-        self._close_log()
+        try:
+            if self._started:
+                await stop_unit(self.ssh, self.unit, grace_s, self._write_log)
+                await self._settle_exit()
+                await asyncio.sleep(0.2)  # systemd's last journal lines
+                self._write_log(f"----- {self.unit} {describe_exit(self._exit_code)}")
+        finally:  # a stop that failed still ends the journal and the log; its record stays
+            await self._stop_background()
+            self._close_log()
         if self._started:
             await self._wait_port_free()
 
@@ -582,8 +594,8 @@ class SystemdService(RemoteService):
                 log.info("%s: journal: %s", self.unit, e)
                 await asyncio.sleep(2.0)
                 continue
-            except Exception as e:  # a channel error: retry
-                log.info("%s: journal: %s", self.unit, e)
+            except (asyncssh.Error, OSError) as e:  # a channel that failed to open or broke
+                log.info("%s: journal: %s", self.unit, describe(e))
             await asyncio.sleep(0.5)
 
     def _handle_entry(self, line: str) -> None:
