@@ -1,10 +1,12 @@
-"""The embedded simulated SGLang server: ``python -m specbench_tui.sim ARGS``.
+"""The embedded simulated server: ``python -m specbench_tui.sim ARGS``.
 
-A real HTTP server process per service group, speaking SGLang's API (``/generate``,
-``/v1/chat/completions``, ``/health_generate``, ``/get_server_info``, ...) and printing SGLang's
-log lines, so that a whole campaign (start, wait for health, benchmark, tail the log, stop,
-wait for GPU memory to be freed) runs end to end on a laptop. ``/sim/requests/{rid}`` adds
-what the simulator scheduled for each request, to check the client's timing against.
+A real HTTP server process per service group that stands in for the registry's simulated engine
+(``SIMULATED_ENGINE`` in ``engines/registry.py``), speaking its API (``/generate``,
+``/v1/chat/completions``, ``/health_generate``, ``/get_server_info``, ...) and printing its log
+lines (its adapter's ``log_format``), so that a whole campaign (start, wait for health,
+benchmark, tail the log, stop, wait for GPU memory to be freed) runs end to end on a laptop.
+``/sim/requests/{rid}`` adds what the simulator scheduled for each request, to check the
+client's timing against.
 
 The model (all times are simulated and divided by ``--speed``; ``--sim-fault slow:X``
 multiplies step times by X):
@@ -36,7 +38,7 @@ multiplies step times by X):
   ``cached_tokens`` and pay prefill only for the new part.
 * Output: deterministic words from a PRNG seeded by the prompt only, so every config returns
   the same greedy text; about a third of prompts stop early (EOS), the rest run to
-  ``max_new_tokens``; token ids travel as ``output_ids``, as SGLang sends them.
+  ``max_new_tokens``; token ids travel as ``output_ids``, as the engine sends them.
   ``--sim-fault diverge`` switches the words after a prompt-dependent position, to exercise
   the greedy-equivalence check (``diverge-tp:N``: on a TP-N server only, so a config's outputs
   differ across TP sizes); ``--sim-fault leak:N`` makes the request that follows one of

@@ -1,6 +1,6 @@
 """Prefix caching, approximated at block granularity.
 
-SGLang's radix cache reuses the KV of the longest previously seen token prefix. Without a
+The engine's radix cache reuses the KV of the longest previously seen token prefix. Without a
 tokenizer we hash the text in fixed 64-character blocks (16 simulated tokens), each hash
 chained to its predecessor so that a block only matches in the same position after the same
 history, and refine the match inside the first block that differs. Lookups cost one hash
@@ -24,7 +24,7 @@ class PrefixCache:
 
     Besides the set of full-block hashes, each block remembers the text that followed it (the
     latest one seen), so a match can extend into a partial block at token granularity: a
-    repeated prompt is then cached up to its last token, as with SGLang's page size 1.
+    repeated prompt is then cached up to its last token, as with a page size of 1.
     """
 
     def __init__(self, capacity_blocks: int = 200_000) -> None:

@@ -1,10 +1,13 @@
-"""The simulator's command line: the arguments a real SGLang launch passes, plus a few of our own.
+"""The simulator's command line: the arguments a real launch of the simulated engine passes,
+plus a few of our own. What a flag says about speculation is its engine's adapter's to read
+(``EngineAdapter.speculation_flags``, ``launch_speculation``): a rehearsal of any engine's
+plan passes that engine's flags.
 
 A campaign appends whatever server args the plan lists, so the parser must swallow every flag
-SGLang knows without a table of them: an unknown ``--flag`` takes the next token as its value
-unless that token is itself a flag (SGLang has no positional arguments, so this is unambiguous),
-and ``--flag=value`` always works. Unknown flags are kept and shown in ``/get_server_info`` the
-way SGLang names them, because a client may read them back.
+the engine knows without a table of them: an unknown ``--flag`` takes the next token as its
+value unless that token is itself a flag (the engine takes no positional arguments, so this
+is unambiguous), and ``--flag=value`` always works. Unknown flags are kept and shown in
+``/get_server_info`` the way the engine names them, because a client may read them back.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class SimConfig:
     seed: int = 0
     faults: tuple[Fault, ...] = ()
     gpu_state_dir: str | None = None
-    # Fail as SGLang does when --model-path names a local path that does not exist. Off by
+    # Fail as the engine does when --model-path names a local path that does not exist. Off by
     # default: a rehearsal of a real plan (/dev/shm/...) must not need the model files.
     require_model: bool = False
     gpu_ids: tuple[int, ...] = ()
@@ -66,12 +69,13 @@ class SimConfig:
     # A file each request's prompt is appended to (one JSON object a line): what the server
     # received, for tests that check the client's rendering.
     record_prompts: str | None = None
-    # Forced acceptance, as SGLang takes it (SGLANG_SIMULATE_ACC_LEN): every verify step of a
-    # speculative server accepts this many tokens on average, bonus included, whatever the
-    # drafts (model.py draws them as vLLM's synthetic rejection sampler does).
+    # Forced acceptance, as an engine's adapter reads its knob (launch_speculation): every
+    # verify step of a speculative server accepts this many tokens on average, bonus
+    # included, whatever the drafts (model.py draws them as a synthetic rejection sampler
+    # does).
     forced_accept: float | None = None
-    # The algorithm as the command named it, where that is not the simulator's own (a vLLM
-    # method from --speculative-config, simulated as a chain drafter): what server info says.
+    # The algorithm as the command named it, where that is not the simulator's own (another
+    # engine's method, simulated as a chain drafter): what server info says.
     named_algorithm: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # The engine whose wire face the server shows (its log lines, its model owner): the
@@ -90,7 +94,7 @@ class SimConfig:
         return next((f for f in self.faults if f.name == name), None)
 
     def server_info(self) -> dict[str, Any]:
-        """Server args under SGLang's names, so a client reading them cannot tell us apart."""
+        """Server args under the engine's names, so a client reading them cannot tell us apart."""
         info: dict[str, Any] = dict(self.extra)
         info.update(
             model_path=self.model_path,
@@ -241,7 +245,7 @@ def _face(name: str) -> str:
 
 
 def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
-    """Build a :class:`SimConfig` from an SGLang-style command line and environment."""
+    """Build a :class:`SimConfig` from a launch command line and environment."""
     env = dict(os.environ) if env is None else env
     cfg = SimConfig()
     faults: list[Fault] = []
@@ -309,7 +313,7 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
 
 
 def _apply_spec_defaults(cfg: SimConfig) -> None:
-    """Fill what SGLang would infer, and pick a running-request cap the KV budget allows."""
+    """Fill what the engine would infer, and pick a running-request cap the KV budget allows."""
     if cfg.algorithm == "DFLASH":
         cfg.num_draft_tokens = cfg.num_draft_tokens or 16
     elif cfg.algorithm == "DDTREE":

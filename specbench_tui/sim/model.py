@@ -201,7 +201,7 @@ class PerfModel:
         return expected_accept_length(self.token_accept_prob(prompt_class, False), self.depth)
 
     def accept_rate(self, accept_len: float) -> float:
-        """SGLang's 'accept rate': the fraction of draft positions that were accepted."""
+        """The engine's 'accept rate': the fraction of draft positions that were accepted."""
         if self.algorithm is None or self.depth == 0:
             return 1.0
         return max(0.0, min(1.0, (accept_len - 1) / self.depth))

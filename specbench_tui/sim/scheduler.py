@@ -1,6 +1,6 @@
 """Continuous batching: one loop runs prefill and decode steps for every admitted request.
 
-This mirrors SGLang's scheduler closely enough for the client to see the same behaviour:
+This mirrors the engine's scheduler closely enough for the client to see the same behaviour:
 requests wait in a queue while ``max_running_requests`` are running; a step that admits new
 requests is a prefill step (running requests stall meanwhile) and yields each new request's
 first token; every other step is a decode step in which all running requests advance by the

@@ -1,6 +1,7 @@
-"""The HTTP face of the simulator: SGLang's native and OpenAI-compatible endpoints on aiohttp.
+"""The HTTP face of the simulator: the simulated engine's native and OpenAI-compatible
+endpoints on aiohttp.
 
-Responses follow SGLang's shapes (native ``/generate`` with cumulative ``text`` and
+Responses follow the engine's shapes (native ``/generate`` with cumulative ``text`` and
 ``meta_info`` per SSE chunk, OpenAI ``chat.completion.chunk`` deltas), so the benchmark client
 runs unchanged against a real or simulated server. One addition, ``/sim/requests/{rid}``,
 reports when each chunk actually left, so tests can hold the client's timing to account.
@@ -37,7 +38,7 @@ from specbench_tui.sim.model import PerfModel
 from specbench_tui.sim.scheduler import Scheduler, SimRequest
 
 _RECORDS_KEPT = 10_000
-_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's native default
+_DEFAULT_MAX_NEW_TOKENS = 128  # the native route's default
 _DEFAULT_CHAT_MAX_TOKENS = 4096
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _DONE = b"data: [DONE]\n\n"
@@ -103,7 +104,7 @@ class _Emitter:
 
 
 class _CumulativeChunk:
-    """SGLang's default stream: every chunk carries the whole text and all ids so far. Encoding
+    """The native default stream: every chunk carries the whole text and all ids so far. Encoding
     them again for each chunk made the simulator's cost per token grow with the output (half
     its CPU at 2048 tokens, and packed rehearsals run eight of them on two cores); this keeps
     both encoded and appends only what is new. The bytes are the ones ``_dumps`` writes."""
@@ -137,7 +138,7 @@ class _CumulativeChunk:
 
 
 class SimServer:
-    """One simulated SGLang server: lifecycle, endpoints, request records."""
+    """One simulated server: lifecycle, endpoints, request records."""
 
     def __init__(self, cfg: SimConfig, log: ServerLog) -> None:
         self.cfg = cfg
@@ -345,7 +346,7 @@ class SimServer:
                 done = req.done
                 if req.completion_tokens - sent >= self.cfg.burst or done:
                     now = time.perf_counter()
-                    # Like SGLang's default stream: the whole text and all ids so far.
+                    # Like the native default stream: the whole text and all ids so far.
                     chunk = cumulative.encode(req.text, _ids(req), self._meta(req, now))
                     await emitter.send(chunk, req.completion_tokens - sent)
                     sent = req.completion_tokens
@@ -462,7 +463,7 @@ class SimServer:
                     if done:
                         choice["matched_stop"] = (req.finish or {}).get("matched")
                         if self.cfg.speculative:
-                            # As SGLang builds that attach it: the request's verify steps,
+                            # As the engine's builds that attach it: the request's verify steps,
                             # so an OpenAI-route rehearsal has its accept length too.
                             choice["meta_info"] = self._meta(req, time.perf_counter())
                     await emitter.send(
@@ -579,7 +580,7 @@ class SimServer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start_up(self) -> None:
-        """Print SGLang's start-up story while memory ramps; then warm up and become ready."""
+        """Print the engine's start-up story while memory ramps; then warm up and become ready."""
         cfg, plan, log = self.cfg, self.plan, self.log
         total = self._s(self.model.startup_s())
         ranks = range(cfg.tp_size)
@@ -593,7 +594,7 @@ class SimServer:
             return
         if cfg.require_model and not os.path.exists(cfg.model_path):
             # A local model path that is gone (the usual /dev/shm after a reboot) fails the
-            # way SGLang does: while loading the config, before any GPU work.
+            # way the engine does: while loading the config, before any GPU work.
             log.line(
                 f"Scheduler hit an exception: OSError: Can't load the configuration of "
                 f"'{cfg.model_path}'. Make sure '{cfg.model_path}' is the correct path to a "
@@ -671,7 +672,7 @@ class SimServer:
         log.line("The server is fired up and ready to roll!", rank=None)
 
     async def _warm_up(self) -> None:
-        """SGLang's own warm-up request: it counts in the lifetime accept-length average, the
+        """The engine's own warm-up request: it counts in the lifetime accept-length average, the
         mistake the campaign's per-request accept length avoids."""
         req = SimRequest(
             rid=uuid.uuid4().hex,

@@ -12,7 +12,7 @@ import hashlib
 import random
 
 CHARS_PER_TOKEN = 4
-EOS_TOKEN_ID = 151645  # Qwen's <|im_end|>: what SGLang reports as the matched stop token
+EOS_TOKEN_ID = 151645  # Qwen's <|im_end|>: what the engine reports as the matched stop token
 
 _VOCABULARY = """
     the of and to in is that for it as with was on be by this are or an at from which have not
@@ -77,7 +77,7 @@ class TokenStream:
         self._alt_seed = base ^ 0x5EED_D1FF
         self._diverge_at = 8 + _digest(prompt)[12] % 40 if diverge else diverge_at
         self.position = 0
-        self.ids: list[int] = []  # token ids so far, as SGLang's output_ids
+        self.ids: list[int] = []  # token ids so far, as the engine's output_ids
 
     def next_words(self, n: int) -> list[str]:
         """The next ``n`` tokens' text (their ids are appended to ``ids``)."""
