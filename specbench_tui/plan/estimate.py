@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specbench_tui.plan.batch import batch_kind
 from specbench_tui.plan.capacity import search
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate
@@ -191,17 +192,14 @@ def estimate(
         name: h.gpu_ids if h.gpu_ids is not None else list(range(h.gpus))
         for name, h in spec.hosts.items()
     }
-    jobs = {
-        g.host: spec.hosts[g.host].slurm.max_jobs  # type: ignore[union-attr]
-        for g in groups
-        if g.host_kind == "slurm"
-    }
-    if jobs:
-        assumptions.insert(
-            -1,
-            "Slurm hosts run up to max_jobs groups at once, each job starting at once "
-            "(no queue wait)",
-        )
+    jobs: dict[str, int] = {}
+    said: set[str] = set()
+    for g in groups:
+        if (bk := batch_kind(g.host_kind)) is not None:
+            jobs[g.host] = bk.max_jobs(spec.hosts[g.host])
+            said.add(bk.assumption)
+    for line in sorted(said):
+        assumptions.insert(-1, line)
     schedule = simulate(groups, per_group, host_gpus, pack=spec.campaign.pack, jobs=jobs)
     unpacked = (
         simulate(groups, per_group, host_gpus, pack=False, jobs=jobs)

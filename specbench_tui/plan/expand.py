@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
+from specbench_tui.plan.batch import batch_kind
 from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan
@@ -124,8 +125,9 @@ def _group(
     ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
     gpu_ids = tuple(sorted(ids)[-tp:])
     kind = "sim" if sim else host.kind
-    if kind == "slurm":
-        gpu_ids = ()  # the job's allocation decides, on whichever node Slurm picks
+    batch = batch_kind(kind) is not None
+    if batch:
+        gpu_ids = ()  # the job's allocation decides, on whichever node the cluster picks
     port = cfg.port
     values: dict[str, object] = {
         "python": cfg.python,
@@ -161,7 +163,7 @@ def _group(
     env = dict(cfg.env)
     if cfg.forced_accept is not None:
         command = _forced(command, env, cfg, sim=kind == "sim")
-    if kind != "slurm":  # a Slurm job sets it from its allocation
+    if not batch:  # a batch job sets it from its allocation
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
     # What the config asks for is read from the plan's command, as its engine reads it; a
     # rehearsal runs the simulator, which speaks SIMULATED_ENGINE's wire format.
@@ -235,8 +237,9 @@ def _cells(
         server_identity["chat_template"] = cfg.chat_template
     if cfg.chat_template_on != "client":
         server_identity["chat_template_on"] = cfg.chat_template_on
-    if group.host_kind == "slurm":
-        server_identity["gpus"] = "slurm"  # allocated per job: not what the cell measures
+    if batch_kind(group.host_kind) is not None:
+        # Allocated per job, not what the cell measures: the kind stands for the GPUs.
+        server_identity["gpus"] = group.host_kind
     if group.packed or group.exclusive:
         # Placed at run time: which GPUs is not known here, and is not what the cell
         # measures; that it shared the host (or had it alone) is.

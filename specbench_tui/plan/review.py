@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.engines.registry import adapter
+from specbench_tui.plan.batch import JobPreview, batch_kind
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.lint import acceptance_warnings
-from specbench_tui.plan.model import SlurmSpec
 from specbench_tui.plan.packing import Schedule
 from specbench_tui.plan.prompt_review import (
     Shown,
@@ -31,14 +31,6 @@ from specbench_tui.plan.prompt_review import (
     set_lines,
 )
 from specbench_tui.plan.prompt_sets import SetInfo
-from specbench_tui.plan.slurm_jobs import (
-    campaign_dir,
-    campaign_key,
-    job_paths,
-    job_script,
-    job_warnings,
-    sbatch_argv,
-)
 from specbench_tui.results.cells import Cell, ServiceGroup
 
 
@@ -125,13 +117,8 @@ def render_text(r: Review) -> str:
             where = f"simulated, {host.gpus} GPUs" + (
                 f", speed x{host.speed:g}" if host.sim else ""
             )
-        elif host.slurm is not None:
-            sl = host.slurm
-            where = (
-                f"Slurm via {sl.login}, partition {sl.partition or '(the default)'}, "
-                f"{sl.gpus_per_node} GPUs per node, up to {sl.max_jobs} jobs at once; "
-                f"jobs in {campaign_dir(sl, c.name)}"
-            )
+        elif (bk := batch_kind(host.kind)) is not None:
+            where = bk.where(host, c.name)
         elif host.ssh:
             where = f"ssh {host.ssh}, {host.services or 'systemd'}, {host.gpus} GPUs"
         else:
@@ -164,14 +151,14 @@ def render_text(r: Review) -> str:
             out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
             out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
-            if g.host_kind == "slurm":
+            job = _job(r, g)
+            if job is not None:
                 env = f"{env} CUDA_VISIBLE_DEVICES=(the job's GPUs)".strip()
             out.append(f"{bar}   env {env}")
-            if g.host_kind == "slurm" and host.slurm is not None:
-                job = _job(r, host.slurm, g)
-                out.append(f"{bar}   batch job (submission 1): $ {shlex.join(job['sbatch'])}")
-                out.extend(f"{bar}     | {line}" for line in job["script"].splitlines())
-                out.extend(f"{bar}   warning: {w}" for w in job["warnings"])
+            if job is not None:
+                out.append(f"{bar}   batch job (submission 1): $ {shlex.join(job.argv)}")
+                out.extend(f"{bar}     | {line}" for line in job.script.splitlines())
+                out.extend(f"{bar}   warning: {w}" for w in job.warnings)
             gcells = cells_by_group.get(g.id, [])
             for wname, wcells in groupby(gcells, key=lambda x: x.workload):
                 wcells = list(wcells)
@@ -206,7 +193,8 @@ def render_text(r: Review) -> str:
         f"(server start-ups {format_duration(est.startup_s)})"
     )
     side_by_side = len({g.host for g in exp.groups}) > 1  # every host runs at the same time
-    if (side_by_side or any(g.host_kind == "slurm" for g in exp.groups)) and not spec.campaign.pack:
+    batch = any(batch_kind(g.host_kind) for g in exp.groups)
+    if (side_by_side or batch) and not spec.campaign.pack:
         out.extend(_schedule_text(est.schedule))
     if spec.campaign.pack:
         ratio = est.total_s / est.unpacked_s if est.unpacked_s else 1.0
@@ -234,16 +222,12 @@ def render_text(r: Review) -> str:
     return "\n".join(out)
 
 
-def _job(r: Review, slurm: SlurmSpec, g: ServiceGroup) -> dict[str, Any]:
-    """The first submission of a group's batch job: its directory, sbatch line and script."""
-    name = r.plan.spec.campaign.name
-    paths = job_paths(slurm, name, g.id, 1)
-    return {
-        "dir": paths.dir,
-        "sbatch": sbatch_argv(slurm, paths.script),
-        "script": job_script(slurm, name, g, 1, campaign_key(slurm, name)),
-        "warnings": job_warnings(slurm, g, r.estimate.per_group_s[g.id]),
-    }
+def _job(r: Review, g: ServiceGroup) -> JobPreview | None:
+    """The first submission of a group's batch job; None for a group on a machine host."""
+    bk = batch_kind(g.host_kind)
+    if bk is None:
+        return None
+    return bk.preview(r.plan, r.plan.spec.hosts[g.host], g, r.estimate.per_group_s[g.id])
 
 
 def _schedule_text(schedule: Schedule) -> list[str]:
@@ -274,9 +258,9 @@ def render_json(r: Review) -> dict[str, Any]:
         d = g.to_json()
         d["estimate_s"] = round(est.per_group_s[g.id], 3)
         d["cells"] = per_group[g.id]
-        sl = spec.hosts[g.host].slurm
-        if g.host_kind == "slurm" and sl is not None:
-            d["slurm"] = _job(r, sl, g)
+        job = _job(r, g)
+        if job is not None:
+            d[g.host_kind] = job.to_json()
         groups.append(d)
     return {
         "campaign": {

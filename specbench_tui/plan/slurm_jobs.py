@@ -311,6 +311,29 @@ def job_warnings(slurm: SlurmSpec, group: ServiceGroup, estimate_s: float) -> li
     return out
 
 
+def describe(slurm: SlurmSpec, campaign: str) -> str:
+    """The dry run's words for a Slurm host."""
+    return (
+        f"Slurm via {slurm.login}, partition {slurm.partition or '(the default)'}, "
+        f"{slurm.gpus_per_node} GPUs per node, up to {slurm.max_jobs} jobs at once; "
+        f"jobs in {campaign_dir(slurm, campaign)}"
+    )
+
+
+def first_submission(
+    campaign: str, slurm: SlurmSpec, g: ServiceGroup, estimate_s: float
+) -> dict[str, Any]:
+    """The first submission of a group's batch job: its directory, sbatch line, script and
+    what the dry run warns of it."""
+    paths = job_paths(slurm, campaign, g.id, 1)
+    return {
+        "dir": paths.dir,
+        "argv": sbatch_argv(slurm, paths.script),
+        "script": job_script(slurm, campaign, g, 1, campaign_key(slurm, campaign)),
+        "warnings": job_warnings(slurm, g, estimate_s),
+    }
+
+
 def sbatch_argv(slurm: SlurmSpec, script_path: str) -> list[str]:
     """The submission: the plan's extra options on the command line (they win over the
     script's), then the script."""
