@@ -48,9 +48,9 @@ from specbench_tui.engine.run_control import StorageFailed
 from specbench_tui.hosts.backends import backend
 from specbench_tui.hosts.batch import BatchError, BatchJobs, BatchSystem
 from specbench_tui.hosts.lines import LineSplitter
+from specbench_tui.plan.batch_jobs import JobPaths, JobSpec
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.slurm_files import job_files
-from specbench_tui.plan.slurm_jobs import JobPaths, JobSpec
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
     CellFailed,

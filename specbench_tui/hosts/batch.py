@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specbench_tui.hosts.service import ServiceError
-from specbench_tui.plan.slurm_jobs import JobPaths
+from specbench_tui.plan.batch_jobs import JobPaths
 from specbench_tui.results.cells import ServiceGroup
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specbench_tui.hosts.batch import BatchLimits
+from specbench_tui.plan.batch_jobs import JobPaths
 from specbench_tui.plan.model import PlanSpec, SlurmSpec
 from specbench_tui.plan.slurm_jobs import (
-    JobPaths,
     campaign_key,
     groups_dir,
     job_comment,
     job_paths,
     job_script,
+    output_of,
     parse_comment,
     sbatch_argv,
     stop_signal_s,
@@ -73,4 +74,4 @@ class SlurmJobs:
         return parse_comment(text)
 
     def output_of(self, paths: JobPaths, job_id: str) -> str:
-        return paths.output_of(job_id)
+        return output_of(paths, job_id)

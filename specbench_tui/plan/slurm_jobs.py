@@ -2,29 +2,26 @@
 filesystem, how it is named and found again, and the script ``sbatch`` gets.
 
 One group, one job. Each submission of a group gets a directory of its own,
-``<shared_dir>/<campaign>/jobs/<group>/<n>/``, holding the plan as run, ``job.json`` (which
-cells this submission runs), the script, Slurm's output, the command mailbox and the results
-the tool writes on the node (``results/<campaign>/``, the usual layout). A job Slurm requeues
-keeps its directory, so the tool on the node resumes there; a new submission starts a new one.
-The dry run shows these scripts; the coordinator submits exactly them. Pure: no I/O here.
+``<shared_dir>/<campaign>/jobs/<group>/<n>/`` (``batch_jobs.py`` says what it holds), with
+Slurm's output ``slurm-<id>.out`` beside the rest. A job Slurm requeues keeps its directory,
+so the tool on the node resumes there; a new submission starts a new one. The dry run shows
+these scripts; the coordinator submits exactly them. Pure: no I/O here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import shlex
-from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
-from specbench_tui.plan.document import PlanError
+from specbench_tui.plan.batch_jobs import JobPaths
+from specbench_tui.plan.batch_kind import BatchKind, JobPreview
+from specbench_tui.plan.document import Plan, PlanError
 from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.model import SSH_DESTINATION, HostSpec, SlurmSpec
 from specbench_tui.results.cells import ServiceGroup
-from specbench_tui.results.layout import ResultsLayout
 
 _SSH = re.compile(SSH_DESTINATION)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -95,68 +92,13 @@ def parse_comment(text: str) -> tuple[str, str, int] | None:
     return parts[1], parts[2], int(parts[3])
 
 
-@dataclass(frozen=True)
-class JobPaths:
-    """The files of one submission of a group, as paths on the cluster."""
+def output_pattern(paths: JobPaths) -> str:
+    """Slurm's output file of the job, as ``--output`` names it (``%j``: the job id)."""
+    return f"{paths.dir}/slurm-%j.out"
 
-    dir: str
-    campaign: str
-    group: str
 
-    def _p(self, *names: str) -> str:
-        return str(PurePosixPath(self.dir, *names))
-
-    @property
-    def plan(self) -> str:
-        return self._p("plan.toml")
-
-    @property
-    def spec(self) -> str:
-        return self._p("job.json")
-
-    @property
-    def script(self) -> str:
-        return self._p("job.sh")
-
-    @property
-    def job_id(self) -> str:
-        """Written once sbatch answered (the comment finds a job whose id was never written)."""
-        return self._p("job_id")
-
-    @property
-    def output(self) -> str:
-        return self._p("slurm-%j.out")
-
-    def output_of(self, job_id: str) -> str:
-        return self._p(f"slurm-{job_id}.out")
-
-    @property
-    def mailbox(self) -> str:
-        """Commands for the tool on the node, one JSON line each (pause, skip, ...)."""
-        return self._p("commands.jsonl")
-
-    @property
-    def results_root(self) -> str:
-        return self._p("results")
-
-    @property
-    def layout(self) -> ResultsLayout:
-        """The results the tool on the node writes, in the usual layout."""
-        return ResultsLayout(PurePosixPath(self.results_root, self.campaign))  # type: ignore[arg-type]
-
-    @property
-    def events(self) -> str:
-        return str(self.layout.events)
-
-    @property
-    def server_log(self) -> str:
-        return str(self.layout.log_of(self.group))
-
-    def part(self, cell_id: str, attempt: int) -> str:
-        return str(self.layout.part_path(cell_id, attempt))
-
-    def texts(self, cell_id: str, attempt: int) -> str:
-        return str(self.layout.texts_path(cell_id, attempt))
+def output_of(paths: JobPaths, job_id: str) -> str:
+    return f"{paths.dir}/slurm-{job_id}.out"
 
 
 def job_paths(slurm: SlurmSpec, campaign: str, group: str, submission: int) -> JobPaths:
@@ -169,52 +111,6 @@ def job_paths(slurm: SlurmSpec, campaign: str, group: str, submission: int) -> J
 
 def groups_dir(slurm: SlurmSpec, campaign: str) -> str:
     return f"{campaign_dir(slurm, campaign)}/jobs"
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """``job.json``: what one submission runs. The node's tool checks it against the plan it
-    was given (same group, cells the plan has) before it runs anything."""
-
-    campaign: str
-    group: str
-    submission: int
-    cells: tuple[str, ...]
-    plan_hash: str
-    tool_version: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "campaign": self.campaign,
-            "group": self.group,
-            "submission": self.submission,
-            "cells": list(self.cells),
-            "plan_hash": self.plan_hash,
-            "tool_version": self.tool_version,
-        }
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1) + "\n"
-
-    @staticmethod
-    def from_json(obj: Any) -> JobSpec:
-        """Raises ValueError saying what is wrong."""
-        if not isinstance(obj, dict):
-            raise ValueError("not a JSON object")
-        try:
-            cells = obj["cells"]
-            if not isinstance(cells, list) or not all(isinstance(c, str) for c in cells):
-                raise ValueError("cells must be a list of cell ids")
-            return JobSpec(
-                campaign=str(obj["campaign"]),
-                group=str(obj["group"]),
-                submission=int(obj["submission"]),
-                cells=tuple(cells),
-                plan_hash=str(obj.get("plan_hash", "")),
-                tool_version=str(obj.get("tool_version", "")),
-            )
-        except KeyError as exc:
-            raise ValueError(f"missing key {exc.args[0]!r}") from None
 
 
 def slurm_time(seconds: float) -> str:
@@ -263,7 +159,7 @@ def job_script(
         f"--gres=gpu:{group.tp}",
         "--requeue",
         "--open-mode=append",
-        f"--output={paths.output}",
+        f"--output={output_pattern(paths)}",
         f"--signal=B:TERM@{stop_signal_s(slurm)}",
     ]
     q = shlex.quote
@@ -397,3 +293,30 @@ def check_slurm_host(name: str, host: HostSpec) -> list[Any]:
         if not _ENV_NAME.match(k):
             errs.append(PlanError((*where, "env"), f"{k!r} is not an environment variable name"))
     return errs
+
+
+def _preview(plan: Plan, host: HostSpec, g: ServiceGroup, estimate_s: float) -> JobPreview:
+    assert host.slurm is not None
+    job = first_submission(plan.spec.campaign.name, host.slurm, g, estimate_s)
+    return JobPreview(**job, argv_key="sbatch")
+
+
+def _max_jobs(host: HostSpec) -> int:
+    assert host.slurm is not None
+    return host.slurm.max_jobs
+
+
+def _where(host: HostSpec, campaign: str) -> str:
+    assert host.slurm is not None
+    return describe(host.slurm, campaign)
+
+
+#: What the plan side of a campaign asks of a Slurm host (``plan/batch.py`` lists it).
+BATCH_KIND = BatchKind(
+    "slurm",
+    where=_where,
+    preview=_preview,
+    max_jobs=_max_jobs,
+    assumption="Slurm hosts run up to max_jobs groups at once, each job starting at once "
+    "(no queue wait)",
+)
