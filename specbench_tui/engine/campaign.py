@@ -64,7 +64,7 @@ class Campaign(CampaignControl):
         self.options = options
         self.spec = plan.spec
         exp = expand(plan, sim=options.sim)
-        if options.job is not None:  # a Slurm batch job: its group, on this node
+        if options.job is not None:  # a batch job: its group, on this node
             exp = options.job.narrow(exp, plan.hash)
             self.spec = options.job.node_spec(plan.spec, exp.groups[0].host)
         self.groups: list[ServiceGroup] = exp.groups
@@ -253,7 +253,7 @@ class Campaign(CampaignControl):
         )
         for text in self.store.notices:  # after the run's start: every printer of it says them
             ctx.hub.notice(text, "warning")
-        if self.options.job is None:  # a Slurm job runs one group of its campaign's estimate
+        if self.options.job is None:  # a batch job runs one group of its campaign's estimate
             self._record_estimate()
         for cid in self.selected:  # --rerun-failed, a rerun: an ended cell is queued again
             c = self.state.cells[cid]

@@ -15,12 +15,12 @@ views and the report see one campaign whatever ran where. Rules:
   campaign's ``parts/`` under the campaign's attempt, durable before the ``cell_finished``
   that counts them, as the store's contract wants.
 - Only what the campaign still wants is folded: a start only for a cell the campaign has
-  pending, an end only for the attempt the campaign saw start. A job that restarted (Slurm
+  pending, an end only for the attempt the campaign saw start. A job that restarted (the system
   requeued it, or it was killed) leaves its running cells queued again, as a crash does.
 - What a time limit needs is kept on the job (``JobRun``): when its tool's run started,
-  whether SIGTERM stopped it (Slurm's signal before the limit), and how long a cell set aside
+  whether SIGTERM stopped it (the system's signal before the limit), and how long a cell set aside
   had run when it was the run's first (no other cell ended before it there), so the
-  coordinator can tell a cell that cannot fit the limit: Slurm may signal up to a minute
+  coordinator can tell a cell that cannot fit the limit: the system may signal up to a minute
   early, but it does so in every run alike, so a cell that had a run to itself and did not
   finish never will.
 - Job-level events stay with the job (its own campaign start and end, pause, abort); its
@@ -134,11 +134,11 @@ class JobRun:
     skip_sent: set[str] = field(default_factory=set)
     paused: bool = False  # its tool was told to pause (or was found paused)
     log_paused: bool = False  # its log's last word on pausing
-    held: bool = False  # waiting in the queue on hold (scontrol hold)
-    ended: bool = False  # Slurm says it is over
+    held: bool = False  # waiting in the queue on hold (a paused campaign)
+    ended: bool = False  # the batch system says it is over
     adopted: bool = False  # found when the coordinator started, not submitted by it
     run_started: float | None = None  # when its tool's last run started (the job's clock)
-    signalled: float | None = None  # when SIGTERM stopped that run (Slurm's, before the limit)
+    signalled: float | None = None  # when SIGTERM stopped that run (the system's, before the limit)
     cell_starts: dict[str, float] = field(default_factory=dict)  # running in that run: start
     run_ended: int = 0  # cells that ended in that run
     # Set aside in that run before any other cell ended there (it had the run to itself):
@@ -148,7 +148,7 @@ class JobRun:
 
 
 class JobFolder:
-    """Folds the events of every job of one Slurm host into the campaign."""
+    """Folds the events of every job of one batch host into the campaign."""
 
     def __init__(self, ctx: RunContext, fetch: Fetch) -> None:
         self.ctx = ctx
@@ -183,7 +183,7 @@ class JobFolder:
             job.cell_starts.clear()
             job.cut.clear()
             return
-        if isinstance(ev, Aborted):  # the job's own; SIGTERM is Slurm's (or a signal by hand)
+        if isinstance(ev, Aborted):  # the job's own; SIGTERM is the system's (or a signal by hand)
             if ev.by == "SIGTERM" and job.signalled is None:
                 job.signalled = ev.ts
             return
