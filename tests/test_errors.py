@@ -20,6 +20,11 @@ from specbench_tui import errors
 OUTSIDE = {
     # The GPU agent is shipped to a host as one standard-library script: it imports nothing.
     "specbench_tui.hosts.gpu_agent.SourceError",
+    # The results package is a contract that stands on its own (tests/test_results_contract.py):
+    # it imports nothing of the tool. What the tool raises when the results fail for good is
+    # engine.run_control.StorageFailed, a ResultsError that carries the StorageError.
+    "specbench_tui.results.files.StorageError",
+    "specbench_tui.results.jsontypes.FieldTypeError",
     # Not yet derived from a root (their modules are to follow).
     "specbench_tui.hosts.telemetry.NoTelemetryError",
     "specbench_tui.engines.adapter.LaunchArgsError",
@@ -68,9 +73,9 @@ def test_the_roots_keep_what_callers_catch_them_as() -> None:
     from specbench_tui.results.files import StorageError
 
     full = StorageError(__import__("pathlib").Path("/r/events.jsonl"), OSError(28, "No space"))
-    assert isinstance(full, OSError) and full.errno == 28  # callers still catch OSError
-    assert isinstance(full, errors.ResultsError) and full.exit_code == errors.EXIT_STORAGE
-    assert issubclass(StorageFailed, errors.ResultsError)
+    failed = StorageFailed(full)
+    assert isinstance(failed, errors.ResultsError) and failed.exit_code == errors.EXIT_STORAGE
+    assert failed.error is full and isinstance(full, OSError)
     assert issubclass(AbortRequested, errors.Interrupted)
     assert issubclass(SshError, errors.HostError)
     assert issubclass(SshConnectError, errors.InputError)  # the user must fix it: exit 2

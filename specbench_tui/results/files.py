@@ -16,7 +16,6 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.errors import ResultsError
 from specbench_tui.results.events import Event, InvalidEvent
 
 TMP_PREFIX = "."
@@ -59,7 +58,7 @@ def _record_boundary(name: str) -> None:
         os.close(fd)
 
 
-class StorageError(ResultsError, OSError):
+class StorageError(OSError):
     """A results file could not be written (disk full, read-only, no permission).
 
     ``where`` is the path; ``recoverable`` says whether waiting can help (a full disk may

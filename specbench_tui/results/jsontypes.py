@@ -15,12 +15,10 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from specbench_tui.errors import DataError
-
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-class FieldTypeError(DataError, ValueError):
+class FieldTypeError(ValueError):
     """A field whose JSON value does not have its declared type; the message names both."""
 
 
