@@ -172,7 +172,7 @@ class BenchClient:
         is a flush; SGLang refuses it while requests run); None when it did, else why not."""
         try:
             status, body = await self._transport.post(FLUSH_PATH)
-        except Exception as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return _describe_exception(exc, 30.0)
         if status == 200:
             return None
@@ -210,7 +210,7 @@ class BenchClient:
                 await self._stream(path, payload, out, parser, clock)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # a request's failure, whatever it is, is its row's error
             # A server that sent [DONE] but then held the body open delivered everything.
             if not parser.done:
                 out.error = _describe_exception(exc, timeout_s)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -33,6 +34,7 @@ from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter, engine_dead
+from specbench_tui.errors import describe
 from specbench_tui.hosts.service import Service, describe_exit
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -46,6 +48,8 @@ from specbench_tui.results.events import (
 )
 from specbench_tui.results.files import StorageError
 from specbench_tui.results.records import RequestRecord
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -160,8 +164,10 @@ async def _off_loop(write: Callable[[], T]) -> T:
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
+        try:
             await task
+        except Exception as exc:  # the cancellation goes on; what the write raised is told
+            log.warning("a write under a cancellation failed: %s", describe(exc))
         raise
 
 
@@ -237,9 +243,9 @@ async def run_one(
         if not task.cancelled() or _cancelling():
             raise
         result.stopped = True  # an abort, the link or the server's death cut the requests
-    except Exception as exc:
+    except Exception as exc:  # whatever broke the cell fails that cell, said; the run goes on
         handle.cell = handle.task = None
-        await _fail(ctx, cell, attempt, f"{type(exc).__name__}: {exc}", [])
+        await _fail(ctx, cell, attempt, describe(exc), [])
         return None
     finally:
         handle.cell = handle.task = None

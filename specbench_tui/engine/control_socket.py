@@ -180,7 +180,7 @@ async def serve_control(campaign: CampaignControl, path: Path) -> asyncio.Abstra
         except (ConnectionError, OSError):
             pass
         finally:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError, RuntimeError):  # a peer gone, a loop closing
                 writer.close()
 
     old = os.umask(0o177)  # the socket is created 0600

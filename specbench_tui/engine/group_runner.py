@@ -222,11 +222,12 @@ class GroupRunner:
                     svc.log_tail(20),
                 )
             prompting = await ctx.control.unless_aborted(ctx.templates.prompting(group, host))
-        except Exception as exc:
+        except Exception as exc:  # whatever ended the start fails this group, said; the
+            # campaign goes on to the next (a bug here is a failed group, not a dead run)
             if isinstance(exc, AbortRequested):
                 reason = "aborted by the operator before the server was ready"
             else:
-                reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+                reason = getattr(exc, "reason", None) or describe(exc)
             tail = list(getattr(exc, "log_tail", None) or (svc.log_tail(20) if svc else []))
             failure = ServiceFailed(
                 group=group.id, reason=reason, log_tail=tail, attempt=self.attempt
@@ -279,9 +280,9 @@ class GroupRunner:
             )
         except AbortRequested:
             return
-        except Exception as exc:
+        except Exception as exc:  # a record, never a reason to stop: said as a warning
             self.ctx.hub.notice(
-                f"{group.id}: the run's manifest was not recorded ({type(exc).__name__}: {exc})",
+                f"{group.id}: the run's manifest was not recorded ({describe(exc)})",
                 "warning",
             )
 
@@ -290,7 +291,7 @@ class GroupRunner:
         same machine may hold the plan's): claimed until the group ends."""
         try:
             return await self.ctx.control.unless_aborted(self.host.claim_port(self.group)), None
-        except Exception as exc:
+        except Exception as exc:  # carried to the start, which fails the group with it, said
             return self.group, exc
 
     async def _start_or_recover(self, slot: ServerSlot) -> ServiceFailed | None:
@@ -303,8 +304,10 @@ class GroupRunner:
             recovered = await self.ctx.control.unless_aborted(self.host.recover([self.group]))
         except AbortRequested:
             return failure
-        except Exception as exc:
-            self.ctx.hub.notice(f"{self.group.host}: could not repair the host: {exc}", "warning")
+        except Exception as exc:  # a repair that fails leaves the first failure to be said
+            self.ctx.hub.notice(
+                f"{self.group.host}: could not repair the host: {describe(exc)}", "warning"
+            )
             recovered = False
         if recovered:
             failure = await self._start(slot)

@@ -311,5 +311,5 @@ class EventHub:
             q.put_nowait(_END)
         if self._retry is not None:
             self._retry.cancel()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(asyncio.CancelledError, asyncio.InvalidStateError):
                 self._retry.exception()

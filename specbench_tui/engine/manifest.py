@@ -27,6 +27,7 @@ from specbench_tui import __version__
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter
+from specbench_tui.errors import HostError, describe
 from specbench_tui.hosts import gpu_agent
 from specbench_tui.hosts.host import Host, server_pythons
 from specbench_tui.hosts.telemetry import AgentRunner
@@ -101,8 +102,8 @@ async def read_probe(runner: AgentRunner, args: list[str], python: str) -> dict[
     """The agent's manifest line, through ``runner`` (a local process, or over SSH)."""
     try:
         agent = await asyncio.wait_for(runner.start(args), PROBE_TIMEOUT_S)
-    except Exception as e:  # no such interpreter, a dead link
-        return {"error": f"cannot run {python}: {type(e).__name__}: {e}"}
+    except (OSError, HostError, TimeoutError) as e:  # no such interpreter, a dead link
+        return {"error": f"cannot run {python}: {describe(e)}"}
 
     async def first_line() -> dict[str, Any]:
         async for line in agent.lines():
@@ -117,7 +118,7 @@ async def read_probe(runner: AgentRunner, args: list[str], python: str) -> dict[
     except TimeoutError:
         return {"error": f"{python}: the manifest probe did not answer in {PROBE_TIMEOUT_S:g} s"}
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError, HostError):  # the probe ended by itself, or the link
             await agent.terminate()
 
 

@@ -7,14 +7,18 @@ the report does). Commands are refused with how to run it again."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
 from specbench_tui.engine.commands import CampaignControl, Command, Reply
+from specbench_tui.errors import describe
 from specbench_tui.results.events import CheckVerdict, Event
 from specbench_tui.results.files import read_events
 from specbench_tui.results.layout import ResultsLayout
+
+log = logging.getLogger(__name__)
 
 
 def rerun_hint(results_root: Path) -> str:
@@ -70,6 +74,7 @@ def judged_verdicts(root: Path) -> list[CheckVerdict]:
 
     try:
         state = load_inputs(root).state
-    except Exception:
+    except Exception as exc:  # a directory the report cannot read judges nothing (logged)
+        log.info("%s: no judged verdicts: %s", root, describe(exc))
         return []
     return [v for v in state.checks.values() if v.detail.get("judged")]

@@ -44,6 +44,7 @@ from specbench_tui.engine.run_control import StorageFailed
 from specbench_tui.errors import InputError
 from specbench_tui.results.damaged import (
     BAD_LINES,
+    UNREADABLE,
     move_aside,
     set_aside_bad_lines,
     unreadable_part,
@@ -238,7 +239,7 @@ class ResultsStore:
                     pl.read_parquet(view)
                 else:  # can be gigabytes: its footer (a torn or foreign file has none)
                     pl.read_parquet_schema(view)
-            except Exception as exc:
+            except UNREADABLE as exc:
                 target = move_aside(self.layout, view)
                 self.notices.append(
                     f"{view.name} could not be read ({type(exc).__name__}); moved to "

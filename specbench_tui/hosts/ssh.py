@@ -708,8 +708,12 @@ class SshAgentRunner(AgentRunner):
     async def start(self, args: list[str]) -> AgentProcess:
         env = {**self.env, "PYTHONUNBUFFERED": "1"}
         proc = await self.ssh.start_process([self.python, "-", *args], env=env)
-        proc.stdin.write(agent_source())
-        proc.stdin.write_eof()
+        try:
+            proc.stdin.write(agent_source())
+            proc.stdin.write_eof()
+        except (asyncssh.Error, OSError) as e:  # the channel broke at once: a transport error
+            proc.close()
+            raise SshError(f"{self.ssh}: the agent's channel broke: {e}") from e
         return _SshAgentProcess(proc)
 
 

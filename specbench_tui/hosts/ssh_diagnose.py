@@ -130,7 +130,7 @@ async def _presented_key(
         kwargs["config"] = [endpoint.config]
     if algorithms:
         kwargs["server_host_key_algs"] = algorithms
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(asyncssh.Error, OSError, TimeoutError, ValueError):  # no key seen
         return await asyncio.wait_for(
             asyncssh.get_server_host_key(endpoint.alias, **kwargs),  # type: ignore[arg-type]
             timeout=timeout_s,
@@ -205,7 +205,7 @@ async def banner_problem(endpoint: Endpoint, timeout_s: float = 3.0) -> str | No
                 data = await asyncio.wait_for(reader.read(256), timeout_s)
     finally:
         writer.close()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError):  # a peer that reset the connection at its close
             await writer.wait_closed()
     if data.startswith(b"SSH-"):
         return None

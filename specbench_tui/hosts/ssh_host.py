@@ -565,5 +565,5 @@ class SshHost(Host):
             except SshError as e:  # the next run finds this run ended and takes it over
                 self.events.notice(f"{self.name}: could not give the campaign back: {e}", "info")
             self._holds_lease = False
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(SshError, OSError):  # the link is given up either way
             await self.ssh.close()

@@ -175,7 +175,7 @@ def _parquet_rows(path: Path) -> Iterable[tuple[str, str, dict[str, Any]]]:
 
     try:
         rows = pl.read_parquet(path).to_dicts()
-    except Exception as exc:  # a file that is not Parquet: one located line
+    except (OSError, pl.exceptions.PolarsError) as exc:  # not Parquet: one located line
         raise InputError(f"{path}: cannot read as Parquet ({exc})") from exc
     for i, row in enumerate(rows, 1):
         yield f"{path} row {i}", f"row {i}", row

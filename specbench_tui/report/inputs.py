@@ -25,7 +25,7 @@ import polars as pl
 
 from specbench_tui.bench.greedy_judge import judge
 from specbench_tui.errors import InputError
-from specbench_tui.results.damaged import set_aside_notes
+from specbench_tui.results.damaged import UNREADABLE, set_aside_notes
 from specbench_tui.results.files import read_event_log, read_json_object
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.schema import REQUEST_SCHEMA, TELEMETRY_SCHEMA
@@ -180,13 +180,13 @@ def _read_parts(paths: list[Path], notes: list[str]) -> tuple[pl.DataFrame, list
     it, not the report."""
     try:
         return pl.concat([_scan(p) for p in paths], how="vertical").collect(), []
-    except Exception:  # polars says a torn file in several ways; find which part it is
+    except UNREADABLE:  # one part or more is torn: find which, one by one
         pass
     frames, bad = [], []
     for p in paths:
         try:
             frames.append(_scan(p).collect())
-        except Exception as exc:
+        except UNREADABLE as exc:
             bad.append(p)
             why = (str(exc).strip().splitlines() or ["no detail"])[0][:200]
             notes.append(
@@ -242,7 +242,7 @@ def _read_requests_view(
         )
         df = full.join(keep, on=["cell_id", "attempt"], how="semi").collect()
         total = full.select(pl.len()).collect().item()
-    except Exception as exc:
+    except UNREADABLE as exc:
         notes.append(f"requests.parquet could not be read ({type(exc).__name__}: {exc})")
         return _empty_requests()
     if total == 0:
@@ -262,7 +262,7 @@ def read_telemetry(layout: ResultsLayout, notes: list[str]) -> pl.DataFrame | No
         return None
     try:
         frames = [pl.read_parquet(p) for p in paths]
-    except Exception as exc:
+    except UNREADABLE as exc:
         notes.append(f"telemetry could not be read ({type(exc).__name__}: {exc})")
         return None
     frames = [f for f in frames if f.height]

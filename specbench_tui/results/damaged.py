@@ -25,12 +25,16 @@ BAD_LINES = "events.bad-lines.jsonl"
 #: Columns without which a part's rows cannot be told apart or counted.
 PART_COLUMNS = ("cell_id", "attempt")
 
+#: What reading a torn, truncated or foreign Parquet file raises: polars says it in several
+#: ways (ComputeError, InvalidOperationError, ...: all PolarsError), the file system in one.
+UNREADABLE: tuple[type[Exception], ...] = (OSError, pl.exceptions.PolarsError)
+
 
 def unreadable_part(path: Path) -> str:
     """Why a part file cannot be read ("" when it can): read whole, as the views read it."""
     try:
         df = pl.read_parquet(path)
-    except Exception as exc:  # polars says a torn file in several ways; any is "unreadable"
+    except UNREADABLE as exc:
         return f"{type(exc).__name__}: {_first_line(exc)}"
     missing = [c for c in PART_COLUMNS if c not in df.columns]
     return f"no {' or '.join(missing)} column" if missing else ""

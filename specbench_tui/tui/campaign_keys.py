@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from textual import work
+from textual.worker import WorkerCancelled, WorkerFailed
 
 from specbench_tui.engine.commands import CampaignControl, Command, Reply
 from specbench_tui.engine.replay import rerun_hint
-from specbench_tui.errors import InputError
+from specbench_tui.errors import InputError, describe
 from specbench_tui.results.progress import CampaignProgress
 from specbench_tui.tui.plan_tree import NodeRef
 from specbench_tui.tui.relaunch import Relaunch
@@ -63,8 +64,8 @@ class CampaignKeys(_Base):
     async def _send(self, command: Command) -> Reply:
         try:
             reply = await self.control.send(command)
-        except Exception as exc:
-            reply = Reply(False, f"{command.action} failed: {exc}")
+        except Exception as exc:  # a worker's error would end the console: said as the reply
+            reply = Reply(False, f"{command.action} failed: {describe(exc)}")
         if self.toasts.answer(reply.text, "reply", self.now_mono()):
             self.notify(
                 reply.text,
@@ -242,8 +243,8 @@ class CampaignKeys(_Base):
         for cid in cells:
             try:
                 reply = await self.control.send(Command("rerun", target=cid, by="console"))
-            except Exception as exc:
-                reply = Reply(False, str(exc))
+            except Exception as exc:  # one cell's refusal must not end the others' (or the console)
+                reply = Reply(False, describe(exc))
             queued += reply.ok
         left = len(cells) - queued
         self._say(
@@ -437,7 +438,8 @@ class CampaignKeys(_Base):
             self._say(str(exc), severity="error", timeout=15)
             return
         except Exception as exc:  # a host check or the results directory: keep the console
-            self._say(f"could not start the campaign again: {exc}", severity="error", timeout=15)
+            msg = f"could not start the campaign again: {describe(exc)}"
+            self._say(msg, severity="error", timeout=15)
             return
         self.switch_control(control)
         self.start_engine()
@@ -445,7 +447,7 @@ class CampaignKeys(_Base):
     async def _wait_engine(self) -> None:
         for w in list(self.workers):
             if w.group == "engine" and w.is_running:
-                with contextlib.suppress(Exception):  # its failure was said where it happened
+                with contextlib.suppress(WorkerFailed, WorkerCancelled):  # said where it ended
                     await w.wait()
 
 

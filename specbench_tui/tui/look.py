@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rich.style import Style
 from rich.text import Text
 from textual.app import App
-from textual.color import Color
+from textual.color import Color, ColorParseError
 
 #: One glyph per status, distinct in shape as well as colour (colour-blind and 16-colour use).
 MARKS: dict[str, str] = {
@@ -68,7 +68,7 @@ def shown_status(status: str, failed_check: bool) -> str:
 def _style(variables: dict[str, str], name: str, fallback: str) -> Style:
     try:
         return Style(color=Color.parse(variables.get(name, fallback)).rich_color)
-    except Exception:  # a theme variable that is not a plain colour: fall back, never crash
+    except ColorParseError:  # a theme variable that is not a plain colour: fall back
         return Style(color=Color.parse(fallback).rich_color)
 
 
@@ -90,7 +90,7 @@ def series_colours(app: App[object]) -> list[str | tuple[int, int, int]]:
             continue
         try:
             out.append(Color.parse(raw).rgb)
-        except Exception:  # not a plain colour: leave it out
+        except ColorParseError:  # not a plain colour: leave it out
             continue
     return out or ["blue", "yellow", "green"]
 
