@@ -475,7 +475,7 @@ class BatchScheduler:
             if self._abort_at is None:
                 self._abort_at = asyncio.get_running_loop().time()
                 for job in jobs:
-                    with contextlib.suppressself.errors:
+                    with contextlib.suppress(*self.errors):
                         if self._started(job):
                             await self.cluster.stop(job.job_id, comment=self._comment(job))
                         else:
@@ -491,7 +491,7 @@ class BatchScheduler:
                     await self._mail(job, "pause" if paused else "resume")
                     job.paused = paused
             elif job.held != paused:
-                with contextlib.suppressself.errors:
+                with contextlib.suppress(*self.errors):
                     if paused:
                         await self.cluster.hold([job.job_id])
                     else:
@@ -529,7 +529,7 @@ class BatchScheduler:
         if waited < grace:
             return False
         for job in list(self.jobs.values()):
-            with contextlib.suppressself.errors:
+            with contextlib.suppress(*self.errors):
                 await self.cluster.cancel(job.job_id, comment=self._comment(job))
         if waited < 2 * grace:
             return False
