@@ -134,7 +134,7 @@ def test_fast_enough() -> None:
 
 def test_parse_line_names_the_plan_patterns_that_matched() -> None:
     from specbench_tui.results.events import LogLine
-    from specbench_tui.tui.log_pane import PATTERN_MARK, display_line
+    from specbench_tui.tui.log_text import PATTERN_MARK, display_line
 
     parser = LogParser(
         {"ddtree": r"DDTree.*accept[_ ]len(?:gth)?[=:] *(?P<ddtree_accept_len>[0-9.]+)"}

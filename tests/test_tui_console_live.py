@@ -36,7 +36,8 @@ from specbench_tui.results.events import (
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.header import CampaignHeader
-from specbench_tui.tui.log_pane import CONTINUED, LogPane, display_line
+from specbench_tui.tui.log_pane import CONTINUED, LogPane
+from specbench_tui.tui.log_text import display_line
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.plots import LivePlot
 from specbench_tui.tui.results_pane import ResultsPane

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from specbench_tui.engine.commands import Command, Reply
+from specbench_tui.engine.commands import ChildEngine, Command, Reply
 from specbench_tui.engine.control_socket import AttachedControl, ShortPath
 from specbench_tui.errors import InputError
 from specbench_tui.results.events import Event
@@ -172,7 +172,6 @@ class OwnedControl(AttachedControl):
 
     detached: ClassVar[bool] = False
     owns_engine: ClassVar[bool] = True
-    can_detach: ClassVar[bool] = True
 
     def __init__(self, path: Path, process: EngineProcess) -> None:
         super().__init__(path)
@@ -181,6 +180,12 @@ class OwnedControl(AttachedControl):
     @property
     def engine_pid(self) -> int:
         return self.process.pid
+
+    def child_engine(self) -> ChildEngine | None:
+        return self if self.process.running else None
+
+    async def send_now(self, command: Command) -> Reply:
+        return await super().send(command)
 
     async def subscribe(self) -> AsyncIterator[Event]:
         await self.process.ready()

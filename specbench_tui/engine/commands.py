@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from specbench_tui.results.events import Event
 
@@ -58,6 +58,21 @@ class Reply:
     text: str
 
 
+class ChildEngine(Protocol):
+    """A campaign running in a process of its own that this console started, while that
+    process runs: the console can leave it running (detach), or stop it on the way out with
+    an abort that does not wait for the process to be ready, then SIGTERM to ``engine_pid``
+    where the abort did not arrive."""
+
+    @property
+    def engine_pid(self) -> int: ...
+
+    async def send_now(self, command: Command) -> Reply:
+        """Send ``command`` to the process as it is (raises OSError where nothing listens
+        yet), not waiting for it to start as ``send`` does."""
+        ...
+
+
 class CampaignControl(ABC):
     """A campaign as a console sees it: events to follow, commands to send, and what the
     console must know of it. The console asks these and nothing else.
@@ -89,4 +104,9 @@ class CampaignControl(ABC):
     async def start_engine(self) -> int | None:
         """Run (or wait for) the campaign's engine and return its exit status, on a control
         that owns it; None at once on any other."""
+        return None
+
+    def child_engine(self) -> ChildEngine | None:
+        """The process this console started for the campaign, while it runs; None for a
+        campaign in this process, an attached or a replayed one (nothing to detach from)."""
         return None

@@ -1,6 +1,6 @@
-"""The Textual console; the only package that imports textual."""
+"""The Textual console; the only package that imports textual.
 
-from specbench_tui.tui.app import ConsoleApp, run_console
-from specbench_tui.tui.themes import load_themes
-
-__all__ = ["ConsoleApp", "load_themes", "run_console"]
+The package itself imports nothing (the app is ``tui.app``): the console's pure parts
+(``tui/frame.py``, ``tui/log_text.py``, ``tui/toasts.py``) are then usable, and testable,
+without loading textual.
+"""

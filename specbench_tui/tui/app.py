@@ -38,8 +38,7 @@ from textual.widgets import Footer, Static, Tree
 from textual.widgets._footer import FooterKey
 from textual.widgets.tree import TreeNode
 
-from specbench_tui.engine.commands import CampaignControl, Command
-from specbench_tui.engine.control_socket import AttachedControl
+from specbench_tui.engine.commands import CampaignControl, ChildEngine, Command
 from specbench_tui.errors import InputError
 from specbench_tui.results.events import (
     CampaignFinished,
@@ -50,7 +49,16 @@ from specbench_tui.results.progress import CampaignProgress
 from specbench_tui.tui import keymap
 from specbench_tui.tui.campaign_keys import CampaignKeys
 from specbench_tui.tui.detail import DetailPane
-from specbench_tui.tui.frame import FrameChanges, fold_batch
+from specbench_tui.tui.frame import (
+    HEALTH_GPU_S,
+    FrameChanges,
+    Repaint,
+    ToastSpec,
+    TreeRepaint,
+    ViewState,
+    fold_batch,
+    plan_repaint,
+)
 from specbench_tui.tui.gpu_history import GpuHistory
 from specbench_tui.tui.group_logs import GroupLogs, stored_log_tail
 from specbench_tui.tui.header import CampaignHeader
@@ -73,8 +81,6 @@ from specbench_tui.tui.toasts import Toast, ToastBatcher
 EXIT_INTERRUPTED = 130
 #: Exit status of a console detached from the campaign it started (which goes on running).
 EXIT_DETACHED = 0
-#: GPU samples (each GPU at its own moment) repaint the health pane at most this often.
-HEALTH_GPU_S = 1.0
 #: Rows a toast takes at most, with the gap above it (app.tcss: Toast max-height 6).
 TOAST_ROWS = 7
 #: Longest the console waits for a child to take the abort when the operator quits.
@@ -93,8 +99,6 @@ READER_CHUNK = 256
 REPLAY_AGE_S = 30.0
 #: Longest wait for an in-process campaign to stop after quitting mid-run.
 QUIT_GRACE_S = 20.0
-#: After a cell finished, the results table is recomputed this much later, once for a burst.
-RESULTS_DELAY_S = 1.0
 #: While the results pane is hidden (the plots hold its slot during a run) the table is still
 #: recomputed, at most this often, so the pane is never empty when it comes into view at the end.
 HIDDEN_RESULTS_S = 10.0
@@ -171,10 +175,13 @@ class ConsoleFooter(Footer):
     """The footer, its less needed keys marked so a compact screen can drop them (CSS) and
     keep Help and Quit in view."""
 
+    def _view_only(self) -> bool:
+        return isinstance(self.app, ConsoleApp) and self.app.view_only
+
     def compose(self) -> ComposeResult:
         for widget in super().compose():
             if isinstance(widget, FooterKey):
-                if widget.action in keymap.MUTATIONS and getattr(self.app, "view_only", False):
+                if widget.action in keymap.MUTATIONS and self._view_only():
                     continue  # a read-only view: keys that cannot act are not offered
                 if widget.action in keymap.FOOTER_WIDE_ONLY:
                     widget.add_class("-wide-only")
@@ -488,37 +495,37 @@ class ConsoleApp(CampaignKeys, App[int]):
             self._show_toast(toast)
 
     def apply_batch(self, batch: list[Event]) -> None:
-        """Apply one frame's events: state first (``tui/frame.py``, pure), then only the
-        widgets they touched."""
+        """Apply one frame's events: the state and what to repaint first (``tui/frame.py``,
+        pure), then only the widgets they name."""
         was_ended = self.ended
         changes = fold_batch(self.progress, batch, self._is_live)
-        self._paint_frame(changes, batch)
+        tree = self.main.query_one(PlanTree)
+        view = ViewState(time.monotonic(), self._results_due, self._health_due, self._health_at)
+        repaint = plan_repaint(
+            changes, view, self.progress.groups, lambda: tree.needs_rebuild(self.progress)
+        )
+        self._paint_frame(repaint, changes, batch, view.now)
         if self.ended != was_ended:
             self._apply_size(self.size.width, self.size.height)  # the slot's default changed
 
-    def _paint_frame(self, changes: FrameChanges, batch: list[Event]) -> None:
-        """Update the widgets a frame's changes name (the painter of ``apply_batch``)."""
-        p = self.progress
-        now = time.monotonic()
+    def _paint_frame(
+        self, repaint: Repaint, changes: FrameChanges, batch: list[Event], now: float
+    ) -> None:
+        """Do what ``repaint`` says (the painter of ``apply_batch``): it decides nothing, but
+        hands the frame's data (log lines, samples, requests) to the widgets that keep it."""
         tree = self.main.query_one(PlanTree)
         logpane = self.main.query_one(LogPane)
-        for host in changes.hosts:
+        for host in repaint.tree.hosts:
             tree.relabel_host(host)
         self._request_cells |= changes.request_cells
-        if changes.started:
+        if repaint.clear_live:
             self.live.clear()
-            self._results_due = now + RESULTS_DELAY_S
-        elif changes.results and self._results_due is None:
-            self._results_due = now + RESULTS_DELAY_S
-        for t in changes.toasts:
-            self.toasts.add(t.text, now, severity=t.severity, title=t.title, noun=t.noun)  # type: ignore[arg-type]
-        for ev in changes.notices:
-            if self.toasts.answer(ev.text, "notice", now):
-                sev = {"warning": "warning", "error": "error"}.get(ev.level, "information")
-                noun = {"error": ("error", "errors"), "warning": ("warning", "warnings")}.get(
-                    sev, ("note", "notes")
-                )
-                self.toasts.add(ev.text, now, severity=sev, noun=noun)  # type: ignore[arg-type]
+        self._results_due = repaint.results_due
+        for t in repaint.toasts:
+            self._add_toast(t, now)
+        for t in repaint.notices:
+            if self.toasts.answer(t.text, "notice", now):
+                self._add_toast(t, now)
         if changes.ended is not None:
             self._announce_end(changes.ended)
         for gid, lines in changes.log.items():
@@ -527,37 +534,34 @@ class ConsoleApp(CampaignKeys, App[int]):
                 logpane.add(lines)
         self.gpu_history.ingest(batch)
         logpane.dropped = self.inbox.dropped
-        self.live.ingest(batch, p.started_at)
-        self._paint_tree(tree, changes)
+        self.live.ingest(batch, self.progress.started_at)
+        self._paint_tree(tree, repaint.tree)
         if self.follow:
             self._follow_current()
-        if changes.lifecycle or changes.log:
+        if repaint.sync_log:
             self._sync_log()
         self.frames += 1
         clock = self.clock()
-        self.main.query_one(CampaignHeader).show(p, clock, live=not self.read_only)
-        if changes.gpus:
-            self._health_due = True
-        gpus_due = self._health_due and now - self._health_at >= HEALTH_GPU_S
-        if changes.lifecycle or changes.hosts or gpus_due:
+        self.main.query_one(CampaignHeader).show(self.progress, clock, live=not self.read_only)
+        self._health_due = repaint.health_due
+        if repaint.health:
             self._paint_health(clock, now)
-        if changes.lifecycle:
+        if repaint.detail:
             self._show_detail()
 
-    def _paint_tree(self, tree: PlanTree, changes: FrameChanges) -> None:
-        p = self.progress
-        refilter = changes.lifecycle and tree.needs_rebuild(p)
-        if changes.started or refilter:
+    def _add_toast(self, t: ToastSpec, now: float) -> None:
+        self.toasts.add(t.text, now, severity=t.severity, title=t.title, noun=t.noun)  # type: ignore[arg-type]
+
+    def _paint_tree(self, tree: PlanTree, plan: TreeRepaint) -> None:
+        if plan.rebuild:
             self._rebuild_tree()
-        elif changes.checks:
+        elif plan.relabel_all:
             tree.relabel_all()
         else:
-            for cid in changes.cells:
+            for cid in plan.cells:
                 tree.relabel_cell(cid)
-            for gid in changes.groups:
+            for gid in plan.groups:
                 tree.relabel_group(gid)
-                for cid in p.groups[gid].cells if gid in p.groups else []:
-                    tree.relabel_cell(cid)
 
     def _rebuild_tree(self) -> None:
         tree = self.main.query_one(PlanTree)
@@ -1014,13 +1018,10 @@ class ConsoleApp(CampaignKeys, App[int]):
         """Textual's own quit (the palette's Quit) asks like q does."""
         self.action_request_quit()
 
-    def child_control(self) -> Any:
-        """The control of a campaign this console started in a child process, while that
-        process runs (it can be detached from, and it ends its run on its own); else None."""
-        c = self.control
-        if getattr(c, "can_detach", False) and c.process.running:
-            return c
-        return None
+    def child_control(self) -> ChildEngine | None:
+        """The process this console started for the campaign, while it runs (it can be
+        detached from, and it ends its run on its own); else None."""
+        return self.control.child_engine()
 
     def action_request_quit(self) -> None:
         screen = self.screen
@@ -1088,7 +1089,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         )
 
     @work(group="leaving", exclusive=True)
-    async def _stop_child_and_leave(self, child: Any) -> None:
+    async def _stop_child_and_leave(self, child: ChildEngine) -> None:
         """Quit: the abort goes to the child and the console leaves at once; the child
         stops its server and writes its views and report in its own time. A child that
         does not take the abort (still starting, or stuck) gets SIGTERM, which aborts the
@@ -1096,9 +1097,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._quitting = True
         self._leaving_pid = child.engine_pid
         try:
-            reply = await asyncio.wait_for(
-                AttachedControl.send(child, Command("abort", by="console")), LEAVE_S
-            )
+            reply = await asyncio.wait_for(child.send_now(Command("abort", by="console")), LEAVE_S)
             delivered = reply.ok
         except (OSError, TimeoutError):
             delivered = False

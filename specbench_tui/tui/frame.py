@@ -1,13 +1,18 @@
-"""One frame's events folded into the console's state, and what that changed: a pure function
-(no widget is touched), so what a batch does to the console can be tested without one; the
-app's painter then updates only the widgets it names.
+"""One frame's events folded into the console's state, and what that changed: pure functions
+(no widget is touched), so what a batch does to the console can be tested without one.
 
-Imports no textual: the console's widgets live elsewhere in ``tui/``.
+``fold_batch`` applies the events to the campaign's state (the one reducer,
+``results/state.py``, through ``CampaignProgress``) and says what they touched;
+``plan_repaint`` turns that and the console's view state (its clocks, what it holds back)
+into a ``Repaint``: which tree rows, which panes, which toasts. The app's painter does what
+the ``Repaint`` says and decides nothing.
+
+Imports no textual (nor does importing it load textual): the widgets live elsewhere in ``tui/``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specbench_tui.results.events import (
@@ -32,8 +37,8 @@ from specbench_tui.results.events import (
     ServiceReady,
     TelemetryChosen,
 )
-from specbench_tui.results.progress import CampaignProgress
-from specbench_tui.tui.log_pane import display_line
+from specbench_tui.results.progress import CampaignProgress, GroupState
+from specbench_tui.tui.log_text import display_line
 from specbench_tui.tui.toasts import host_news
 
 #: Events that change what the tree, the header's counts or the detail pane show.
@@ -54,6 +59,10 @@ LIFECYCLE = (
 CELL_EVENTS = (CellStarted, CellFinished, CellFailed, CellSkipped, CellQueued)
 #: Events after which the results table may have changed.
 RESULTS_EVENTS = (CellFinished, CheckVerdict, CampaignFinished, CellQueued)
+#: GPU samples (each GPU at its own moment) repaint the health pane at most this often.
+HEALTH_GPU_S = 1.0
+#: After a cell finished, the results table is recomputed this much later, once for a burst.
+RESULTS_DELAY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -73,8 +82,8 @@ class FrameChanges:
     ``log``: each group's new log lines as the log pane shows them, in arrival order (the
     pane shows the selected group's; the console keeps every group's). ``started``: a
     ``campaign_started`` came (a new run: the live plots and the tree start over).
-    ``notices``: live notices, which the toast batcher may hold back as answers already
-    shown; ``ended``: a live ``campaign_finished``.
+    ``notices``: live notices as toasts, which the toast batcher may hold back as answers
+    already shown; ``ended``: a live ``campaign_finished``.
     """
 
     log: dict[str, list[str]] = field(default_factory=dict)
@@ -83,7 +92,7 @@ class FrameChanges:
     hosts: list[str] = field(default_factory=list)
     request_cells: set[str] = field(default_factory=set)
     toasts: list[ToastSpec] = field(default_factory=list)
-    notices: list[Notice] = field(default_factory=list)
+    notices: list[ToastSpec] = field(default_factory=list)
     started: bool = False
     lifecycle: bool = False
     gpus: bool = False
@@ -116,6 +125,15 @@ def _toast(ev: Event) -> ToastSpec | None:
     return None
 
 
+def notice_toast(ev: Notice) -> ToastSpec:
+    """A notice as a toast: its level is the severity (anything else is information)."""
+    if ev.level == "error":
+        return ToastSpec(ev.text, "error", ("error", "errors"))
+    if ev.level == "warning":
+        return ToastSpec(ev.text, "warning", ("warning", "warnings"))
+    return ToastSpec(ev.text, "information", ("note", "notes"))
+
+
 def _lifecycle(ev: Event, out: FrameChanges, live: bool) -> None:
     """What a lifecycle event changed (the state has it already)."""
     out.lifecycle = out.lifecycle or isinstance(ev, LIFECYCLE)
@@ -136,7 +154,7 @@ def _lifecycle(ev: Event, out: FrameChanges, live: bool) -> None:
     if toast is not None:
         out.toasts.append(toast)
     if isinstance(ev, Notice):
-        out.notices.append(ev)
+        out.notices.append(notice_toast(ev))
     elif isinstance(ev, CampaignFinished):
         out.ended = ev
 
@@ -175,3 +193,93 @@ def fold_batch(
         else:
             _lifecycle(ev, out, is_live(ev))
     return out
+
+
+@dataclass(frozen=True)
+class ViewState:
+    """What the console's repaint depends on besides the events: ``now`` (monotonic s);
+    ``results_due``: when the results table is to be recomputed (None: not asked);
+    ``health_due``: GPU samples came in that the health pane does not show yet;
+    ``health_at``: when the health pane was last painted."""
+
+    now: float
+    results_due: float | None = None
+    health_due: bool = False
+    health_at: float = float("-inf")
+
+
+@dataclass(frozen=True)
+class TreeRepaint:
+    """The plan tree's part of a frame: rebuilt (a new run, or a narrowed tree whose set of
+    shown cells changed), every label redrawn (a check verdict marks configs across
+    groups), or only the rows named."""
+
+    rebuild: bool = False
+    relabel_all: bool = False
+    hosts: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    cells: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Repaint:
+    """What the painter does for one frame. The header is repainted every frame (its counts
+    and clock); ``health``: the health pane now, ``health_due``: samples still held back
+    after this frame (``HEALTH_GPU_S``); ``detail``: the detail pane; ``sync_log``: the log
+    pane's title and group; ``clear_live``: a new run, the live plots start over;
+    ``results_due``: the results table's next recomputation; ``toasts`` go to the batcher,
+    ``notices`` too unless they echo an answer already shown."""
+
+    tree: TreeRepaint
+    results_due: float | None
+    health: bool
+    health_due: bool
+    detail: bool
+    sync_log: bool
+    clear_live: bool
+    toasts: tuple[ToastSpec, ...] = ()
+    notices: tuple[ToastSpec, ...] = ()
+
+
+def _tree_repaint(
+    changes: FrameChanges, groups: Mapping[str, GroupState], narrowed_stale: Callable[[], bool]
+) -> TreeRepaint:
+    hosts = tuple(changes.hosts)
+    if changes.started or (changes.lifecycle and narrowed_stale()):
+        return TreeRepaint(rebuild=True, hosts=hosts)
+    if changes.checks:
+        return TreeRepaint(relabel_all=True, hosts=hosts)
+    cells = list(changes.cells)
+    for gid in changes.groups:  # a group's line changes its cells' (its server's state)
+        cells.extend(groups[gid].cells if gid in groups else ())
+    return TreeRepaint(hosts=hosts, groups=tuple(changes.groups), cells=tuple(cells))
+
+
+def plan_repaint(
+    changes: FrameChanges,
+    view: ViewState,
+    groups: Mapping[str, GroupState],
+    narrowed_stale: Callable[[], bool] = lambda: False,
+) -> Repaint:
+    """The ``Repaint`` for a frame's ``changes``, given the console's ``view`` and the
+    campaign's ``groups``. ``narrowed_stale``: whether a narrowed tree (failed only, a
+    filter) now shows other cells than it would; asked only after a lifecycle event."""
+    if changes.started or (changes.results and view.results_due is None):
+        results_due: float | None = view.now + RESULTS_DELAY_S
+    else:
+        results_due = view.results_due
+    held = view.health_due or changes.gpus
+    health = bool(
+        changes.lifecycle or changes.hosts or (held and view.now - view.health_at >= HEALTH_GPU_S)
+    )
+    return Repaint(
+        tree=_tree_repaint(changes, groups, narrowed_stale),
+        results_due=results_due,
+        health=health,
+        health_due=held and not health,
+        detail=changes.lifecycle,
+        sync_log=changes.lifecycle or bool(changes.log),
+        clear_live=changes.started,
+        toasts=tuple(changes.toasts),
+        notices=tuple(changes.notices),
+    )
