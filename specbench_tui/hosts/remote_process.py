@@ -133,8 +133,8 @@ async def stop_process_group(
     """SIGTERM to the whole process group, SIGKILL after ``grace_s``; returns once none of
     it is left. Every step is a check or a signal sent again, so each survives a dropped
     link (the connection waits for the host); a host that stays away raises SshError, and a
-    group still there ``kill_wait_s`` after SIGKILL raises ServiceError (the caller keeps it on record
-    for the leftover check instead of taking it for stopped)."""
+    group still there ``kill_wait_s`` after SIGKILL raises ServiceError (the caller keeps it
+    on record for the leftover check instead of taking it for stopped)."""
     say = say or (lambda _line: None)
 
     async def alive() -> bool:

@@ -241,8 +241,8 @@ async def stop_unit(
     """``systemctl stop``, SIGKILL to the unit after ``grace_s``; returns once it is
     inactive. Every step is a check or a request systemd takes twice as once, so each
     survives a dropped link (the connection waits for the host). A unit still active
-    ``kill_wait_s`` after SIGKILL raises ServiceError: the caller keeps it on record, never takes it for
-    stopped."""
+    ``kill_wait_s`` after SIGKILL raises ServiceError: the caller keeps it on record, never
+    takes it for stopped."""
     say = say or (lambda _line: None)
     if (await show_unit(ssh, unit)).get("ActiveState") not in ACTIVE_STATES:
         return
