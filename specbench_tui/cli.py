@@ -21,6 +21,7 @@ from specbench_tui.errors import (
     EXIT_PIPE,
     InputError,
 )
+from specbench_tui.hosts.options import HostOptions
 from specbench_tui.stdout import is_closed_pipe, silence
 
 DEMO_PLAN = Path("plans/demo.toml")
@@ -128,11 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --headless, inside a batch job: run the service group and cells of "
         "the job file the campaign wrote (the job script passes it)",
     )
-    p.add_argument(
-        "--ssh-config",
-        metavar="FILE",
-        help="SSH client config instead of ~/.ssh/config (like ssh -F)",
-    )
+    HostOptions.add_arguments(p)
     return p
 
 
@@ -385,9 +382,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             )
         checked = None
         if args.check:
-            from specbench_tui.hosts.check import check_hosts
+            from specbench_tui.engine.host_check import check_hosts
 
-            checked = asyncio.run(check_hosts(plan, sim=args.sim, ssh_config=args.ssh_config))
+            hosts = HostOptions.from_args(args)
+            checked = asyncio.run(check_hosts(plan, sim=args.sim, options=hosts))
         if args.json:
             doc = render_json(r)
             if checked is not None:
@@ -427,7 +425,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             only=args.only,
             rerun_failed=args.rerun_failed,
             rerun=rerun,
-            ssh_config=args.ssh_config,
+            hosts=HostOptions.from_args(args),
             job=share,
             control_socket=share is None,  # a job is steered through its mailbox
             write_views=share is None,
@@ -474,7 +472,7 @@ def _console(
         results=results_root,
         layout=layout,
         sim=args.sim,
-        ssh_config=args.ssh_config,
+        hosts=HostOptions.from_args(args),
     )
     argv = engine_argv(
         plan.path,
@@ -483,7 +481,7 @@ def _console(
         only=args.only,
         rerun_failed=args.rerun_failed,
         rerun=rerun,
-        ssh_config=args.ssh_config,
+        hosts=HostOptions.from_args(args),
     )
     # the console draws at once; the child loads and checks its hosts meanwhile (its
     # error before the run, if any, is raised by run_console once the terminal is back)

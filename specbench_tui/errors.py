@@ -4,7 +4,7 @@ Every error the tool raises on purpose derives from one of the roots below, so a
 catch a kind of failure without naming each package's class, and a last-resort boundary can
 tell "a failure we know how to word" (a :class:`SpecbenchError`) from a bug. The classes
 themselves live where they are raised (``hosts.service.ServiceError``,
-``engine.run_control.StorageFailed``, ``plan.document.PlanError``, ...); this module is floor
+``engine.run_control.StorageFailed``, ``table_types.PlanError``, ...); this module is floor
 1, so any package can derive from it. The results package alone stays outside: it is a
 contract that imports nothing of the tool, so its ``StorageError`` (an OSError) is carried by
 ``StorageFailed`` and its ``FieldTypeError`` is a ValueError.

@@ -6,34 +6,45 @@ registry line, not edits across the engine)."""
 from __future__ import annotations
 
 import ast
-import typing
 from pathlib import Path
 
 import pytest
 
 from specbench_tui.hosts.backends import BACKENDS, backend, job_gpu_variables
 from specbench_tui.hosts.factory import make_host
-from specbench_tui.plan.batch import BATCH_KINDS
-from specbench_tui.plan.model import HostSpec
+from specbench_tui.hosts.host_table import KIND_KEYS, HostSpec
 
 ROOT = Path(__file__).resolve().parents[1] / "specbench_tui"
 #: Modules of hosts/ that are one backend's own: the rest of the product reaches them through
 #: the registry (``hosts/backends.py``) or the protocols (``hosts/batch.py``).
-BACKEND_MODULES = ("slurm", "slurm_batch", "ssh", "ssh_host", "systemd", "remote_process")
+BACKEND_MODULES = (
+    "slurm",
+    "slurm_batch",
+    "slurm_jobs",
+    "slurm_table",
+    "ssh",
+    "ssh_host",
+    "systemd",
+    "remote_process",
+)
 
 
 def test_every_kind_a_plan_names_has_a_backend() -> None:
-    kinds = set(typing.get_args(typing.get_type_hints(HostSpec.__dict__["kind"].fget)["return"]))
-    assert kinds and kinds == set(BACKENDS)
+    assert set(KIND_KEYS) == set(BACKENDS)
+    for key in KIND_KEYS:  # the key that makes a host each kind gives that kind
+        value = {"login": "l", "gpus_per_node": 1, "shared_dir": "/s", "venv": "/v"}
+        table = {"ssh": "u@h", "local": True, "sim": True}.get(key, value)
+        spec = HostSpec.model_validate({key: table, "gpus": 1})
+        assert spec.kind == key and spec.kinds_set() == [key]
     for name, b in BACKENDS.items():
         # A machine (a Host) or a batch system (its cluster and its jobs), never both.
         assert (b.host is None) != (b.batch_jobs is None and b.batch_system is None), name
         assert (b.batch_jobs is None) == (b.batch_system is None) == (b.batch_check is None)
 
 
-def test_the_plan_and_the_hosts_agree_on_the_batch_kinds() -> None:
-    assert set(BATCH_KINDS) == {n for n, b in BACKENDS.items() if b.batch_jobs is not None}
-    assert all(BATCH_KINDS[k].name == k for k in BATCH_KINDS)
+def test_the_plan_side_and_the_run_side_agree_on_the_batch_kinds() -> None:
+    for name, b in BACKENDS.items():
+        assert (b.batch is None) == (b.batch_jobs is None), name
     assert job_gpu_variables()  # a batch job finds its GPUs without CUDA_VISIBLE_DEVICES
 
 

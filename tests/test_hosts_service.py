@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from specbench_tui.durations import format_duration
 from specbench_tui.hosts.process import ProcessService, port_in_use
 from specbench_tui.hosts.service import READY_LINE, ServiceError, describe_exit
-from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
 pytestmark = pytest.mark.system

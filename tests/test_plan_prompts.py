@@ -92,7 +92,7 @@ def test_dry_run_shows_the_first_prompt_rendered(
 
 
 def test_a_slurm_job_gets_the_plans_template_file(write_plan: Callable[..., Path]) -> None:
-    from specbench_tui.plan.slurm_files import job_files
+    from specbench_tui.plan.job_files import job_files
 
     path = write_plan(MINIMAL_PLAN.replace("[server]\n", '[server]\nchat_template = "t/x.jinja"\n'))
     (path.parent / "t").mkdir()

@@ -19,7 +19,7 @@ from conftest import ROOT, free_port
 from specbench_tui import __version__
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.engine.job_fold import JobFolder, JobRun
-from specbench_tui.plan.batch_jobs import JobPaths, JobSpec
+from specbench_tui.hosts.batch_jobs import JobPaths, JobSpec
 from specbench_tui.plan.expand import expand
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.results.events import CampaignStarted, Event

@@ -13,7 +13,7 @@ from conftest import free_port
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.engine.job_fold import JobFolder, JobRun
-from specbench_tui.plan.batch_jobs import JobPaths
+from specbench_tui.hosts.batch_jobs import JobPaths
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.results.events import (
     Aborted,

@@ -19,9 +19,7 @@ from specbench_tui.hosts.slurm import (
     parse_scontrol_job,
     parse_squeue,
 )
-from specbench_tui.plan.expand import expand
-from specbench_tui.plan.loader import load_plan
-from specbench_tui.plan.slurm_jobs import (
+from specbench_tui.hosts.slurm_jobs import (
     job_comment,
     job_paths,
     job_script,
@@ -30,6 +28,8 @@ from specbench_tui.plan.slurm_jobs import (
     sbatch_argv,
     slurm_time,
 )
+from specbench_tui.plan.expand import expand
+from specbench_tui.plan.loader import load_plan
 
 PLAN = """\
 [campaign]
@@ -298,6 +298,6 @@ def test_a_prompt_file_outside_the_plans_directory_is_refused_for_slurm(tmp_path
     # Beside the plan it ships with the job.
     (plans / "mine.jsonl").write_text('{"id": "a", "prompt": "hello"}\n')
     path.write_text(text.replace("../data/mine.jsonl", "mine.jsonl") + "\n" + HOST)
-    from specbench_tui.plan.slurm_files import job_files
+    from specbench_tui.plan.job_files import job_files
 
     assert "mine.jsonl" in job_files(load_plan(path))

@@ -41,16 +41,17 @@ from pathlib import Path
 from typing import IO
 
 from specbench_tui import __version__
+from specbench_tui.durations import format_duration
 from specbench_tui.engine.checks import evaluate_greedy
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.job_fold import JobFolder, JobRun
 from specbench_tui.engine.run_control import StorageFailed
 from specbench_tui.hosts.backends import backend
 from specbench_tui.hosts.batch import BatchError, BatchJobs, BatchSystem
+from specbench_tui.hosts.batch_jobs import JobPaths, JobSpec
 from specbench_tui.hosts.lines import LineSplitter
-from specbench_tui.plan.batch_jobs import JobPaths, JobSpec
-from specbench_tui.plan.durations import format_duration
-from specbench_tui.plan.slurm_files import job_files
+from specbench_tui.hosts.options import HostOptions
+from specbench_tui.plan.job_files import job_files
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
     CellFailed,
@@ -78,17 +79,20 @@ class BatchScheduler:
         ctx: RunContext,
         groups: list[ServiceGroup],
         host: str,
+        options: HostOptions | None = None,
         *,
-        ssh_config: str | None = None,
         cluster: BatchSystem | None = None,
     ) -> None:
         self.ctx = ctx
         self.groups = groups
         self.host = host
-        entry = backend(ctx.spec.hosts[host].kind)
+        hs = ctx.spec.hosts[host]
+        entry = backend(hs.kind)
         assert entry.batch_jobs and entry.batch_system, f"host {host} runs no batch jobs"
-        self.cluster: BatchSystem = cluster or entry.batch_system(ctx.spec, host, ssh_config)
-        self.layout: BatchJobs = entry.batch_jobs(ctx.spec, host)
+        self.cluster: BatchSystem = cluster or entry.batch_system(
+            hs, host, options or HostOptions()
+        )
+        self.layout: BatchJobs = entry.batch_jobs(hs, ctx.spec.campaign.name)
         jobs = self.layout
         self.limits = jobs.limits
         self.campaign = ctx.spec.campaign.name

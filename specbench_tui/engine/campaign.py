@@ -161,9 +161,10 @@ class Campaign(CampaignControl):
 
     def _new_host(self, name: str, kind: Any) -> Host:
         return build_host(
-            self.spec,
+            self.spec.hosts[name],
             name,
-            self.options.ssh_config,
+            self.spec.campaign.name,
+            self.options.hosts,
             kind=kind,
             events=HubEvents(self.hub),
             telemetry_interval_s=self.options.telemetry_interval_s,
@@ -188,11 +189,12 @@ class Campaign(CampaignControl):
         for name, kind in kinds.items():
             mine = [g for g in self.groups if g.host == name]
             await preflight_host(
-                self.plan,
+                self.spec.hosts[name],
                 name,
+                self.spec.campaign.name,
                 kind,
                 mine,
-                self.options.ssh_config,
+                self.options.hosts,
                 events=HubEvents(self.hub),
                 telemetry_interval_s=self.options.telemetry_interval_s,
                 owner=results_owner(self.layout.root),
@@ -213,9 +215,7 @@ class Campaign(CampaignControl):
             mine = [g for g in self.groups if g.host == name]
             hs = self.spec.hosts[name]
             if backend(mine[0].host_kind).batch_jobs is not None:  # each group one batch job
-                self.schedulers.append(
-                    BatchScheduler(self.ctx, mine, name, ssh_config=self.options.ssh_config)
-                )
+                self.schedulers.append(BatchScheduler(self.ctx, mine, name, self.options.hosts))
                 continue
             self.schedulers.append(
                 HostScheduler(

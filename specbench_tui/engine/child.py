@@ -27,6 +27,7 @@ from typing import ClassVar
 from specbench_tui.engine.commands import ChildEngine, Command, Reply
 from specbench_tui.engine.control_socket import AttachedControl, ShortPath
 from specbench_tui.errors import InputError
+from specbench_tui.hosts.options import HostOptions
 from specbench_tui.results.events import Event
 from specbench_tui.results.layout import ResultsLayout
 
@@ -211,7 +212,7 @@ def engine_argv(
     only: str | None = None,
     rerun_failed: bool = False,
     rerun: Sequence[str] = (),
-    ssh_config: str | None = None,
+    hosts: HostOptions | None = None,
 ) -> list[str]:
     """The command line of a child run, from what the console was asked for."""
     argv = [str(plan), "--results", str(results_root)]
@@ -223,6 +224,6 @@ def engine_argv(
         argv.append("--rerun-failed")
     if rerun:
         argv += ["--rerun", ",".join(rerun)]
-    if ssh_config:
-        argv += ["--ssh-config", ssh_config]
+    if hosts is not None:
+        argv += hosts.argv()
     return argv

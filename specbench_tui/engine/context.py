@@ -15,6 +15,7 @@ from specbench_tui.engine.log_lines import LogLineWorker
 from specbench_tui.engine.run_control import RunControl
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.engine.templates import GroupTemplates
+from specbench_tui.hosts.options import HostOptions
 from specbench_tui.plan.document import Plan
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.layout import ResultsLayout
@@ -39,7 +40,8 @@ class CampaignOptions:
     server_restarts: int = 1  # restarts of a group's server after it dies mid-cell
     telemetry_interval_s: float = 1.0
     live_history: int = 2000  # live events kept for a console that attaches late
-    ssh_config: str | None = None  # like ``ssh -F FILE``; None: ~/.ssh/config
+    # How hosts are reached beyond the plan (--ssh-config).
+    hosts: HostOptions = field(default_factory=HostOptions)
     abort_grace_s: float = 1.0  # how long an abort lets requests in flight finish
     # Inside a batch job: run only the job's group and cells, on its allocation.
     job: JobShare | None = None

@@ -8,10 +8,10 @@ import sys
 from typing import Any, TextIO
 
 from specbench_tui.bench.figures import decode_left_out, slo_said
+from specbench_tui.durations import format_duration
 from specbench_tui.engine.campaign import Campaign
 from specbench_tui.engine.commands import Command
 from specbench_tui.errors import EXIT_PIPE
-from specbench_tui.plan.durations import format_duration
 from specbench_tui.printable import printable
 from specbench_tui.results.events import (
     Aborted,

@@ -49,8 +49,8 @@ import polars as pl
 from specbench_tui.engine.cell_runner import durably, request_done_event
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle
+from specbench_tui.hosts.batch_jobs import JobPaths
 from specbench_tui.hosts.lines import LineSplitter
-from specbench_tui.plan.batch_jobs import JobPaths
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
     Aborted,

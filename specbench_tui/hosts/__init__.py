@@ -1,37 +1,7 @@
-"""Where servers run: service managers, GPU telemetry and the per-host facade the engine uses.
+"""Where servers run: the plan's host tables and the registry of backends (``backends.py``),
+service managers, GPU telemetry and the per-host facade the engine uses.
 
-Nothing here imports textual; the engine drives these objects and turns their callbacks
-into events.
+Nothing here imports textual or the plan; the plan asks the registry about its hosts, and the
+engine drives these objects and turns their callbacks into events. Modules are imported by
+name (this package loads none of them), so loading a plan loads no transport.
 """
-
-from specbench_tui.hosts.factory import make_host
-from specbench_tui.hosts.host import Host, SimHost
-from specbench_tui.hosts.process import ProcessService, port_in_use
-from specbench_tui.hosts.service import READY_LINE, Service, ServiceError
-from specbench_tui.hosts.telemetry import (
-    AgentRunner,
-    GpuProcess,
-    GpuSample,
-    GpusNotFreeError,
-    LocalAgentRunner,
-    TelemetryReader,
-    wait_gpus_free,
-)
-
-__all__ = [
-    "READY_LINE",
-    "AgentRunner",
-    "GpuProcess",
-    "GpuSample",
-    "GpusNotFreeError",
-    "Host",
-    "LocalAgentRunner",
-    "ProcessService",
-    "Service",
-    "ServiceError",
-    "SimHost",
-    "TelemetryReader",
-    "make_host",
-    "port_in_use",
-    "wait_gpus_free",
-]

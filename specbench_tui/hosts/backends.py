@@ -1,28 +1,34 @@
-"""Every kind of plan host, by name: how the campaign builds what runs a host's groups, and how
-a dry run checks it and a campaign preflights it.
+"""Every kind of plan host, by name: what the plan side asks of it (its dry-run words, the
+checks of its table, a batch system's jobs), how the campaign builds what runs its groups, and
+how a dry run checks it and a campaign preflights it.
 
 Two shapes of backend: a machine the engine drives itself (``host`` builds its ``Host``:
 local, sim, SSH), and a batch system whose scheduler places each service group as one job
-(``batch_system`` and ``batch_jobs`` build what the batch scheduler drives: Slurm). A new
-backend is one module and one line in ``BACKENDS``; the engine asks this registry and never
-names a kind.
+(``batch`` for the plan side; ``batch_system`` and ``batch_jobs`` build what the batch
+scheduler drives: Slurm). A new backend is its key in ``host_table.py``, one module and one
+line in ``BACKENDS``; the plan, the engine and the console ask this registry and never name a
+kind. The plan loads this module, so what runs a host is imported only when it is built.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specbench_tui.errors import InputError
-from specbench_tui.hosts.host import Host, HostEvents, HostReport, SimHost, SshSettings
-from specbench_tui.plan.document import Plan
-from specbench_tui.plan.model import HostSpec, PlanSpec
+from specbench_tui.hosts import slurm_jobs
+from specbench_tui.hosts.batch_kind import BatchKind
+from specbench_tui.hosts.host_table import SSH_DESTINATION, HostSpec
+from specbench_tui.hosts.options import HostOptions
 from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.table_types import PlanError
 
 if TYPE_CHECKING:
     from specbench_tui.hosts.batch import BatchJobs, BatchSystem
+    from specbench_tui.hosts.host import Host, HostEvents, HostReport, SshSettings
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,12 @@ class HostBuild:
         }
 
 
-Check = Callable[[Plan, str, list[ServiceGroup], "str | None"], Awaitable[HostReport]]
+#: ``(host table, host name, campaign, its groups, options)`` -> what the check found.
+Check = Callable[[HostSpec, str, str, list[ServiceGroup], HostOptions], Awaitable["HostReport"]]
+
+
+def _no_problems(name: str, host: HostSpec) -> list[PlanError]:
+    return []
 
 
 @dataclass(frozen=True)
@@ -57,13 +68,20 @@ class Backend:
     """One kind of plan host: ``host`` (a machine) or ``batch_*`` (a batch system) is set."""
 
     name: str
+    #: The dry run's words for a host of this kind: ``(host, campaign) -> text``.
+    describe: Callable[[HostSpec, str], str]
+    #: What the host's table must satisfy beyond its types: ``(name, host) -> problems``.
+    check_table: Callable[[str, HostSpec], list[PlanError]] = _no_problems
     #: The Host of a machine host.
     host: Callable[[HostBuild], Host] | None = None
     #: The connection settings of a machine host reached remotely (None: none needed).
-    settings: Callable[[HostSpec, str, str | None], SshSettings | None] | None = None
-    #: A batch host: its cluster, for ``(spec, host, ssh_config)``, and its jobs' layout.
-    batch_system: Callable[[PlanSpec, str, str | None], BatchSystem] | None = None
-    batch_jobs: Callable[[PlanSpec, str], BatchJobs] | None = None
+    settings: Callable[[HostSpec, str, HostOptions], SshSettings | None] | None = None
+    #: A batch host: what the plan side knows of its jobs.
+    batch: BatchKind | None = None
+    #: A batch host: its cluster, for ``(host table, host name, options)``, and its jobs'
+    #: layout for ``(host table, campaign)``.
+    batch_system: Callable[[HostSpec, str, HostOptions], BatchSystem] | None = None
+    batch_jobs: Callable[[HostSpec, str], BatchJobs] | None = None
     #: ``--dry-run --check`` of a batch host (a machine host's is ``Host.check``).
     batch_check: Check | None = None
     #: Whether a campaign reaches the host before it starts (``Host.preflight``, or the first
@@ -77,11 +95,18 @@ class Backend:
     job_gpu_variables: tuple[str, ...] = ()
 
 
+# --- machines ----------------------------------------------------------------------------------
+
+
 def _local(b: HostBuild) -> Host:
+    from specbench_tui.hosts.host import Host
+
     return Host(b.name, b.gpus, **b.common())
 
 
 def _sim(b: HostBuild) -> Host:
+    from specbench_tui.hosts.host import SimHost
+
     return SimHost(b.name, b.gpus, state_dir=b.state_dir, **b.common())
 
 
@@ -93,7 +118,9 @@ def _ssh(b: HostBuild) -> Host:
     return SshHost(b.name, b.gpus, b.ssh, **b.common())
 
 
-def _ssh_settings(hs: HostSpec, campaign: str, ssh_config: str | None) -> SshSettings | None:
+def _ssh_settings(hs: HostSpec, campaign: str, options: HostOptions) -> SshSettings | None:
+    from specbench_tui.hosts.host import SshSettings
+
     if hs.ssh is None:
         return None
     return SshSettings(
@@ -103,39 +130,83 @@ def _ssh_settings(hs: HostSpec, campaign: str, ssh_config: str | None) -> SshSet
         workdir=hs.workdir,
         prepare=tuple(hs.prepare),
         restore_after=hs.restore_after,
-        ssh_config=ssh_config,
+        ssh_config=options.ssh_config,
         reconnect_timeout_s=hs.reconnect_timeout,
     )
 
 
-def _slurm_system(spec: PlanSpec, host: str, ssh_config: str | None) -> BatchSystem:
+_SSH = re.compile(SSH_DESTINATION)
+
+
+def _check_ssh(name: str, host: HostSpec) -> list[PlanError]:
+    """``ssh``: a destination ssh can take."""
+    if host.ssh is None or _SSH.match(host.ssh):
+        return []
+    return [
+        PlanError(
+            ("hosts", name, "ssh"),
+            f"{host.ssh!r} is not an SSH destination; write an alias, user@host or user@host:port",
+        )
+    ]
+
+
+# --- batch systems -----------------------------------------------------------------------------
+
+
+def _slurm_system(hs: HostSpec, host: str, options: HostOptions) -> BatchSystem:
     from specbench_tui.hosts.slurm import cluster_of
 
-    return cluster_of(spec, host, ssh_config)
+    assert hs.slurm is not None
+    return cluster_of(hs.slurm, host, options.ssh_config)
 
 
-def _slurm_jobs(spec: PlanSpec, host: str) -> BatchJobs:
+def _slurm_jobs(hs: HostSpec, campaign: str) -> BatchJobs:
     from specbench_tui.hosts.slurm_batch import SlurmJobs
 
-    return SlurmJobs.of(spec, host)
+    assert hs.slurm is not None
+    return SlurmJobs(hs.slurm, campaign)
 
 
 async def _slurm_check(
-    plan: Plan, host: str, groups: list[ServiceGroup], ssh_config: str | None
+    hs: HostSpec, host: str, campaign: str, groups: list[ServiceGroup], options: HostOptions
 ) -> HostReport:
     from specbench_tui.hosts.slurm import check_slurm
 
-    return await check_slurm(plan, host, groups, ssh_config)
+    assert hs.slurm is not None
+    return await check_slurm(hs.slurm, host, campaign, groups, options.ssh_config)
+
+
+def _check_slurm(name: str, host: HostSpec) -> list[PlanError]:
+    return slurm_jobs.check_slurm_host(name, host) if host.slurm is not None else []
 
 
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("local", host=_local),
-        Backend("sim", host=_sim),
-        Backend("ssh", host=_ssh, settings=_ssh_settings, preflights=True, remote=True),
+        Backend(
+            "local",
+            describe=lambda h, _: f"local, {h.services or 'process'}, {h.gpus} GPUs",
+            host=_local,
+        ),
+        Backend(
+            "sim",
+            describe=lambda h, _: f"simulated, {h.gpus} GPUs, speed x{h.speed:g}",
+            host=_sim,
+        ),
+        Backend(
+            "ssh",
+            describe=lambda h, _: f"ssh {h.ssh}, {h.services or 'systemd'}, {h.gpus} GPUs",
+            check_table=_check_ssh,
+            host=_ssh,
+            settings=_ssh_settings,
+            preflights=True,
+            remote=True,
+        ),
         Backend(
             "slurm",
+            describe=slurm_jobs.where,
+            check_table=_check_slurm,
+            batch=slurm_jobs.BATCH_KIND,
             batch_system=_slurm_system,
             batch_jobs=_slurm_jobs,
             batch_check=_slurm_check,
@@ -153,30 +224,60 @@ def backend(kind: str) -> Backend:
         raise ValueError(f"no backend for hosts of kind {kind!r}") from None
 
 
+def batch_kind(kind: str) -> BatchKind | None:
+    """The plan side of a batch host's jobs; None for a machine host."""
+    return backend(kind).batch
+
+
 def job_gpu_variables() -> tuple[str, ...]:
     """Every batch backend's variables that name a job's GPUs."""
     return tuple(v for b in BACKENDS.values() for v in b.job_gpu_variables)
 
 
-def build_host(plan_spec: PlanSpec, name: str, ssh_config: str | None = None, **kw: Any) -> Host:
-    """The Host of a machine host of the plan (``kw``: the rest of ``HostBuild``)."""
-    hs = plan_spec.hosts[name]
+def check_host_table(name: str, host: HostSpec) -> list[PlanError]:
+    """A ``[hosts.NAME]`` table: one kind, then each kind's own checks."""
+    chosen = host.kinds_set()
+    errs: list[PlanError] = []
+    if len(chosen) != 1:
+        errs.append(
+            PlanError(
+                ("hosts", name),
+                'set exactly one of ssh = "user@host", '
+                "local = true, sim = true, slurm = { login = ... } "
+                f"(found {len(chosen) or 'none'})",
+            )
+        )
+    for kind in chosen:
+        errs += backend(kind).check_table(name, host)
+    return errs
+
+
+def build_host(
+    hs: HostSpec, name: str, campaign: str, options: HostOptions | None = None, **kw: Any
+) -> Host:
+    """The Host of a machine host of the plan (``kw``: the rest of ``HostBuild``; ``kind``
+    builds it as another kind, as a rehearsal does)."""
     entry = backend(kw.pop("kind", None) or hs.kind)
-    assert entry.host is not None, f"host {name}: a {entry.name} host runs batch jobs"
-    campaign = plan_spec.campaign.name
-    ssh = entry.settings(hs, campaign, ssh_config) if entry.settings else None
+    if entry.host is None:
+        raise ValueError(f"host {name}: a {entry.name} host runs batch jobs, not a Host")
+    settings = entry.settings(hs, campaign, options or HostOptions()) if entry.settings else None
     kw.setdefault("gpu_ids", hs.gpu_ids)
-    return entry.host(HostBuild(name, hs.gpus, ssh=ssh, **kw))
+    return entry.host(HostBuild(name, hs.gpus, ssh=settings, **kw))
 
 
 async def check_host(
-    plan: Plan, name: str, kind: str, groups: list[ServiceGroup], ssh_config: str | None
+    hs: HostSpec,
+    name: str,
+    campaign: str,
+    kind: str,
+    groups: list[ServiceGroup],
+    options: HostOptions,
 ) -> HostReport:
     """``--dry-run --check`` of one host: reached as a campaign would, left as it was."""
     entry = backend(kind)
     if entry.batch_check is not None:
-        return await entry.batch_check(plan, name, groups, ssh_config)
-    host = build_host(plan.spec, name, ssh_config, kind=kind, groups=groups)
+        return await entry.batch_check(hs, name, campaign, groups, options)
+    host = build_host(hs, name, campaign, options, kind=kind, groups=groups)
     try:
         return await host.check(groups)
     finally:
@@ -184,7 +285,13 @@ async def check_host(
 
 
 async def preflight_host(
-    plan: Plan, name: str, kind: str, groups: list[ServiceGroup], ssh_config: str | None, **kw: Any
+    hs: HostSpec,
+    name: str,
+    campaign: str,
+    kind: str,
+    groups: list[ServiceGroup],
+    options: HostOptions,
+    **kw: Any,
 ) -> None:
     """Before a campaign: raise InputError with the first thing that would stop the host's
     groups (nothing for a host that needs no reaching)."""
@@ -192,11 +299,11 @@ async def preflight_host(
     if not entry.preflights:
         return
     if entry.batch_check is not None:
-        report = await entry.batch_check(plan, name, groups, ssh_config)
+        report = await entry.batch_check(hs, name, campaign, groups, options)
         if report.problems:
             raise InputError(f"host {name}: {report.problems[0]}")
         return
-    host = build_host(plan.spec, name, ssh_config, kind=kind, groups=groups, **kw)
+    host = build_host(hs, name, campaign, options, kind=kind, groups=groups, **kw)
     try:
         await host.preflight(groups)  # type: ignore[attr-defined]
     finally:

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from specbench_tui.hosts.batch_jobs import JobPaths
 from specbench_tui.hosts.service import ServiceError
-from specbench_tui.plan.batch_jobs import JobPaths
 from specbench_tui.results.cells import ServiceGroup
 
 

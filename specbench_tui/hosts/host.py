@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from specbench_tui.durations import format_duration
 from specbench_tui.engines.registry import adapter
 from specbench_tui.errors import describe
 from specbench_tui.hosts import port_claims
@@ -53,7 +54,6 @@ from specbench_tui.hosts.telemetry import (
     probe_telemetry,
     wait_gpus_free,
 )
-from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import Event, GpusUnverified, GpusWaiting, TelemetryChosen
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbench_tui.durations import format_duration
 from specbench_tui.hosts.server_records import (
     RemoteRecord,
     boot_id,
@@ -28,7 +29,6 @@ from specbench_tui.hosts.server_records import (
 )
 from specbench_tui.hosts.service import HostUnreachable, LineCallback, Service, ServiceError
 from specbench_tui.hosts.ssh import PortForward, SshConnection, SshError
-from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
 # Exit 1 when something listens on (or holds) the port: the same bind test as port_in_use.

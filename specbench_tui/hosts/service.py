@@ -22,9 +22,9 @@ from typing import IO
 
 import httpx
 
+from specbench_tui.durations import format_duration
 from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
 from specbench_tui.errors import HostError
-from specbench_tui.plan.durations import format_duration
 from specbench_tui.results.cells import ServiceGroup
 
 log = logging.getLogger(__name__)

@@ -25,6 +25,8 @@ from specbench_tui import __version__
 from specbench_tui.hosts.batch import BatchError, JobEnd, JobInfo, JobStates
 from specbench_tui.hosts.host import HostReport
 from specbench_tui.hosts.shell import quote, remote_path
+from specbench_tui.hosts.slurm_jobs import campaign_dir, campaign_key, job_script, sbatch_argv
+from specbench_tui.hosts.slurm_table import SlurmSpec
 from specbench_tui.hosts.ssh import (
     CommandResult,
     SshConnectError,
@@ -32,9 +34,6 @@ from specbench_tui.hosts.ssh import (
     SshError,
     quote_command,
 )
-from specbench_tui.plan.document import Plan
-from specbench_tui.plan.model import PlanSpec, SlurmSpec
-from specbench_tui.plan.slurm_jobs import campaign_dir, campaign_key, job_script, sbatch_argv
 from specbench_tui.results.cells import ServiceGroup
 
 #: Job states in which a job still holds (or waits for) an allocation, or comes back.
@@ -478,10 +477,10 @@ class SlurmCluster:
 
 
 def _tests(
-    plan: Plan, slurm: SlurmSpec, groups: list[ServiceGroup]
+    campaign: str, slurm: SlurmSpec, groups: list[ServiceGroup]
 ) -> list[tuple[str, list[str], str]]:
     """One ``sbatch --test-only`` per TP size: what the cluster says of such a job."""
-    name = plan.spec.campaign.name
+    name = campaign
     key = campaign_key(slurm, name)
     seen: dict[int, ServiceGroup] = {}
     for g in groups:
@@ -496,25 +495,21 @@ def _tests(
     ]
 
 
-def cluster_of(spec: PlanSpec, host: str, ssh_config: str | None) -> SlurmCluster:
+def cluster_of(slurm: SlurmSpec, host: str, ssh_config: str | None) -> SlurmCluster:
     """The login node of the plan's Slurm host ``host``."""
-    slurm = spec.hosts[host].slurm
-    assert slurm is not None
     return SlurmCluster(host, slurm.login, env=slurm.env, ssh_config=ssh_config)
 
 
 async def check_slurm(
-    plan: Plan, host: str, groups: list[ServiceGroup], ssh_config: str | None
+    slurm: SlurmSpec, host: str, campaign: str, groups: list[ServiceGroup], ssh_config: str | None
 ) -> HostReport:
     """``--dry-run --check`` of a Slurm host: submits nothing."""
-    slurm = plan.spec.hosts[host].slurm
-    assert slurm is not None
-    cluster = cluster_of(plan.spec, host, ssh_config)
+    cluster = cluster_of(slurm, host, ssh_config)
     try:
         return await cluster.check(
-            shared_dir=campaign_dir(slurm, plan.spec.campaign.name),
+            shared_dir=campaign_dir(slurm, campaign),
             venv=slurm.venv,
-            tests=_tests(plan, slurm, groups),
+            tests=_tests(campaign, slurm, groups),
             version=__version__,
         )
     finally:

@@ -1,14 +1,13 @@
 """One campaign's Slurm jobs as the batch scheduler sees them (``BatchJobs``): the layout,
-script, sbatch line and comment of ``plan/slurm_jobs.py``, bound to one host of the plan."""
+script, sbatch line and comment of ``slurm_jobs.py``, bound to one host of the plan."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from specbench_tui.hosts.batch import BatchLimits
-from specbench_tui.plan.batch_jobs import JobPaths
-from specbench_tui.plan.model import PlanSpec, SlurmSpec
-from specbench_tui.plan.slurm_jobs import (
+from specbench_tui.hosts.batch_jobs import JobPaths
+from specbench_tui.hosts.slurm_jobs import (
     campaign_key,
     groups_dir,
     job_comment,
@@ -19,6 +18,7 @@ from specbench_tui.plan.slurm_jobs import (
     sbatch_argv,
     stop_signal_s,
 )
+from specbench_tui.hosts.slurm_table import SlurmSpec
 from specbench_tui.results.cells import ServiceGroup
 
 #: How much earlier than asked Slurm may send a job's signal before its time limit.
@@ -31,12 +31,6 @@ class SlurmJobs:
     campaign: str
     time_limit_key = "slurm.time_limit"
     label = "Slurm"
-
-    @classmethod
-    def of(cls, spec: PlanSpec, host: str) -> SlurmJobs:
-        slurm = spec.hosts[host].slurm
-        assert slurm is not None
-        return cls(slurm, spec.campaign.name)
 
     @property
     def key(self) -> str:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from specbench_tui.durations import format_duration
 from specbench_tui.hosts.service import ServiceError
-from specbench_tui.plan.durations import format_duration
 from specbench_tui.results import events
 from specbench_tui.results.gpu_readings import GpuReadings, readings_from, telemetry_row
 

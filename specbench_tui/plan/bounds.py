@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from specbench_tui.plan.document import PlanError
 from specbench_tui.plan.model import ConcurrencyWorkload, PlanSpec, SingleWorkload
+from specbench_tui.table_types import PlanError
 
 MAX_CONFIGS = 100_000  # expanded configs of one [configs.NAME]
 MAX_GROUPS = 100_000  # service groups (server starts) of a plan

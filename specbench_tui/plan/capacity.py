@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from specbench_tui.plan.document import PlanError
 from specbench_tui.plan.model import PlanSpec
 from specbench_tui.plan.slo import fewest_requests
+from specbench_tui.table_types import PlanError
 
 
 @dataclass

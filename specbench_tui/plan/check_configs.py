@@ -14,8 +14,8 @@ from specbench_tui.engines.registry import adapter
 from specbench_tui.plan.check_matrix import matrix_hosts, rehearsal_only
 from specbench_tui.plan.check_placeholders import check_placeholders
 from specbench_tui.plan.configs import ResolvedConfig, substitute
-from specbench_tui.plan.document import PlanError
 from specbench_tui.plan.model import PLACEHOLDERS, SAFE_NAME, ParamValue, PlanSpec
+from specbench_tui.table_types import PlanError
 
 _SAFE = re.compile(SAFE_NAME)
 
@@ -112,7 +112,7 @@ def check_programs(spec: PlanSpec) -> list[PlanError]:
                 PlanError(
                     where,
                     f"{program!r} holds a line break or another control character: a program "
-                    "path cannot (systemd refuses to run one)",
+                    "path cannot (a service manager refuses to run one)",
                 )
             )
     return errs

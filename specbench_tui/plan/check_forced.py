@@ -11,8 +11,8 @@ from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
 from specbench_tui.plan.check_configs import server_command
 from specbench_tui.plan.check_matrix import rehearsal_only
 from specbench_tui.plan.configs import ResolvedConfig
-from specbench_tui.plan.document import PlanError
 from specbench_tui.plan.model import PlanSpec
+from specbench_tui.table_types import PlanError
 
 
 def check_forced(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import difflib
 
 from specbench_tui.plan.configs import ResolvedConfig, names_matching
-from specbench_tui.plan.document import Plan, PlanError
+from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import PlanSpec
+from specbench_tui.table_types import PlanError
 
 
 def matrix_hosts(spec: PlanSpec) -> list[str]:

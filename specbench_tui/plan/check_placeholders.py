@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import string
 
-from specbench_tui.plan.document import PlanError
+from specbench_tui.table_types import PlanError
 
 
 def check_placeholders(

@@ -14,10 +14,11 @@ from pathlib import Path
 from specbench_tui.errors import InputError
 from specbench_tui.plan.chat_template import ChatTemplate, check_template, template_path
 from specbench_tui.plan.configs import ResolvedConfig
-from specbench_tui.plan.document import Plan, PlanError
+from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import SAFE_NAME
 from specbench_tui.plan.prompt_formats import SOURCES
 from specbench_tui.plan.prompt_sets import shipped_sets
+from specbench_tui.table_types import PlanError
 
 _SAFE = re.compile(SAFE_NAME)
 

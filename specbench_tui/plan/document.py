@@ -1,5 +1,5 @@
-"""A validated plan and the error type every plan check raises, apart from the loader so
-that the checks and the loader can both use them."""
+"""A validated plan, apart from the loader so that the checks and the loader can both use it
+(the error a check raises is ``table_types.PlanError``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbench_tui.errors import InputError
-from specbench_tui.plan.locate import LineIndex
 from specbench_tui.plan.model import PlanSpec
 from specbench_tui.plan.prompt_sets import PromptLibrary
 
@@ -33,25 +31,3 @@ class Plan:
     @property
     def hash(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()[:16]
-
-
-class PlanError(InputError):
-    """A plan problem at a key path; ``where`` is filled in by the loader."""
-
-    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
-        super().__init__(message)
-        self.key_path = path
-        self.message = message
-
-    def located(self, file: Path, index: LineIndex) -> str:
-        line = index.line_of(self.key_path)
-        where = f"{file}:{line}" if line else str(file)
-        keys = _dotted(self.key_path)
-        return f"{where}: {keys}: {self.message}" if keys else f"{where}: {self.message}"
-
-
-def _dotted(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out

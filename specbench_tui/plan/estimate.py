@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbench_tui.plan.batch import batch_kind
+from specbench_tui.hosts.backends import batch_kind
 from specbench_tui.plan.capacity import search
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate

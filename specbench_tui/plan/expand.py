@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
-from specbench_tui.plan.batch import batch_kind
+from specbench_tui.hosts.backends import batch_kind
+from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan
@@ -30,7 +31,6 @@ from specbench_tui.plan.model import (
     AgenticWorkload,
     CapacityWorkload,
     ConcurrencyWorkload,
-    HostSpec,
     PlanSpec,
     SingleWorkload,
     Workload,

@@ -13,10 +13,11 @@ from pydantic import ValidationError
 
 from specbench_tui.errors import InputError
 from specbench_tui.plan.bounds import check_size
-from specbench_tui.plan.document import Plan, PlanError
+from specbench_tui.plan.document import Plan
 from specbench_tui.plan.locate import LineIndex
 from specbench_tui.plan.model import KINDS, PlanSpec, model_at
 from specbench_tui.plan.validate import check_plan
+from specbench_tui.table_types import PlanError
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -80,7 +81,7 @@ def _nul_strings(raw: dict[str, Any]) -> list[PlanError]:
 
 
 def _first(errors: list[PlanError], file: Path, index: LineIndex) -> InputError:
-    msg = errors[0].located(file, index)
+    msg = errors[0].located(file, index.line_of(errors[0].key_path))
     if len(errors) > 1:
         msg += f"\n({len(errors) - 1} more problem{'s' if len(errors) > 2 else ''} after this one)"
     return InputError(msg)
@@ -117,32 +118,9 @@ def _pydantic_error(err: Any, raw: dict[str, Any]) -> PlanError:
         tag = (err.get("ctx") or {}).get("tag")
         got = f" (got {_shown(tag)})" if tag is not None else ""
         return PlanError((*path, "kind"), f"'kind' must be one of {', '.join(KINDS)}{got}")
-    if kind == "string_pattern_mismatch" and path and path[-1] == "name":
-        return PlanError(
-            path,
-            f"{err.get('input')!r} is not a safe campaign name: use lowercase "
-            "letters, digits, '.', '_' and '-' (at most 64, starting with a "
-            "letter or digit); it names a directory and systemd units",
-        )
-    if kind == "string_pattern_mismatch" and path and path[-1] in ("shared_dir", "venv"):
-        return PlanError(
-            path,
-            f"{err.get('input')!r} is not an absolute path the job script can use as one "
-            "word: start with '/', use letters, digits, '_', '.', '+', '-' and '/' (no spaces, "
-            "'~' or '%')",
-        )
-    if kind == "string_pattern_mismatch" and "slurm" in path:
-        return PlanError(
-            path,
-            f"{err.get('input')!r} is not a Slurm name: use letters, digits, '_', '.', '+' and '-'",
-        )
     if kind == "string_pattern_mismatch":
-        return PlanError(
-            path,
-            f"{err.get('input')!r} has characters that are unsafe in a "
-            "systemd unit name or a shell command; use letters, digits, "
-            "':', '_', '.', '@' and '-'",
-        )
+        pattern = (err.get("ctx") or {}).get("pattern", "")
+        return PlanError(path, f"{err.get('input')!r} does not match {pattern}")
     msg = err["msg"]
     if kind.endswith("_type") or kind.endswith("_parsing"):
         msg = f"{msg} (got {type(err.get('input')).__name__} {_shown(err.get('input'))})"

@@ -9,40 +9,43 @@ host) live in ``validate.py`` so that each error can name the key path it is abo
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     field_validator,
-    model_validator,
 )
 
 from specbench_tui.engines.registry import API_NAMES, ENGINE_NAMES
-from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
+from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.plan.slo import SloSpec
-from specbench_tui.printable import CONTROL
+from specbench_tui.table_types import (
+    MAX_GPUS,
+    Duration,
+    DurationOrZero,
+    Env,
+    HostText,
+    OneOf,
+    Strict,
+    Worded,
+    sub_table,
+)
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
 ParamValue = int | float | str
 
-CAMPAIGN_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-# Host, config and workload names end up in group ids, file names and systemd unit names.
+CampaignName = Annotated[
+    str,
+    Worded(
+        r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        "{value} is not a safe campaign name: use lowercase letters, digits, '.', '_' and '-' "
+        "(at most 64, starting with a letter or digit); it names a directory and the servers' "
+        "units",
+    ),
+]
+# Host, config and workload names end up in group ids, file names and the servers' unit names.
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-# A systemd unit name: no spaces, quotes or shell metacharacters.
-UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9:_.@\\-]{0,250}$"
-# A Slurm partition, account or QoS name: what sbatch and a shell take as one word.
-SLURM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$"
-# An SSH destination: an alias, user@host, user@host:port, [v6]:port.
-SSH_DESTINATION = r"^[A-Za-z0-9_.@:\[\]-]+$"
-# An absolute path on a cluster: one word for a shell and for sbatch's --output (no '%').
-CLUSTER_PATH = r"^/[A-Za-z0-9_.+/-]*$"
 
 KINDS = ("single", "agentic", "concurrency", "capacity")
 PLACEHOLDERS = ("python", "model", "tp", "port", "host", "config")
@@ -53,65 +56,16 @@ MAX_TOKENS = 1 << 24  # output tokens of one request
 MAX_LEVEL = 100_000  # concurrent clients of one concurrency cell
 MAX_REQUESTS = 1_000_000  # requests of one concurrency level, prompts drawn from a set
 MAX_REPEATS = 10_000  # repeats, warm-up requests, sessions, turns
-MAX_TP = 1024
+MAX_TP = MAX_GPUS
 MAX_SEED = 2**63 - 1
 
-# An environment variable name, as a shell, systemd and sbatch take one.
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-_ENV = re.compile(ENV_NAME)
-
-
-def control_char(text: str) -> str:
-    """The first control character of ``text`` a host must not get, said ("" when none):
-    every C0 control but tab and line feed (which arrive literally, quoted), DEL and the C1
-    controls (which terminals obey)."""
-    m = CONTROL.search(text)
-    if m is None:
-        return ""
-    ch = m.group()
-    name = unicodedata.name(ch, "") or _C0_NAMES.get(ch, "control")
-    return f"U+{ord(ch):04X} ({name}) at character {m.start() + 1}"
-
-
-_C0_NAMES = {"\x00": "NUL", "\x07": "BEL", "\x08": "BS", "\x0d": "CR", "\x1b": "ESC", "\x7f": "DEL"}
-
-
-def _host_text(value: str) -> str:
-    found = control_char(value)
-    if found:
-        raise ValueError(
-            f"{value!r} holds the control character {found}: a value sent to a host may hold "
-            "tabs and line breaks, and no other control character"
-        )
-    return value
-
-
-def _env_name(name: str) -> str:
-    if not _ENV.match(name):
-        raise ValueError(
-            f"{name!r} is not an environment variable name: use letters, digits and '_', "
-            "not starting with a digit"
-        )
-    return name
-
-
-# A string that reaches a host: an argument, a path, an environment value, a shell line.
-HostText = Annotated[str, AfterValidator(_host_text)]
-EnvName = Annotated[str, AfterValidator(_env_name)]
-Env = dict[EnvName, HostText]
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 TpSize = Annotated[int, Field(ge=1, le=MAX_TP)]
 
 
-class Strict(BaseModel):
-    # strict: a value of the wrong type is refused, never converted ("2" is not 2, true is not
-    # 1, 2.0 is not 2), since a hand-written plan that says "8000" meant something else.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
-
-
 class CampaignSpec(Strict):
-    # Names the results directory (<results>/<name>/) and the servers' systemd units.
-    name: str = Field(pattern=CAMPAIGN_NAME)
+    # Names the results directory (<results>/<name>/) and the servers' units.
+    name: CampaignName
     # The report's title.
     title: str = ""
     # Results root, relative to the working directory (--results overrides it).
@@ -132,97 +86,6 @@ class CampaignSpec(Strict):
     runs: int = Field(default=1, ge=1, le=100)
 
 
-class SlurmSpec(Strict):
-    """A Slurm cluster reached through its login node: each service group runs as one batch
-    job on a node it allocates, with this tool (from ``venv``) running the group's cells
-    there, headless, into ``shared_dir`` (a filesystem the login node and the nodes share)."""
-
-    login: HostText = Field(min_length=1)  # an SSH destination, as for ``ssh``
-    # sbatch --partition; the cluster's default partition when unset.
-    partition: str | None = Field(default=None, pattern=SLURM_NAME)
-    # GPUs of one node (the host's gpus: a TP size must fit one node).
-    gpus_per_node: int = Field(ge=1, le=1024)
-    # sbatch --account.
-    account: str | None = Field(default=None, pattern=SLURM_NAME)
-    # sbatch --qos.
-    qos: str | None = Field(default=None, pattern=SLURM_NAME)
-    time_limit: Duration | None = None  # per job; None: the partition's default
-    # CPUs per TP rank: the job asks for cpus_per_tp x TP (sbatch --cpus-per-task); unset, the
-    # cluster's default, often one CPU for the server's ranks and the client together.
-    cpus_per_tp: int | None = Field(default=None, ge=1, le=1024)
-    # Memory of each job, as sbatch --mem takes it ("256G"; "0" for all of the node's); unset:
-    # the cluster's default.
-    mem: str | None = Field(default=None, pattern=r"^[0-9]+[KMGT]?$")
-    sbatch_args: list[HostText] = []  # extra sbatch options, e.g. ["--constraint=h200"]
-    setup: list[HostText] = []  # shell lines the job runs on the node before the tool
-    # A directory the login node and every node see: jobs, their plans and results.
-    shared_dir: str = Field(pattern=CLUSTER_PATH)
-    # Where this tool is installed on the cluster (the jobs run its specbench-tui).
-    venv: str = Field(pattern=CLUSTER_PATH)
-    # Jobs queued or running at once.
-    max_jobs: int = Field(default=4, ge=1, le=10_000)
-    # Requeues of a group's job in a row without a cell finished before its cells fail.
-    max_requeues: int = Field(default=3, ge=0, le=100)
-    poll: Duration = 10.0  # how often squeue is asked (job files are read every second)
-    env: Env = {}  # environment of the Slurm commands on the login node
-
-
-class HostSpec(Strict):
-    # An SSH destination (an alias of ~/.ssh/config, user@host, user@host:port); exactly one of ssh,
-    # local, sim, slurm.
-    ssh: HostText | None = None
-    # true: servers run on this machine.
-    local: bool = False
-    # true: the embedded simulated host (a real SGLang-compatible HTTP server per group, simulated
-    # GPUs).
-    sim: bool = False
-    # A Slurm cluster: each service group runs as a batch job (the table below).
-    slurm: SlurmSpec | None = None
-    # GPUs the campaign may use on this host (on a Slurm host: slurm.gpus_per_node).
-    gpus: int = Field(ge=1, le=1024)
-    # Physical GPU ids it may use (default 0 .. gpus-1).
-    gpu_ids: list[Annotated[int, Field(ge=0, le=MAX_TP * 16)]] | None = None
-    # How servers are started and supervised: "systemd" (the default over SSH) or "process".
-    services: Literal["systemd", "process"] | None = None
-    # Scratch directory on the host: logs, pid files, the telemetry agent.
-    workdir: HostText = "~/specbench"
-    # Foreign systemd services to stop before a group needs their GPUs.
-    stop_before: list[Annotated[str, Field(pattern=UNIT_NAME)]] = []
-    # Start the stopped foreign services again when the campaign ends or aborts.
-    restore_after: bool = True
-    # Shell commands run on the host when a preflight finds something missing (the model gone from
-    # /dev/shm after a reboot).
-    prepare: list[HostText] = []
-    # SSH hosts: how long the host may stay away (link down, sshd restarting, a reboot)
-    # before the cells that need it fail; meanwhile its work waits and resumes.
-    reconnect_timeout: Duration = 600.0
-    speed: float = Field(default=1.0, gt=0)  # sim hosts: compress simulated time
-
-    @model_validator(mode="before")
-    @classmethod
-    def _gpus_of_a_node(cls, data: Any) -> Any:
-        """On a Slurm host ``gpus`` is what one node has: ``slurm.gpus_per_node``."""
-        if isinstance(data, dict) and isinstance(data.get("slurm"), dict) and "gpus" not in data:
-            per_node = data["slurm"].get("gpus_per_node")
-            if isinstance(per_node, int) and not isinstance(per_node, bool):
-                return {**data, "gpus": per_node}
-        return data
-
-    @property
-    def sim_speed(self) -> float:
-        """How much faster than real time this host's simulator runs: its ``speed`` on a sim
-        host, and for a rehearsal (``--sim``) of a real host x50 unless it sets one."""
-        return self.speed if self.sim or "speed" in self.model_fields_set else 50.0
-
-    @property
-    def kind(self) -> Literal["ssh", "local", "sim", "slurm"]:
-        if self.sim:
-            return "sim"
-        if self.slurm is not None:
-            return "slurm"
-        return "local" if self.local else "ssh"
-
-
 class ServerSpec(Strict):
     # The server's command template: {python} {model} {tp} {port} {host} {config} are placeholders,
     # {{ and }} literal braces; default per engine.
@@ -237,11 +100,12 @@ class ServerSpec(Strict):
     args: list[HostText] = []
     # Environment of the server process (numbers are written as strings).
     env: Env = {}
-    # "sglang" (native /generate) or "openai" (/v1/chat/completions); default per engine.
-    api: str | None = None
-    # "sglang" (default), "vllm" or "trtllm": the launch template, readiness, log lines, counters
-    # and version query.
-    engine: str | None = None
+    # The HTTP API requests use: an engine's native one or "openai" (/v1/chat/completions);
+    # default per engine.
+    api: Annotated[str, OneOf("api", API_NAMES)] | None = None
+    # The engine (default: the first listed): its launch template, readiness, log lines,
+    # counters and version query.
+    engine: Annotated[str, OneOf("engine", ENGINE_NAMES)] | None = None
     # The model name requests carry; default: what the server lists at /v1/models.
     served_model_name: HostText | None = Field(default=None, min_length=1)
     # Time a server has to start and answer its health check (default 15m).
@@ -254,20 +118,6 @@ class ServerSpec(Strict):
     # "client" (default: the text to /generate or /v1/completions) or "server" (messages to
     # /v1/chat/completions with the same kwargs).
     chat_template_on: Literal["client", "server"] | None = None
-
-    @field_validator("engine")
-    @classmethod
-    def _known_engine(cls, v: str | None) -> str | None:
-        if v is not None and v not in ENGINE_NAMES:
-            raise ValueError(f"unknown engine {v!r}; known: {', '.join(map(repr, ENGINE_NAMES))}")
-        return v
-
-    @field_validator("api")
-    @classmethod
-    def _known_api(cls, v: str | None) -> str | None:
-        if v is not None and v not in API_NAMES:
-            raise ValueError(f"unknown api {v!r}; known: {', '.join(map(repr, API_NAMES))}")
-        return v
 
     @field_validator("env", mode="before")
     @classmethod
@@ -288,7 +138,7 @@ class ConfigSpec(ServerSpec):
     params: dict[str, list[ParamValue]] = {}
     # Forced acceptance beside the real one: a variant NAME-fa<value> per value, its engine made
     # to accept that many tokens per verify step (bonus included) whatever the drafter proposes
-    # (vLLM's synthetic rejection sampler, SGLang's simulated acceptance); each in [1, k + 1]
+    # (each engine's own knob for it); each in [1, k + 1]
     # for the config's k drafts a step. Its cells are reported apart, their measured accept
     # length checked against the value, and greedy equivalence is not judged on them.
     forced_accept: list[Annotated[float, Field(ge=1, le=1024)]] = []
@@ -517,8 +367,8 @@ def model_at(path: tuple[str | int, ...], raw: dict[str, Any]) -> type[BaseModel
         return simple[head]
     if head == "hosts" and len(rest) == 1:
         return HostSpec
-    if head == "hosts" and len(rest) == 2 and rest[1] == "slurm":
-        return SlurmSpec
+    if head == "hosts" and len(rest) == 2:
+        return sub_table(HostSpec, str(rest[1]))
     if head == "configs" and len(rest) == 1:
         return ConfigSpec
     if head == "prompt_sets" and len(rest) == 1:

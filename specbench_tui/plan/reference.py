@@ -1,7 +1,8 @@
 """The plan format's reference, generated from the pydantic model so that it cannot drift from
 what the loader accepts: every table and key with its TOML type, default, bounds and meaning.
 
-The meaning of a key is the comment written beside it (or just above it) in ``model.py``: the
+The meaning of a key is the comment written beside it (or just above it) in its model
+(``plan/model.py``; a host's tables in ``hosts/host_table.py`` and each backend's own): the
 model is the one place a key is defined, so its description lives there too. Two outputs:
 the key tables of ``docs/plan-format.md`` (``python -m specbench_tui.plan.reference FILE``
 rewrites them between their markers; a test keeps the file in sync) and the JSON Schema of
@@ -26,10 +27,11 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, BeforeValidator
 from pydantic.fields import FieldInfo
 
+from specbench_tui.durations import parse_duration, parse_duration_or_zero
 from specbench_tui.plan import model as plan_model
-from specbench_tui.plan.durations import parse_duration, parse_duration_or_zero
+from specbench_tui.table_types import OneOf
 
-BEGIN = "<!-- key tables: generated from specbench_tui/plan/model.py; do not edit by hand -->"
+BEGIN = "<!-- key tables: generated from the plan's models; do not edit by hand -->"
 END = "<!-- end of the generated key tables -->"
 DURATION = "duration"
 
@@ -138,6 +140,9 @@ def _type(tp: Any, meta: list[Any]) -> tuple[str, str]:
     meta = [*meta, *more]
     if _is_duration(meta):
         return DURATION, _bounds(meta)
+    choices = next((m.values for m in meta if isinstance(m, OneOf)), None)
+    if choices is not None:
+        return " or ".join(f'`"{v}"`' for v in choices), ""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         parts = [a for a in get_args(tp) if a is not type(None)]
@@ -298,7 +303,7 @@ def json_schema() -> dict[str, Any]:
 
 
 def missing_meanings() -> list[str]:
-    """Keys without a comment in model.py: each must say what it means."""
+    """Keys without a comment in their model: each must say what it means."""
     return [f"{t.path}.{k.name}" for t in tables() for k in t.keys if not k.meaning]
 
 

@@ -13,10 +13,11 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from specbench_tui.durations import format_duration
 from specbench_tui.engines.registry import adapter
-from specbench_tui.plan.batch import JobPreview, batch_kind
+from specbench_tui.hosts.backends import backend, batch_kind
+from specbench_tui.hosts.batch_kind import JobPreview
 from specbench_tui.plan.document import Plan
-from specbench_tui.plan.durations import format_duration
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.lint import acceptance_warnings
@@ -113,16 +114,10 @@ def render_text(r: Review) -> str:
     for host_name, host_groups in groupby(exp.groups, key=lambda g: g.host):
         host = spec.hosts[host_name]
         host_groups = list(host_groups)
-        if r.sim or host.sim:
-            where = f"simulated, {host.gpus} GPUs" + (
-                f", speed x{host.speed:g}" if host.sim else ""
-            )
-        elif (bk := batch_kind(host.kind)) is not None:
-            where = bk.where(host, c.name)
-        elif host.ssh:
-            where = f"ssh {host.ssh}, {host.services or 'systemd'}, {host.gpus} GPUs"
+        if r.sim and not host.sim:  # a rehearsal of a real host
+            where = f"simulated, {host.gpus} GPUs"
         else:
-            where = f"local, {host.services or 'process'}, {host.gpus} GPUs"
+            where = backend(host.kind).describe(host, c.name)
         out.append("")
         out.append(f"host {host_name} ({where})")
         if host.stop_before and not r.sim:
@@ -227,7 +222,8 @@ def _job(r: Review, g: ServiceGroup) -> JobPreview | None:
     bk = batch_kind(g.host_kind)
     if bk is None:
         return None
-    return bk.preview(r.plan, r.plan.spec.hosts[g.host], g, r.estimate.per_group_s[g.id])
+    spec = r.plan.spec
+    return bk.preview(spec.campaign.name, spec.hosts[g.host], g, r.estimate.per_group_s[g.id])
 
 
 def _schedule_text(schedule: Schedule) -> list[str]:

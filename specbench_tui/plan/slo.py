@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from specbench_tui.plan.durations import parse_duration
+from specbench_tui.durations import parse_duration
 
 _Duration = Annotated[float, BeforeValidator(parse_duration)]
 

@@ -4,7 +4,7 @@
 lives with what it checks: hosts (``check_hosts``), server and configs (``check_configs``,
 ``check_placeholders``), the matrix, its workloads and the baseline (``check_matrix``),
 capacity searches (``capacity``), prompt sets and chat templates (``check_prompts``), a
-Slurm plan's files (``slurm_files``), forced acceptance (``check_forced``). Each problem is a
+batch job's files (``job_files``), forced acceptance (``check_forced``). Each problem is a
 PlanError with the key path it is about; the loader adds file and line.
 """
 
@@ -25,10 +25,11 @@ from specbench_tui.plan.check_hosts import check_hosts
 from specbench_tui.plan.check_matrix import check_baseline, check_matrix, check_workloads
 from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
 from specbench_tui.plan.configs import resolve_configs
-from specbench_tui.plan.document import Plan, PlanError
+from specbench_tui.plan.document import Plan
+from specbench_tui.plan.job_files import check_job_files
 from specbench_tui.plan.log_patterns import compile_pattern
 from specbench_tui.plan.model import SAFE_NAME, PlanSpec
-from specbench_tui.plan.slurm_files import check_job_files
+from specbench_tui.table_types import PlanError
 
 _SAFE = re.compile(SAFE_NAME)
 
@@ -71,7 +72,7 @@ def check_names(spec: PlanSpec) -> list[PlanError]:
                     PlanError(
                         (table, name),
                         f"name {name!r} has characters that are "
-                        "unsafe in a file name, a systemd unit name or a shell; "
+                        "unsafe in a file name, a service unit name or a shell; "
                         "use letters, digits, '_', '.' and '-'",
                     )
                 )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from specbench_tui.engine.commands import CampaignControl
 
 if TYPE_CHECKING:
+    from specbench_tui.hosts.options import HostOptions
     from specbench_tui.results.layout import ResultsLayout
 
 
@@ -46,7 +47,7 @@ class ChildRelaunch:
     results: Path  # the results root the plan's campaign directory is under
     layout: ResultsLayout
     sim: bool = False
-    ssh_config: str | None = None
+    hosts: HostOptions | None = None  # how hosts are reached beyond the plan
 
     @property
     def results_root(self) -> Path:
@@ -63,7 +64,7 @@ class ChildRelaunch:
             sim=self.sim,
             rerun_failed=rerun_failed,
             rerun=rerun,
-            ssh_config=self.ssh_config,
+            hosts=self.hosts,
         )
         # starting waits for the child's socket (and its host checks): off the console's loop
         return await asyncio.to_thread(EngineProcess(argv, self.layout).start)

@@ -16,15 +16,16 @@ import re
 import shlex
 from typing import Any
 
-from specbench_tui.plan.batch_jobs import JobPaths
-from specbench_tui.plan.batch_kind import BatchKind, JobPreview
-from specbench_tui.plan.document import Plan, PlanError
-from specbench_tui.plan.durations import format_duration
-from specbench_tui.plan.model import SSH_DESTINATION, HostSpec, SlurmSpec
+from specbench_tui.durations import format_duration
+from specbench_tui.hosts.batch_jobs import JobPaths
+from specbench_tui.hosts.batch_kind import BatchKind, JobPreview
+from specbench_tui.hosts.host_table import SSH_DESTINATION, HostSpec
+from specbench_tui.hosts.slurm_table import SlurmSpec
 from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.table_types import ENV_NAME, PlanError
 
 _SSH = re.compile(SSH_DESTINATION)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(ENV_NAME)
 #: sbatch options the tool sets itself: a plan that sets them would break finding the job,
 #: its output, its requeue or its one-group-one-allocation shape.
 MANAGED_SBATCH_OPTIONS = {
@@ -295,9 +296,9 @@ def check_slurm_host(name: str, host: HostSpec) -> list[Any]:
     return errs
 
 
-def _preview(plan: Plan, host: HostSpec, g: ServiceGroup, estimate_s: float) -> JobPreview:
+def _preview(campaign: str, host: HostSpec, g: ServiceGroup, estimate_s: float) -> JobPreview:
     assert host.slurm is not None
-    job = first_submission(plan.spec.campaign.name, host.slurm, g, estimate_s)
+    job = first_submission(campaign, host.slurm, g, estimate_s)
     return JobPreview(**job, argv_key="sbatch")
 
 
@@ -306,15 +307,14 @@ def _max_jobs(host: HostSpec) -> int:
     return host.slurm.max_jobs
 
 
-def _where(host: HostSpec, campaign: str) -> str:
+def where(host: HostSpec, campaign: str) -> str:
+    """The dry run's words for a Slurm host."""
     assert host.slurm is not None
     return describe(host.slurm, campaign)
 
 
-#: What the plan side of a campaign asks of a Slurm host (``plan/batch.py`` lists it).
+#: What the plan side of a campaign asks of a Slurm host (its entry in ``backends.py``).
 BATCH_KIND = BatchKind(
-    "slurm",
-    where=_where,
     preview=_preview,
     max_jobs=_max_jobs,
     assumption="Slurm hosts run up to max_jobs groups at once, each job starting at once "

@@ -10,19 +10,28 @@ from __future__ import annotations
 
 from specbench_tui.hosts.backends import check_host
 from specbench_tui.hosts.host import HostReport
+from specbench_tui.hosts.options import HostOptions
+from specbench_tui.plan.document import Plan
 from specbench_tui.plan.expand import expand
-from specbench_tui.plan.loader import Plan
 from specbench_tui.results.cells import ServiceGroup
 
 
 async def check_hosts(
-    plan: Plan, *, sim: bool = False, ssh_config: str | None = None
+    plan: Plan, *, sim: bool = False, options: HostOptions | None = None
 ) -> list[HostReport]:
     """One report per host that has service groups, in plan order."""
     by_host: dict[str, list[ServiceGroup]] = {}
     for g in expand(plan, sim=sim).groups:
         by_host.setdefault(g.host, []).append(g)
+    campaign = plan.spec.campaign.name
     return [
-        await check_host(plan, name, groups[0].host_kind, groups, ssh_config)
+        await check_host(
+            plan.spec.hosts[name],
+            name,
+            campaign,
+            groups[0].host_kind,
+            groups,
+            options or HostOptions(),
+        )
         for name, groups in by_host.items()
     ]

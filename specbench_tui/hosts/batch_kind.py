@@ -1,5 +1,6 @@
-"""What the plan side knows of one batch system (``BatchKind``), and a group's first
-submission as the dry run shows it (``JobPreview``); the kinds are listed in ``batch.py``."""
+"""What the plan side knows of one batch system (``BatchKind``: its jobs at once, a group's
+first submission as the dry run shows it, the estimate's assumption), and that first
+submission (``JobPreview``). Each batch backend's entry in ``backends.py`` carries one. Pure."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specbench_tui.plan.document import Plan
-from specbench_tui.plan.model import HostSpec
+from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.results.cells import ServiceGroup
 
 
@@ -35,11 +35,8 @@ class JobPreview:
 
 @dataclass(frozen=True)
 class BatchKind:
-    name: str
-    #: The dry run's words for the host: ``(host, campaign) -> text``.
-    where: Callable[[HostSpec, str], str]
-    #: ``(plan, host, group, estimated seconds)``.
-    preview: Callable[[Plan, HostSpec, ServiceGroup, float], JobPreview]
+    #: ``(campaign, host, group, estimated seconds)``: the group's first submission.
+    preview: Callable[[str, HostSpec, ServiceGroup, float], JobPreview]
     #: Jobs at once on the host.
     max_jobs: Callable[[HostSpec], int]
     #: A line of the estimate's assumptions, when the plan has such hosts.

@@ -1,4 +1,4 @@
-"""The files a Slurm job needs beside its plan on the cluster: the plan itself and the prompt
+"""The files a batch job needs beside its plan on the cluster: the plan itself and the prompt
 and chat-template files it names. The job's tool resolves them against its own copy of the
 plan's directory, so a file outside that directory (an absolute path, ``../data``) would not be
 there: it is refused when the plan is checked, never dropped at submission. Prompt sets that
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specbench_tui.hosts.backends import batch_kind
 from specbench_tui.plan.chat_template import template_path
-from specbench_tui.plan.document import Plan, PlanError
+from specbench_tui.plan.document import Plan
 from specbench_tui.plan.prompt_sets import SHIPPED_DIR, find_prompt_set
+from specbench_tui.table_types import PlanError
 
 
 def _used(plan: Plan) -> list[tuple[tuple[str | int, ...], Path]]:
@@ -51,9 +53,9 @@ def job_files(plan: Plan) -> dict[str, str]:
 
 
 def check_job_files(plan: Plan) -> list[PlanError]:
-    """A plan with a Slurm host: every file it names must be inside the plan's directory (or
+    """A plan with a batch host: every file it names must be inside the plan's directory (or
     ship with the tool), so that the job's copy of that directory has it."""
-    if not any(h.slurm is not None for h in plan.spec.hosts.values()):
+    if not any(batch_kind(h.kind) for h in plan.spec.hosts.values()):
         return []
     errs = []
     for where, path in _used(plan):
@@ -61,7 +63,7 @@ def check_job_files(plan: Plan) -> list[PlanError]:
             errs.append(
                 PlanError(
                     where,
-                    f"{path} is outside the plan's directory {plan.dir}: a Slurm job gets a "
+                    f"{path} is outside the plan's directory {plan.dir}: a batch job gets a "
                     "copy of that directory only; copy the file beside the plan and name it "
                     "relative to it",
                 )

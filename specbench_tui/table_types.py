@@ -1,0 +1,176 @@
+"""What every table of the plan is made of: the strict model base, durations, text that
+reaches a host, environment tables, and the located error a table's check raises.
+
+The plan's own tables (``plan/model.py``) and the tables each kind of host brings
+(``hosts/host_table.py`` and the backends' own) are built from these, so they live on the
+ground floor, below both.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+)
+from pydantic_core import CoreSchema, core_schema
+
+from specbench_tui.durations import parse_duration, parse_duration_or_zero
+from specbench_tui.errors import InputError
+from specbench_tui.printable import CONTROL
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
+
+#: GPUs of one host, and so the largest TP size a plan can ask for.
+MAX_GPUS = 1024
+
+# An environment variable name, as a shell, a service manager and a batch system take one.
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV = re.compile(ENV_NAME)
+
+
+def control_char(text: str) -> str:
+    """The first control character of ``text`` a host must not get, said ("" when none):
+    every C0 control but tab and line feed (which arrive literally, quoted), DEL and the C1
+    controls (which terminals obey)."""
+    m = CONTROL.search(text)
+    if m is None:
+        return ""
+    ch = m.group()
+    name = unicodedata.name(ch, "") or _C0_NAMES.get(ch, "control")
+    return f"U+{ord(ch):04X} ({name}) at character {m.start() + 1}"
+
+
+_C0_NAMES = {"\x00": "NUL", "\x07": "BEL", "\x08": "BS", "\x0d": "CR", "\x1b": "ESC", "\x7f": "DEL"}
+
+
+def _host_text(value: str) -> str:
+    found = control_char(value)
+    if found:
+        raise ValueError(
+            f"{value!r} holds the control character {found}: a value sent to a host may hold "
+            "tabs and line breaks, and no other control character"
+        )
+    return value
+
+
+def _env_name(name: str) -> str:
+    if not _ENV.match(name):
+        raise ValueError(
+            f"{name!r} is not an environment variable name: use letters, digits and '_', "
+            "not starting with a digit"
+        )
+    return name
+
+
+# A string that reaches a host: an argument, a path, an environment value, a shell line.
+HostText = Annotated[str, AfterValidator(_host_text)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+Env = dict[EnvName, HostText]
+
+
+class Strict(BaseModel):
+    # strict: a value of the wrong type is refused, never converted ("2" is not 2, true is not
+    # 1, 2.0 is not 2), since a hand-written plan that says "8000" meant something else.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+
+@dataclass(frozen=True)
+class Worded:
+    """A pattern a text value must match, and what to say when it does not (``says``, with
+    ``{value}`` for the value as written): pydantic's own message would only show the
+    pattern. The schema and the plan reference still show the pattern."""
+
+    pattern: str
+    says: str
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        rx = re.compile(self.pattern)
+
+        def check(value: str) -> str:
+            if not rx.match(value):
+                raise ValueError(self.says.format(value=repr(value)))
+            return value
+
+        return core_schema.no_info_after_validator_function(check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        out = handler(schema)
+        out["pattern"] = self.pattern
+        return out
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """The values a text key may take, kept where they are known (a registry), so a table
+    lists no value itself: an unknown one is told with the ones known, and the schema and the
+    plan reference list them."""
+
+    what: str  # the key's words in the message: "engine" -> "unknown engine 'x'; known: ..."
+    values: tuple[str, ...]
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        def check(value: str) -> str:
+            if value not in self.values:
+                known = ", ".join(map(repr, self.values))
+                raise ValueError(f"unknown {self.what} {value!r}; known: {known}")
+            return value
+
+        return core_schema.no_info_after_validator_function(check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        out = handler(schema)
+        out["enum"] = list(self.values)
+        return out
+
+
+def sub_table(model: type[BaseModel], key: str) -> type[BaseModel] | None:
+    """The model of the table at ``key`` of ``model`` (an optional table included); None when
+    the key holds no table."""
+    field = model.model_fields.get(key)
+    if field is None:
+        return None
+    tp = field.annotation
+    parts = get_args(tp) if get_origin(tp) in (Union, types.UnionType) else (tp,)
+    found = [p for p in parts if isinstance(p, type) and issubclass(p, BaseModel)]
+    return found[0] if len(found) == 1 else None
+
+
+class PlanError(InputError):
+    """A plan problem at a key path; the loader says where in the file it is."""
+
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.key_path = path
+        self.message = message
+
+    def located(self, file: Path, line: int | None) -> str:
+        where = f"{file}:{line}" if line else str(file)
+        keys = _dotted(self.key_path)
+        return f"{where}: {keys}: {self.message}" if keys else f"{where}: {self.message}"
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
