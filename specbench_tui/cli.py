@@ -85,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--check",
         action="store_true",
-        help="with --dry-run: also reach every host and check it (SSH, interpreters, models, "
-        "ports, GPU telemetry); changes nothing there",
+        help="with --dry-run: also reach every host and check it (its connection and host key, "
+        "interpreters, models, ports, GPU telemetry); changes nothing there",
     )
     p.add_argument("--results", metavar="DIR", type=Path, help="results root instead of the plan's")
     p.add_argument(
@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HZ",
         type=float,
         help="console repaints a second (default 20, the most; below 1 the clock and GPU "
-        "lines slow down too): lower it over a slow SSH link",
+        "lines slow down too): lower it over a slow link",
     )
     p.add_argument(
         "--plan-schema",

@@ -30,6 +30,7 @@ from specbench_tui.report.render import render_texts
 from specbench_tui.report.sections import energy as energy_section
 from specbench_tui.report.tex_fit import layout
 from specbench_tui.results.events import (
+    BatchJobChanged,
     CellEnergy,
     CellFinished,
     CellStarted,
@@ -582,6 +583,7 @@ def test_groups_run_as_slurm_jobs_say_where_their_energy_stays(tmp_path: Path) -
     b.cell("c1", "ar", 1, "single", "single", host="cluster")
     gid = "cluster.ar.tp1"
     b.groups[gid] = dataclasses.replace(b.groups[gid], host_kind="slurm")
+    b.events.append(BatchJobChanged(group=gid, system="Slurm", job_id="7", state="RUNNING"))
     b.finished("c1", [{"output_tokens": 10}])
     sec = energy_section.build(load_inputs(b.write()))
     assert sec is not None and not sec.tables()

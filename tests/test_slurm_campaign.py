@@ -210,7 +210,7 @@ def test_groups_run_as_parallel_jobs_and_every_cell_lands_once(
     started = [e for e in evs if e["event"] == "group_started"]
     assert {len(e["gpu_ids"]) for e in started} == {1, 2}
     assert _overlap(evs) >= 2, "no two jobs ran at the same time"
-    running = [e for e in evs if e["event"] == "slurm_job" and e["state"] == "RUNNING"]
+    running = [e for e in evs if e["event"] == "batch_job" and e["state"] == "RUNNING"]
     assert {e["node"] for e in running} == {clean_slurm.node}
     # The report renders from the folded results as from any campaign.
     assert (root / "report.md").exists()
@@ -298,7 +298,7 @@ def test_a_job_killed_mid_group_is_requeued_for_the_rest(
     queued = [e for e in evs if e["event"] == "cell_queued" and e["cell_id"] == killed["cell_id"]]
     assert [e["by"] for e in queued] == ["interrupted"]
     # Requeued, not submitted anew: one job for the group, run twice.
-    ids = {e["job_id"] for e in evs if e["event"] == "slurm_job" and e["group"] == group}
+    ids = {e["job_id"] for e in evs if e["event"] == "batch_job" and e["group"] == group}
     assert len(ids) == 1, ids
     assert "requeued for the" in out
     requests = pl.read_parquet(root / "requests.parquet")
@@ -309,11 +309,11 @@ def test_a_job_killed_mid_group_is_requeued_for_the_rest(
 
 
 def assert_job_events_change(evs: list[dict[str, object]]) -> None:
-    """A ``slurm_job`` event only when its job's state, node or reason changed (a pending
+    """A ``batch_job`` event only when its job's state, node or reason changed (a pending
     requeued job shows no node in squeue: that is no change)."""
     last: dict[object, tuple[object, ...]] = {}
     for e in evs:
-        if e["event"] != "slurm_job":
+        if e["event"] != "batch_job":
             continue
         now = (e["state"], e["node"], e["reason"])
         assert last.get(e["job_id"]) != now, e
@@ -360,7 +360,7 @@ def test_a_lost_sbatch_reply_is_looked_up_by_its_comment_not_submitted_again(
     cells = pl.read_parquet(root / "cells.parquet")
     assert set(cells["status"]) == {"done"}
     evs = events(root)
-    ids = {e["job_id"] for e in evs if e["event"] == "slurm_job"}
+    ids = {e["job_id"] for e in evs if e["event"] == "batch_job"}
     assert len(ids) == 1, ids
     jobs = tmp_path / "shared" / "lost" / "jobs" / "cluster.ar.tp1"
     assert [p.name for p in jobs.iterdir()] == ["1"]  # one submission, its comment kept
@@ -555,7 +555,7 @@ def test_a_job_the_cluster_requeues_resumes_where_it_stopped(
     assert attempts[queued[0]["cell_id"]] == 2 and sorted(attempts.values()) == [1, 1, 1, 2]
     runs = [e for e in events(on_node) if e["event"] == "campaign_started"]
     assert len(runs) == 2  # the same job ran twice, in its own directory
-    assert {e["job_id"] for e in evs if e["event"] == "slurm_job"} == {job_id}
+    assert {e["job_id"] for e in evs if e["event"] == "batch_job"} == {job_id}
 
 
 def demo_on_slurm(tmp_path: Path, cluster: SlurmCluster) -> Path:
@@ -647,12 +647,12 @@ def test_the_demo_on_slurm_has_the_shape_of_a_local_run(
     assert verdicts(a) == verdicts(b) and verdicts(b)
     evs = events(b)
     assert _overlap(evs) >= 2  # groups ran side by side as jobs
-    assert len({e["job_id"] for e in evs if e["event"] == "slurm_job"}) == 8
+    assert len({e["job_id"] for e in evs if e["event"] == "batch_job"}) == 8
     # The report names each group's job and the node it ran on.
     md = (b / "report.md").read_text()
     assert "Slurm job on node" in md
     for e in evs:
-        if e["event"] == "slurm_job" and e["node"]:
+        if e["event"] == "batch_job" and e["node"]:
             assert f"{e['job_id']} on {e['node']}" in md
     assert_job_events_change(evs)
 
@@ -752,7 +752,7 @@ def test_a_job_that_fails_before_the_tool_or_is_cancelled_fails_its_cells_with_w
     reasons = set(cells.filter(pl.col("status") == "failed")["reason"])
     assert all("cancelled outside the campaign" in r for r in reasons), reasons
     assert (
-        len({e["job_id"] for e in events(b / "results" / "cancelled") if e["event"] == "slurm_job"})
+        len({e["job_id"] for e in events(b / "results" / "cancelled") if e["event"] == "batch_job"})
         == 1
     )
 
@@ -944,7 +944,7 @@ def test_a_cell_longer_than_the_time_limit_fails_once_and_the_rest_run_after_it(
     assert "longer than the time limit" in reason and "time_limit 1m" in reason, reason
     assert "had run" in reason
     assert "longer than the time limit" in out and "at its time limit; requeued for the" in out
-    ids = {e["job_id"] for e in evs if e["event"] == "slurm_job"}
+    ids = {e["job_id"] for e in evs if e["event"] == "batch_job"}
     assert len(ids) == 1, ids  # the same job, requeued for the rest
     started = [e for e in evs if e["event"] == "cell_started" and e["cell"] == long_cell]
     assert len(started) == 1  # not tried again

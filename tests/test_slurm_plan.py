@@ -225,7 +225,7 @@ def test_slurm_answers_are_read_as_slurm_writes_them() -> None:
 def test_the_console_shows_a_groups_batch_job(tmp_path: Path) -> None:
     from rich.style import Style
 
-    from specbench_tui.results.events import CampaignStarted, SlurmJobChanged
+    from specbench_tui.results.events import BatchJobChanged, CampaignStarted
     from specbench_tui.results.progress import CampaignProgress
     from specbench_tui.tui.detail import group_text
     from specbench_tui.tui.look import Palette
@@ -234,8 +234,8 @@ def test_the_console_shows_a_groups_batch_job(tmp_path: Path) -> None:
     g = exp.groups[0]
     p = CampaignProgress()
     p.apply(CampaignStarted(campaign="cl", groups=exp.groups, cells=exp.cells))
-    p.apply(SlurmJobChanged(group=g.id, job_id="12", state="PENDING", reason="Priority"))
-    p.apply(SlurmJobChanged(group=g.id, job_id="12", state="RUNNING", node="n7", dir="/s/d"))
+    p.apply(BatchJobChanged(group=g.id, job_id="12", state="PENDING", reason="Priority"))
+    p.apply(BatchJobChanged(group=g.id, job_id="12", state="RUNNING", node="n7", dir="/s/d"))
     assert p.jobs[g.id].state == "RUNNING"
     text = group_text(p, p.groups[g.id], Palette(*[Style()] * 7), now=0.0).plain
     assert "job 12 RUNNING on n7 · /s/d" in text

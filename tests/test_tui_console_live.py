@@ -18,6 +18,7 @@ from textual.widgets._footer import FooterKey
 from specbench_tui.engine.commands import Command
 from specbench_tui.engine.replay import ReplayControl
 from specbench_tui.results.events import (
+    BatchJobChanged,
     CampaignFinished,
     CellFailed,
     CellFinished,
@@ -31,7 +32,6 @@ from specbench_tui.results.events import (
     Notice,
     ServiceFailed,
     ServiceReady,
-    SlurmJobChanged,
 )
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.tui.app import ConsoleApp
@@ -604,10 +604,10 @@ async def test_groups_as_slurm_jobs_say_their_node_and_the_jobs_still_queued() -
     still waiting in the queue are counted with squeue's reason."""
     events = sample_campaign()
     events += [
-        SlurmJobChanged(
+        BatchJobChanged(
             group="sim.ddtree-16.tp1", host="sim", job_id="4711", state="RUNNING", node="node07"
         ),
-        SlurmJobChanged(
+        BatchJobChanged(
             group="sim.ddtree-16.tp4",
             host="sim",
             job_id="4712",

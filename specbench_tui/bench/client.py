@@ -169,7 +169,7 @@ class BenchClient:
 
     async def flush_cache(self) -> str | None:
         """Empty the server's prefix cache (``POST /flush_cache``, on engines whose cold cache
-        is a flush; SGLang refuses it while requests run); None when it did, else why not."""
+        is a flush; an engine may refuse it while requests run); None when it did, else why not."""
         try:
             status, body = await self._transport.post(FLUSH_PATH)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:

@@ -16,7 +16,7 @@ from typing import Any
 from specbench_tui.bench.greedy import Verdict
 
 #: How far a cell's measured accept length may be from the forced one, relative to it. The
-#: engines draw each step's acceptance at random around the value (vLLM's minimum-variance
+#: engines draw each step's acceptance at random around the value (a minimum-variance
 #: schedule: floor(L - 1) drafts or one more), and a request's last step is cut by its
 #: max_tokens, so a short cell lands a few percent off; a knob ignored lands far off.
 FORCED_TOLERANCE = 0.10

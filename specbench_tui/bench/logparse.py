@@ -1,8 +1,8 @@
 """Numbers from server log lines, for live series and the report.
 
 The engines' own statistics lines are parsed without configuration, by their adapters
-(``EngineAdapter.parse_stats_line``: SGLang's ``Decode batch`` lines, vLLM's ``Engine 000:
-Avg prompt throughput ...`` lines...), into the same keys (``gen_throughput``, ``accept_len``,
+(``EngineAdapter.parse_stats_line``: each engine's periodic decode and throughput lines),
+into the same keys (``gen_throughput``, ``accept_len``,
 ``running_req``, ...), so one live graph serves every engine. Each format has a substring no
 other line has, so every line is simply offered to every adapter, the first answer wins.
 

@@ -480,7 +480,7 @@ async def run_cell(
     on it here). Pass ``client`` to reuse one
     connection pool across the cells of a service group; otherwise one is opened and closed
     here, sized for the cell's concurrency, sending ``model`` (the served model name) and
-    reading SGLang streams in ``stream_mode``. ``counters``, when given, is read at the edges
+    reading native streams in ``stream_mode``. ``counters``, when given, is read at the edges
     of the measured requests (warm-up left out); its result is the caller's. ``result`` is filled as
     requests finish, so a caller that cancels the cell (an abort) still has every request
     that completed. The cell runs

@@ -54,11 +54,11 @@ from specbench_tui.hosts.options import HostOptions
 from specbench_tui.plan.job_files import job_files
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import (
+    BatchJobChanged,
     CellFailed,
     Event,
     GroupFinished,
     ServiceFailed,
-    SlurmJobChanged,
 )
 
 log = logging.getLogger(__name__)
@@ -364,8 +364,9 @@ class BatchScheduler:
 
     def _changed(self, job: JobRun) -> None:
         self.ctx.hub.emit(
-            SlurmJobChanged(
+            BatchJobChanged(
                 group=job.group.id,
+                system=self.layout.label,
                 host=self.host,
                 job_id=job.job_id,
                 submission=job.submission,

@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# After a lost connection, how long the server's process gets to show that it is going (vLLM's
-# API server exits about a second after its engine core died) before its health is asked.
+# After a lost connection, how long the server's process gets to show that it is going (an
+# engine's API server can exit a second or so after its engine core died) before its health is
+# asked.
 DEATH_SETTLE_S = 3.0
 
 

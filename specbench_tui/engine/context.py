@@ -40,7 +40,7 @@ class CampaignOptions:
     server_restarts: int = 1  # restarts of a group's server after it dies mid-cell
     telemetry_interval_s: float = 1.0
     live_history: int = 2000  # live events kept for a console that attaches late
-    # How hosts are reached beyond the plan (--ssh-config).
+    # How hosts are reached beyond the plan (the backends' command-line options).
     hosts: HostOptions = field(default_factory=HostOptions)
     abort_grace_s: float = 1.0  # how long an abort lets requests in flight finish
     # Inside a batch job: run only the job's group and cells, on its allocation.

@@ -15,6 +15,7 @@ from specbench_tui.errors import EXIT_PIPE
 from specbench_tui.printable import printable
 from specbench_tui.results.events import (
     Aborted,
+    BatchJobChanged,
     CampaignFinished,
     CampaignStarted,
     CellEnergy,
@@ -32,7 +33,6 @@ from specbench_tui.results.events import (
     Resumed,
     ServiceFailed,
     ServiceReady,
-    SlurmJobChanged,
     TelemetryChosen,
 )
 from specbench_tui.results.state import CampaignState
@@ -126,7 +126,7 @@ def format_event(ev: Event) -> str | None:
     if isinstance(ev, GpusUnverified):
         gpus = ",".join(map(str, ev.gpu_ids))
         return f"{t} group {ev.group}: GPUs {gpus} not verified free ({ev.reason})"
-    if isinstance(ev, SlurmJobChanged):
+    if isinstance(ev, BatchJobChanged):
         on = f" on {ev.node}" if ev.node else ""
         why = f" ({ev.reason})" if ev.reason else ""
         return f"{t} group {ev.group}: job {ev.job_id} {ev.state}{on}{why}"

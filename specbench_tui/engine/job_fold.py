@@ -168,8 +168,8 @@ class JobFolder:
 
     async def fold(self, job: JobRun, ev: Event) -> None:
         """Fold one event of ``job``'s log (in log order), on the campaign's disk when this
-        returns. Raises what a copy raises (SshError, StorageFailed): the caller tries the
-        same event again later."""
+        returns. Raises what a copy raises (the transport's error, StorageFailed): the caller
+        tries the same event again later."""
         await self._fold(job, ev)
         await self.ctx.hub.durable()
 

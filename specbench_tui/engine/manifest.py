@@ -1,9 +1,9 @@
 """What each service group ran on and with, recorded at run time into ``manifest.json``: this
 tool (version, git commit, Python, the machine it ran on, the plan's hash) and, read on the
-server's host through the server's own interpreter (the GPU agent's ``--manifest``, piped over
-SSH like every host read), Python, OS and kernel, the engine's packages with their versions
-and commits, torch and CUDA, the driver, each GPU's model, application clocks and power limit,
-and the model directory's config files with their hashes.
+server's host through the server's own interpreter (the GPU agent's ``--manifest``, through
+the host's transport like every host read), Python, OS and kernel, the engine's packages with
+their versions and commits, torch and CUDA, the driver, each GPU's model, application clocks
+and power limit, and the model directory's config files with their hashes.
 
 A manifest is a record, never a gate: a part that cannot be read says why in its place, and a
 probe that fails costs the manifest its host part, never the group.
@@ -34,7 +34,7 @@ from specbench_tui.hosts.telemetry import AgentRunner
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import iso_utc
 
-#: How long the host probe may take (an interpreter start over SSH, package metadata, NVML).
+#: How long the host probe may take (an interpreter start on a remote host, package metadata, NVML).
 PROBE_TIMEOUT_S = 60.0
 
 
@@ -99,7 +99,7 @@ def probe_args(group: ServiceGroup) -> list[str]:
 
 
 async def read_probe(runner: AgentRunner, args: list[str], python: str) -> dict[str, Any]:
-    """The agent's manifest line, through ``runner`` (a local process, or over SSH)."""
+    """The agent's manifest line, through ``runner`` (a local process, or on a remote host)."""
     try:
         agent = await asyncio.wait_for(runner.start(args), PROBE_TIMEOUT_S)
     except (OSError, HostError, TimeoutError) as e:  # no such interpreter, a dead link

@@ -1,7 +1,7 @@
 """The chat template a service group's prompts are rendered with, found once per model.
 
-The template is the model directory's own, read on the host the model lives on (over SSH for
-an SSH host, where every host file is read), unless the plan names a file; the special tokens
+The template is the model directory's own, read on the host the model lives on (through the
+host's transport, as every host file is read), unless the plan names a file; the special tokens
 come from the model directory either way. A model without a template is rendered as ChatML,
 and the campaign says so once per model, naming the fallback, rather than once per group.
 """

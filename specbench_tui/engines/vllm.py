@@ -285,8 +285,9 @@ def speculation_of_config(raw: str | None) -> LaunchSpeculation:
     method (``draft_model`` where only a model is given) and ``num_speculative_tokens`` >= 1
     drafted as a chain that deep; the synthetic rejection sampler
     (``"rejection_sample_method": "synthetic"`` with ``synthetic_acceptance_length`` in
-    [1, k + 1]) is forced acceptance. Only the length form is read
-    (``synthetic_acceptance_rates`` is refused)."""
+    [1, k + 1]) is forced acceptance, drawn on the minimum-variance schedule of
+    ``SpeculativeConfig._acceptance_length_to_rates`` (the simulator's ``forced_drafts``).
+    Only the length form is read (``synthetic_acceptance_rates`` is refused)."""
     try:
         spec = json.loads(raw or "")
     except ValueError:

@@ -1,7 +1,7 @@
 """A server run as a child process of the campaign (local and simulated hosts).
 
-The server gets its own session (so its session and process group hold SGLang's TP workers
-and vLLM's engine core, which outlive a killed parent and keep GPU memory otherwise), on
+The server gets its own session (so its session and process group hold the engine's TP
+workers and engine core, which outlive a killed parent and keep GPU memory otherwise), on
 record in the results directory from the moment it starts (``server_records``), its output
 goes line by line to ``logs/<group>.log`` and to the engine, and stopping it always ends with
 every process of its session gone and its port free, or an error that names what is left.
@@ -130,7 +130,7 @@ def port_holder(port: int) -> tuple[int, str] | None:
 
 
 def process_name(pid: int) -> str:
-    """``comm`` plus the command line when readable: "python3 (python -m sglang.launch_server
+    """``comm`` plus the command line when readable: "python3 (python -m <engine>.launch_server
     ...)" tells the operator which server it is, "python3" alone does not."""
     name = "?"
     with contextlib.suppress(OSError):

@@ -1,8 +1,8 @@
 """Every server this machine starts, on record in the results directory the moment it starts.
 
 A local server runs in a session of its own (``start_new_session``): its session id is the
-leader's pid, and every process it makes inherits it, whatever it renames itself to. vLLM
-renames its engine core and workers (``VLLM::EngineCore``), which also wipes what
+leader's pid, and every process it makes inherits it, whatever it renames itself to. An
+engine may rename its engine core and workers (``ENGINE::EngineCore``), which also wipes what
 ``/proc/<pid>/environ`` shows, so an environment mark alone finds only the processes that did
 not rename; the session does not depend on it. A record names the session and process group,
 the leader's start time (a pid that came back for another process is not ours), the machine's
@@ -204,7 +204,7 @@ def drop_record(path: Path | None) -> None:
 
 
 def describe_processes(procs: list[ProcStat]) -> str:
-    """ "3 processes: python3 (pid 101), VLLM::EngineCore (pid 130), ..."."""
+    """ "3 processes: python3 (pid 101), ENGINE::EngineCore (pid 130), ..."."""
     n = len(procs)
     named = ", ".join(f"{p.name} (pid {p.pid})" for p in sorted(procs, key=lambda p: p.pid))
     return f"{n} process{'es' * (n != 1)}: {named}"

@@ -16,8 +16,8 @@ The log is followed with ``journalctl -u UNIT -o json -n all --all --after-curso
 keeping the last cursor, so a reconnect resumes exactly where it stopped. Both flags matter on
 a real journald: without ``-n all`` a follower shows at most 10 of the entries after the
 cursor (a server that crashed while the link was down came back with 9 of its 30 lines, no
-traceback), and without ``--all`` a field over 4096 bytes is ``null`` (SGLang's
-``server_args=`` line, long tracebacks). journald writes MESSAGE as a list of byte values when
+traceback), and without ``--all`` a field over 4096 bytes is ``null`` (a server's
+printed arguments, long tracebacks). journald writes MESSAGE as a list of byte values when
 the text is not printable UTF-8 (colour codes, a stray byte), and as a list of values when an
 entry carries the field more than once; all forms are read.
 

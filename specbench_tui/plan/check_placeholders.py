@@ -2,8 +2,8 @@
 
 A template is a Python format string over the placeholders the tool fills in (``{python}``,
 ``{model}``, ``{tp}``, ``{port}``, ``{host}``, ``{config}``) and the config's params; literal
-braces (JSON such as vLLM's ``--speculative-config``) are written doubled. A mistake gets the
-template rewritten as it should be as its hint.
+braces (JSON such as a speculative config given as one argument) are written doubled. A
+mistake gets the template rewritten as it should be as its hint.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def check_placeholders(
         for n in names:
             if n not in allowed:
                 hint = (
-                    f"; for literal braces (JSON such as vLLM's --speculative-config) write "
+                    f"; for literal braces (JSON such as a speculative config) write "
                     f"{{{{ and }}}}: {_literal_braces(text, allowed)!r}"
                     if not n.isidentifier()
                     else "; write {{ and }} for literal braces"

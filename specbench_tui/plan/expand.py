@@ -202,8 +202,8 @@ def _forced(
     """The command (and, in ``env``, the environment) of a forced-acceptance server: the
     engine's own knob (validation made sure it has one). A rehearsal's simulator takes the
     simulated engine's, or where that cannot read the command's speculation (a rehearsal of
-    another engine's plan) the config engine's, which the simulator reads too (vLLM's
-    --speculative-config); failing both it runs unforced, and the forced check says so."""
+    another engine's plan) the config engine's, which the simulator reads too (through that
+    engine's adapter); failing both it runs unforced, and the forced check says so."""
     assert cfg.forced_accept is not None
     engines = [SIMULATED_ENGINE, cfg.engine] if sim else [cfg.engine]
     for name in engines:

@@ -101,7 +101,7 @@ def simulate(
 ) -> Schedule:
     """Predict when each group runs, with ``durations`` per group id: every host at once,
     each by the rule in the module's docstring. ``jobs``: hosts whose groups run as batch
-    jobs (a Slurm cluster), up to that many at once, each on a node of its own."""
+    jobs (a batch system), up to that many at once, each on a node of its own."""
     slots: list[Slot] = []
     for host in dict.fromkeys(g.host for g in groups):
         mine = [g for g in groups if g.host == host]

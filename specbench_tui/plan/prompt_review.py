@@ -1,8 +1,8 @@
 """The dry run's view of the prompts: each set's first prompt as the servers will receive it.
 
 A template is shown rendered where this machine can read it without touching a host: a file
-the plan names, or the model directory of a local or simulated host. A model on an SSH or
-Slurm host is read when its first group starts; the dry run says so instead of guessing.
+the plan names, or the model directory of a local or simulated host. A model on a remote or
+batch host is read when its first group starts; the dry run says so instead of guessing.
 """
 
 from __future__ import annotations

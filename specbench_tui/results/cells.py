@@ -19,9 +19,9 @@ Api = str  # one of an engine's APIs, by its plan name (engines/registry.py API_
 class ServiceGroup:
     """One server process: a config at a TP size on a host, started once for all its cells."""
 
-    id: str  # "<host>.<config>.tp<tp>", safe in a file name and a systemd unit name
+    id: str  # "<host>.<config>.tp<tp>", safe in a file name and a service unit name
     host: str
-    host_kind: Literal["ssh", "local", "sim", "slurm"]
+    host_kind: str  # the host's kind: its backend's name (hosts/backends.py)
     config: str
     label: str
     tp: int

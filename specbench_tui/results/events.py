@@ -280,7 +280,7 @@ class TelemetryChosen(Event):
 
 @dataclass(kw_only=True)
 class HostState(Event):
-    """The link to an SSH host changed: ``reconnecting`` (it dropped; its work waits, the
+    """The link to a remote host changed: ``reconnecting`` (it dropped; its work waits, the
     transport retries with a backoff), ``connected`` (back; the cell set aside runs again),
     ``unreachable`` (away longer than the host's ``reconnect_timeout``: its remaining cells
     fail). ``reason`` is the one line to show (what dropped it, how long it was away)."""
@@ -320,14 +320,15 @@ class GpusUnverified(Event):
 
 
 @dataclass(kw_only=True)
-class SlurmJobChanged(Event):
-    """A service group's batch job on a Slurm host changed state, as squeue (or, once it
-    left the queue, scontrol or sacct) said: submitted, PENDING with its reason, RUNNING on
-    a node, requeued, or ended (COMPLETED, FAILED, TIMEOUT, NODE_FAIL, ...). ``submission``
-    numbers the group's jobs (each has its directory ``dir`` on the shared filesystem)."""
+class BatchJobChanged(Event):
+    """A service group's batch job changed state, as the batch system ``system`` said:
+    submitted, pending with its reason, running on a node, requeued, or ended, in the
+    system's own words for each state. ``submission`` numbers the group's jobs (each has its
+    directory ``dir`` on the shared filesystem)."""
 
-    name: ClassVar[str] = "slurm_job"
+    name: ClassVar[str] = "batch_job"
     group: str
+    system: str = ""  # the batch system's name, as people write it
     host: str = ""
     job_id: str = ""
     submission: int = 1
@@ -466,7 +467,7 @@ class LogLine(Event):
     durable: ClassVar[bool] = False
     group: str
     line: str
-    stats: dict[str, float] | None = None  # parsed SGLang stats or [logs] pattern groups
+    stats: dict[str, float] | None = None  # an engine's parsed stats or [logs] pattern groups
     matches: list[str] = field(default_factory=list)  # names of the [logs] patterns that hit
 
 

@@ -34,6 +34,7 @@ from typing import Any, Literal
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
     Aborted,
+    BatchJobChanged,
     CampaignFinished,
     CampaignStarted,
     CellEnergy,
@@ -55,7 +56,6 @@ from specbench_tui.results.events import (
     ServerDied,
     ServiceFailed,
     ServiceReady,
-    SlurmJobChanged,
     TelemetryChosen,
 )
 
@@ -207,7 +207,7 @@ class CampaignState:
         self.current_group: str | None = None
         self.current_cell: str | None = None
         # Every group whose server is up or coming up, in start order: several at once when
-        # groups are packed on a host, run on several hosts or as parallel Slurm jobs, so a
+        # groups are packed on a host, run on several hosts or as parallel batch jobs, so a
         # view cannot take ``current_group`` (the latest) as the only one.
         self.running_groups: dict[str, None] = {}
         self.last_ts: float | None = None
@@ -218,12 +218,12 @@ class CampaignState:
         self.telemetry: dict[str, TelemetryChosen] = {}
         self.gpus_unverified: list[GpusUnverified] = []
         self.wall_s: float = 0.0  # summed over the runs that ended with campaign_finished
-        # The link to each SSH host as last reported: the console shows a host that is
+        # The link to each remote host as last reported: the console shows a host that is
         # "reconnecting" or "unreachable" (a host never reported is connected).
         self.host_states: dict[str, HostState] = {}
-        # The latest state of each group's batch job on a Slurm host, by group id.
-        self.jobs: dict[str, SlurmJobChanged] = {}
-        # Every Slurm job a group ran as, with the last node it was seen on (the report's
+        # The latest state of each group's batch job on a batch host, by group id.
+        self.jobs: dict[str, BatchJobChanged] = {}
+        # Every batch job a group ran as, with the last node it was seen on (the report's
         # environment names them: a group requeued or submitted again ran in several).
         self.job_nodes: dict[str, dict[str, str]] = {}
         # The dry-run estimate the latest run started with (None: a log from before it was
@@ -528,7 +528,7 @@ class CampaignState:
         ev = self.host_states.get(host)
         return "" if ev is None or ev.state == "connected" else f"{ev.state}: {ev.reason}"
 
-    def _slurm_job(self, ev: SlurmJobChanged) -> None:
+    def _batch_job(self, ev: BatchJobChanged) -> None:
         self.jobs[ev.group] = ev
         if ev.job_id:
             nodes = self.job_nodes.setdefault(ev.group, {})
@@ -632,7 +632,7 @@ DURABLE_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     GpusUnverified: CampaignState._gpus_unverified,
     GpusWaiting: CampaignState._gpus_waiting,
     HostState: CampaignState._host_state,
-    SlurmJobChanged: CampaignState._slurm_job,
+    BatchJobChanged: CampaignState._batch_job,
     Paused: CampaignState._paused,
     Resumed: CampaignState._resumed,
     Aborted: CampaignState._aborted,

@@ -101,10 +101,11 @@ class StepCost:
 
 
 def forced_drafts(rng: random.Random, accept_length: float, depth: int) -> int:
-    """Drafts one verify step accepts under forced acceptance: vLLM's synthetic rejection
-    sampler's minimum-variance schedule (``SpeculativeConfig._acceptance_length_to_rates``:
-    the first floor(L - 1) positions always accepted, the next with the fraction left), so a
-    step accepts floor(L - 1) or one more and the mean is L, capped by the depth."""
+    """Drafts one verify step accepts under forced acceptance: the minimum-variance schedule
+    of a synthetic rejection sampler (the upstream function is named where its engine's
+    adapter reads the knob): the first floor(L - 1) positions always accepted, the next with
+    the fraction left, so a step accepts floor(L - 1) or one more and the mean is L, capped by
+    the depth."""
     wanted = min(accept_length - 1.0, float(depth))
     whole = int(wanted)
     return whole + (1 if whole < depth and rng.random() < wanted - whole else 0)

@@ -179,7 +179,7 @@ def group_text(p: CampaignProgress, g: GroupState, pal: Palette, now: float) -> 
         facts.append(f"up {format_clock(up)}")
     t.append(" · ".join(facts) + "\n", style=pal.muted)
     job = p.jobs.get(g.id)
-    if job is not None:  # a group on a Slurm host: its batch job as squeue last said
+    if job is not None:  # a group on a batch host: its job as the batch system last said
         where = f" on {job.node}" if job.node else ""
         why = f" ({job.reason})" if job.reason else ""
         t.append(f"job {job.job_id} {job.state}{where}{why} · {job.dir}\n", style=pal.muted)

@@ -95,7 +95,7 @@ def _server_line(
             t.append("  ETA ", style=pal.muted)
         t.append(left)
     where = f"[{','.join(str(i) for i in g.gpu_ids)}]" if g.gpu_ids else ""
-    job = p.jobs.get(g.id)  # a Slurm host's group: on the node its batch job got
+    job = p.jobs.get(g.id)  # a batch host's group: on the node its batch job got
     node = job.node if job is not None else ""
     if g.port or node:
         where += f" {node}:{g.port}" if g.port else f" {node}"
@@ -139,8 +139,8 @@ def _state_line(g: GroupState, pal: Palette, now: float) -> Text:
 
 
 def _queued_line(host: str, p: CampaignProgress, pal: Palette) -> Text | None:
-    """``  · 3 jobs queued (Resources)``: a Slurm host's groups whose batch jobs wait, as
-    squeue last said, and why."""
+    """``  · 3 jobs queued (Resources)``: a batch host's groups whose jobs wait, as the batch
+    system last said, and why."""
     waiting = [
         j
         for j in p.jobs.values()

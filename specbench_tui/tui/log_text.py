@@ -1,4 +1,4 @@
-"""How a server log line reads in the console: SGLang's ``[date time TPn]`` prefix shortened,
+"""How a server log line reads in the console: a ``[date time TPn]`` stamp shortened,
 an engine's statistics line as its parsed figures, a line the plan's ``[logs]`` patterns
 matched marked with what they extracted.
 
@@ -74,8 +74,8 @@ def compact_stats(prefix: str, stats: dict[str, float], kind: str) -> str:
 
 
 def display_line(ev: LogLine) -> str:
-    """The text shown for a line: a ``[YYYY-MM-DD hh:mm:ss TPn]`` prefix (SGLang's) loses its
-    date; an engine's statistics line becomes its parsed figures; a line the
+    """The text shown for a line: a ``[YYYY-MM-DD hh:mm:ss TPn]`` prefix (a scheduler rank's
+    stamp) loses its date; an engine's statistics line becomes its parsed figures; a line the
     plan's ``[logs]`` patterns matched starts with what they extracted."""
     line = ev.line
     m = _PREFIX.match(line)

@@ -102,16 +102,12 @@ def where(host: str, tp: Any, hosts: int) -> str:
     return f"TP {tp} on {host}" if host else f"TP {tp}"
 
 
-def slurm_hosts(inp: Inputs) -> list[str]:
-    """Hosts whose groups ran as Slurm batch jobs: where none of their nodes recorded GPU
-    samples or energy (the jobs' own are folded into the campaign), the telemetry and energy
-    sections say so rather than leave their heading out."""
+def batch_hosts(inp: Inputs) -> list[str]:
+    """Hosts whose groups ran as batch jobs (the log has their jobs): where none of their
+    nodes recorded GPU samples or energy (the jobs' own are folded into the campaign), the
+    telemetry and energy sections say so rather than leave their heading out."""
     return sorted(
-        {
-            g.group.host
-            for g in inp.state.groups.values()
-            if g.group and g.group.host_kind == "slurm"
-        }
+        {g.group.host for gid, g in inp.state.groups.items() if g.group and gid in inp.state.jobs}
     )
 
 

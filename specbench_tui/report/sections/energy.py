@@ -29,7 +29,7 @@ from specbench_tui.report.blocks import (
 from specbench_tui.report.energy_pool import energy_valid, pool_energy
 from specbench_tui.report.frames import marked, workload_names
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.sections.common import compared, slurm_hosts, speedup_cell
+from specbench_tui.report.sections.common import batch_hosts, compared, speedup_cell
 
 TITLE = "GPU board energy"
 MAX_LISTED = 12  # invalid cells named one by one; the rest are counted
@@ -43,16 +43,16 @@ def build(inp: Inputs) -> Section | None:
         if c.status == "done" and "energy_valid" in c.figures and c.config not in inp.forced
     ]
     if not recorded:
-        on_slurm = slurm_hosts(inp)
-        if not on_slurm:
+        on_batch = batch_hosts(inp)
+        if not on_batch:
             return None
         # Said, as the telemetry section says it, so that a cluster's report has a local
         # run's shape and a reader does not look for figures that were never made here.
         return Section(TITLE).add(
             Para(
                 text(
-                    f"No GPU board energy for the groups on {', '.join(on_slurm)}: each ran "
-                    "as a Slurm batch job, and its node recorded no GPU samples to measure it "
+                    f"No GPU board energy for the groups on {', '.join(on_batch)}: each ran "
+                    "as a batch job, and its node recorded no GPU samples to measure it "
                     "from (a job's cell energy comes into the campaign where its node's GPUs "
                     "can be read)."
                 )

@@ -133,11 +133,12 @@ def build(inp: Inputs) -> Section:
         cmd_rows.append(row)
     if cmd_rows:
         cols = [Column("Group", "p", 0.2), Column("GPUs", "l"), Column("Command", "p", 0.66)]
-        if st.job_nodes:  # a Slurm campaign: which job ran each group, and where
+        if st.job_nodes:  # groups run as batch jobs: which job ran each group, and where
+            system = next((j.system for j in st.jobs.values() if j.system), "Batch")
             cols = [
                 Column("Group", "p", 0.18),
                 Column("GPUs", "l"),
-                Column("Slurm job on node", "p", 0.14),
+                Column(f"{system} job on node", "p", 0.14),
                 Column("Command", "p", 0.52),
             ]
         sec.add(Table("Server command line of every service group", cols, cmd_rows, small=True))

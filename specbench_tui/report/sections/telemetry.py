@@ -23,7 +23,7 @@ from specbench_tui.report.blocks import (
 )
 from specbench_tui.report.frames import marked
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.sections.common import slurm_hosts
+from specbench_tui.report.sections.common import batch_hosts
 
 MAX_POINTS = 120  # per series: enough for the shape, few enough for pgfplots
 
@@ -96,8 +96,8 @@ def _over_time(df: pl.DataFrame, t0: float, col: str) -> list[Point]:
 def build(inp: Inputs) -> Section | None:
     per_group = group_samples(inp)
     if not per_group:
-        on_slurm = slurm_hosts(inp)
-        if not on_slurm:
+        on_batch = batch_hosts(inp)
+        if not on_batch:
             return None
         # Said rather than left out, so that a cluster's report has a local run's shape and
         # a reader does not look for samples that were never taken.
@@ -105,8 +105,8 @@ def build(inp: Inputs) -> Section | None:
         sec.add(
             Para(
                 text(
-                    f"No GPU samples for the groups on {', '.join(on_slurm)}: each ran as a "
-                    "Slurm batch job, and its node recorded none (a job's samples come into "
+                    f"No GPU samples for the groups on {', '.join(on_batch)}: each ran as a "
+                    "batch job, and its node recorded none (a job's samples come into "
                     "the campaign where its node's GPUs can be read)."
                 )
             )
