@@ -25,9 +25,6 @@ OUTSIDE = {
     # engine.run_control.StorageFailed, a ResultsError that carries the StorageError.
     "specbench_tui.results.files.StorageError",
     "specbench_tui.results.jsontypes.FieldTypeError",
-    # Not yet derived from a root (their modules are to follow).
-    "specbench_tui.hosts.telemetry.NoTelemetryError",
-    "specbench_tui.engines.adapter.LaunchArgsError",
 }
 ROOTS = (
     errors.InputError,

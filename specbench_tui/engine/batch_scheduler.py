@@ -148,8 +148,10 @@ class BatchScheduler:
             for f in self._logs.values():
                 with contextlib.suppress(OSError):
                     f.close()
-            with contextlib.suppress(Exception):
+            try:
                 await self.cluster.close()
+            except (*self.errors, OSError) as e:  # the jobs go on without the login link
+                self._say("close", f"could not close the link to the cluster: {e}", "info")
 
     def _wants(self, group: ServiceGroup) -> bool:
         return group.id not in self._given_up and bool(self.ctx.pending(group))

@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,11 +31,12 @@ from specbench_tui.engine.operator import OperatorCommands
 from specbench_tui.engine.run_control import RunControl, StorageFailed
 from specbench_tui.engine.selection import select_cells
 from specbench_tui.engine.store import ResultsStore
-from specbench_tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORAGE
+from specbench_tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORAGE, describe
 from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.backends import backend, build_host, preflight_host
 from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.local_leftovers import results_owner
+from specbench_tui.hosts.telemetry import GpusNotFreeError
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.estimate import recorded_estimate
 from specbench_tui.plan.expand import expand
@@ -295,25 +296,33 @@ class Campaign(CampaignControl):
     async def _shutdown(self) -> None:
         # The last cells' energy waits for the samples after their windows: the hosts'
         # readers still run here.
-        with contextlib.suppress(Exception):
-            await self.ctx.energy.drain()
+        await self._step("the last cells' GPU energy", self.ctx.energy.drain())
         for name, host in self._hosts.items():
             # One last look at the GPUs after the last server stopped, so the console and
-            # telemetry end on the state the campaign leaves behind, not mid-load.
+            # telemetry end on the state the campaign leaves behind, not mid-load (GPUs still
+            # held after it are the next run's wait, not this one's).
             used = sorted({i for g in self.groups if g.host == name for i in g.gpu_ids})
-            with contextlib.suppress(Exception):
-                await host.wait_gpus_free(used, 5.0)
-            with contextlib.suppress(Exception):
-                await host.restore_foreign()
+            await self._step(f"{name}: the last look at its GPUs", _last_look(host, used))
+            await self._step(
+                f"{name}: could not start its stopped services again", host.restore_foreign()
+            )
             try:
                 await host.close(self.options.stop_grace_s)
             except Exception as exc:  # said: what is left is on record for the next look
                 self.hub.notice(
-                    f"{name}: could not stop what runs there: {type(exc).__name__}: {exc}; the "
-                    "next run of these results or --cleanup stops what is left",
+                    f"{name}: could not stop what runs there: {describe(exc)}; the next run of "
+                    "these results or --cleanup stops what is left",
                     "error",
                 )
         self._hosts.clear()
+
+    async def _step(self, what: str, step: Awaitable[Any]) -> None:
+        """One step of the end of a run: a failure is said, and the next step still runs (a
+        host that cannot be looked at must still have its servers stopped)."""
+        try:
+            await step
+        except Exception as exc:  # said; the shutdown goes on
+            self.hub.notice(f"{what}: {describe(exc)}", "error")
 
     def _finish(self, storage_failed: bool) -> int:
         counts = self.state.counts
@@ -400,3 +409,9 @@ class Campaign(CampaignControl):
     async def start_engine(self) -> int:
         """For an in-process console: run the campaign inside the console's event loop."""
         return await self.run()
+
+
+async def _last_look(host: Host, used: list[int]) -> None:
+    """A last look at the GPUs, not a wait: GPUs still held after it are the next run's."""
+    with contextlib.suppress(GpusNotFreeError):
+        await host.wait_gpus_free(used, 5.0)

@@ -29,6 +29,7 @@ from specbench_tui.engines.counters import Counters
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import LogCounts
 from specbench_tui.engines.streams import OpenAIStream, StreamMode, StreamParser
+from specbench_tui.errors import InputError
 from specbench_tui.results.cells import ServiceGroup
 
 Message = dict[str, str]
@@ -82,9 +83,10 @@ class LaunchSpeculation:
     forced_accept: float | None = None
 
 
-class LaunchArgsError(ValueError):
+class LaunchArgsError(InputError, ValueError):
     """A launch flag or environment value that an engine would refuse, worded as its argument
-    parser would (a simulated server exits 2 with it)."""
+    parser would (a simulated server exits 2 with it). A ValueError too, as a plan value that
+    does not parse is."""
 
 
 def int_arg(flag: str, value: str | None) -> int:

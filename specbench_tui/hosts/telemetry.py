@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specbench_tui.durations import format_duration
+from specbench_tui.errors import HostError
 from specbench_tui.hosts.service import ServiceError
 from specbench_tui.results import events
 from specbench_tui.results.gpu_readings import GpuReadings, readings_from, telemetry_row
@@ -162,7 +163,7 @@ class TelemetryMode:
         )
 
 
-class NoTelemetryError(Exception):
+class NoTelemetryError(HostError):
     """Raised by a runner when its host has no GPU telemetry: the reader then ends quietly
     (the host said so once, as a warning) instead of restarting an agent that cannot work."""
 
