@@ -1,14 +1,12 @@
 """The simulator and the report ask the engine adapters for each engine's specifics (its
 speculation flags, its log lines, its name, its counting words) instead of naming engines
-themselves: a new engine's adapter is heard without a change to ``sim/`` or the report."""
+themselves: a new engine's adapter is heard without a change to ``sim/`` or the report
+(``tests/test_names.py`` holds the whole product to it)."""
 
 from __future__ import annotations
 
-import ast
 import io
-import re
 from datetime import datetime
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,45 +18,6 @@ from specbench_tui.sim import config as sim_config
 from specbench_tui.sim.config import SimArgsError, parse_args
 from specbench_tui.sim.logfmt import ServerLog
 from specbench_tui.sim.server import usage
-
-ROOT = Path(__file__).resolve().parents[1] / "specbench_tui"
-ENGINE_WORD = re.compile(r"vllm|sglang|trtllm|tensorrt", re.I)
-#: Where no engine is named in code (string constants, names; docstrings aside).
-NAME_FREE = [
-    *sorted((ROOT / "sim").glob("*.py")),
-    *(ROOT / "report" / "sections" / f"{m}.py" for m in ("methodology", "accept", "forced")),
-    *(ROOT / "report" / "sections" / f"{m}.py" for m in ("server_view", "summary")),
-    ROOT / "report" / "sections" / "environment.py",
-    ROOT / "bench" / "transport.py",
-]
-
-
-def _code_names(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text())
-    docs = {
-        id(n.body[0].value)
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-        and n.body
-        and isinstance(n.body[0], ast.Expr)
-        and isinstance(n.body[0].value, ast.Constant)
-    }
-    found = []
-    for n in ast.walk(tree):
-        s = None
-        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
-            s = n.value
-        elif isinstance(n, ast.Name):
-            s = n.id
-        elif isinstance(n, ast.Attribute):
-            s = n.attr
-        if s and ENGINE_WORD.search(s):
-            found.append(f"{path.relative_to(ROOT)}:{getattr(n, 'lineno', 0)}: {s[:50]!r}")
-    return found
-
-
-def test_the_simulator_and_the_report_prose_name_no_engine() -> None:
-    assert [hit for p in NAME_FREE for hit in _code_names(p)] == []
 
 
 def test_simulated_lines_are_read_back_by_the_engines_own_parser() -> None:
