@@ -86,37 +86,46 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
-@dataclass(frozen=True)
-class Worded:
-    """A pattern a text value must match, and what to say when it does not (``says``, with
-    ``{value}`` for the value as written): pydantic's own message would only show the
-    pattern. The schema and the plan reference still show the pattern."""
+class _TextRule:
+    """A rule a text value must keep, told in the plan's words when it does not (pydantic's
+    own message would show only a pattern or a type), and shown in the JSON schema."""
 
-    pattern: str
-    says: str
+    def check(self, value: str) -> str:
+        raise NotImplementedError
+
+    def schema(self) -> dict[str, Any]:
+        raise NotImplementedError
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> CoreSchema:
-        rx = re.compile(self.pattern)
-
-        def check(value: str) -> str:
-            if not rx.match(value):
-                raise ValueError(self.says.format(value=repr(value)))
-            return value
-
-        return core_schema.no_info_after_validator_function(check, handler(source))
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> dict[str, Any]:
-        out = handler(schema)
-        out["pattern"] = self.pattern
-        return out
+        return {**handler(schema), **self.schema()}
 
 
 @dataclass(frozen=True)
-class OneOf:
+class Worded(_TextRule):
+    """A pattern a text value must match, and what to say when it does not (``says``, with
+    ``{value}`` for the value as written). The plan reference shows the pattern too."""
+
+    pattern: str
+    says: str
+
+    def check(self, value: str) -> str:
+        if not re.match(self.pattern, value):
+            raise ValueError(self.says.format(value=repr(value)))
+        return value
+
+    def schema(self) -> dict[str, Any]:
+        return {"pattern": self.pattern}
+
+
+@dataclass(frozen=True)
+class OneOf(_TextRule):
     """The values a text key may take, kept where they are known (a registry), so a table
     lists no value itself: an unknown one is told with the ones known, and the schema and the
     plan reference list them."""
@@ -124,23 +133,14 @@ class OneOf:
     what: str  # the key's words in the message: "engine" -> "unknown engine 'x'; known: ..."
     values: tuple[str, ...]
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        def check(value: str) -> str:
-            if value not in self.values:
-                known = ", ".join(map(repr, self.values))
-                raise ValueError(f"unknown {self.what} {value!r}; known: {known}")
-            return value
+    def check(self, value: str) -> str:
+        if value not in self.values:
+            known = ", ".join(map(repr, self.values))
+            raise ValueError(f"unknown {self.what} {value!r}; known: {known}")
+        return value
 
-        return core_schema.no_info_after_validator_function(check, handler(source))
-
-    def __get_pydantic_json_schema__(
-        self, schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> dict[str, Any]:
-        out = handler(schema)
-        out["enum"] = list(self.values)
-        return out
+    def schema(self) -> dict[str, Any]:
+        return {"enum": list(self.values)}
 
 
 def sub_table(model: type[BaseModel], key: str) -> type[BaseModel] | None:

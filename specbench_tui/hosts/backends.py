@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from specbench_tui.errors import InputError
 from specbench_tui.hosts import slurm_jobs
@@ -25,6 +25,8 @@ from specbench_tui.hosts.host_table import SSH_DESTINATION, HostSpec
 from specbench_tui.hosts.options import HostOptions
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.table_types import PlanError
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from specbench_tui.hosts.batch import BatchJobs, BatchSystem
@@ -278,10 +280,7 @@ async def check_host(
     if entry.batch_check is not None:
         return await entry.batch_check(hs, name, campaign, groups, options)
     host = build_host(hs, name, campaign, options, kind=kind, groups=groups)
-    try:
-        return await host.check(groups)
-    finally:
-        await host.close()
+    return await _closing(host, host.check(groups))
 
 
 async def preflight_host(
@@ -298,13 +297,18 @@ async def preflight_host(
     entry = backend(kind)
     if not entry.preflights:
         return
-    if entry.batch_check is not None:
-        report = await entry.batch_check(hs, name, campaign, groups, options)
-        if report.problems:
-            raise InputError(f"host {name}: {report.problems[0]}")
+    if entry.batch_check is None:
+        host = build_host(hs, name, campaign, options, kind=kind, groups=groups, **kw)
+        await _closing(host, host.preflight(groups))  # type: ignore[attr-defined]
         return
-    host = build_host(hs, name, campaign, options, kind=kind, groups=groups, **kw)
+    report = await entry.batch_check(hs, name, campaign, groups, options)
+    if report.problems:
+        raise InputError(f"host {name}: {report.problems[0]}")
+
+
+async def _closing(host: Host, work: Awaitable[T]) -> T:
+    """``work`` on a host built for it alone, closed after whatever it did."""
     try:
-        await host.preflight(groups)  # type: ignore[attr-defined]
+        return await work
     finally:
         await host.close()
