@@ -756,6 +756,8 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[NodeRef]) -> None:
         self._selected = event.node.data
+        if not self.screen_stack:  # a highlight still queued as the console closes
+            return
         self._show_detail()
         self._sync_log()
         self._redraw_plots(force=True)
