@@ -17,8 +17,7 @@ DOCS = ROOT / "docs" / "plan-format.md"
 
 def test_every_key_of_the_model_says_what_it_means() -> None:
     assert missing_meanings() == [], (
-        "keys without a comment beside them in their model: "
-        + ", ".join(missing_meanings())
+        "keys without a comment beside them in their model: " + ", ".join(missing_meanings())
     )
 
 
