@@ -189,10 +189,10 @@ def disagreements(r: dict[str, Any]) -> list[str]:
 
 
 def _stats_lines(inp: Inputs) -> str:
-    """``"(<label> <stats lines>), "``: the stats lines each engine this campaign ran
+    """``" (<label> <stats lines>), "``: the stats lines each engine this campaign ran
     prints, as its adapter names them; a bare comma where none names any."""
     named = [f"{a.label} {a.stats_lines_name}" for a in ran_adapters(inp) if a.stats_lines_name]
-    return f"({', '.join(named)}), " if named else ", "
+    return f" ({', '.join(named)}), " if named else ", "
 
 
 def _intervals(inp: Inputs) -> str:
@@ -217,7 +217,7 @@ def build(inp: Inputs) -> Section | None:
                 "Per service group and workload kind, each figure pooled over the cells (a "
                 "ratio of sums, as in the other tables). The client's accept length is the "
                 "engine's own definition over the requests' counts (what its counters give); "
-                "the server log's pools the stats lines whose whole stretch lay inside a cell "
+                "the server log's pools the stats lines whose whole stretch lay inside a cell"
                 f"{_stats_lines(inp)}weighted by the "
                 "verify steps behind each, warm-up requests within a cell included. The "
                 "client's speed is the cells' throughput (output tokens over their measured "
