@@ -104,5 +104,5 @@ def test_report_prose_names_the_engines_that_ran() -> None:
     assert sglang.forced_accept_knob not in intro
     assert "{knobs}" not in forced._intro(_inputs("trtllm"))  # type: ignore[arg-type]
     lines = server_view._stats_lines(_inputs("sglang"))  # type: ignore[arg-type]
-    assert lines == f"({sglang.label} {sglang.stats_lines_name}), "
+    assert lines == f" ({sglang.label} {sglang.stats_lines_name}), "
     assert server_view._stats_lines(_inputs("trtllm")) == ", "  # type: ignore[arg-type]
