@@ -219,7 +219,7 @@ async def run(o: Output, gpu: int, args: argparse.Namespace) -> int:
         return 1
 
     readers = {
-        name: TelemetryReader(f"h200-{name}", SourceRunner(mode), interval_s=0.5, gpus=[gpu])
+        name: TelemetryReader(f"gpu-{name}", SourceRunner(mode), interval_s=0.5, gpus=[gpu])
         for name, mode in modes.items()
     }
     for r in readers.values():
@@ -277,7 +277,7 @@ async def run(o: Output, gpu: int, args: argparse.Namespace) -> int:
         raw(o, "load", gpu)
         for name, r in readers.items():
             try:
-                await wait_gpus_free(r.latest, [gpu], 2.0, host="h200")
+                await wait_gpus_free(r.latest, [gpu], 2.0, host="this machine")
                 o.check(False, f"{name}: the wait refused a GPU under load")
             except GpusNotFreeError as e:
                 o.say(f"  {name}: {e.reason}")
