@@ -13,7 +13,6 @@ kind. The plan loads this module, so what runs a host is imported only when it i
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from specbench_tui.errors import InputError
 from specbench_tui.hosts import slurm_jobs
 from specbench_tui.hosts.batch_kind import BatchKind
-from specbench_tui.hosts.host_table import SSH_DESTINATION, HostSpec
+from specbench_tui.hosts.host_table import HostSpec, check_destination
 from specbench_tui.hosts.options import HostOptions
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.table_types import PlanError
@@ -137,19 +136,9 @@ def _ssh_settings(hs: HostSpec, campaign: str, options: HostOptions) -> SshSetti
     )
 
 
-_SSH = re.compile(SSH_DESTINATION)
-
-
 def _check_ssh(name: str, host: HostSpec) -> list[PlanError]:
-    """``ssh``: a destination ssh can take."""
-    if host.ssh is None or _SSH.match(host.ssh):
-        return []
-    return [
-        PlanError(
-            ("hosts", name, "ssh"),
-            f"{host.ssh!r} is not an SSH destination; write an alias, user@host or user@host:port",
-        )
-    ]
+    assert host.ssh is not None  # asked only of a host that sets it
+    return check_destination(("hosts", name, "ssh"), host.ssh)
 
 
 # --- batch systems -----------------------------------------------------------------------------
@@ -178,10 +167,6 @@ async def _slurm_check(
     return await check_slurm(hs.slurm, host, campaign, groups, options.ssh_config)
 
 
-def _check_slurm(name: str, host: HostSpec) -> list[PlanError]:
-    return slurm_jobs.check_slurm_host(name, host) if host.slurm is not None else []
-
-
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
@@ -207,7 +192,7 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "slurm",
             describe=slurm_jobs.where,
-            check_table=_check_slurm,
+            check_table=slurm_jobs.check_slurm_host,
             batch=slurm_jobs.BATCH_KIND,
             batch_system=_slurm_system,
             batch_jobs=_slurm_jobs,

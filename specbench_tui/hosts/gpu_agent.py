@@ -483,9 +483,8 @@ def package_info(name: str) -> dict[str, Any]:
 
     def distributions() -> Any:
         yield name  # the usual case, without scanning every distribution installed
-        with contextlib.suppress(
-            Exception
-        ):  # a CPU build installs the engine's package under another name (Python 3.10+)
+        # A CPU build installs the engine's package under another name (Python 3.10+).
+        with contextlib.suppress(Exception):
             yield from metadata.packages_distributions().get(name, [])
 
     for dist_name in distributions():

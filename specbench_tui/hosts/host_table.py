@@ -7,15 +7,17 @@ A new kind of host is its key here, its module and its line in ``backends.py``. 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from specbench_tui.hosts.slurm_table import SlurmSpec
-from specbench_tui.table_types import MAX_GPUS, Duration, HostText, Strict, Worded
+from specbench_tui.table_types import MAX_GPUS, Duration, HostText, PlanError, Strict, Worded
 
 # An SSH destination: an alias, user@host, user@host:port, [v6]:port.
 SSH_DESTINATION = r"^[A-Za-z0-9_.@:\[\]-]+$"
+_DESTINATION = re.compile(SSH_DESTINATION)
 # A systemd unit name: no spaces, quotes or shell metacharacters.
 UnitName = Annotated[
     str,
@@ -27,6 +29,18 @@ UnitName = Annotated[
 ]
 #: The key that makes a host each kind, in the order a plan's error lists them.
 KIND_KEYS = ("ssh", "local", "sim", "slurm")
+
+
+def check_destination(where: tuple[str | int, ...], value: str) -> list[PlanError]:
+    """A destination ssh can take (an SSH host's, a batch system's login node)."""
+    if _DESTINATION.match(value):
+        return []
+    return [
+        PlanError(
+            where,
+            f"{value!r} is not an SSH destination; write an alias, user@host or user@host:port",
+        )
+    ]
 
 
 class HostSpec(Strict):

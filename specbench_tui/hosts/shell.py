@@ -14,7 +14,9 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from specbench_tui.table_types import ENV_NAME
+
+_ENV_NAME = re.compile(ENV_NAME)
 
 
 def quote(value: str) -> str:

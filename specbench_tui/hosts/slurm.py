@@ -480,8 +480,7 @@ def _tests(
     campaign: str, slurm: SlurmSpec, groups: list[ServiceGroup]
 ) -> list[tuple[str, list[str], str]]:
     """One ``sbatch --test-only`` per TP size: what the cluster says of such a job."""
-    name = campaign
-    key = campaign_key(slurm, name)
+    key = campaign_key(slurm, campaign)
     seen: dict[int, ServiceGroup] = {}
     for g in groups:
         seen.setdefault(g.tp, g)
@@ -489,7 +488,7 @@ def _tests(
         (
             f"TP{tp} job ({g.id})",
             sbatch_argv(slurm, "")[:-1],
-            job_script(slurm, name, g, 1, key),
+            job_script(slurm, campaign, g, 1, key),
         )
         for tp, g in sorted(seen.items())
     ]

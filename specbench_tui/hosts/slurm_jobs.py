@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 import shlex
-from typing import Any
 
 from specbench_tui.durations import format_duration
 from specbench_tui.hosts.batch_jobs import JobPaths
 from specbench_tui.hosts.batch_kind import BatchKind, JobPreview
-from specbench_tui.hosts.host_table import SSH_DESTINATION, HostSpec
+from specbench_tui.hosts.host_table import HostSpec, check_destination
 from specbench_tui.hosts.slurm_table import SlurmSpec
 from specbench_tui.results.cells import ServiceGroup
-from specbench_tui.table_types import ENV_NAME, PlanError
+from specbench_tui.table_types import PlanError
 
-_SSH = re.compile(SSH_DESTINATION)
-_ENV_NAME = re.compile(ENV_NAME)
 #: sbatch options the tool sets itself: a plan that sets them would break finding the job,
 #: its output, its requeue or its one-group-one-allocation shape.
 MANAGED_SBATCH_OPTIONS = {
@@ -208,49 +204,19 @@ def job_warnings(slurm: SlurmSpec, group: ServiceGroup, estimate_s: float) -> li
     return out
 
 
-def describe(slurm: SlurmSpec, campaign: str) -> str:
-    """The dry run's words for a Slurm host."""
-    return (
-        f"Slurm via {slurm.login}, partition {slurm.partition or '(the default)'}, "
-        f"{slurm.gpus_per_node} GPUs per node, up to {slurm.max_jobs} jobs at once; "
-        f"jobs in {campaign_dir(slurm, campaign)}"
-    )
-
-
-def first_submission(
-    campaign: str, slurm: SlurmSpec, g: ServiceGroup, estimate_s: float
-) -> dict[str, Any]:
-    """The first submission of a group's batch job: its directory, sbatch line, script and
-    what the dry run warns of it."""
-    paths = job_paths(slurm, campaign, g.id, 1)
-    return {
-        "dir": paths.dir,
-        "argv": sbatch_argv(slurm, paths.script),
-        "script": job_script(slurm, campaign, g, 1, campaign_key(slurm, campaign)),
-        "warnings": job_warnings(slurm, g, estimate_s),
-    }
-
-
 def sbatch_argv(slurm: SlurmSpec, script_path: str) -> list[str]:
     """The submission: the plan's extra options on the command line (they win over the
     script's), then the script."""
     return ["sbatch", "--parsable", *slurm.sbatch_args, script_path]
 
 
-def check_slurm_host(name: str, host: HostSpec) -> list[Any]:
-    """What a ``slurm = {...}`` host table must satisfy beyond its types."""
+def check_slurm_host(name: str, host: HostSpec) -> list[PlanError]:
+    """What a ``slurm = {...}`` host table must satisfy beyond its types (its ``env`` names
+    are checked by their type)."""
     assert host.slurm is not None
     s = host.slurm
     where = ("hosts", name, "slurm")
-    errs: list[PlanError] = []
-    if not _SSH.match(s.login):
-        errs.append(
-            PlanError(
-                (*where, "login"),
-                f"{s.login!r} is not an SSH destination; write an alias, user@host or "
-                "user@host:port",
-            )
-        )
+    errs = check_destination((*where, "login"), s.login)
     if host.gpus != s.gpus_per_node:
         errs.append(
             PlanError(
@@ -290,16 +256,22 @@ def check_slurm_host(name: str, host: HostSpec) -> list[Any]:
                     "node, gpu:TP, its name, comment, output and requeue); leave it out",
                 )
             )
-    for k in s.env:
-        if not _ENV_NAME.match(k):
-            errs.append(PlanError((*where, "env"), f"{k!r} is not an environment variable name"))
     return errs
 
 
 def _preview(campaign: str, host: HostSpec, g: ServiceGroup, estimate_s: float) -> JobPreview:
-    assert host.slurm is not None
-    job = first_submission(campaign, host.slurm, g, estimate_s)
-    return JobPreview(**job, argv_key="sbatch")
+    """A group's first submission: its directory, sbatch line, script and what the dry run
+    warns of it."""
+    slurm = host.slurm
+    assert slurm is not None
+    paths = job_paths(slurm, campaign, g.id, 1)
+    return JobPreview(
+        dir=paths.dir,
+        argv=sbatch_argv(slurm, paths.script),
+        script=job_script(slurm, campaign, g, 1, campaign_key(slurm, campaign)),
+        warnings=job_warnings(slurm, g, estimate_s),
+        argv_key="sbatch",
+    )
 
 
 def _max_jobs(host: HostSpec) -> int:
@@ -309,8 +281,13 @@ def _max_jobs(host: HostSpec) -> int:
 
 def where(host: HostSpec, campaign: str) -> str:
     """The dry run's words for a Slurm host."""
-    assert host.slurm is not None
-    return describe(host.slurm, campaign)
+    slurm = host.slurm
+    assert slurm is not None
+    return (
+        f"Slurm via {slurm.login}, partition {slurm.partition or '(the default)'}, "
+        f"{slurm.gpus_per_node} GPUs per node, up to {slurm.max_jobs} jobs at once; "
+        f"jobs in {campaign_dir(slurm, campaign)}"
+    )
 
 
 #: What the plan side of a campaign asks of a Slurm host (its entry in ``backends.py``).

@@ -118,9 +118,6 @@ def _pydantic_error(err: Any, raw: dict[str, Any]) -> PlanError:
         tag = (err.get("ctx") or {}).get("tag")
         got = f" (got {_shown(tag)})" if tag is not None else ""
         return PlanError((*path, "kind"), f"'kind' must be one of {', '.join(KINDS)}{got}")
-    if kind == "string_pattern_mismatch":
-        pattern = (err.get("ctx") or {}).get("pattern", "")
-        return PlanError(path, f"{err.get('input')!r} does not match {pattern}")
     msg = err["msg"]
     if kind.endswith("_type") or kind.endswith("_parsing"):
         msg = f"{msg} (got {type(err.get('input')).__name__} {_shown(err.get('input'))})"

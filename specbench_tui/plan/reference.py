@@ -134,6 +134,10 @@ def _bounds(meta: list[Any]) -> str:
     return ", ".join(words)
 
 
+def _one_of(values: tuple[Any, ...]) -> str:
+    return " or ".join(f'`"{v}"`' if isinstance(v, str) else f"`{v}`" for v in values)
+
+
 def _type(tp: Any, meta: list[Any]) -> tuple[str, str]:
     """(TOML type, bounds of what it holds) of an annotation."""
     tp, more = _unwrap(tp)
@@ -142,7 +146,7 @@ def _type(tp: Any, meta: list[Any]) -> tuple[str, str]:
         return DURATION, _bounds(meta)
     choices = next((m.values for m in meta if isinstance(m, OneOf)), None)
     if choices is not None:
-        return " or ".join(f'`"{v}"`' for v in choices), ""
+        return _one_of(choices), ""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         parts = [a for a in get_args(tp) if a is not type(None)]
@@ -153,7 +157,7 @@ def _type(tp: Any, meta: list[Any]) -> tuple[str, str]:
         names = [_type(p, [])[0] for p in parts]
         return " or ".join(dict.fromkeys(names)), _bounds(meta)
     if origin is Literal:
-        return " or ".join(f'`"{v}"`' if isinstance(v, str) else f"`{v}`" for v in get_args(tp)), ""
+        return _one_of(get_args(tp)), ""
     if origin is list:
         (item,) = get_args(tp)
         inner, inner_bounds = _type(item, [])
