@@ -163,7 +163,7 @@ def _matched(
 
 def _change(a: dict[str, Any], b: dict[str, Any] | None) -> tuple[str, str, Any]:
     """The ratio of B's figure to A's, with its interval, and the verdict on it."""
-    if b is None:
+    if b is None or a["untimed"] or b["untimed"]:
         return "—", "", None
     ra, rb = _mean(a), _mean(b)
     ratio = ratio_ci(rb, ra)

@@ -95,6 +95,8 @@ def seed_estimate(inp: Inputs) -> dict[str, str]:
         ups: list[float] = []
         for r in cmp.to_dicts():
             speed = speeds.get(r["host"], 1.0)
+            if r["untimed"]:
+                continue  # no decode window measured: nothing to check the estimate against
             if r["config"] == base:
                 rates.setdefault(r["tp"], []).append(r["decode_tok_s"] / speed)
             elif r["speedup"] and not r["failed_check"]:

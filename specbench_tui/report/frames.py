@@ -288,6 +288,8 @@ def unchecked(inp: Inputs) -> dict[tuple[str, str, int], str]:
 #: beside its name in every table and chart.
 FAILED_MARK = "failed check"
 UNCHECKED_MARK = "unchecked"
+#: The mark of a row whose config ran but has no decode window measured (``untimed``).
+UNTIMED_MARK = "decode not timed"
 
 
 def check_marks(inp: Inputs) -> dict[tuple[str, str, int], str]:
@@ -398,13 +400,61 @@ class Ranked:
     """One config's figure within one scope, compared with the baseline and the others."""
 
     key: dict[str, Any]  # the scope's key values and ``config``
-    figure: Mean
+    figure: Mean | None  # None: the config ran here, but no unit has a measured figure
     speedup: Ratio | None = None
     failed_check: str = ""
     unchecked: str = ""  # why no verdict covers it (no check failed)
     best: bool = False  # the highest mean, told apart from the runner-up
     top_tie: bool = False  # cannot be told apart from the highest mean at this sample size
     requests: int = 0
+
+    @property
+    def untimed(self) -> bool:
+        """The config ran in this scope but none of its requests has a decode window (each
+        came whole in one read of the socket): it keeps its row, with no figure."""
+        return self.figure is None
+
+    @property
+    def n(self) -> int:
+        return 0 if self.figure is None else self.figure.n
+
+    @property
+    def mean(self) -> float | None:
+        return None if self.figure is None else self.figure.mean
+
+    @property
+    def lo(self) -> float | None:
+        """The interval's lower bound, cut at zero (a rate is never negative)."""
+        lo = None if self.figure is None else self.figure.lo
+        return None if lo is None else max(lo, 0.0)
+
+    @property
+    def hi(self) -> float | None:
+        return None if self.figure is None else self.figure.hi
+
+    @property
+    def sd(self) -> float | None:
+        return None if self.figure is None else self.figure.sd
+
+
+def rank_decode(df: pl.DataFrame, scope: Sequence[str], inp: Inputs) -> list[Ranked]:
+    """:func:`rank` of decode tok/s per ``scope`` and config over request rows. A config with
+    successful requests in a scope but no measured decode window among them (a lagging
+    client read every token of each in one read) keeps its row, untimed, instead of leaving
+    the table: it ran, and its other figures (accept length) stand."""
+    keys = [*scope, "config"]
+    moments = unit_moments(df, keys)
+    timed = {tuple(r[k] for k in keys) for r in moments.select(keys).to_dicts()}
+    ran = df.select(keys).unique().to_dicts()
+    untimed = [
+        {**r, "mean": None, "sd": None, "n": 0, "requests": 0}
+        for r in ran
+        if tuple(r[k] for k in keys) not in timed
+    ]
+    if untimed:
+        extra = pl.DataFrame(untimed, schema=moments.schema, orient="row")
+        moments = pl.concat([moments, extra], how="vertical_relaxed")
+    return rank(moments, scope, inp)
 
 
 def rank(
@@ -433,7 +483,7 @@ def rank(
         where = (str(r.get("host") or ""), key["config"], r.get("tp"))
         item = Ranked(
             key=key,
-            figure=from_moments(float(r["mean"]), r["sd"], int(r["n"])),
+            figure=from_moments(float(r["mean"]), r["sd"], int(r["n"])) if r["n"] else None,
             failed_check=checks.get(where, ""),
             unchecked=open_checks.get(where, ""),
             requests=int(r.get("requests") or 0),
@@ -444,17 +494,21 @@ def rank(
         items.sort(key=lambda it: (order.get(it.key["config"], len(order)), it.key["config"]))
         ref = next((it for it in items if it.key["config"] == base), None)
         for it in items:
-            if ref is not None:
+            if ref is not None and ref.figure is not None and it.figure is not None:
                 it.speedup = ratio_ci(it.figure, ref.figure)
-        eligible = [it for it in items if not (it.failed_check or it.unchecked)]
+        eligible = [
+            (it, it.figure)
+            for it in items
+            if it.figure is not None and not (it.failed_check or it.unchecked)
+        ]
         if len(eligible) >= 2:
-            eligible.sort(key=lambda it: it.figure.mean, reverse=higher_is_better)
-            top, second = eligible[0], eligible[1]
-            if distinguishable(top.figure, second.figure):
+            eligible.sort(key=lambda p: p[1].mean, reverse=higher_is_better)
+            (top, best), (_, second) = eligible[0], eligible[1]
+            if distinguishable(best, second):
                 top.best = True
             else:
-                for it in eligible:
-                    if it is top or not distinguishable(top.figure, it.figure):
+                for it, fig in eligible:
+                    if it is top or not distinguishable(best, fig):
                         it.top_tie = True
         out.extend(items)
     return out
@@ -483,6 +537,7 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "speedup_lo",
     "speedup_hi",
     "speedup_too_few",
+    "untimed",
     "accept_len_mean",
     "accept_len_weighted",
     "acceptance_rate",
@@ -559,11 +614,14 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     - ``host``, ``tp``, ``kind`` (single | agentic | concurrency), ``workload``, ``concurrency``
       (0 except for concurrency rows), ``config``, ``label``, ``baseline`` (bool).
     - ``n``: units the figure is a mean over (repeats; sessions for agentic; 1 for a
-      concurrency level); ``requests``: successful requests counted.
+      concurrency level); ``requests``: successful requests the decode figure counts.
     - ``decode_tok_s``, ``decode_tok_s_lo``, ``decode_tok_s_hi``: decode tok/s (TTFT
       excluded, token-weighted within each unit), mean over units with its 95% Student-t
       interval (null bounds when n < 2; the lower bound cut at zero); ``decode_tok_s_sd``: the
-      units' standard deviation.
+      units' standard deviation. ``untimed`` (bool): the config ran here and has successful
+      requests, but none with a decode window (a lagging client read each one whole in a
+      single read, bench/figures.py): its decode figures and speed-up are null and ``n`` is 0,
+      and the row stays, with its other figures (accept length), never best.
     - ``speedup``, ``speedup_lo``, ``speedup_hi``: ``decode_tok_s`` over the baseline config's
       in the same host, TP, workload and level, with Fieller's 95% interval; null without a
       baseline; ``speedup_too_few`` (bool): the units are too few to bound it (no interval).
@@ -599,8 +657,7 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     keys = [*SCOPE, "config"]
     if df.height == 0:
         return pl.DataFrame(schema=_comparison_schema())
-    moments = unit_moments(df, keys)
-    ranked = rank(moments, SCOPE, inp)
+    ranked = rank_decode(df, SCOPE, inp)
     acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
     acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
     thr = _cell_throughput(inp)
@@ -619,13 +676,13 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 **{c: it.key[c] for c in keys},
                 "label": label(inp, it.key["config"]),
                 "baseline": it.key["config"] == base,
-                "n": it.figure.n,
+                "n": it.n,
                 "requests": it.requests,
-                "decode_tok_s": it.figure.mean,
-                # A rate is never negative: a wide t-interval of few repeats is cut at zero.
-                "decode_tok_s_lo": None if it.figure.lo is None else max(it.figure.lo, 0.0),
-                "decode_tok_s_hi": it.figure.hi,
-                "decode_tok_s_sd": it.figure.sd,
+                "decode_tok_s": it.mean,
+                "decode_tok_s_lo": it.lo,
+                "decode_tok_s_hi": it.hi,
+                "decode_tok_s_sd": it.sd,
+                "untimed": it.untimed,
                 "speedup": sp.value if sp else None,
                 "speedup_lo": sp.lo if sp else None,
                 "speedup_hi": sp.hi if sp else None,
@@ -667,6 +724,7 @@ def _comparison_schema() -> dict[str, Any]:
         best=pl.Boolean,
         top_tie=pl.Boolean,
         speedup_too_few=pl.Boolean,
+        untimed=pl.Boolean,
         packed=pl.Boolean,
         between_runs=pl.Boolean,
     )

@@ -37,9 +37,8 @@ from specbench_tui.report.frames import (
     cell_energy,
     group_kinds,
     label,
-    rank,
+    rank_decode,
     requests,
-    unit_moments,
     workload_names,
 )
 from specbench_tui.report.frames import comparison as report_comparison
@@ -141,7 +140,7 @@ def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[di
     keys = [*scope, "config"]
     if df.height == 0:
         return []
-    ranked = rank(unit_moments(df, keys), scope, inp)
+    ranked = rank_decode(df, scope, inp)
     acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
     acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
     runs = df.group_by(keys).agg(pl.col("between_runs").any())
@@ -161,7 +160,6 @@ def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[di
             point = f"c{level}"
         elif point is None:
             point = key["kind"]
-        lo = it.figure.lo
         out.append(
             {
                 "host": key["host"],
@@ -172,12 +170,12 @@ def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[di
                 "config": key["config"],
                 "label": label(inp, key["config"]),
                 "baseline": key["config"] == base,
-                "repeats": it.figure.n,
+                "repeats": it.n,
                 "runs": across.get(k, False),
                 "requests": it.requests,
-                "tok_s": it.figure.mean,
-                "tok_s_lo": None if lo is None else max(lo, 0.0),
-                "tok_s_hi": it.figure.hi,
+                "tok_s": it.mean,
+                "tok_s_lo": it.lo,
+                "tok_s_hi": it.hi,
                 "speedup": sp.value if sp else None,
                 "speedup_lo": sp.lo if sp else None,
                 "speedup_hi": sp.hi if sp else None,

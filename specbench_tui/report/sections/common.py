@@ -9,7 +9,7 @@ import polars as pl
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Section
-from specbench_tui.report.frames import FAILED_MARK, UNCHECKED_MARK, comparison
+from specbench_tui.report.frames import FAILED_MARK, UNCHECKED_MARK, UNTIMED_MARK, comparison
 from specbench_tui.report.inputs import Inputs
 
 BEST_NOTE = "best"
@@ -23,7 +23,9 @@ MARKS_EXPLAINED = (
     "the runner-up; 'tied' marks the configs that cannot be told apart from the highest mean at "
     "this sample size (then none is best); 'base' marks the baseline. A config that failed a "
     "correctness check is marked 'failed check', one whose outputs no verdict covers "
-    "'unchecked'; neither is ever best."
+    "'unchecked'; neither is ever best. 'decode not timed' marks a config that ran but whose "
+    "every request reached the client whole, in one read (a client too busy to read the "
+    "stream as it came): it has no decode rate or speed-up there, and its other figures stand."
 )
 
 
@@ -42,6 +44,8 @@ def note(r: dict[str, Any]) -> str:
         marks.append(CHECK_NOTE)
     elif r.get("unchecked"):
         marks.append(UNCHECKED_NOTE)
+    if r.get("untimed"):
+        marks.append(UNTIMED_MARK)
     if r.get("best"):
         marks.append(BEST_NOTE)
     elif r.get("top_tie"):
@@ -61,6 +65,8 @@ def decode_cell(r: dict[str, Any]) -> Cell:
 
 
 def speedup_cell(r: dict[str, Any]) -> Cell:
+    if r.get("untimed"):
+        return Cell(f.MISSING)
     if r.get("baseline"):
         return Cell("1.00x")
     return Cell(

@@ -24,9 +24,8 @@ from specbench_tui.report.frames import (
     baseline,
     config_rank,
     label,
-    rank,
+    rank_decode,
     subset,
-    unit_moments,
 )
 from specbench_tui.report.inputs import Inputs
 
@@ -63,7 +62,7 @@ def dataset_rows(inp: Inputs) -> list[dict[str, Any]]:
     )
     keys = [*KEYS, "max_tokens"]
     scope = [k for k in keys if k != "config"]
-    ranked = rank(unit_moments(df, keys), scope, inp)
+    ranked = rank_decode(df, scope, inp)
     accept = {
         tuple(r[k] for k in keys): r
         for r in accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys).to_dicts()
@@ -90,9 +89,9 @@ def dataset_rows(inp: Inputs) -> list[dict[str, Any]]:
                 "config": it.key["config"],
                 "label": label(inp, it.key["config"]),
                 "baseline": it.key["config"] == base,
-                "units": it.figure.n,
+                "units": it.n,
                 "requests": it.requests,
-                "decode_tok_s": it.figure.mean,
+                "decode_tok_s": it.mean,
                 "speedup": sp.value if sp else None,
                 "speedup_lo": sp.lo if sp else None,
                 "speedup_hi": sp.hi if sp else None,

@@ -28,9 +28,8 @@ from specbench_tui.report.frames import (
     config_rank,
     label,
     marked,
-    rank,
+    rank_decode,
     subset,
-    unit_moments,
 )
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import (
@@ -150,11 +149,12 @@ def _point_table(inp: Inputs, df: pl.DataFrame, host: str, tp: int, workload: st
     for col, names in (("prompt_set", sets), ("max_tokens", lengths)):
         if len(names) < 2:
             continue
-        keys = [*SCOPE, col, "config"]
-        ranked = rank(unit_moments(part, keys), [*SCOPE, col], inp)
+        ranked = rank_decode(part, [*SCOPE, col], inp)
         for it in ranked:
             if it.speedup is not None:
                 values[(it.key["config"], f"{col}:{it.key[col]}")] = it.speedup.value
+    if not values:
+        return None  # no point has a speed-up (untimed, or no baseline there)
     order = config_rank(inp)
     base = baseline(inp)
     configs = sorted(

@@ -25,6 +25,7 @@ from specbench_tui.report.blocks import (
 )
 from specbench_tui.report.estimate_check import EstimateCheck, seed_estimate
 from specbench_tui.report.frames import (
+    UNTIMED_MARK,
     baseline,
     cell_energy,
     check_marks,
@@ -98,8 +99,18 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
     for (host, tp, _kind, workload), items in sorted(
         scopes.items(), key=lambda kv: (kv[0][0], kv[0][1], kinds.get(kv[0][2], 2), kv[0][3])
     ):
-        eligible = [r for r in items if not (r["failed_check"] or r["unchecked"])]
+        eligible = [r for r in items if not (r["failed_check"] or r["unchecked"] or r["untimed"])]
         if not eligible:
+            untimed = [r["label"] for r in items if r["untimed"]]
+            if untimed:  # the workload ran; say why it has no answer rather than drop it
+                rows.append(
+                    [
+                        *(Cell(str(v)) for v in (host, tp, workload)),
+                        *(Cell(f.MISSING) for _ in range(3)),
+                        *_energy(inp, None),
+                        Cell(f"{UNTIMED_MARK}: {names(untimed)}"),
+                    ]
+                )
             continue
         top = max(eligible, key=lambda r: r["decode_tok_s"])
         if top["best"]:
