@@ -219,3 +219,38 @@ def test_without_the_fit_the_same_report_overflows(
     _, tex = render.render_texts(build_report(root))
     (root / "report.tex").write_text(tex)
     assert len(overfull_boxes(root / "report.tex", tmp_path / "tex")) >= 10
+
+
+@pytest.mark.system
+def test_a_long_interpreter_path_breaks_inside_its_column(tmp_path: Path) -> None:
+    """A server's interpreter in a deep checkout (a CI clone's hashed folder, pytest's own
+    test folders) has path parts longer than the software table's column: each breaks where
+    it must, never past the page's edge."""
+    import json
+
+    from support.report_pdf import overfull_boxes
+
+    from specbench_tui.report.build import build_report
+    from specbench_tui.report.render import render_texts
+
+    root = _seed_shaped(tmp_path / "syn")
+    deep = (
+        "/tmp/pytest-of-root/pytest-12/popen-gw1/"
+        + "test_a_lossy_config_is_flagged_in_every_table0"
+    )
+    entry = {
+        "engine": "sglang",
+        "probe": {
+            "python": {
+                "version": "3.11.7",
+                "executable": f"{deep}/specbench-{'0f' * 20}/bin/python3",
+            },
+            "packages": {"sglang": {"version": "0.5.23"}, "torch": {"version": "2.9.1"}},
+            "os": {"name": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1.0-28-cloud-amd64"},
+        },
+    }
+    (root / "manifest.json").write_text(json.dumps({"groups": {"sim.ar.tp1": entry}}))
+    _, tex = render_texts(build_report(root))
+    assert "specbench" in tex
+    (root / "report.tex").write_text(tex)
+    assert overfull_boxes(root / "report.tex", tmp_path / "tex") == []

@@ -179,12 +179,24 @@ def _head(title: str) -> TexRaw:
     )
 
 
+#: Where code text (paths, flags, hashes) may break: after these characters, and inside any
+#: run of ``_BREAK_EVERY`` characters without one (a hashed folder, a long file name), so no
+#: path is wider than its column.
+_BREAK_AFTER = frozenset("/=,-_.:")
+_BREAK_EVERY = 12
+
+
 def _codebreak(v: Any) -> TexRaw:
-    """Code text that may break after a slash, an equals sign or a comma (paths, flags)."""
-    out = tex_escape(v)
-    for ch in ("/", "=", ","):
-        out = out.replace(ch, ch + r"\allowbreak{}")
-    return TexRaw(out)
+    """Code text that may break after a separator or inside a long run without one."""
+    out: list[str] = []
+    run = 0
+    for ch in str(v):
+        out.append(tex_escape(ch))
+        run += 1
+        if ch in _BREAK_AFTER or run >= _BREAK_EVERY:
+            out.append(r"\allowbreak{}")
+            run = 0
+    return TexRaw("".join(out))
 
 
 def _kind(block: Any) -> str:
