@@ -43,7 +43,7 @@ def _lossy_flagged(root: Path) -> str:
     dflash = rows[("dflash", 1)]
     assert dflash["failed_check"] and not dflash["best"] and not dflash["top_tie"]
     # It has a speed-up, which a lossy config may well have; how large depends on the load
-    # the simulator and the client ran under (under load 35-45 it fell below 1.5): no bound.
+    # the simulator and the client ran under (such a bound failed at load 35-45): no bound.
     assert dflash["speedup"] is not None and dflash["speedup"] > 0
     md = (root / "report.md").read_text()
     assert "No config failed a correctness check" not in md
