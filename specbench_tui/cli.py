@@ -27,14 +27,6 @@ from specbench_tui.stdout import is_closed_pipe, silence
 DEMO_PLAN = Path("plans/demo.toml")
 
 
-def _write_report(root: Path) -> list[Path]:
-    """The report of a results directory, for a campaign to write when it ends (imported
-    then: the report's libraries are not needed before)."""
-    from specbench_tui.report.render import render_report
-
-    return render_report(root)
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_INPUT, f"specbench-tui: {message} (see --help)\n")
@@ -410,6 +402,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _console(args, plan, results_root, layout, rerun)
 
     from specbench_tui.engine.campaign import Campaign, CampaignOptions
+    from specbench_tui.engine.report_child import write_report
 
     share = None
     if args.job is not None:
@@ -429,7 +422,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             job=share,
             control_socket=share is None,  # a job is steered through its mailbox
             write_views=share is None,
-            report=_write_report if share is None else None,
+            report=write_report if share is None else None,
         ),
     )
     if campaign.moved_aside is not None:

@@ -34,6 +34,10 @@ DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
 
 #: GPUs of one host, and so the largest TP size a plan can ask for.
 MAX_GPUS = 1024
+#: The longest text value a plan table takes (an argument, a path, an environment value), and
+#: the longest name a report shows (a config's label, a campaign's title).
+MAX_TEXT = 16_384
+MAX_LABEL = 200
 
 # An environment variable name, as a shell, a service manager and a batch system take one.
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -83,7 +87,15 @@ Env = dict[EnvName, HostText]
 class Strict(BaseModel):
     # strict: a value of the wrong type is refused, never converted ("2" is not 2, true is not
     # 1, 2.0 is not 2), since a hand-written plan that says "8000" meant something else.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    # A text value is bounded: a plan is written by hand, and a megabyte label or argument is
+    # a mistake (or an attack) that would otherwise reach every table, log line and shell.
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+        strict=True,
+        str_max_length=MAX_TEXT,
+    )
 
 
 class _TextRule:

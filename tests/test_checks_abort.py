@@ -18,10 +18,10 @@ from support.report_pdf import overfull_boxes, pdf_text
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.engine.commands import Command
+from specbench_tui.engine.report_child import write_report
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.report.frames import comparison
 from specbench_tui.report.inputs import load_inputs
-from specbench_tui.report.render import render_report
 from specbench_tui.results.events import CellFinished
 from specbench_tui.results.layout import ResultsLayout
 
@@ -57,7 +57,7 @@ async def test_an_aborted_campaign_flags_its_lossy_config(write_plan, tmp_path: 
     need_program("pdflatex")
     plan = load_plan(write_plan(PLAN))
     layout = ResultsLayout.for_campaign(tmp_path / "res", plan.spec.campaign.name)
-    c = Campaign.prepare(plan, layout, CampaignOptions(report=render_report))
+    c = Campaign.prepare(plan, layout, CampaignOptions(report=write_report))
     run = asyncio.create_task(c.run())
 
     async def first_dflash_cell() -> None:

@@ -15,9 +15,9 @@ import pytest
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.engine.headless import format_event
+from specbench_tui.engine.report_child import write_report
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.plan.loader import load_plan
-from specbench_tui.report.render import render_report
 from specbench_tui.results.events import CellFinished, CellStarted
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.progress import CampaignProgress
@@ -32,7 +32,7 @@ async def test_a_starved_client_is_flagged_in_every_view(write_plan, tmp_path: P
     text = MINIMAL_PLAN.replace('configs = ["ar", "dflash"]', 'configs = ["ar"]')
     plan = load_plan(write_plan(text))
     layout = ResultsLayout.for_campaign(tmp_path, plan.spec.campaign.name)
-    campaign = Campaign.prepare(plan, layout, CampaignOptions(report=render_report))
+    campaign = Campaign.prepare(plan, layout, CampaignOptions(report=write_report))
     stop = threading.Event()
     hog = threading.Thread(target=gil_hog, args=(stop,), daemon=True)
     switch = sys.getswitchinterval()

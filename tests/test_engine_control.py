@@ -18,9 +18,9 @@ import pytest
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
 from specbench_tui.engine.commands import Command
 from specbench_tui.engine.control_socket import attach_control
+from specbench_tui.engine.report_child import write_report
 from specbench_tui.errors import InputError
 from specbench_tui.plan.loader import load_plan
-from specbench_tui.report.render import render_report
 from specbench_tui.results.events import CellFinished, Event
 from specbench_tui.results.files import read_events
 from specbench_tui.results.layout import ResultsLayout
@@ -179,7 +179,7 @@ async def test_a_server_that_dies_once_costs_one_attempt_and_every_cell_is_done(
     # again on the restarted server, and no done cell holds a request lost to the dead one.
     once = 'label = "AR"\nargs = ["--sim-fault", "crash-once-after:3"]'
     text = PLAN.replace('label = "AR"', once).replace("speed = 50", "speed = 10")
-    c = prepare(write_plan(text), tmp_path, report=render_report)  # as the command line does
+    c = prepare(write_plan(text), tmp_path, report=write_report)  # as the command line does
     assert await asyncio.wait_for(c.run(), 90) == 0
     ev = events(c.layout.root)
     ar = [e for e in ev if e.get("group") == "sim.ar.tp1"]

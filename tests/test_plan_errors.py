@@ -215,6 +215,18 @@ CASES: list[tuple[str, str, str, str]] = [
         r"workloads\.single\.temperature(\[0\])?: .*number \(got str '0'\)$",
     ),
     (
+        "label of 100 KB",
+        'label = "AR"',
+        'label = "' + "A" * 100_000 + '"',
+        r"plan\.toml:\d+: configs\.ar\.label: string should have at most 200 characters",
+    ),
+    (
+        "argument of 1 MB",
+        "max_tokens = [32]",
+        'max_tokens = [32]\n[server.env]\nX = "' + "x" * 1_000_000 + '"',
+        r"server\.env\.X: string should have at most 16384 characters",
+    ),
+    (
         "json flag with single braces",
         'args = ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8"]',
         'args = ["--speculative-config", \'{"method": "ngram"}\']',

@@ -187,6 +187,40 @@ def _seed_shaped(root: Path) -> Path:
     return b.write(plan=SEED_PLAN)
 
 
+def test_a_huge_cell_is_measured_once_and_the_split_search_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 100 KB label once made the layout try every split of the columns, walking every
+    character of every cell each time (108 s, and a 5 MB label over 12 minutes, deaf to
+    signals). Each cell is measured once now, and a table no split can fit is known at once."""
+    from specbench_tui.report import tex_fit
+
+    calls = []
+    real = tex_fit.text_width
+    monkeypatch.setattr(tex_fit, "text_width", lambda s, **kw: calls.append(s) or real(s, **kw))
+    cols = [Column("Config", "l")] + [Column(f"figure {i}") for i in range(16)]
+    rows = [[Cell("x" * 100_000)] + [Cell("1,234.5") for _ in range(16)]]
+    rows += [[Cell(f"c{r}")] + [Cell("9.99x [1.00x-19.99x]") for _ in range(16)] for r in range(5)]
+    parts = layout(Table("huge", cols, rows, small=True))
+    assert [p.landscape for p in parts] == [True]
+    assert len(calls) <= 17 * (len(rows) + 2), len(calls)  # each cell and heading line once
+
+    # Many columns that each fit but no even split does: the search stops at MAX_SPLITS.
+    tried = []
+    real_partitions = tex_fit._partitions
+
+    def counted(items: list[int], k: int):  # type: ignore[no-untyped-def]
+        for groups in real_partitions(items, k):
+            tried.append(k)
+            yield groups
+
+    monkeypatch.setattr(tex_fit, "_partitions", counted)
+    wide = [Column("Config", "l")] + [Column(f"f{i}") for i in range(24)]
+    big = [[Cell("DDTree (budget 256)")] + [Cell("W" * 22) for _ in range(24)]]
+    layout(Table("many", wide, big, small=True))
+    assert len(tried) == tex_fit.MAX_SPLITS + 1  # it did search, and stopped there
+
+
 @pytest.mark.system
 def test_a_seed_shaped_report_has_no_overfull_box(tmp_path: Path) -> None:
     from support.report_pdf import overfull_boxes

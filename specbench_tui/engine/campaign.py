@@ -80,6 +80,11 @@ class Campaign(CampaignControl):
         self._ctx: RunContext | None = None
         self._finished = False
         self._started = time.time()
+        # The signal that stopped the run (SIGINT, SIGTERM), if one did, and the report being
+        # written at the end: a signal then stops the report instead of the campaign.
+        self._signalled: str | None = None
+        self._report: asyncio.Future[list[Path]] | None = None
+        self._abort: asyncio.Future[Any] | None = None
         self.schedulers: list[Any] = []  # a HostScheduler per host, a BatchScheduler per cluster
 
     # -- preparation ---------------------------------------------------------------------------
@@ -287,8 +292,8 @@ class Campaign(CampaignControl):
             await ctx.log_lines.stop()
         code = self._finish(storage_failed)
         await self.hub.settle()  # the log holds the end before the views are written
-        if self.options.write_views:
-            await self._write_outputs()
+        if self.options.write_views and not await self._write_outputs():
+            code = EXIT_INTERRUPTED  # a signal stopped the report: the run is not all there
         await self.hub.settle()
         self._close()
         return code
@@ -366,23 +371,43 @@ class Campaign(CampaignControl):
             return
         self.hub.emit(ev)
 
-    async def _write_outputs(self) -> None:
+    async def _write_outputs(self) -> bool:
         """The views, and the report when the options have a writer for it: after
-        campaign_finished, so the report knows how the campaign ended; in a thread, since a
-        TeX run takes seconds and consoles still follow the event stream."""
+        campaign_finished, so the report knows how the campaign ended. The report is written
+        by a child process a signal can stop; False when a signal stopped it or, having
+        stopped the campaign, left it unwritten (what was measured is kept either way)."""
         report = self.options.report
+        root = self.layout.root
         try:
             await self.store.settle_views()
             await asyncio.to_thread(self.store.write_views, self.state)  # nothing changes it now
             if report is None:
-                return
-            written = await asyncio.to_thread(report, self.layout.root)
+                return True
+            if self._signalled is not None:
+                self.hub.notice(
+                    f"report not written: {self._signalled} stopped the run; what was "
+                    f"measured is kept, and --report {root} writes it",
+                    "warning",
+                )
+                return False
+            self._report = asyncio.ensure_future(report(root))
+            await asyncio.wait({self._report})
+            if self._report.cancelled():
+                self.hub.notice(
+                    f"report not written: {self._signalled or 'a signal'} stopped it; what "
+                    f"was measured is kept, and --report {root} writes it",
+                    "warning",
+                )
+                return False
+            written = self._report.result()
         except Exception as exc:  # a report problem must not change the exit status
-            self.hub.notice(
-                f"report not written: {exc}; retry with --report {self.layout.root}", "warning"
-            )
+            self.hub.notice(f"report not written: {exc}; retry with --report {root}", "warning")
         else:
             self.hub.notice("report: " + ", ".join(str(p) for p in written))
+        finally:
+            if self._report is not None and not self._report.done():
+                self._report.cancel()  # this task was cancelled: the child goes with it
+        return True
 
     def _close(self) -> None:
         self.hub.close()
@@ -395,16 +420,21 @@ class Campaign(CampaignControl):
     # -- process-level entry points ------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        """SIGINT/SIGTERM abort cleanly: stop the servers, keep what was measured, exit 130."""
+        """SIGINT/SIGTERM abort cleanly: stop the servers, keep what was measured, exit 130;
+        once the campaign has ended, they stop the report being written (and a run a signal
+        stopped writes none: ``--report DIR`` does, later)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(
-                    sig,
-                    lambda s=sig: asyncio.ensure_future(
-                        self.send(Command("abort", by=signal.Signals(s).name))
-                    ),
-                )
+                loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        name = signal.Signals(sig).name
+        self._signalled = self._signalled or name
+        if self._report is not None and not self._report.done():
+            self._report.cancel()
+            return
+        self._abort = asyncio.ensure_future(self.send(Command("abort", by=name)))
 
     async def start_engine(self) -> int:
         """For an in-process console: run the campaign inside the console's event loop."""

@@ -4,7 +4,7 @@ into."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,10 +46,11 @@ class CampaignOptions:
     # Inside a batch job: run only the job's group and cells, on its allocation.
     job: JobShare | None = None
     # Views at the end (a batch job leaves them to its campaign), and what writes the report
-    # of the results directory then: the command line passes the report's renderer; None
-    # writes none (``--report DIR`` renders it later).
+    # of the results directory then: the command line passes engine/report_child.py's
+    # ``write_report`` (a child process a signal can stop); None writes none (``--report
+    # DIR`` renders it later).
     write_views: bool = True
-    report: Callable[[Path], list[Path]] | None = None
+    report: Callable[[Path], Awaitable[list[Path]]] | None = None
 
 
 @dataclass

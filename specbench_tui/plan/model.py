@@ -23,6 +23,7 @@ from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.plan.slo import SloSpec
 from specbench_tui.table_types import (
     MAX_GPUS,
+    MAX_LABEL,
     Duration,
     DurationOrZero,
     Env,
@@ -67,7 +68,7 @@ class CampaignSpec(Strict):
     # Names the results directory (<results>/<name>/) and the servers' units.
     name: CampaignName
     # The report's title.
-    title: str = ""
+    title: Annotated[str, Field(max_length=MAX_LABEL)] = ""
     # Results root, relative to the working directory (--results overrides it).
     results: str = "results"
     # The config speed-ups are relative to and greedy outputs are checked against.
@@ -132,7 +133,7 @@ class ServerSpec(Strict):
 
 class ConfigSpec(ServerSpec):
     # The config's name in the report; {param} placeholders of params are filled in.
-    label: str | None = None
+    label: Annotated[str, Field(max_length=MAX_LABEL)] | None = None
     # Expands one config into one per value: params = { budget = [16, 64] } gives NAME-16 and
     # NAME-64, with {budget} in args and label.
     params: dict[str, list[ParamValue]] = {}

@@ -11,7 +11,7 @@ them again with the installed TeX and compares.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import combinations, pairwise
 
@@ -119,16 +119,26 @@ def column_widths(t: Table, line: float = LINE_PT) -> list[float]:
     return out
 
 
-def table_width(t: Table, line: float = LINE_PT, sep: float | None = None) -> float:
-    """The whole table's width in pt as set (``@{}`` at both ends), its columns ``sep`` apart
-    on each side (default: the table's ``\\tabcolsep``)."""
+def set_widths(t: Table, line: float = LINE_PT) -> list[float]:
+    """Each column's width as set at the table's size (separation left out)."""
     widths = column_widths(t, line)
     if not t.small:
         scaled = zip(widths, t.columns, strict=True)
         widths = [w if c.align == "p" else w * NORMAL_SCALE for w, c in scaled]
+    return widths
+
+
+def _total(widths: Iterable[float], sep: float) -> float:
+    ws = list(widths)
+    return sum(ws) + 2 * sep * max(len(ws) - 1, 0)
+
+
+def table_width(t: Table, line: float = LINE_PT, sep: float | None = None) -> float:
+    """The whole table's width in pt as set (``@{}`` at both ends), its columns ``sep`` apart
+    on each side (default: the table's ``\\tabcolsep``)."""
     if sep is None:
         sep = SMALL_SEP if t.small else NORMAL_SEP
-    return sum(widths) + 2 * sep * max(len(widths) - 1, 0)
+    return _total(set_widths(t, line), sep)
 
 
 def fits(t: Table, line: float = LINE_PT, sep: float | None = None) -> bool:
@@ -172,16 +182,26 @@ def _partitions(items: list[int], k: int) -> Iterator[list[list[int]]]:
         yield [items[a:b] for a, b in pairwise(bounds)]
 
 
+#: Splits of a table's columns tried at most: a table of many columns, or with a cell wider
+#: than the line, must not hold the report (every split of 20 columns is half a million).
+MAX_SPLITS = 5000
+
+
 def layout(t: Table) -> list[Part]:
     """How ``t`` is set so that it fits the page: whole where it fits, with its columns
     closer together where that is enough; else split into as few parts of its columns as
     fit, as even as they can be, each repeating the key columns (``t.key_columns``) and the
-    marks column; a part that cannot fit the line (too few columns to split further) on a
-    landscape page; the notes under the last part."""
+    marks column; a part that cannot fit the line (too few columns to split further, or
+    past ``MAX_SPLITS`` tries) on a landscape page; the notes under the last part. Each
+    column is measured once: a split's width is a sum."""
     sep = SMALL_SEP if t.small else NORMAL_SEP
-    if fits(t) or not t.rows:
+    if not t.rows:
         return [Part(t, sep)]
-    if fits(t, sep=sep / 2):
+    widths = set_widths(t)
+    room = LINE_PT - SLACK_PT
+    if _total(widths, sep) <= room:
+        return [Part(t, sep)]
+    if _total(widths, sep / 2) <= room:
         return [Part(t, sep / 2)]
     n = len(t.columns)
     marks = _marks_column(t)
@@ -189,15 +209,26 @@ def layout(t: Table) -> list[Part]:
     fixed = keys + ([marks] if marks is not None and marks not in keys else [])
     payload = [i for i in range(n) if i not in fixed]
 
+    def width(cols: list[int]) -> float:
+        return _total((widths[i] for i in sorted(fixed + cols)), sep)
+
     def with_(cols: list[int]) -> Table:
         return _subset(t, sorted(fixed + cols))
 
+    # A column that does not fit beside the keys alone fits in no part: no split will.
+    if not payload or max(width([i]) for i in payload) > room:
+        return [Part(t, sep, landscape=True)]
+    tried = 0
     for k in range(2, len(payload) + 1):
-        fitting = [
-            groups for groups in _partitions(payload, k) if all(fits(with_(g)) for g in groups)
-        ]
+        fitting = []
+        for groups in _partitions(payload, k):
+            tried += 1
+            if tried > MAX_SPLITS:
+                break
+            if all(width(g) <= room for g in groups):
+                fitting.append(groups)
         if fitting:
-            best = min(fitting, key=lambda gs: max(table_width(with_(g)) for g in gs))
+            best = min(fitting, key=lambda gs: max(width(g) for g in gs))
             return [
                 Part(
                     replace(with_(g), notes=[]) if i < k else with_(g),
@@ -207,5 +238,7 @@ def layout(t: Table) -> list[Part]:
                 )
                 for i, g in enumerate(best, start=1)
             ]
-    # Not even one column beside the keys fits the line: the whole table on a turned page.
+        if tried > MAX_SPLITS:
+            break
+    # No split of the columns fits the line: the whole table on a turned page.
     return [Part(t, sep, landscape=True)]
