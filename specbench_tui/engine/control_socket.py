@@ -242,7 +242,7 @@ class AttachedControl(CampaignControl):
 def _lock_owner(layout: ResultsLayout) -> str | None:
     """The pid a live campaign wrote into the directory's lock, None when no process holds it."""
     try:
-        fd = os.open(layout.lock, os.O_RDONLY)
+        fd = os.open(layout.lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:

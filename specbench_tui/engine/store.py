@@ -51,9 +51,11 @@ from specbench_tui.results.damaged import (
 )
 from specbench_tui.results.events import CellFailed, CellFinished, CellQueued, CellSkipped, Event
 from specbench_tui.results.files import (
+    NotAFile,
     StorageError,
     crash_point,
     event_line,
+    own_file,
     read_event_log,
     read_events,
     read_json_object,
@@ -82,6 +84,11 @@ TELEMETRY_FLUSH_ROWS = 20_000
 WHOLE_VIEWS_EVERY_S = 600.0
 
 
+def _no_follow(path: str, flags: int) -> int:
+    """``open``'s opener for the tool's own files: a link at their name is never followed."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+
 class ResultsStore:
     """One campaign's results directory, owned by one running engine at a time (flock)."""
 
@@ -107,6 +114,10 @@ class ResultsStore:
         """``--fresh``: keep the old directory under a dated name; never delete results."""
         if not layout.root.exists():
             return None
+        try:
+            own_file(layout.lock)
+        except NotAFile as exc:
+            raise InputError(str(exc)) from None
         if layout.lock.exists():
             with open(layout.lock) as f:
                 try:
@@ -150,7 +161,14 @@ class ResultsStore:
                 f"{root}: the results directory cannot be written ({exc.strerror or exc}); "
                 "free space, fix its permissions or pick another with --results"
             ) from None
-        self._lock_fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            for own in (self.layout.lock, self.layout.events):
+                own_file(own)
+        except NotAFile as exc:
+            raise InputError(str(exc)) from None
+        self._lock_fd = os.open(
+            self.layout.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+        )
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -172,7 +190,7 @@ class ResultsStore:
         self._set_aside_unreadable_parts()
         self._check_views()
         self._telemetry_seq = len(telemetry_files(self.layout))
-        self._events_file = open(self.layout.events, "a", encoding="utf-8")  # noqa: SIM115
+        self._events_file = open(self.layout.events, "a", encoding="utf-8", opener=_no_follow)  # noqa: SIM115
         return self.opening_events
 
     def _keep_plan(self, plan_text: str) -> None:
@@ -307,7 +325,7 @@ class ResultsStore:
                     f.truncate(end)
         except OSError:
             pass
-        self._events_file = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self._events_file = open(path, "a", encoding="utf-8", opener=_no_follow)  # noqa: SIM115
 
     @staticmethod
     def read_events(path: Path) -> list[Event]:
@@ -414,7 +432,10 @@ class ResultsStore:
         if not layout.events.exists() or not layout.parts.is_dir():
             return None
         try:
-            fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+            own_file(layout.lock)
+            fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except NotAFile:
+            raise
         except OSError as exc:
             raise StorageError(layout.lock, exc) from exc
         try:

@@ -26,7 +26,7 @@ import polars as pl
 from specbench_tui.bench.greedy_judge import judge
 from specbench_tui.errors import InputError
 from specbench_tui.results.damaged import UNREADABLE, set_aside_notes
-from specbench_tui.results.files import read_event_log, read_json_object
+from specbench_tui.results.files import NotAFile, read_event_log, read_json_object
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.schema import REQUEST_SCHEMA, TELEMETRY_SCHEMA
 from specbench_tui.results.state import CampaignState, RowsExist
@@ -140,7 +140,7 @@ def _labels(state: CampaignState) -> tuple[dict[str, str], list[str]]:
 def is_live(layout: ResultsLayout) -> bool:
     """Whether a campaign process holds the directory now (it takes an exclusive flock)."""
     try:
-        fd = os.open(layout.lock, os.O_RDONLY)
+        fd = os.open(layout.lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -370,7 +370,10 @@ def load_inputs(root: Path) -> Inputs:
     # A directory copied without its parts/ (only the views): trust the log's finished cells
     # and read their rows from requests.parquet.
     rows_exist = layout.rows_exist if layout.parts.is_dir() else None
-    log = read_event_log(layout.events)
+    try:
+        log = read_event_log(layout.events)
+    except NotAFile as exc:
+        raise InputError(str(exc)) from None
     if log.bad:
         notes.append(log.summary(layout.events))
     state = CampaignState.from_events(log.events, rows_exist)

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import signal
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,47 @@ class StorageError(OSError):
 
     def __str__(self) -> str:
         return f"cannot write {self.where}: {self.strerror}"
+
+
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+
+
+class NotAFile(OSError):
+    """A path the tool keeps one of its files at holds something else: a link, a FIFO, a
+    directory. The tool never reads or writes through it (a link would point its writes at
+    another file; a FIFO would block every read), and says so in one line."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, kind, str(path))
+        self.path = path
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path} is {self.kind}, not a file: the tool keeps only plain files under "
+            "this name and will not read or write through it; move it away and run again"
+        )
+
+
+def own_file(path: Path) -> None:
+    """Raise :class:`NotAFile` when ``path`` exists and is not a plain file (a link is not
+    followed); nothing when it is one or is missing."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    for test, kind in _KINDS:
+        if test(mode):
+            raise NotAFile(path, kind)
+    if not stat.S_ISREG(mode):
+        raise NotAFile(path, "not a plain file")
 
 
 def tmp_name(path: Path) -> Path:
@@ -174,6 +216,7 @@ def read_event_log(path: Path) -> EventLog:
     last line with no end of line (a crash mid-write) marks the log ``torn``; it is an event
     when it still parses as one."""
     log = EventLog()
+    own_file(path)
     try:
         f = path.open("rb")
     except FileNotFoundError:
