@@ -25,6 +25,8 @@ OUTSIDE = {
     # engine.run_control.StorageFailed, a ResultsError that carries the StorageError.
     "specbench_tui.results.files.StorageError",
     "specbench_tui.results.jsontypes.FieldTypeError",
+    # What the tool raises for it is an InputError (store.open, report/inputs.py).
+    "specbench_tui.results.files.NotAFile",
 }
 ROOTS = (
     errors.InputError,
