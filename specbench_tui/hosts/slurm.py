@@ -238,15 +238,25 @@ class SlurmCluster:
         self, argv: Sequence[str], *, comment: str, id_file: str, timeout_s: float = 120.0
     ) -> str:
         """Submit once: the id of the job carrying ``comment`` if one exists, else sbatch's
-        new one; written to ``id_file``. Raises SlurmError (``transient`` when the
-        controller did not answer)."""
+        new one; written to ``id_file``. An sbatch that fails or answers no id may still have
+        submitted the job (a lost reply; one that exits 1 saying nothing), so the job is
+        looked up by its comment before the failure is believed: a group never gets two
+        jobs. Raises SlurmError (``transient`` when the controller did not answer)."""
         q = quote
         script = (
-            f"jobs=$(squeue -h -t all {self.user_filter} -o '%i|%k') || exit 1\n"
-            f"old=$(printf '%s\\n' \"$jobs\" | awk -F'|' -v c={q(comment)} "
-            "'$2 == c {print $1}' | tail -n 1)\n"
+            f"ours() {{ jobs=$(squeue -h -t all {self.user_filter} -o '%i|%k') || return 1\n"
+            f"  printf '%s\\n' \"$jobs\" | awk -F'|' -v c={q(comment)} "
+            "'$2 == c {print $1}' | tail -n 1; }\n"
+            "old=$(ours) || exit 1\n"
             'if [ -n "$old" ]; then id=$old; '
-            f"else id=$({' '.join(q(a) for a in argv)}) || exit $?; fi\n"
+            f"else id=$({' '.join(q(a) for a in argv)}); rc=$?; id=${{id%%;*}}\n"
+            '  if [ "$rc" -ne 0 ] || [ -z "$id" ]; then\n'
+            '    id=$(ours) || exit "$(( rc ? rc : 1 ))"\n'
+            '    if [ -z "$id" ] && [ "$rc" -ne 0 ]; then exit "$rc"; fi\n'
+            '    [ -z "$id" ] || echo "sbatch ended with status $rc, and job $id carries this '
+            "submission's comment: taken as its job\" >&2\n"
+            "  fi\n"
+            "fi\n"
             "id=${id%%;*}\n"
             f'printf "%s\\n" "$id" > {q(id_file)}.tmp && mv {q(id_file)}.tmp {q(id_file)}\n'
             'printf "%s\\n" "$id"'
