@@ -71,10 +71,18 @@ def spawn(argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
 
 def spawn_wrapper(workdir: Path, mark: str, *command: str) -> subprocess.Popen[bytes]:
     """The wrapper under ``mark``, as a start of the tool leaves it: pid file and all."""
-    pid_file = workdir / f"{GID}.pid"
+    pid_file = workdir / CAMPAIGN / f"{GID}.pid"
     pid_file.unlink(missing_ok=True)
     proc = spawn(
-        ["sh", "-c", WRAPPER, mark, str(pid_file), str(workdir / f"{GID}.exit"), *command],
+        [
+            "sh",
+            "-c",
+            WRAPPER,
+            mark,
+            str(pid_file),
+            str(workdir / CAMPAIGN / f"{GID}.exit"),
+            *command,
+        ],
         workdir,
     )
     wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the pid file")
@@ -126,11 +134,11 @@ async def test_process_a_start_whose_server_never_ran_is_made_afresh(
     """The pid and exit files of a start whose server never ran (its command not found) are
     left in the workdir: nothing is followed or stopped, a new server starts and serves."""
     work = tmp_path / "work"
-    work.mkdir()
+    (work / CAMPAIGN).mkdir(parents=True)
     gone = subprocess.Popen(["true"])
     gone.wait()
-    (work / f"{GID}.pid").write_text(f"{gone.pid}\n")
-    (work / f"{GID}.exit").write_text("127\n")
+    (work / CAMPAIGN / f"{GID}.pid").write_text(f"{gone.pid}\n")
+    (work / CAMPAIGN / f"{GID}.exit").write_text("127\n")
     notes: list[str] = []
     svc = process_service(sshd, tmp_path, free_port(), notes, str(tmp_path / "res"))
     try:
@@ -153,10 +161,10 @@ async def test_process_a_lost_start_that_never_happened_is_started_again_and_sai
     names another process (its pid reused): that process is left alone, the start is made
     once more, and a notice says so."""
     work = tmp_path / "work"
-    work.mkdir()
+    (work / CAMPAIGN).mkdir(parents=True)
     stranger = spawn(["sleep", "600"], work)
     strays.append(stranger)
-    (work / f"{GID}.pid").write_text(f"{stranger.pid}\n")
+    (work / CAMPAIGN / f"{GID}.pid").write_text(f"{stranger.pid}\n")
     ssh = connection(sshd)
     real_run = ssh.run
     lost: list[str] = []
@@ -202,7 +210,7 @@ async def test_process_a_server_of_another_live_campaign_is_refused_and_left_run
     other results still going (this process; or a tool on another machine, which nothing
     here can see end): the start refuses naming that run, and the server runs on."""
     work = tmp_path / "work"
-    work.mkdir()
+    (work / CAMPAIGN).mkdir(parents=True)
     port = free_port()
     theirs = str(tmp_path / "other" / CAMPAIGN)
     owner = launch_owner(theirs)
@@ -225,7 +233,7 @@ async def test_process_a_server_of_another_live_campaign_is_refused_and_left_run
         assert not svc.alive() and not svc.adopted
         time.sleep(0.3)
         assert other.poll() is None and len(group_members(other.pid)) == 2  # sh and its sleep
-        assert (work / f"{GID}.pid").read_text().strip() == str(other.pid)
+        assert (work / CAMPAIGN / f"{GID}.pid").read_text().strip() == str(other.pid)
         assert not any("stopped" in n or "took over" in n for n in notes), notes
     finally:
         await svc.stop(grace_s=2)
@@ -242,10 +250,10 @@ async def test_process_a_stale_pid_file_naming_another_process_leaves_it_alone(
     starts the server. An unmarked wrapper (what an older version of the tool started) is
     still found and stopped, as the one it is."""
     work = tmp_path / "work"
-    work.mkdir()
+    (work / CAMPAIGN).mkdir(parents=True)
     stranger = spawn(["sleep", "600"], work)
     strays.append(stranger)
-    (work / f"{GID}.pid").write_text(f"{stranger.pid}\n")
+    (work / CAMPAIGN / f"{GID}.pid").write_text(f"{stranger.pid}\n")
     ssh = connection(sshd)
     try:
         assert (
@@ -303,7 +311,7 @@ async def test_process_a_leftover_of_ours_failing_its_health_check_is_replaced(
     starts, holding the port but answering 404 to its health check: it is stopped (the
     wrapper and its child both gone, the port free), then a new server serves on the port."""
     work = tmp_path / "work"
-    work.mkdir()
+    (work / CAMPAIGN).mkdir(parents=True)
     port = free_port()
     results = str(tmp_path / "res")
     mark = launch_mark(CAMPAIGN, sim_group(port), sim_env(tmp_path), launch_owner(results))
@@ -472,3 +480,45 @@ async def test_systemd_a_leftover_unit_failing_its_health_check_is_replaced(
     finally:
         await svc.stop(grace_s=5)
         await svc.ssh.close()
+
+
+async def test_process_two_campaigns_in_one_workdir_keep_their_own_files(
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Two campaigns of other names run the same group id on one host and one workdir: each
+    server has its own pid file and log, both start, and stopping one leaves the other. The
+    pid file was named by the group alone: one campaign lost its group, told to use another
+    campaign name, which it already had."""
+    notes: list[str] = []
+    svcs = []
+    for name in ("alpha", "beta"):
+        svc = RemoteProcessService(
+            sim_group(free_port()),
+            connection(sshd),
+            tmp_path / "logs" / name / f"{GID}.log",
+            campaign=name,
+            workdir=str(tmp_path / "work"),
+            cwd=str(ROOT),
+            python=sys.executable,
+            extra_env=sim_env(tmp_path / name),
+            on_notice=lambda _level, text: notes.append(text),
+            results=str(tmp_path / "res" / name),
+        )
+        svcs.append(svc)
+    try:
+        for svc in svcs:
+            await svc.start()
+        for svc in svcs:
+            await svc.wait_ready()
+        pids = [int((tmp_path / "work" / n / f"{GID}.pid").read_text()) for n in ("alpha", "beta")]
+        assert pids == [svcs[0].pid, svcs[1].pid] and pids[0] != pids[1]
+        assert (tmp_path / "work" / "alpha" / "logs" / f"{GID}.log").exists()
+        assert (tmp_path / "work" / "beta" / "logs" / f"{GID}.log").exists()
+        await svcs[0].stop(grace_s=10)
+        assert not svcs[0].alive() and svcs[1].alive()
+        assert not [t for t in notes if "another campaign" in t], notes
+    finally:
+        for svc in svcs:
+            with contextlib.suppress(Exception):
+                await svc.stop(grace_s=5)

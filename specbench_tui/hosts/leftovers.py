@@ -13,7 +13,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from specbench_tui.hosts.remote_process import ALIVE_FN, WRAPPER, stop_process_group
+from specbench_tui.hosts.remote_process import (
+    ALIVE_FN,
+    WRAPPER,
+    campaign_files,
+    stop_process_group,
+)
 from specbench_tui.hosts.shell import remote_path
 from specbench_tui.hosts.ssh import SshConnection
 from specbench_tui.hosts.systemd import ACTIVE_STATES, parse_show, stop_unit, unit_name
@@ -68,7 +73,12 @@ async def find_leftovers(
 ) -> list[Leftover]:
     """This campaign's servers running on the host, however an earlier run left them."""
     if services == "process":
-        res = await ssh.run(pid_files_script(workdir), timeout_s=60.0, idempotent=True)
+        # The campaign's folder, and the workdir itself, where versions before the folder
+        # kept every campaign's pid files (the mark tells whose each is).
+        script = "; ".join(
+            f"( {pid_files_script(d)} )" for d in (campaign_files(workdir, campaign), workdir)
+        )
+        res = await ssh.run(script, timeout_s=60.0, idempotent=True)
         found = []
         for line in res.stdout.splitlines():
             group, _, rest = line.partition("\t")
@@ -112,4 +122,10 @@ async def stop_leftover(
         await stop_process_group(ssh, leftover.pid, grace_s, say, leftover.group)
 
 
-__all__ = ["Leftover", "belongs", "find_leftovers", "pid_files_script", "stop_leftover"]
+__all__ = [
+    "Leftover",
+    "belongs",
+    "find_leftovers",
+    "pid_files_script",
+    "stop_leftover",
+]

@@ -3,12 +3,13 @@
 For hosts without systemd (a container, a machine where we lack root). The server must
 outlive the SSH connection that started it (a dropped link must not kill a server in the
 middle of a 15-minute start-up), so it runs under ``nohup setsid`` in a session of its own,
-with its output in ``<workdir>/logs/<group>.log`` and its pid in ``<workdir>/<group>.pid``.
-A small shell wrapper is the session leader: it records the server's exit status in
-``<group>.exit``, which is how a crash is told apart from a link that went quiet. The
-wrapper's ``$0`` is the launch mark (``remote_service.launch_mark``), so a process found
-through a pid file is known to be this group's server, started with this command line, and
-not a stranger that reused the pid.
+with its output in ``<workdir>/<campaign>/logs/<group>.log`` and its pid in
+``<workdir>/<campaign>/<group>.pid``: campaigns that share a workdir (their group ids may
+well be the same) never touch each other's files. A small shell wrapper is the session
+leader: it records the server's exit status in ``<group>.exit``, which is how a crash is
+told apart from a link that went quiet. The wrapper's ``$0`` is the launch mark
+(``remote_service.launch_mark``), so a process found through a pid file is known to be this
+group's server, started with this command line, and not a stranger that reused the pid.
 
 A start is never sent twice blindly: when the reply to it is lost, the pid file says whether
 the server came up (it is then followed as if the reply had come) or not (it is started
@@ -163,12 +164,18 @@ async def stop_process_group(
             )
 
 
+def campaign_files(workdir: str, campaign: str) -> str:
+    """The folder of a campaign's pid files and logs in a host's workdir (unquoted)."""
+    base = workdir.rstrip("/")
+    return f"{base}/{campaign}" if campaign else base or "/"
+
+
 class RemoteProcessService(RemoteService):
     """The group's command on an SSH host, detached, supervised over the connection.
 
-    ``workdir`` holds logs and pid files on the host (``~`` allowed); ``cwd`` is the
-    server's working directory there (default: the workdir). ``python`` is used on the
-    host for the port check.
+    ``workdir`` holds, in a folder per campaign (``campaign_files``), the logs and pid files
+    on the host (``~`` allowed); ``cwd`` is the server's working directory there (default:
+    the workdir). ``python`` is used on the host for the port check.
     """
 
     def __init__(
@@ -214,8 +221,11 @@ class RemoteProcessService(RemoteService):
     # --- remote file names ----------------------------------------------------------------
 
     def _w(self, name: str) -> str:
+        """A file of this campaign's on the host (``name`` "" : the workdir itself)."""
         base = self.workdir if self.workdir != "/" else ""
-        return remote_path(f"{base}/{name}")
+        if not name:
+            return remote_path(f"{base}/")
+        return remote_path(f"{campaign_files(base, self.campaign)}/{name}")
 
     @property
     def remote_log(self) -> str:
