@@ -61,6 +61,13 @@ chunk) and ``e2e`` (request sent to end of stream):
   ``decode_tok_s_total``, with Fieller's interval (``report/stats.py``).
 - **accept length**: the engine's own definition (``engines/registry.py``
   ``accept_length``), per request from its counts and per cell from the pooled counts.
+- **stalled request** (``server stalled?``): a successful request of a cell of at least
+  ``STALL_MIN_REQUESTS`` whose e2e is over ``STALL_FACTOR`` times the median e2e of the
+  cell's successful requests, or one with a gap between two chunks longer than
+  ``STALL_GAP_S`` (a server frozen, swapped out or paused mid-stream; no decode step takes
+  that long). It stays counted; the cell says how many, the worst e2e against the median,
+  and the cell's decode tok/s without them (``stalled_*`` columns), so the reader sees what
+  it did to the figure.
 """
 
 from __future__ import annotations
@@ -188,6 +195,63 @@ def decode_parts_expr() -> tuple[pl.Expr, pl.Expr]:
         pl.when(counts).then(n - 1).cast(pl.Float64),
         pl.when(counts).then(window),
     )
+
+
+#: See "stalled request" above; the flag is how every view says it.
+STALL_FLAG = "SERVER STALLED?"
+STALL_FACTOR = 10.0
+STALL_MIN_REQUESTS = 3
+STALL_GAP_S = 30.0
+
+
+def stall_columns(records: Sequence[Measurement]) -> dict[str, Any]:
+    """The cell-row columns of its stalled requests (``stalled_requests`` 0 when none)."""
+    ok = [r for r in records if r.error is None and r.e2e_s is not None]
+    e2e = sorted(float(r.e2e_s) for r in ok if r.e2e_s is not None)
+    median = None
+    if e2e:
+        mid = len(e2e) // 2
+        median = e2e[mid] if len(e2e) % 2 else (e2e[mid - 1] + e2e[mid]) / 2
+    stalled = []
+    for r in ok:
+        long_e2e = (
+            len(ok) >= STALL_MIN_REQUESTS
+            and median is not None
+            and median > 0
+            and float(r.e2e_s or 0.0) > STALL_FACTOR * median
+        )
+        if long_e2e or max(r.itl_s, default=0.0) > STALL_GAP_S:
+            stalled.append(r)
+    if not stalled:
+        return {"stalled_requests": 0}
+    kept = [r for r in ok if all(r is not x for x in stalled)]
+    return {
+        "stalled_requests": len(stalled),
+        "stalled_worst_e2e_s": max(float(r.e2e_s or 0.0) for r in stalled),
+        "stalled_longest_gap_s": max(max(r.itl_s, default=0.0) for r in stalled),
+        "decode_tok_s_without_stalled": decode_total(kept).rate,
+    }
+
+
+def stall_said(columns: Mapping[str, Any]) -> str:
+    """A cell's stalled requests in words, from its row's columns ("" when none)."""
+    n = columns.get("stalled_requests") or 0
+    if not n:
+        return ""
+    worst, median = columns.get("stalled_worst_e2e_s"), columns.get("e2e_s_p50")
+    gap = columns.get("stalled_longest_gap_s")
+    total, without = columns.get("decode_tok_s_total"), columns.get("decode_tok_s_without_stalled")
+    of = f" of {columns['requests']}" if columns.get("requests") else ""
+    noun = "request" if n == 1 and not of else "requests"
+    out = f"{STALL_FLAG} {n}{of} {noun} took up to {worst:.1f} s"
+    if median:
+        out += f" ({worst / median:.0f}x the median {median:.1f} s"
+        out += f", a {gap:.1f} s gap in the stream)" if gap and gap > STALL_GAP_S else ")"
+    elif gap and gap > STALL_GAP_S:
+        out += f" (a {gap:.1f} s gap in the stream)"
+    if total is not None and without is not None:
+        out += f"; counted: decode {total:.1f} tok/s with, {without:.1f} without"
+    return out
 
 
 @dataclass(frozen=True)

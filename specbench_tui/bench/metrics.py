@@ -18,7 +18,13 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from specbench_tui.bench.figures import decode_total, measured_gaps, throughput, token_gaps
+from specbench_tui.bench.figures import (
+    decode_total,
+    measured_gaps,
+    stall_columns,
+    throughput,
+    token_gaps,
+)
 from specbench_tui.results.records import RequestRecord
 
 STAT_METRICS: tuple[str, ...] = (
@@ -43,6 +49,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "decode_one_token",
     "decode_zero_window",
     "coalesced_gap_share",
+    "stalled_requests",
     *(f"{m}_{s}" for m in STAT_METRICS for s in STATS),
 )
 
@@ -117,6 +124,7 @@ def summarize(records: Sequence[RequestRecord], wall_s: float | None = None) -> 
     }
     out["throughput_tok_s"] = throughput(ok, wall_s)
     out.update(decode_total(ok).columns())
+    out.update(stall_columns(ok))
     gaps = [measured_gaps(r.itl_s, r.coalesced_gaps) for r in ok]
     all_gaps = sum(len(r.itl_s) for r in ok)
     out["coalesced_gap_share"] = (

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from specbench_tui.bench.figures import decode_left_out, slo_said
+from specbench_tui.bench.figures import decode_left_out, slo_said, stall_said
 from specbench_tui.durations import format_duration
 from specbench_tui.engine.campaign import Campaign
 from specbench_tui.engine.commands import Command
@@ -89,6 +89,7 @@ def format_event(ev: Event) -> str | None:
             else ""
         )
         slo = slo_said(f)
+        stall = stall_said(f)
         return (
             f"{t} done   {ev.cell} [{ev.cell_id}] {ev.requests} req, "
             f"decode {_num(f.get('decode_tok_s_total'), '.1f')} tok/s"
@@ -96,6 +97,7 @@ def format_event(ev: Event) -> str | None:
             + f", cell throughput {_num(f.get('throughput_tok_s'), '.1f')} tok/s, "
             f"ttft p50 {_num(f.get('ttft_s_p50'), '.3f')}s{acc}{err}, {ev.wall_s:.1f}s"
             + (f", {slo}" if slo else "")
+            + (f", {stall}" if stall else "")
             + lag
         )
     if isinstance(ev, CellEnergy):

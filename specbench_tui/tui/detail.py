@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from specbench_tui.bench.figures import FIGURE_NAMES, decode_left_out
+from specbench_tui.bench.figures import FIGURE_NAMES, STALL_FLAG, decode_left_out, stall_said
 from specbench_tui.results.progress import CampaignProgress, CellState, GroupState, format_clock
 from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for, shown_status
 from specbench_tui.tui.plan_tree import NodeRef
@@ -79,6 +79,9 @@ def _figures(c: CellState) -> list[tuple[str, str]]:
     if f.get("requests") is not None:
         out.append(("requests", f"{f['requests']} ({f.get('errors') or 0} errors)"))
     num("wall_s", "wall", "{:.1f} s")
+    stall = stall_said(f)
+    if stall:
+        out.append((STALL_FLAG, stall.removeprefix(STALL_FLAG).strip()))
     if f.get("client_lagged"):
         lag = f.get("client_lag_p99_s")
         shown = f"{float(lag) * 1e3:.1f} ms" if lag is not None else "?"

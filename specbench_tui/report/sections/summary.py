@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import STALL_FACTOR, STALL_GAP_S, stall_said
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
@@ -235,6 +236,30 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
                     " ..." if len(lagged) > 10 else "",
                 ),
                 "warning",
+            )
+        )
+    stalled = [
+        (c.name, stall_said({**c.figures}))
+        for c in st.cells.values()
+        if c.status == "done" and c.figures.get("stalled_requests")
+    ]
+    if stalled:
+        sec.add(
+            Para(
+                text(
+                    f"{len(stalled)} {'cell has' if len(stalled) == 1 else 'cells have'} "
+                    f"requests far outside the rest (over {STALL_FACTOR:.0f}x the cell's median "
+                    f"e2e, or a gap over {STALL_GAP_S:.0f} s in the stream: a server frozen or "
+                    "paused?); they are counted, and each line gives the cell's decode rate "
+                    "without them:"
+                ),
+                "warning",
+            )
+        )
+        sec.add(
+            Bullets(
+                [text(code(name), ": ", said) for name, said in stalled[:10]]
+                + ([text(f"... and {len(stalled) - 10} more")] if len(stalled) > 10 else [])
             )
         )
     answers = _answer_rows(inp)
