@@ -227,6 +227,12 @@ CASES: list[tuple[str, str, str, str]] = [
         r"server\.env\.X: string should have at most 16384 characters",
     ),
     (
+        "CUDA_VISIBLE_DEVICES in env",
+        "max_tokens = [32]",
+        'max_tokens = [32]\n[server.env]\nCUDA_VISIBLE_DEVICES = "2,3"',
+        r"server\.env: the tool sets CUDA_VISIBLE_DEVICES from the GPUs .* gpu_ids = \[\.\.\.\]",
+    ),
+    (
         "json flag with single braces",
         'args = ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8"]',
         'args = ["--speculative-config", \'{"method": "ngram"}\']',

@@ -124,6 +124,15 @@ class ServerSpec(Strict):
     @classmethod
     def _env_to_str(cls, v: Any) -> Any:
         if isinstance(v, dict):
+            if "CUDA_VISIBLE_DEVICES" in v:
+                # The tool sets it from the GPUs it gives the group: it waits for those to be
+                # free, reads their telemetry and energy, and packs groups by them. A server on
+                # other GPUs would be measured on the wrong ones.
+                raise ValueError(
+                    "the tool sets CUDA_VISIBLE_DEVICES from the GPUs it gives each group (it "
+                    "waits for them, reads their telemetry and packs groups by them); "
+                    "choose a host's GPUs with gpu_ids = [...] in its [hosts.NAME] table"
+                )
             return {
                 k: str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x
                 for k, x in v.items()
