@@ -187,7 +187,7 @@ def test_a_leftover_that_fails_its_health_check_is_replaced(
     values = plan_values(tmp_path, "sick-leftover")
     plan = values.write(tmp_path / "plan.toml")
     group = next(g for g in expand(load_plan(plan)).groups if g.id == GROUPS[0])
-    workdir = Path(values.workdir)
+    workdir = Path(values.workdir) / values.name  # the campaign's folder of the workdir
     workdir.mkdir(parents=True)
     # The leftover as a crashed run leaves it: the wrapper under the group's mark, its pid
     # file, but a server that never answers (it sleeps).

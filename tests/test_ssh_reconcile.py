@@ -522,3 +522,36 @@ async def test_process_two_campaigns_in_one_workdir_keep_their_own_files(
         for svc in svcs:
             with contextlib.suppress(Exception):
                 await svc.stop(grace_s=5)
+
+
+async def test_process_a_pid_file_where_older_versions_kept_it_is_found_to_be_stopped(
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    strays: list[subprocess.Popen[bytes]],
+) -> None:
+    """Before each campaign had its folder, pid files lay in the workdir itself: a server a
+    crashed older run left there is still found (its mark says whose), and marked as one
+    its group's start cannot take over (that start looks in the campaign's folder)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    port = free_port()
+    mark = launch_mark(CAMPAIGN, sim_group(port), sim_env(tmp_path), launch_owner("gone"))
+    pid_file = work / f"{GID}.pid"
+    older = spawn(
+        ["sh", "-c", WRAPPER, mark, str(pid_file), str(work / f"{GID}.exit"), "sleep", "600"],
+        work,
+    )
+    strays.append(older)
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the pid file")
+    ssh = connection(sshd)
+    try:
+        found = await find_leftovers(
+            ssh, services="process", campaign=CAMPAIGN, workdir=str(work), group_ids={GID}
+        )
+        assert [(lo.group, lo.pid, lo.adoptable) for lo in found] == [(GID, older.pid, False)]
+        other = await find_leftovers(
+            ssh, services="process", campaign="another", workdir=str(work), group_ids={GID}
+        )
+        assert other == []  # its mark names this campaign: never another's to stop
+    finally:
+        await ssh.close()

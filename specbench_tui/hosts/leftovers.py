@@ -35,6 +35,9 @@ class Leftover:
     mark: str
     pid: int | None = None
     unit: str | None = None
+    # False for a pid file where versions before the campaign's own folder kept it: its
+    # group's start looks in that folder and cannot take it over, so it is stopped.
+    adoptable: bool = True
 
     def describe(self) -> str:
         return self.unit if self.unit else f"pid {self.pid}"
@@ -76,18 +79,20 @@ async def find_leftovers(
         # The campaign's folder, and the workdir itself, where versions before the folder
         # kept every campaign's pid files (the mark tells whose each is).
         script = "; ".join(
-            f"( {pid_files_script(d)} )" for d in (campaign_files(workdir, campaign), workdir)
+            f"( {pid_files_script(d)} ) | awk '{{print \"{tag}\\t\" $0}}'"
+            for tag, d in (("new", campaign_files(workdir, campaign)), ("old", workdir))
         )
         res = await ssh.run(script, timeout_s=60.0, idempotent=True)
         found = []
         for line in res.stdout.splitlines():
+            tag, _, line = line.partition("\t")
             group, _, rest = line.partition("\t")
             pid, _, rest = rest.partition("\t")
             mark, _, script = rest.partition("\t")
             # a pid file whose pid now names a process not started by the wrapper (a reboot
             # reused it) is stale: that process is not ours to stop
             if pid.isdigit() and script == WRAPPER and belongs(mark, campaign, group, group_ids):
-                found.append(Leftover(group, mark, pid=int(pid)))
+                found.append(Leftover(group, mark, pid=int(pid), adoptable=tag == "new"))
         return found
     prefix = unit_name(campaign, "x")[: -len("x.service")]
     listing = ["systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager"]

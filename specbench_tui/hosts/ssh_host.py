@@ -471,9 +471,15 @@ class SshHost(Host):
         stopped first."""
         lo = self._leftovers.pop(group.id, None)
         if lo is not None:
-            if mark_what(lo.mark) == mark_what(launch_mark(self.settings.campaign, group, {})):
+            same = mark_what(lo.mark) == mark_what(launch_mark(self.settings.campaign, group, {}))
+            if same and lo.adoptable:
                 return True
-            await self._stop_leftover(lo, mark_mismatch(lo.mark))
+            why = (
+                mark_mismatch(lo.mark)
+                if not same
+                else "its pid file is where an older version kept it"
+            )
+            await self._stop_leftover(lo, why)
         return await super().clear_gpus(group, timeout_s)
 
     async def held_gpus(self, ours: Collection[int]) -> dict[int, str]:
