@@ -101,7 +101,9 @@ def test_local_host_without_gpu_telemetry_finishes_without_a_gpu_wait(tmp_path: 
     assert wall < 200  # a GPU wait of the old kind alone took 300 s per group
     report = (root / "report.md").read_text()
     assert "GPU telemetry" in report and "not verified" in report
+    assert "GPU board energy not measured" in report  # said once, where the host's mode is
     assert "telemetry: no GPU telemetry" in proc.stdout  # the headless line
+    assert "energy: not measured (no GPU readings on this host)" in proc.stdout
 
 
 def test_busy_base_port_on_a_local_host_takes_a_free_one(tmp_path: Path) -> None:
@@ -136,6 +138,7 @@ def test_dry_run_check_shows_the_telemetry_chain(tmp_path: Path) -> None:
     assert "host here (local)" in out and f"port {port} free" in out
     if not shutil.which("nvidia-smi"):
         assert "GPU telemetry: no GPU telemetry" in out and f"{sys.executable}: NVML" in out
+        assert "energy: not measured" in out  # where energy would come from: nowhere
     js = subprocess.run(
         [sys.executable, "-m", "specbench_tui", str(plan), "--dry-run", "--check", "--json"],
         capture_output=True,

@@ -137,7 +137,8 @@ class TelemetryMode:
     def describe(self) -> str:
         """One line for --check, the console and the report."""
         if self.source == "none":
-            return f"no GPU telemetry ({self.detail})" if self.detail else "no GPU telemetry"
+            why = f" ({self.detail})" if self.detail else ""
+            return f"no GPU telemetry{why}; {NO_ENERGY}"
         how = {"nvml": "NVML", "nvidia-smi": "nvidia-smi", "sim": "simulated NVML"}[self.source]
         facts = [f"through {self.python}"] if self.python else []
         if self.gpus is not None:
@@ -161,6 +162,10 @@ class TelemetryMode:
             f"energy: NVML counter on {self.energy_gpus} of {self.gpus} GPUs; a group with a "
             "GPU without it takes the integral of the power readings"
         )
+
+
+#: What a host whose GPUs cannot be read means for energy, said wherever its telemetry is.
+NO_ENERGY = "energy: not measured (no GPU readings on this host)"
 
 
 class NoTelemetryError(HostError):

@@ -23,7 +23,11 @@ def _telemetry_mode(inp: Inputs, host: str) -> str:
     chosen = inp.state.telemetry.get(host)
     out = ""
     if chosen is not None:
-        out = "no GPU telemetry" if chosen.source == "none" else (chosen.text or chosen.source)
+        out = (
+            "no GPU telemetry: GPU board energy not measured"
+            if chosen.source == "none"
+            else (chosen.text or chosen.source)
+        )
     n = sum(1 for ev in inp.state.gpus_unverified if ev.host == host)
     if n:
         starts = f"{n} server start{'s' if n != 1 else ''}"
