@@ -28,6 +28,8 @@ print(f"starting on port {port} mode={mode} gpus={os.environ.get('CUDA_VISIBLE_D
       flush=True)
 if mode == "ignore-term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "kill-own-tree":  # as some engines shut down: SIGTERM, then SIGKILL to themselves
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))
 if mode == "worker":
     worker = subprocess.Popen([sys.executable, "-c",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
@@ -205,6 +207,31 @@ async def test_sigterm_ignored_then_sigkill(server_script: Path, tmp_path: Path)
     assert svc.exit_code == -9
     assert not port_in_use(port)
     assert "ignored SIGTERM; sending SIGKILL" in (tmp_path / "k.log").read_text()
+    assert (
+        "was killed by SIGKILL (sent by this tool after the grace period)"
+        in (tmp_path / "k.log").read_text()
+    )
+
+
+async def test_a_sigkill_the_tool_did_not_send_is_said_to_be_the_servers(
+    server_script: Path, tmp_path: Path
+) -> None:
+    """A server that ends its own tree with SIGKILL after the tool's SIGTERM: its log's stop
+    line said 'was killed by SIGKILL' as though the tool had killed it."""
+    port = free_port()
+    svc = ProcessService(
+        make_group(server_script, port, delay=0.1, mode="kill-own-tree"), tmp_path / "o.log"
+    )
+    await svc.start()
+    await svc.wait_ready(timeout_s=10)
+    await svc.stop(grace_s=10)
+    assert svc.exit_code == -9
+    log = (tmp_path / "o.log").read_text()
+    assert "ignored SIGTERM" not in log
+    assert (
+        "was killed by SIGKILL (not sent by this tool, which sent SIGTERM only: the server's "
+        "own shutdown or the host ended it)"
+    ) in log, log
 
 
 async def test_stop_kills_workers_left_in_the_group(server_script: Path, tmp_path: Path) -> None:

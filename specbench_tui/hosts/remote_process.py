@@ -45,7 +45,11 @@ from specbench_tui.hosts.remote_service import (
     mark_mismatch,
     mark_what,
 )
-from specbench_tui.hosts.service import LineCallback, ServiceError, describe_exit
+from specbench_tui.hosts.service import (
+    LineCallback,
+    ServiceError,
+    describe_stop,
+)
 from specbench_tui.hosts.shell import (
     env_prefix,
     quote,
@@ -130,12 +134,13 @@ async def stop_process_group(
     say: Callable[[str], None] | None = None,
     name: str = "",
     kill_wait_s: float = 10.0,
-) -> None:
+) -> bool:
     """SIGTERM to the whole process group, SIGKILL after ``grace_s``; returns once none of
-    it is left. Every step is a check or a signal sent again, so each survives a dropped
-    link (the connection waits for the host); a host that stays away raises SshError, and a
-    group still there ``kill_wait_s`` after SIGKILL raises ServiceError (the caller keeps it
-    on record for the leftover check instead of taking it for stopped)."""
+    it is left, True when it took a SIGKILL. Every step is a check or a signal sent again, so
+    each survives a dropped link (the connection waits for the host); a host that stays away
+    raises SshError, and a group still there ``kill_wait_s`` after SIGKILL raises
+    ServiceError (the caller keeps it on record for the leftover check instead of taking it
+    for stopped)."""
     say = say or (lambda _line: None)
 
     async def alive() -> bool:
@@ -146,7 +151,7 @@ async def stop_process_group(
         await ssh.run(f"kill -{sig} -{int(pgid)} 2>/dev/null", timeout_s=30.0, idempotent=True)
 
     if not await alive():
-        return
+        return False
     say(f"----- stopping {name or pgid} (SIGTERM, grace {grace_s:g}s)")
     await signal("TERM")
     deadline = time.monotonic() + grace_s
@@ -162,6 +167,8 @@ async def stop_process_group(
             raise ServiceError(
                 f"{name or f'process group {pgid}'} on {ssh}: still running after SIGKILL"
             )
+        return True
+    return False
 
 
 def campaign_files(workdir: str, campaign: str) -> str:
@@ -431,12 +438,15 @@ class RemoteProcessService(RemoteService):
         pid = self.pid
         try:
             if pid is not None:
-                await stop_process_group(self.ssh, pid, grace_s, self._write_log, self.group.id)
+                killed = await stop_process_group(
+                    self.ssh, pid, grace_s, self._write_log, self.group.id
+                )
                 await self._read_exit_file()
                 if not self._exited.is_set():
                     self._exited.set()  # killed by us: the wrapper died before writing a status
                 await self._drain_log(1.0)
-                self._write_log(f"----- {self.group.id} {describe_exit(self._exit_code)}")
+                said = describe_stop(self._exit_code, killed)
+                self._write_log(f"----- {self.group.id} {said}")
         finally:  # a stop that failed still ends the tail and the log; its record stays
             await self._stop_background()
             self._close_log()

@@ -70,6 +70,23 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def describe_stop(code: int | None, killed: bool) -> str:
+    """How a server this tool stopped ended, saying who ended it: a SIGKILL this tool did
+    not send (``killed`` False: it sent SIGTERM only) came from the server itself (some
+    engines end their own process tree a few seconds after SIGTERM) or from the host."""
+    said = describe_exit(code)
+    if code is not None and code == -signal.SIGKILL:
+        said += (
+            " (sent by this tool after the grace period)"
+            if killed
+            else " (not sent by this tool, which sent SIGTERM only: the server's own shutdown "
+            "or the host ended it)"
+        )
+    elif code is not None and code == -signal.SIGTERM:
+        said += " (sent by this tool)"
+    return said
+
+
 class Service(ABC):
     """One group's server. Subclasses implement start/stop/alive/exit_code/wait_exit.
 
