@@ -457,3 +457,16 @@ async def test_a_server_that_dies_before_ready_fails_with_one_line(log: str, cau
     last = [ln for ln in info.value.log_tail if ln][-1]
     assert "kill_process_tree called: " in last and cause in info.value.log_tail
     assert not any(SGLANG.ready_line in ln for ln in lines)
+
+
+async def test_a_death_after_ready_names_the_engines_own_error() -> None:
+    """A server that dies mid-campaign (after ready) said only 'it was killed by SIGKILL':
+    the group's notice and failure now name the error its log gives, as at start-up."""
+    from specbench_tui.engine.cell_runner import confirm_death
+
+    svc = _Server(REAL / "ngram" / "a4_server.log")
+    await svc.start()
+    await svc.wait_exit()
+    said = f"it {describe_exit(-9)}: {VERIFY_DEATH}"
+    assert svc.ended_said() == said
+    assert await confirm_death(svc, None, lambda: False) == said  # type: ignore[arg-type]

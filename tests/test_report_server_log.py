@@ -109,3 +109,31 @@ def test_log_windows_pool_by_the_steps_and_tokens_behind_each_line() -> None:
     w1, w4 = log_window("sglang", one, 1.0), log_window("sglang", four, 1.0)
     assert w1 is not None and w4 is not None
     assert (w1.tokens + w4.tokens) / (w1.steps + w4.steps) == pytest.approx(18 / 5)  # type: ignore[operator]
+
+
+def test_a_real_sglang_log_of_two_starts_keeps_each_start_on_its_own_clock(
+    tmp_path: Path,
+) -> None:
+    """A real SGLang 0.5.23 prints its web server's 'Application startup complete.' (another
+    engine's ready line) seconds before its own: read as a ready line too, one start used up
+    both starts' ready events and the first start's lines moved an hour late. Two starts an
+    hour apart, the log of each the real one."""
+    from specbench_tui.engines.registry import adapter
+    from tests.support.replay import FIXTURES
+
+    real = (FIXTURES / "sglang-0.5.23-cpu" / "inc" / "server.log").read_text()
+    later = real.replace("[2026-12-07 04:", "[2026-12-07 05:")
+    start = datetime(2026, 12, 7, 4, 13, 0, tzinfo=UTC).timestamp()
+    ready = datetime(2026, 12, 7, 4, 14, 18, tzinfo=UTC).timestamp() + 0.5
+    log = tmp_path / "g.log"
+    log.write_text(header(start) + real + header(start + 3600) + later)
+    parse = LogParser().parse
+    own = adapter("sglang").ready_line
+    lines = read_log(log, parse, ready_at=[ready, ready + 3600], ready_line=own)
+    assert len(lines) >= 4
+    first, second = lines[: len(lines) // 2], lines[len(lines) // 2 :]
+    assert all(start < ln.at < start + 3600 for ln in first), [ln.at - start for ln in first]
+    assert all(start + 3600 < ln.at < start + 7200 for ln in second)
+    # Any engine's ready line, as before: the first start's lines an hour out.
+    shifted = read_log(log, parse, ready_at=[ready, ready + 3600])
+    assert any(ln.at > start + 3600 for ln in shifted[: len(shifted) // 2])

@@ -35,7 +35,7 @@ from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter, engine_dead
 from specbench_tui.errors import describe
-from specbench_tui.hosts.service import Service, describe_exit
+from specbench_tui.hosts.service import Service
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
@@ -90,7 +90,7 @@ async def confirm_death(
     if link_dropped():
         return None
     if not svc.alive():
-        return f"it {describe_exit(svc.exit_code)}"
+        return svc.ended_said()
     if watch.sign is None:
         return None
     if watch.engine_said:
@@ -100,7 +100,7 @@ async def confirm_death(
     if link_dropped():
         return None
     if not svc.alive():
-        return f"it {describe_exit(svc.exit_code)} ({watch.sign})"
+        return f"{svc.ended_said()} ({watch.sign})"
     if await svc.check_health() or link_dropped():
         return None  # it answers: the loss was the connection's, judged with the rows
     return f"a request was lost ({watch.sign}) and its health check fails ({svc.last_health})"

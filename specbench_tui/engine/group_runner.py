@@ -29,7 +29,7 @@ from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.inspect import inspect_server
 from specbench_tui.errors import describe
 from specbench_tui.hosts.host import Host
-from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError, describe_exit
+from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
     CellFailed,
@@ -133,7 +133,7 @@ class GroupRunner:
                     else:
                         cell = None  # it died between cells, or while the host was away
                     # The server died: during the cell, or while the host was away.
-                    why = death or f"it {describe_exit(svc.exit_code)}"
+                    why = death or svc.ended_said()
                     allowed = restart_allowed(restarts, ctx.options.server_restarts)
                     self._died(svc, why, cell, restarts + 1 if allowed else 0)
                     if not allowed:

@@ -237,6 +237,13 @@ class Service(ABC):
                     self._callback_failed = True
                     log.exception("on_line callback failed for %s", self.group.id)
 
+    def ended_said(self) -> str:
+        """How the server ended, in words for a notice, with the cause where its engine's log
+        names one (the tail's last line is seldom it: a traceback's frames, a shutdown's
+        noise); the same reading as a death during start-up."""
+        cause = adapter(self.group.engine).startup_failure(list(self._tail))
+        return f"it {describe_exit(self.exit_code)}" + (f": {cause}" if cause else "")
+
     async def wait_ready(self, timeout_s: float | None = None) -> float:
         """Wait until the server answers its health check; return the start-up time in s.
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import polars as pl
 
 from specbench_tui.bench.logparse import LogParser
-from specbench_tui.engines.registry import adapters, log_window
+from specbench_tui.engines.registry import adapter, adapters, log_window
 from specbench_tui.report.inputs import Inputs
 
 _ENGINES = adapters()
@@ -110,10 +110,20 @@ def _family(stats: dict[str, float]) -> str | None:
     return None
 
 
-def read_log(path: Path, parse: StatsParser, ready_at: Sequence[float] = ()) -> list[StatsLine]:
+def read_log(
+    path: Path,
+    parse: StatsParser,
+    ready_at: Sequence[float] = (),
+    ready_line: str | None = None,
+) -> list[StatsLine]:
     """The stats lines of a kept log with a usable time stamp, in file order, on the UTC
     clock. ``ready_at``: the UTC times of the group's ``service_ready`` events, one per start
-    that became ready, in order (they measure the server clock's skew)."""
+    that became ready, in order (they measure the server clock's skew). ``ready_line``: the
+    group engine's own ready line; any engine's when None. It matters: an engine may also
+    print the line another engine is ready on (its web server's ``Application startup
+    complete``) seconds before its own, and taking both used up two starts' ready events on
+    one, putting the next start's lines an hour out."""
+    own = ready_line.rstrip("!.") if ready_line else None
     out: list[StatsLine] = []
     try:
         f = path.open(encoding="utf-8", errors="replace")
@@ -136,7 +146,7 @@ def read_log(path: Path, parse: StatsParser, ready_at: Sequence[float] = ()) -> 
                     ready = [r for r in ready if r >= t]
                 continue
             interesting = "batch" in line or "throughput" in line or "acceptance" in line
-            is_ready = LogParser.is_ready(line)
+            is_ready = (own in line) if own else LogParser.is_ready(line)
             if not interesting and anchor is None and not is_ready:
                 continue  # cheap skip; only a line right after a header is read for its clock
             got = _stamp(line, year)
@@ -220,7 +230,8 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
         engine = g.engine or (g.group.engine if g.group is not None else "")
         pooled: dict[str, list[float]] = {}
         kinds: dict[str, str] = {}
-        lines = read_log(path, stats_parser(engine), ready)
+        own = adapter(engine).ready_line if engine else None
+        lines = read_log(path, stats_parser(engine), ready, own)
         read += len(lines)
         for w, ln in assign(lines, windows):
             counts = log_window(engine, ln.stats, ln.at - (ln.since or ln.at))
