@@ -24,6 +24,7 @@ from specbench_tui.report.blocks import (
 from specbench_tui.report.frames import config_rank, marked, subset, unit_moments
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import (
+    DECODE_DEFINITION,
     MARKS_EXPLAINED,
     compared,
     config_cell,
@@ -93,8 +94,8 @@ def build(inp: Inputs) -> Section | None:
         Para(
             text(
                 "Multi-turn sessions whose context grows by each answer and a tool output. "
-                "The unit is a session: n is the number of sessions, and decode tok/s "
-                "(TTFT excluded) is averaged within each session, then over sessions. ",
+                "The unit is a session: n is the number of sessions. Decode tok/s is "
+                f"{DECODE_DEFINITION} ",
                 MARKS_EXPLAINED,
             )
         )

@@ -18,6 +18,16 @@ CHECK_NOTE = FAILED_MARK
 UNCHECKED_NOTE = UNCHECKED_MARK
 BASE_NOTE = "base"
 
+#: Decode tok/s as every table figures it (report/frames.py ``unit_moments``), said once: the
+#: methodology's table of figures and each section's prose take it from here.
+DECODE_DEFINITION = (
+    "token-weighted: sum(output tokens - 1) / sum(e2e - TTFT) over the requests of a unit "
+    "(repeat, session, or the cell of a concurrency level), TTFT excluded; a config's figure "
+    "is the mean over its units. Requests with one token or a zero decode window (every token "
+    "in the read of the first) have no decode time: they are left out, and the methodology "
+    "counts them."
+)
+
 MARKS_EXPLAINED = (
     "Bold marks the best config of a table, only where Welch's test (5%) tells it apart from "
     "the runner-up; 'tied' marks the configs that cannot be told apart from the highest mean at "

@@ -28,14 +28,12 @@ from specbench_tui.report.frames import (
     requests,
 )
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import DECODE_DEFINITION
 from specbench_tui.report.stats import METHOD
 
 FIGURES = (
     ("TTFT", "request sent to first token."),
-    ("Decode tok/s", "token-weighted: sum(output tokens - 1) / sum(e2e - TTFT) over the requests "
-     "of a unit (repeat, session, or the cell of a concurrency level), TTFT excluded; a config's "
-     "figure is the mean over its units. Requests with one token or a zero decode window (every "
-     "token in the read of the first) have no decode time and are left out, counted below."),
+    ("Decode tok/s", DECODE_DEFINITION),
     ("End-to-end tok/s", "per request, output tokens / e2e: TTFT included."),
     ("Cell throughput", "all output tokens of a cell over its measured window: for concurrency "
      "the request span (first request sent to last byte received), else the sum of the "

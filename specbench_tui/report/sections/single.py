@@ -33,6 +33,7 @@ from specbench_tui.report.frames import (
 )
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import (
+    DECODE_DEFINITION,
     MARKS_EXPLAINED,
     compared,
     config_cell,
@@ -276,11 +277,11 @@ def build(inp: Inputs) -> Section | None:
     sec.add(
         Para(
             text(
-                "One request at a time. The figure is decode tok/s per request, "
-                "(output tokens - 1) / (e2e - TTFT), averaged within each repeat (one pass over "
-                "the workload's prompts and output lengths), then over repeats: n is the number "
-                "of repeats, and the interval is the 95% Student-t interval of that mean. "
-                "Speed-up is the ratio to the baseline's mean at the same host, TP and workload. ",
+                "One request at a time. The unit is a repeat (one pass over the workload's "
+                "prompts and output lengths): n is the number of repeats, and the interval is "
+                "the 95% Student-t interval of the mean over them. Decode tok/s is "
+                f"{DECODE_DEFINITION} Speed-up is the ratio to the baseline's mean at the same "
+                "host, TP and workload. ",
                 MARKS_EXPLAINED,
             )
         )

@@ -266,8 +266,8 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
     if answers:
         sec.add(
             Table(
-                "The fastest config per host, TP and workload (decode tok/s per request; "
-                "concurrency: cell throughput at the highest level)",
+                "The fastest config per host, TP and workload (decode tok/s, token-weighted "
+                "within each unit; concurrency: cell throughput at the highest level)",
                 [
                     Column("Host", "l"),
                     Column("TP"),
