@@ -30,7 +30,7 @@ never pooled. A config that failed a correctness check, or whose outputs no chec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -407,6 +407,8 @@ class Ranked:
     best: bool = False  # the highest mean, told apart from the runner-up
     top_tie: bool = False  # cannot be told apart from the highest mean at this sample size
     requests: int = 0
+    # Why the speed-up cannot be what it says (``implausible``); "" when it can.
+    doubt: str = ""
 
     @property
     def untimed(self) -> bool:
@@ -454,7 +456,43 @@ def rank_decode(df: pl.DataFrame, scope: Sequence[str], inp: Inputs) -> list[Ran
     if untimed:
         extra = pl.DataFrame(untimed, schema=moments.schema, orient="row")
         moments = pl.concat([moments, extra], how="vertical_relaxed")
-    return rank(moments, scope, inp)
+    have = set(ACCEPT_COLUMNS) <= set(df.columns)  # a frame of decode columns alone: no doubt
+    accepts = {
+        tuple(r[k] for k in keys): r["accept_len_weighted"]
+        for r in (accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys).to_dicts() if have else [])
+    }
+
+    def doubt(it: Ranked) -> str:
+        return implausible(it.speedup, accepts.get(tuple(it.key[k] for k in keys)))
+
+    return rank(moments, scope, inp, doubt=doubt)
+
+
+#: How far above its config's accept length a decode speed-up's interval may start before the
+#: speed-up is implausible. A verify step that yields L tokens on average costs at least one
+#: plain decode step, so decoding cannot be more than about L times faster; the margin covers
+#: a verify step that happens to run a little faster than the baseline's step (a smaller
+#: batch's kernels, a warmer cache) and what the interval's bound leaves of noise.
+PLAUSIBLE_MARGIN = 0.10
+#: The mark of an implausible speed-up, in every table beside the figure.
+IMPLAUSIBLE_MARK = "implausible"
+
+
+def implausible(speedup: Ratio | None, accept: float | None) -> str:
+    """Why a decode speed-up cannot be what it says ("" when it can): its interval (or, with
+    none, its value) lies above ``accept`` by more than ``PLAUSIBLE_MARGIN``. Then the two
+    sides were measured under different conditions (the baseline under load, say), and the
+    ratio is not the config's to claim."""
+    if speedup is None or accept is None or accept <= 0:
+        return ""
+    low = speedup.lo if speedup.lo is not None else speedup.value
+    if low <= accept * (1 + PLAUSIBLE_MARGIN):
+        return ""
+    return (
+        f"decode speed-up {speedup.value:.2f}x above the accept length {accept:.2f}: a verify "
+        f"step yielding {accept:.2f} tokens cannot make decoding more than about {accept:.2f}x "
+        "faster, so the two sides were measured under different conditions"
+    )
 
 
 def rank(
@@ -463,6 +501,7 @@ def rank(
     inp: Inputs,
     *,
     higher_is_better: bool = True,
+    doubt: Callable[[Ranked], str] | None = None,
 ) -> list[Ranked]:
     """Turn per-config moments into ranked rows, scope by scope.
 
@@ -496,10 +535,12 @@ def rank(
         for it in items:
             if ref is not None and ref.figure is not None and it.figure is not None:
                 it.speedup = ratio_ci(it.figure, ref.figure)
+            if doubt is not None:
+                it.doubt = doubt(it)
         eligible = [
             (it, it.figure)
             for it in items
-            if it.figure is not None and not (it.failed_check or it.unchecked)
+            if it.figure is not None and not (it.failed_check or it.unchecked or it.doubt)
         ]
         if len(eligible) >= 2:
             eligible.sort(key=lambda p: p[1].mean, reverse=higher_is_better)
@@ -538,6 +579,7 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "speedup_hi",
     "speedup_too_few",
     "untimed",
+    "implausible",
     "accept_len_mean",
     "accept_len_weighted",
     "acceptance_rate",
@@ -622,6 +664,9 @@ def comparison(inp: Inputs) -> pl.DataFrame:
       requests, but none with a decode window (a lagging client read each one whole in a
       single read, bench/figures.py): its decode figures and speed-up are null and ``n`` is 0,
       and the row stays, with its other figures (accept length), never best.
+      ``implausible``: why the speed-up cannot be what it says (``implausible()``: above the
+      config's accept length beyond ``PLAUSIBLE_MARGIN``), else null; such a row is never
+      best.
     - ``speedup``, ``speedup_lo``, ``speedup_hi``: ``decode_tok_s`` over the baseline config's
       in the same host, TP, workload and level, with Fieller's 95% interval; null without a
       baseline; ``speedup_too_few`` (bool): the units are too few to bound it (no interval).
@@ -683,6 +728,7 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "decode_tok_s_hi": it.hi,
                 "decode_tok_s_sd": it.sd,
                 "untimed": it.untimed,
+                "implausible": it.doubt or None,
                 "speedup": sp.value if sp else None,
                 "speedup_lo": sp.lo if sp else None,
                 "speedup_hi": sp.hi if sp else None,
@@ -725,6 +771,7 @@ def _comparison_schema() -> dict[str, Any]:
         top_tie=pl.Boolean,
         speedup_too_few=pl.Boolean,
         untimed=pl.Boolean,
+        implausible=pl.String,
         packed=pl.Boolean,
         between_runs=pl.Boolean,
     )

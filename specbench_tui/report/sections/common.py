@@ -9,7 +9,14 @@ import polars as pl
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Section
-from specbench_tui.report.frames import FAILED_MARK, UNCHECKED_MARK, UNTIMED_MARK, comparison
+from specbench_tui.report.frames import (
+    FAILED_MARK,
+    IMPLAUSIBLE_MARK,
+    PLAUSIBLE_MARGIN,
+    UNCHECKED_MARK,
+    UNTIMED_MARK,
+    comparison,
+)
 from specbench_tui.report.inputs import Inputs
 
 BEST_NOTE = "best"
@@ -35,7 +42,11 @@ MARKS_EXPLAINED = (
     "correctness check is marked 'failed check', one whose outputs no verdict covers "
     "'unchecked'; neither is ever best. 'decode not timed' marks a config that ran but whose "
     "every request reached the client whole, in one read (a client too busy to read the "
-    "stream as it came): it has no decode rate or speed-up there, and its other figures stand."
+    "stream as it came): it has no decode rate or speed-up there, and its other figures stand. "
+    f"'{IMPLAUSIBLE_MARK}' marks a speed-up whose interval lies over {PLAUSIBLE_MARGIN:.0%} above "
+    "the config's accept length: a verify step that yields L tokens cannot make decoding more "
+    "than about L times faster, so the two sides ran under different conditions (load, clocks); "
+    "it is never best."
 )
 
 
@@ -56,6 +67,8 @@ def note(r: dict[str, Any]) -> str:
         marks.append(UNCHECKED_NOTE)
     if r.get("untimed"):
         marks.append(UNTIMED_MARK)
+    if r.get("implausible"):
+        marks.append(IMPLAUSIBLE_MARK)
     if r.get("best"):
         marks.append(BEST_NOTE)
     elif r.get("top_tie"):

@@ -286,7 +286,16 @@ def build(inp: Inputs) -> Section | None:
             )
         )
     )
-    point_cols = [*SCOPE, "config", "prompt_set", "max_tokens", "cell_id", "unit", "decode_tok_s"]
+    point_cols = [
+        *SCOPE,
+        "config",
+        "prompt_set",
+        "max_tokens",
+        "cell_id",
+        "unit",
+        "decode_tok_s",
+        *ACCEPT_COLUMNS,
+    ]
     req = subset(inp, point_cols, pl.col("kind") == "single")
     parts = sorted(cmp.partition_by("workload", as_dict=True).items())
     for (workload,), wpart in parts:

@@ -100,7 +100,11 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
     for (host, tp, _kind, workload), items in sorted(
         scopes.items(), key=lambda kv: (kv[0][0], kv[0][1], kinds.get(kv[0][2], 2), kv[0][3])
     ):
-        eligible = [r for r in items if not (r["failed_check"] or r["unchecked"] or r["untimed"])]
+        eligible = [
+            r
+            for r in items
+            if not (r["failed_check"] or r["unchecked"] or r["untimed"] or r["implausible"])
+        ]
         if not eligible:
             untimed = [r["label"] for r in items if r["untimed"]]
             if untimed:  # the workload ran; say why it has no answer rather than drop it
