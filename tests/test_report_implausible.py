@@ -62,6 +62,7 @@ def test_a_speedup_far_above_the_accept_length_is_implausible(tmp_path: Path) ->
     assert not ng["best"] and not ng["top_tie"]
     shown = [r for r in results_source.comparison(root).to_dicts() if r["config"] == "ngram"]
     assert shown and not any(r["best"] for r in shown)
+    assert all(r["implausible"] for r in shown)  # the console's speed-up cell says so
     md, _ = render_texts(build_report(root))
     row = next(ln for ln in md.splitlines() if ln.startswith("| ngram |"))
     assert IMPLAUSIBLE_MARK in row, row
