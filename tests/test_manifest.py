@@ -214,3 +214,14 @@ def test_the_report_shows_the_manifest(tmp_path: Path, monkeypatch: pytest.Monke
     assert "NVIDIA H200" in env and "1980 / 3201" in env and "700 W" in env
     assert f"kernel {os.uname().release}" in env
     assert "as recorded when the groups ran" in env
+
+
+def test_the_engine_version_is_what_the_server_said_and_installed_ones_are_marked() -> None:
+    from specbench_tui.report.sections.environment import _engine_versions
+
+    assert _engine_versions("0.5.23", "0.5.23") == "0.5.23 (server)"
+    # An upgrade under a running server, or another venv on the path: both, each said.
+    assert _engine_versions("0.5.22", "0.5.23") == "0.5.22 (server); 0.5.23 installed"
+    assert _engine_versions(None, "0.32.0") == "0.32.0 installed"
+    assert _engine_versions("0.32.0", "—") == "0.32.0 (server)"
+    assert _engine_versions(None, "—") == "—"

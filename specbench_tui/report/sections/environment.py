@@ -186,6 +186,17 @@ def _pkg(p: dict[str, Any] | None) -> str:
     return out
 
 
+def _engine_versions(said: Any, installed: str) -> str:
+    """The engine's version as the running server reported it (what it imported), then the
+    installed package's, marked as such; the second only where the two differ or the server
+    said none (a package upgraded under a running server, another venv on the path)."""
+    if said and installed in ("—", str(said)):
+        return f"{said} (server)"
+    if said:
+        return f"{said} (server); {installed} installed"
+    return "—" if installed == "—" else f"{installed} installed"
+
+
 def _software(entry: dict[str, Any]) -> tuple[str, ...]:
     probe = entry.get("probe") or {}
     if probe.get("error"):
@@ -206,8 +217,7 @@ def _software(entry: dict[str, Any]) -> tuple[str, ...]:
     py = probe.get("python") or {}
     return (
         f"{py.get('version', '?')} ({py.get('executable', '?')})",
-        _pkg(pkgs.get(engine))
-        + (f" (server said {entry['engine_version']})" if entry.get("engine_version") else ""),
+        _engine_versions(entry.get("engine_version"), _pkg(pkgs.get(engine))),
         torch_text,
         ", ".join(others) or "—",
         _os_said(osf),
