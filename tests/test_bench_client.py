@@ -588,3 +588,47 @@ async def test_a_server_that_cannot_flush_is_measured_warm_and_said_so(
     result = await run(cell, server, plan_dir)
     assert result.prefix_cache.startswith("warm: the server refused a flush (HTTP 404")
     assert all(r.error is None for r in result.records)
+
+
+async def test_a_cell_cancelled_twice_still_closes_its_connection_pool(
+    server: str, plan_dir: Path
+) -> None:
+    """An abort on a dead server cancels the cell, and cancels it again while its counters
+    take their last read: the pool was left open ("Unclosed client session" on stderr)."""
+    import asyncio
+
+    import specbench_tui.bench.workloads as workloads
+
+    reset(server)
+    closed: list[bool] = []
+    real_aclose = workloads.BenchClient.aclose
+
+    async def spy(self: Any) -> None:
+        await real_aclose(self)
+        closed.append(self._transport._session is None)
+
+    class StuckCounters:
+        """Counts as the engine's counters would until their last read, which hangs."""
+
+        def expect(self, tokens: int | None) -> None:
+            return None
+
+        async def measure(self) -> None:
+            return None
+
+        async def pause(self) -> None:
+            await asyncio.sleep(3600)  # a read of a dead server's metrics that hangs
+
+    cell = make_cell("single", prompt_set="mini", samples=2, repeats=50)
+    workloads.BenchClient.aclose = spy  # type: ignore[method-assign]
+    try:
+        task = asyncio.ensure_future(run(cell, server, plan_dir, counters=StuckCounters()))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        await asyncio.sleep(0.2)  # inside the last counters read now
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        workloads.BenchClient.aclose = real_aclose  # type: ignore[method-assign]
+    assert closed == [True]

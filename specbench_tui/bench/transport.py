@@ -164,9 +164,11 @@ class SseTransport:
         return self._session
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        # Taken before the await: a cancellation inside close() leaves no half-closed
+        # session behind for a later use (aiohttp warns "Unclosed client session" of one).
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     async def post(self, path: str, body: bytes = b"") -> tuple[int, bytes]:
         """A small POST outside any measurement (a cache flush): status and body start."""

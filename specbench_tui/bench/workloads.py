@@ -513,10 +513,12 @@ async def run_cell(
     finally:
         run.result.wall_s = run.wall_s()
         run.result.client = watch.health
-        if counters is not None:
-            await counters.pause()  # the last read, after the last measured request
-        if own:
-            await client.aclose()
+        try:
+            if counters is not None:
+                await counters.pause()  # the last read, after the last measured request
+        finally:  # a second cancellation (an abort on a dead server) must not leak the pool
+            if own:
+                await client.aclose()
     return run.result
 
 
