@@ -229,8 +229,8 @@ async def test_a_sigkill_the_tool_did_not_send_is_said_to_be_the_servers(
     log = (tmp_path / "o.log").read_text()
     assert "ignored SIGTERM" not in log
     assert (
-        "was killed by SIGKILL (not sent by this tool, which sent SIGTERM only: the server's "
-        "own shutdown or the host ended it)"
+        "was killed by SIGKILL (not sent by this tool, which sent SIGTERM: the server itself "
+        "or the host ended it)"
     ) in log, log
 
 
@@ -298,6 +298,23 @@ async def test_wait_ready_before_start(server_script: Path, tmp_path: Path) -> N
     svc = ProcessService(make_group(server_script, free_port()), tmp_path / "b.log")
     with pytest.raises(ServiceError, match="before start"):
         await svc.wait_ready(timeout_s=1)
+
+
+def test_a_stop_line_says_who_sent_the_signal() -> None:
+    from specbench_tui.hosts.service import describe_stop
+
+    assert describe_stop(-9, ("SIGTERM", "SIGKILL")) == (
+        "was killed by SIGKILL (sent by this tool after the grace period)"
+    )
+    assert describe_stop(-15, ("SIGTERM",)) == "was killed by SIGTERM (sent by this tool)"
+    assert describe_stop(-9, ("SIGTERM",)).endswith(
+        "(not sent by this tool, which sent SIGTERM: the server itself or the host ended it)"
+    )
+    # It had died on its own before the stop (a scheduler's fault: its own tree killed).
+    assert describe_stop(-9, ()).endswith(
+        "(not sent by this tool, which had sent none: the server itself or the host ended it)"
+    )
+    assert describe_stop(0, ()) == "exited with code 0"
 
 
 def test_wording() -> None:

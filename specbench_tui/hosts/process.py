@@ -292,13 +292,14 @@ class ProcessService(Service):
     async def stop(self, grace_s: float = 30.0) -> None:
         proc = self._proc
         if proc is not None:
-            killed = False
+            sent: list[str] = []
             if proc.returncode is None or self._group_alive():
                 self._write_log(f"----- stopping {self.group.id} (SIGTERM, grace {grace_s:g}s)")
+                sent.append("SIGTERM")
                 await self._kill_group(signal.SIGTERM)
                 if not await self._ended(proc, grace_s):
                     self._write_log(f"----- {self.group.id} ignored SIGTERM; sending SIGKILL")
-                    killed = True
+                    sent.append("SIGKILL")
                     await self._kill_group(signal.SIGKILL)
                     # SIGKILL is delivered, not instant: an orphaned worker of a reaped leader
                     # takes a moment to end on a loaded machine, so the group is waited for too.
@@ -308,7 +309,7 @@ class ProcessService(Service):
                     await asyncio.wait_for(self._reader, timeout=2.0)
                 if not self._reader.done():
                     self._reader.cancel()
-            self._write_log(f"----- {self.group.id} {describe_stop(proc.returncode, killed)}")
+            self._write_log(f"----- {self.group.id} {describe_stop(proc.returncode, sent)}")
         self._close_log()
         if proc is None:  # never started: the port is not ours to wait for
             return

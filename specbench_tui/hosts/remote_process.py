@@ -134,13 +134,13 @@ async def stop_process_group(
     say: Callable[[str], None] | None = None,
     name: str = "",
     kill_wait_s: float = 10.0,
-) -> bool:
-    """SIGTERM to the whole process group, SIGKILL after ``grace_s``; returns once none of
-    it is left, True when it took a SIGKILL. Every step is a check or a signal sent again, so
-    each survives a dropped link (the connection waits for the host); a host that stays away
-    raises SshError, and a group still there ``kill_wait_s`` after SIGKILL raises
-    ServiceError (the caller keeps it on record for the leftover check instead of taking it
-    for stopped)."""
+) -> tuple[str, ...]:
+    """SIGTERM to the whole process group, SIGKILL after ``grace_s``; returns once none of it is
+    left, with the signals it sent (none: the group had already ended). Every step is a
+    check or a signal sent again, so each survives a dropped link (the connection waits for
+    the host); a host that stays away raises SshError, and a group still there
+    ``kill_wait_s`` after SIGKILL raises ServiceError (the caller keeps it on record for the
+    leftover check instead of taking it for stopped)."""
     say = say or (lambda _line: None)
 
     async def alive() -> bool:
@@ -151,7 +151,7 @@ async def stop_process_group(
         await ssh.run(f"kill -{sig} -{int(pgid)} 2>/dev/null", timeout_s=30.0, idempotent=True)
 
     if not await alive():
-        return False
+        return ()
     say(f"----- stopping {name or pgid} (SIGTERM, grace {grace_s:g}s)")
     await signal("TERM")
     deadline = time.monotonic() + grace_s
@@ -167,8 +167,8 @@ async def stop_process_group(
             raise ServiceError(
                 f"{name or f'process group {pgid}'} on {ssh}: still running after SIGKILL"
             )
-        return True
-    return False
+        return ("SIGTERM", "SIGKILL")
+    return ("SIGTERM",)
 
 
 def campaign_files(workdir: str, campaign: str) -> str:
@@ -438,14 +438,14 @@ class RemoteProcessService(RemoteService):
         pid = self.pid
         try:
             if pid is not None:
-                killed = await stop_process_group(
+                sent = await stop_process_group(
                     self.ssh, pid, grace_s, self._write_log, self.group.id
                 )
                 await self._read_exit_file()
                 if not self._exited.is_set():
                     self._exited.set()  # killed by us: the wrapper died before writing a status
                 await self._drain_log(1.0)
-                said = describe_stop(self._exit_code, killed)
+                said = describe_stop(self._exit_code, sent)
                 self._write_log(f"----- {self.group.id} {said}")
         finally:  # a stop that failed still ends the tail and the log; its record stays
             await self._stop_background()

@@ -16,7 +16,7 @@ import signal
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -70,21 +70,21 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def describe_stop(code: int | None, killed: bool) -> str:
-    """How a server this tool stopped ended, saying who ended it: a SIGKILL this tool did
-    not send (``killed`` False: it sent SIGTERM only) came from the server itself (some
-    engines end their own process tree a few seconds after SIGTERM) or from the host."""
+def describe_stop(code: int | None, sent: Sequence[str]) -> str:
+    """How a server this tool stopped ended, saying who ended it: ``sent`` names the signals
+    this tool sent it ("SIGTERM", then "SIGKILL" after the grace period; none when it had
+    ended before the stop). A SIGKILL the tool did not send came from the server itself (some
+    engines end their own process tree a few seconds after SIGTERM, or after a fault) or from
+    the host."""
     said = describe_exit(code)
-    if code is not None and code == -signal.SIGKILL:
-        said += (
-            " (sent by this tool after the grace period)"
-            if killed
-            else " (not sent by this tool, which sent SIGTERM only: the server's own shutdown "
-            "or the host ended it)"
-        )
-    elif code is not None and code == -signal.SIGTERM:
-        said += " (sent by this tool)"
-    return said
+    if code is None or code >= 0:
+        return said
+    name = describe_exit(code).removeprefix("was killed by ")
+    if name in sent:
+        later = name == "SIGKILL" and len(sent) > 1
+        return said + " (sent by this tool" + (" after the grace period)" if later else ")")
+    what = "which sent " + " and ".join(sent) if sent else "which had sent none"
+    return said + f" (not sent by this tool, {what}: the server itself or the host ended it)"
 
 
 class Service(ABC):

@@ -237,15 +237,15 @@ async def stop_unit(
     grace_s: float,
     say: Callable[[str], None] | None = None,
     kill_wait_s: float = 10.0,
-) -> bool:
-    """``systemctl stop``, SIGKILL to the unit after ``grace_s``; returns once it is
-    inactive, True when it took a SIGKILL. Every step is a check or a request systemd takes
-    twice as once, so each survives a dropped link (the connection waits for the host). A
-    unit still active ``kill_wait_s`` after SIGKILL raises ServiceError: the caller keeps it
-    on record, never takes it for stopped."""
+) -> tuple[str, ...]:
+    """``systemctl stop``, SIGKILL to the unit after ``grace_s``; returns once it is inactive, with
+    the signals it sent (systemd's stop is a SIGTERM; none: already ended). Every step is a
+    check or a request systemd takes twice as once, so each survives a dropped link (the
+    connection waits for the host). A unit still active ``kill_wait_s`` after SIGKILL raises
+    ServiceError: the caller keeps it on record, never takes it for stopped."""
     say = say or (lambda _line: None)
     if (await show_unit(ssh, unit)).get("ActiveState") not in ACTIVE_STATES:
-        return False
+        return ()
     say(f"----- stopping {unit} (grace {grace_s:g}s)")
     await ssh.run(["systemctl", "stop", "--no-block", unit], timeout_s=30, idempotent=True)
     if not await wait_unit_inactive(ssh, unit, grace_s):
@@ -253,8 +253,8 @@ async def stop_unit(
         await ssh.run(["systemctl", "kill", "--signal=KILL", unit], timeout_s=30.0, idempotent=True)
         if not await wait_unit_inactive(ssh, unit, kill_wait_s):
             raise ServiceError(f"{unit} on {ssh}: still active after SIGKILL")
-        return True
-    return False
+        return ("SIGTERM", "SIGKILL")
+    return ("SIGTERM",)
 
 
 class SystemdService(RemoteService):
@@ -511,10 +511,10 @@ class SystemdService(RemoteService):
     async def _stop(self, grace_s: float) -> None:
         try:
             if self._started:
-                killed = await stop_unit(self.ssh, self.unit, grace_s, self._write_log)
+                sent = await stop_unit(self.ssh, self.unit, grace_s, self._write_log)
                 await self._settle_exit()
                 await asyncio.sleep(0.2)  # systemd's last journal lines
-                self._write_log(f"----- {self.unit} {describe_stop(self._exit_code, killed)}")
+                self._write_log(f"----- {self.unit} {describe_stop(self._exit_code, sent)}")
         finally:  # a stop that failed still ends the journal and the log; its record stays
             await self._stop_background()
             self._close_log()
