@@ -87,7 +87,8 @@ def seed_estimate(inp: Inputs) -> dict[str, str]:
     host's speed-up taken out). Keys without data are left out."""
     st = inp.state
     speeds = st.estimate.host_speeds if st.estimate is not None else {}
-    cmp = compared(inp).filter(pl.col("kind") == "single")
+    # Rows with no decode window measured give nothing to seed from.
+    cmp = compared(inp).filter((pl.col("kind") == "single") & ~pl.col("untimed"))
     base = baseline(inp)
     out: dict[str, str] = {}
     if cmp.height and base:
@@ -95,11 +96,9 @@ def seed_estimate(inp: Inputs) -> dict[str, str]:
         ups: list[float] = []
         for r in cmp.to_dicts():
             speed = speeds.get(r["host"], 1.0)
-            if r["untimed"]:
-                continue  # no decode window measured: nothing to check the estimate against
             if r["config"] == base:
                 rates.setdefault(r["tp"], []).append(r["decode_tok_s"] / speed)
-            elif r["speedup"] and not r["failed_check"]:
+            elif r["speedup"] and not (r["failed_check"] or r["implausible"]):
                 ups.append(r["speedup"])
         if rates:
             out["tok_s"] = (

@@ -11,7 +11,7 @@ them again with the installed TeX and compares.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import combinations, pairwise
 
@@ -216,29 +216,31 @@ def layout(t: Table) -> list[Part]:
         return _subset(t, sorted(fixed + cols))
 
     # A column that does not fit beside the keys alone fits in no part: no split will.
-    if not payload or max(width([i]) for i in payload) > room:
+    fits_alone = bool(payload) and all(width([i]) <= room for i in payload)
+    best = _fewest_parts(payload, width, room) if fits_alone else None
+    if best is None:  # no split of the columns fits the line: the whole table on a turned page
         return [Part(t, sep, landscape=True)]
+    k = len(best)
+    return [
+        Part(replace(with_(g), notes=[]) if i < k else with_(g), sep, i, k)
+        for i, g in enumerate(best, start=1)
+    ]
+
+
+def _fewest_parts(
+    payload: list[int], width: Callable[[list[int]], float], room: float
+) -> list[list[int]] | None:
+    """The split of ``payload`` into as few runs as fit ``room``, the most even of those;
+    None when none does within ``MAX_SPLITS`` tries."""
     tried = 0
     for k in range(2, len(payload) + 1):
         fitting = []
         for groups in _partitions(payload, k):
             tried += 1
             if tried > MAX_SPLITS:
-                break
+                return None
             if all(width(g) <= room for g in groups):
                 fitting.append(groups)
         if fitting:
-            best = min(fitting, key=lambda gs: max(width(g) for g in gs))
-            return [
-                Part(
-                    replace(with_(g), notes=[]) if i < k else with_(g),
-                    sep,
-                    i,
-                    k,
-                )
-                for i, g in enumerate(best, start=1)
-            ]
-        if tried > MAX_SPLITS:
-            break
-    # No split of the columns fits the line: the whole table on a turned page.
-    return [Part(t, sep, landscape=True)]
+            return min(fitting, key=lambda gs: max(width(g) for g in gs))
+    return None
