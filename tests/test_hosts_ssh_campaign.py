@@ -97,7 +97,7 @@ def test_campaign_over_ssh(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
     assert req.height == 8 and req["error"].null_count() == 8
     # the server log came back over SSH, and was written on the host too
     assert "ready to roll" in (root / "logs" / "box.dflash.tp2.log").read_text()
-    assert (tmp_path / "remote" / "logs" / "box.dflash.tp2.log").exists()
+    assert (tmp_path / "remote" / "remote" / "logs" / "box.dflash.tp2.log").exists()  # its folder
     tele = pl.read_parquet(root / "telemetry.parquet")
     assert tele.height > 0 and set(tele["host"]) == {"box"}
 

@@ -108,7 +108,7 @@ def test_no_plan_value_reaches_a_shell_process_mode(sshd: Sshd, tmp_path: Path) 
     try:
         run = run_injected(values, tmp_path, sshd.config)
         check_arrived(values, tmp_path / "h", canary)
-        assert (Path(values.workdir) / "logs" / "box.ar.tp1.log").exists()
+        assert (Path(values.workdir) / values.name / "logs" / "box.ar.tp1.log").exists()
         assert not list(sshd.root.glob("simgpu.P*"))
         assert "ready to roll" in (run.root / "logs" / "box.ar.tp1.log").read_text()
     finally:

@@ -125,7 +125,7 @@ def test_a_50_mb_line_without_newline_over_ssh(sshd: Sshd, tmp_path: Path) -> No
     root = tmp_path / "res" / "longline"
     events = [json.loads(x) for x in (root / "events.jsonl").read_text().splitlines()]
     assert sum(e["event"] == "cell_finished" for e in events) == 4, out[-3000:]
-    remote = tmp_path / "remote" / "logs" / "box.ar.tp1.log"
+    remote = tmp_path / "remote" / "longline" / "logs" / "box.ar.tp1.log"
     assert remote.stat().st_size > LINE_BYTES  # the host's log holds the line whole
     lines = (root / "logs" / "box.ar.tp1.log").read_bytes().split(b"\n")
     long = [x for x in lines if x.startswith(b"xxxx")]
