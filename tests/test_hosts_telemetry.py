@@ -146,9 +146,10 @@ async def test_wait_gpus_free_succeeds_and_fails_clearly(tmp_path: Path) -> None
     try:
         await wait_gpus_free(reader.latest, [0], timeout_s=10)
         with pytest.raises(GpusNotFreeError) as exc:
-            await wait_gpus_free(reader.latest, [0, 1], timeout_s=0.6, host="ct200")
+            # Long enough for a fresh sample at load 10, whose absence reads "no telemetry".
+            await wait_gpus_free(reader.latest, [0, 1], timeout_s=5.0, host="ct200")
         reason = exc.value.reason
-        assert reason.startswith("GPU 1 on ct200 not free after 0.6s: GPU 1: 81234/97887 MiB")
+        assert reason.startswith("GPU 1 on ct200 not free after 5s: GPU 1: 81234/97887 MiB")
         assert f"held by pid {os.getpid()}" in reason
         assert list(exc.value.busy) == [1]
 
@@ -299,6 +300,14 @@ async def test_agent_outage_reads_as_unverified_not_busy(tmp_path: Path) -> None
     )
     os.rmdir(host.state_dir)  # the agent's NVML init now fails
     try:
+        # The agent's failure is the product's own signal: waited for, not assumed within
+        # the second the wait below takes (an agent's start took longer at load 10).
+        await host.telemetry_mode()
+        reader = host.telemetry()
+        deadline = time.monotonic() + 120
+        while not (reader.last_error or reader.unavailable):
+            assert time.monotonic() < deadline, "the agent never failed"
+            await asyncio.sleep(0.1)
         assert await host.wait_gpus_free([0], timeout_s=1.0) is False
         group = dataclasses.replace(local_group(free_port()), host="sim")
         assert await host.clear_gpus(group, timeout_s=1.0) is False
@@ -402,8 +411,13 @@ async def test_nvidia_smi_mode_gpu_wait_returns_once_the_load_is_gone(
         mode = await host.telemetry_mode()
         assert mode.source == "nvidia-smi" and mode.python == group.command[0]
         assert mode.gpus == 1 and mode.driver == "580.159.04"
-        with pytest.raises(GpusNotFreeError) as exc:
-            await host.wait_gpus_free([0], timeout_s=1.0)
+        reader = host.telemetry()  # its first sample, however long the agent's start takes
+        deadline = time.monotonic() + 120
+        while 0 not in reader.latest():
+            assert time.monotonic() < deadline, "no sample from the agent"
+            await asyncio.sleep(0.1)
+        with pytest.raises(GpusNotFreeError) as exc:  # a fresh sample within 5 s, under load too
+            await host.wait_gpus_free([0], timeout_s=5.0)
         assert "21619/143771 MiB used, held by pid 564 (python3, 21610 MiB)" in exc.value.reason
 
         async def load_ends() -> None:
