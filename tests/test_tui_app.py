@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,11 @@ def make_app(
 
 
 async def settle(pilot: Pilot[int], app: ConsoleApp) -> None:
-    """Until every published event has been applied and the screen caught up."""
-    for _ in range(100):
+    """Until every published event has been applied and the screen caught up: the inbox's
+    own signal, waited for up to a minute (folding a 10,000-event flood took over the two
+    seconds a fixed count of pauses gave it with two full suites side by side)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         await pilot.pause(0.02)
         if not len(app.inbox) and app.frames and app.inbox.received >= 1:
             break
