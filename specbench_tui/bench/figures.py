@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -207,24 +208,17 @@ STALL_GAP_S = 30.0
 def stall_columns(records: Sequence[Measurement]) -> dict[str, Any]:
     """The cell-row columns of its stalled requests (``stalled_requests`` 0 when none)."""
     ok = [r for r in records if r.error is None and r.e2e_s is not None]
-    e2e = sorted(float(r.e2e_s) for r in ok if r.e2e_s is not None)
-    median = None
-    if e2e:
-        mid = len(e2e) // 2
-        median = e2e[mid] if len(e2e) % 2 else (e2e[mid - 1] + e2e[mid]) / 2
-    stalled = []
-    for r in ok:
-        long_e2e = (
-            len(ok) >= STALL_MIN_REQUESTS
-            and median is not None
-            and median > 0
-            and float(r.e2e_s or 0.0) > STALL_FACTOR * median
-        )
-        if long_e2e or max(r.itl_s, default=0.0) > STALL_GAP_S:
-            stalled.append(r)
+    # The cell's median e2e (its summary's e2e_s_p50); too few requests: no e2e bound.
+    median = statistics.median(float(r.e2e_s or 0.0) for r in ok) if ok else 0.0
+    bound = STALL_FACTOR * median if len(ok) >= STALL_MIN_REQUESTS and median > 0 else math.inf
+
+    def stalls(r: Measurement) -> bool:
+        return float(r.e2e_s or 0.0) > bound or max(r.itl_s, default=0.0) > STALL_GAP_S
+
+    stalled = [r for r in ok if stalls(r)]
     if not stalled:
         return {"stalled_requests": 0}
-    kept = [r for r in ok if all(r is not x for x in stalled)]
+    kept = [r for r in ok if not stalls(r)]
     return {
         "stalled_requests": len(stalled),
         "stalled_worst_e2e_s": max(float(r.e2e_s or 0.0) for r in stalled),

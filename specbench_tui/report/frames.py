@@ -30,7 +30,7 @@ never pooled. A config that failed a correctness check, or whose outputs no chec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -439,7 +439,12 @@ class Ranked:
         return None if self.figure is None else self.figure.sd
 
 
-def rank_decode(df: pl.DataFrame, scope: Sequence[str], inp: Inputs) -> list[Ranked]:
+def rank_decode(
+    df: pl.DataFrame,
+    scope: Sequence[str],
+    inp: Inputs,
+    acc: Mapping[tuple[Any, ...], Mapping[str, Any]] | None = None,
+) -> list[Ranked]:
     """:func:`rank` of decode tok/s per ``scope`` and config over request rows. A config with
     successful requests in a scope but no measured decode window among them (a lagging
     client read every token of each in one read) keeps its row, untimed, instead of leaving
@@ -456,14 +461,13 @@ def rank_decode(df: pl.DataFrame, scope: Sequence[str], inp: Inputs) -> list[Ran
     if untimed:
         extra = pl.DataFrame(untimed, schema=moments.schema, orient="row")
         moments = pl.concat([moments, extra], how="vertical_relaxed")
-    have = set(ACCEPT_COLUMNS) <= set(df.columns)  # a frame of decode columns alone: no doubt
-    accepts = {
-        tuple(r[k] for k in keys): r["accept_len_weighted"]
-        for r in (accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys).to_dicts() if have else [])
-    }
+    if acc is None:  # the caller's accept frame by key, where it has one already
+        have = set(ACCEPT_COLUMNS) <= set(df.columns)  # decode columns alone: no doubt
+        acc = accept_rows(df, keys) if have else {}
 
     def doubt(it: Ranked) -> str:
-        return implausible(it.speedup, accepts.get(tuple(it.key[k] for k in keys)))
+        row = acc.get(tuple(it.key[k] for k in keys)) or {}
+        return implausible(it.speedup, row.get("accept_len_weighted"))
 
     return rank(moments, scope, inp, doubt=doubt)
 
@@ -596,6 +600,12 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
 )
 
 
+def accept_rows(df: pl.DataFrame, keys: Sequence[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """:func:`accept_frame` of request rows, by key tuple."""
+    frame = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
+    return {tuple(r[k] for k in keys): r for r in frame.to_dicts()}
+
+
 def accept_frame(df: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     """Accept length per ``keys``: ``accept_len_weighted``, the engine's own definition over
     the counts summed per key (``engines/registry.py``: what its counters give, so the report
@@ -702,9 +712,8 @@ def comparison(inp: Inputs) -> pl.DataFrame:
     keys = [*SCOPE, "config"]
     if df.height == 0:
         return pl.DataFrame(schema=_comparison_schema())
-    ranked = rank_decode(df, SCOPE, inp)
-    acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
-    acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
+    acc = accept_rows(df, keys)
+    ranked = rank_decode(df, SCOPE, inp, acc)
     thr = _cell_throughput(inp)
     energy = cell_energy(inp)
     flags = df.group_by(keys).agg(pl.col("packed").any(), pl.col("between_runs").any())

@@ -30,9 +30,8 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.report.frames import (
-    ACCEPT_COLUMNS,
     SCOPE,
-    accept_frame,
+    accept_rows,
     baseline,
     cell_energy,
     group_kinds,
@@ -142,9 +141,8 @@ def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[di
     keys = [*scope, "config"]
     if df.height == 0:
         return []
-    ranked = rank_decode(df, scope, inp)
-    acc_df = accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys)
-    acc = {tuple(r[k] for k in keys): r for r in acc_df.to_dicts()}
+    acc = accept_rows(df, keys)
+    ranked = rank_decode(df, scope, inp, acc)
     runs = df.group_by(keys).agg(pl.col("between_runs").any())
     across = {tuple(r[k] for k in keys): bool(r["between_runs"]) for r in runs.to_dicts()}
     base = baseline(inp)

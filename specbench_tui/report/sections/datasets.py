@@ -20,7 +20,7 @@ from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
 from specbench_tui.report.frames import (
     ACCEPT_COLUMNS,
     SCOPE,
-    accept_frame,
+    accept_rows,
     baseline,
     config_rank,
     label,
@@ -60,13 +60,10 @@ def dataset_rows(inp: Inputs) -> list[dict[str, Any]]:
         .alias("base_workload"),
         pl.col("prompt_set").cast(pl.String).fill_null("(all)"),
     )
-    keys = [*KEYS, "max_tokens"]
-    scope = [k for k in keys if k != "config"]
-    ranked = rank_decode(df, scope, inp)
-    accept = {
-        tuple(r[k] for k in keys): r
-        for r in accept_frame(df.select(*keys, *ACCEPT_COLUMNS), keys).to_dicts()
-    }
+    scope = [k for k in (*KEYS, "max_tokens") if k != "config"]
+    keys = [*scope, "config"]  # rank_decode's order of a key
+    accept = accept_rows(df, keys)
+    ranked = rank_decode(df, scope, inp, accept)
     extra = {
         tuple(r[k] for k in keys): r
         for r in df.group_by(keys)
