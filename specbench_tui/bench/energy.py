@@ -44,6 +44,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from specbench_tui.bench.conditions import GpuCondition
 from specbench_tui.results.records import ENERGY_COLUMNS
 
 #: A gap between two samples of one GPU, inside a window, over which no figure is trusted.
@@ -66,6 +67,8 @@ class PowerSample:
     power_w: float | None
     energy_mj: float | None = None
     pids: frozenset[int] = field(default_factory=frozenset)
+    # Its clocks, temperature, power limit and throttle reasons (bench/conditions.py).
+    cond: GpuCondition | None = None
 
 
 @dataclass(frozen=True)

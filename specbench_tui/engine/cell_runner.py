@@ -22,6 +22,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from specbench_tui.bench.client import went_away
+from specbench_tui.bench.conditions import (
+    PROC_LOADAVG,
+    PROC_STAT,
+    CpuReading,
+    cpu_conditions,
+    parse_cpu,
+)
 from specbench_tui.bench.figures import slo_columns
 from specbench_tui.bench.greedy import greedy_warnings
 from specbench_tui.bench.metrics import summarize
@@ -34,7 +41,8 @@ from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter, engine_dead
-from specbench_tui.errors import describe
+from specbench_tui.errors import HostError, describe
+from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.estimate import cell_requests
 from specbench_tui.results.cells import Cell, ServiceGroup
@@ -57,6 +65,8 @@ T = TypeVar("T")
 # engine's API server can exit a second or so after its engine core died) before its health is
 # asked.
 DEATH_SETTLE_S = 3.0
+# How long a read of the host's CPU counters at a cell's edge may take (one round trip).
+CPU_READ_S = 5.0
 
 
 class DeathWatch:
@@ -180,9 +190,11 @@ async def run_one(
     handle: GroupHandle,
     facts: ServerFacts,
     prompting: Prompting | None = None,
+    host: Host | None = None,
 ) -> str | None:
     """Run one attempt of ``cell`` and record how it ended. The engine's acceptance
-    counters are read around its measured requests where the server exposes them;
+    counters are read around its measured requests where the server exposes them, and the
+    host's CPU counters (``bench/conditions.py``) at its edges where ``host`` is given;
     ``prompting`` is the group's template (None: ChatML, for a caller that found none).
     Returns why the server is dead when it died under the attempt (which is then set aside,
     unless the operator skipped it), else None."""
@@ -211,6 +223,7 @@ async def run_one(
 
     engine = adapter(facts.engine)
     window = CounterWindow(engine, svc.base_url) if facts.metrics else None
+    cpu_before = await read_cpu(host)
     task = asyncio.ensure_future(
         run_cell(
             cell,
@@ -262,11 +275,25 @@ async def run_one(
     )
     result.acceptance["engine"] = engine.name
     result.acceptance["engine_version"] = facts.version
+    result.figures.update(cpu_conditions(cpu_before, await read_cpu(host)))
     death = await confirm_death(svc, watch, link_dropped)
     await conclude(
         ctx, cell, group, svc, attempt, result, handle, link_dropped(), death is not None
     )
     return death  # dead whatever became of the cell (a skip still skips): restarted
+
+
+async def read_cpu(host: Host | None) -> CpuReading | None:
+    """The host's CPU counters now; None without a host or where they cannot be read (a
+    condition is a record, never a reason for a cell to fail)."""
+    if host is None:
+        return None
+    try:
+        got = await asyncio.wait_for(host.read_files([PROC_STAT, PROC_LOADAVG]), CPU_READ_S)
+    except (TimeoutError, OSError, HostError) as exc:
+        log.debug("host CPU counters not read: %s", describe(exc))
+        return None
+    return parse_cpu(got.get(PROC_STAT), got.get(PROC_LOADAVG))
 
 
 def _cancelling() -> bool:

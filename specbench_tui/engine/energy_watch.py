@@ -1,4 +1,6 @@
-"""Follows the GPU samples of a run and records each finished cell's GPU board energy.
+"""Follows the GPU samples of a run and records each finished cell's GPU board energy, with
+the GPU conditions over its window (clocks, temperature, power limit, throttle reasons, other
+processes: ``bench/conditions.py``).
 
 The figures are ``bench/energy.py``'s, computed here because only here are they all at
 hand: the live samples with the processes on each GPU (``telemetry.parquet`` keeps no
@@ -32,6 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from specbench_tui.bench.conditions import GpuCondition, gpu_conditions
 from specbench_tui.bench.energy import PowerSample, cell_energy, idle_power
 from specbench_tui.hosts.telemetry import GpuSample
 from specbench_tui.results.events import (
@@ -179,6 +182,13 @@ class EnergyWatch:
             power_w=s.power_w,
             energy_mj=s.energy_mj,
             pids=frozenset(p.pid for p in s.processes),
+            cond=GpuCondition(
+                sm_clock_mhz=s.sm_clock_mhz,
+                mem_clock_mhz=s.mem_clock_mhz,
+                temp_c=s.temp_c,
+                power_limit_w=s.power_limit_w,
+                throttle_reasons=s.throttle_reasons,
+            ),
         )
         self._last[(s.host, ps.gpu)] = ps
         for srv in self._servers.values():
@@ -265,13 +275,16 @@ class EnergyWatch:
             idle_power_w=srv.idle_power_w if srv is not None else None,
             own_pids=srv.pids if srv is not None else None,
         )
+        own = srv.pids if srv is not None else set()
+        foreign = {p for s in w.samples for p in s.pids} - own if srv is not None else set()
+        conditions = gpu_conditions((s.cond for s in w.samples if s.cond), foreign)
         self._emit(
             CellEnergy(
                 cell_id=w.cell_id,
                 group=w.group,
                 cell=w.cell,
                 attempt=w.attempt,
-                figures=result.figures(),
+                figures={**result.figures(), **conditions},
             )
         )
         self._changed()

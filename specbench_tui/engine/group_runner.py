@@ -120,7 +120,7 @@ class GroupRunner:
                     cell = pending[0]
                     if svc.alive():
                         death = await run_one(
-                            ctx, cell, group, svc, handle, self.facts, self.prompting
+                            ctx, cell, group, svc, handle, self.facts, self.prompting, self.host
                         )
                         if svc.link_drops != self.drops_seen:
                             continue  # the cell was set aside; ride the outage out first

@@ -27,12 +27,15 @@ from specbench_tui import __version__
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter
+from specbench_tui.engines.settings import differing, said
 from specbench_tui.errors import HostError, describe
 from specbench_tui.hosts import gpu_agent
 from specbench_tui.hosts.host import Host, server_pythons
 from specbench_tui.hosts.telemetry import AgentRunner
+from specbench_tui.report.inputs import resolve_baseline
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import iso_utc
+from specbench_tui.results.files import read_json_object
 
 #: How long the host probe may take (an interpreter start on a remote host, package metadata, NVML).
 PROBE_TIMEOUT_S = 60.0
@@ -151,6 +154,47 @@ async def record_manifest(
         "engine": facts.engine or group.engine,
         "engine_version": facts.version,  # what the ready server itself reported
         "served_model": facts.served_model,
+        # The server's effective settings and their source (engines/settings.py): what the
+        # report's comparability audit compares key by key.
+        "settings": facts.settings,
+        "settings_source": facts.settings_source,
         "probe": probe,
     }
     await asyncio.to_thread(ctx.store.record_manifest, group.id, entry)
+    for line in settings_said(ctx, group):
+        ctx.hub.notice(line, "warning")
+
+
+def settings_said(ctx: RunContext, group: ServiceGroup) -> list[str]:
+    """Where the ready group's server settings differ from its baseline's on the same host
+    and TP (either recorded first), one line per pair saying which keys: its speed-ups will
+    be marked not comparable in the report (report/comparability.py), and the operator can
+    stop and mend the plan now instead of after the campaign."""
+    groups = read_json_object(ctx.layout.manifest).get("groups")
+    if not isinstance(groups, dict):
+        return []
+    configs = [g.group.config for g in ctx.state.groups.values() if g.group is not None]
+    base = resolve_baseline({"campaign": {"baseline": ctx.spec.campaign.baseline}}, configs)
+    mine = groups.get(group.id)
+    if base is None or not isinstance(mine, dict) or not isinstance(mine.get("settings"), dict):
+        return []
+    levels = [c.cell.concurrency or 0 for c in ctx.state.cells.values() if c.cell is not None]
+    out = []
+    for gid, other in groups.items():
+        if gid == group.id or not isinstance(other, dict):
+            continue
+        if (other.get("host"), other.get("tp")) != (group.host, group.tp):
+            continue
+        if base not in (group.config, other.get("config")) or group.config == other.get("config"):
+            continue
+        theirs = other.get("settings")
+        if not isinstance(theirs, dict):
+            continue
+        keys = differing(mine["settings"], theirs, max(levels, default=0))
+        if keys:
+            which = said(mine["settings"], theirs, keys)
+            out.append(
+                f"{group.id}: server settings differ from {gid}'s ({which}): speed-ups "
+                "between them will be marked not comparable"
+            )
+    return out

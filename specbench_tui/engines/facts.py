@@ -25,6 +25,9 @@ class ServerFacts:
     metrics: bool = False  # /metrics has the counters acceptance needs
     problems: list[str] = field(default_factory=list)  # what ran is not what was asked
     notes: list[str] = field(default_factory=list)  # what the operator should know
+    # Its effective settings by name, and where they were read (engines/settings.py).
+    settings: dict[str, Any] | None = None
+    settings_source: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -23,6 +23,7 @@ import httpx
 from specbench_tui.engines.adapter import MODELS_PATH, OPENAI_API, get_json
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter
+from specbench_tui.engines.settings import PLAN_COMMAND, from_command
 from specbench_tui.results.cells import ServiceGroup
 
 
@@ -49,6 +50,8 @@ async def inspect_server(
         if own:
             await client.aclose()
     _served_model(facts, group)
+    if facts.settings is None:  # the engine reports none: what the plan started it with
+        facts.settings, facts.settings_source = from_command(group.command), PLAN_COMMAND
     if group.host_kind != "sim":  # the simulator rehearses a plan; it runs no real engine
         _compare(facts, group)
         _notes(facts, group)

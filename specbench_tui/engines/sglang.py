@@ -65,6 +65,7 @@ from specbench_tui.engines.adapter import (
 from specbench_tui.engines.counters import Counters
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import LogCounts, norm_key, number
+from specbench_tui.engines.settings import SERVER_INFO, from_server_info
 from specbench_tui.engines.sglang_log import SglangLogFormat
 from specbench_tui.engines.sglang_stream import (
     ACCEPT_LENGTH_DEFINITION,
@@ -415,6 +416,7 @@ class SglangAdapter(EngineAdapter):
             facts.notes.append("the server answered no server info; what runs is not confirmed")
             return
         f = server_info_facts(info)
+        facts.settings, facts.settings_source = from_server_info(info), SERVER_INFO
         facts.version = f["version"]
         facts.speculative = f["speculative"]
         facts.algorithm = f["algorithm"]

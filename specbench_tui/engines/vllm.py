@@ -43,6 +43,8 @@ from specbench_tui.engines.adapter import (
 from specbench_tui.engines.counters import Counters
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.log_values import LogCounts, norm_key, number
+from specbench_tui.engines.settings import NON_DEFAULT_ARGS
+from specbench_tui.engines.settings import from_log as settings_from_log
 from specbench_tui.engines.streams import (
     OpenAIStream,
     StreamMode,
@@ -458,6 +460,9 @@ class VllmAdapter(EngineAdapter):
         """The start-up config line says the version, the method and the TP size; the
         ``spec_decode_*`` families exist on the metrics page only with speculation."""
         cfg = config_facts(log_lines)
+        args = settings_from_log(log_lines)
+        if args is not None:
+            facts.settings, facts.settings_source = args, NON_DEFAULT_ARGS
         facts.version = facts.version or cfg.get("version")
         facts.algorithm = cfg.get("algorithm")
         facts.tp = cfg.get("tp")

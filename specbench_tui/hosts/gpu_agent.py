@@ -237,6 +237,7 @@ class NvmlSource:
         out["energy_mj"] = int(energy) if energy is not None else None
         temp = get(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
         out["temp_c"] = float(temp) if temp is not None else None
+        out.update(self.conditions(get))
         procs = []
         for p in get(nvml.nvmlDeviceGetComputeRunningProcesses) or []:
             used = getattr(p, "usedGpuMemory", None)
@@ -251,6 +252,27 @@ class NvmlSource:
             )
         out["processes"] = procs
         return out
+
+    def conditions(self, get: Any) -> dict[str, Any]:
+        """Clocks, power limit and throttle reasons: the conditions a measurement depends on.
+        The reasons call was renamed (ClocksThrottle -> ClocksEvent, driver 535); the older
+        name is taken where the bindings lack the new one."""
+        nvml = self.nvml
+        clock = getattr(nvml, "nvmlDeviceGetClockInfo", None)
+        sm = get(clock, getattr(nvml, "NVML_CLOCK_SM", 1)) if clock else None
+        mem = get(clock, getattr(nvml, "NVML_CLOCK_MEM", 2)) if clock else None
+        limit_fn = getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None)
+        limit = get(limit_fn) if limit_fn else None
+        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        reasons = get(reasons_fn) if reasons_fn else None
+        return {
+            "sm_clock_mhz": float(sm) if sm is not None else None,
+            "mem_clock_mhz": float(mem) if mem is not None else None,
+            "power_limit_w": round(limit / 1000.0, 1) if limit is not None else None,
+            "throttle_reasons": int(reasons) if reasons is not None else None,
+        }
 
 
 # --- nvidia-smi ------------------------------------------------------------------------------
@@ -290,6 +312,10 @@ def parse_smi(gpu_csv: str, apps_csv: str, t: float | None = None) -> list[dict[
             "mem_total_mib": smi_number(row[5]),
             "power_w": smi_number(row[7]),
             "temp_c": smi_number(row[9]),
+            "sm_clock_mhz": smi_number(row[10]),
+            "mem_clock_mhz": None,  # not among the captured query's fields
+            "power_limit_w": smi_number(row[8]),
+            "throttle_reasons": None,  # likewise: NVML reads them
             "energy_mj": None,  # nvidia-smi has no energy counter: power is integrated
             "processes": [],
         }

@@ -98,7 +98,7 @@ def seed_estimate(inp: Inputs) -> dict[str, str]:
             speed = speeds.get(r["host"], 1.0)
             if r["config"] == base:
                 rates.setdefault(r["tp"], []).append(r["decode_tok_s"] / speed)
-            elif r["speedup"] and not (r["failed_check"] or r["implausible"]):
+            elif r["speedup"] and not (r["failed_check"] or r["why"]):
                 ups.append(r["speedup"])
         if rates:
             out["tok_s"] = (

@@ -39,6 +39,7 @@ import polars as pl
 from specbench_tui.bench.figures import DecodeTotal, decode_parts_expr
 from specbench_tui.engines.adapter import EngineAdapter
 from specbench_tui.engines.registry import DEFAULT_ENGINE, accept_length, adapter
+from specbench_tui.report.comparability import Audit
 from specbench_tui.report.energy_pool import energy_valid, pool_energy
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.inputs import known_configs as known_configs_of
@@ -464,12 +465,23 @@ def rank_decode(
     if acc is None:  # the caller's accept frame by key, where it has one already
         have = set(ACCEPT_COLUMNS) <= set(df.columns)  # decode columns alone: no doubt
         acc = accept_rows(df, keys) if have else {}
+    check, base = audit(inp), baseline(inp)
 
     def doubt(it: Ranked) -> str:
         row = acc.get(tuple(it.key[k] for k in keys)) or {}
-        return implausible(it.speedup, row.get("accept_len_weighted"))
+        reasons = check.why(it.key, base) if base is not None and it.speedup else []
+        said = implausible(it.speedup, row.get("accept_len_weighted"))
+        return "; ".join([*reasons, said] if said else reasons)
 
     return rank(moments, scope, inp, doubt=doubt)
+
+
+def audit(inp: Inputs) -> Audit:
+    """The comparability audit of ``inp`` (``report/comparability.py``), made once."""
+    if "audit" not in inp.cache:
+        packed, _ = group_kinds(inp)
+        inp.cache["audit"] = Audit(inp, cell_figures(inp), packed)
+    return inp.cache["audit"]
 
 
 #: How far above its config's accept length a decode speed-up's interval may start before the
@@ -480,6 +492,8 @@ def rank_decode(
 PLAUSIBLE_MARGIN = 0.10
 #: The mark of an implausible speed-up, in every table beside the figure.
 IMPLAUSIBLE_MARK = "implausible"
+#: The mark of a speed-up measured under conditions unlike its baseline's (``why``).
+NOT_COMPARABLE_MARK = "not comparable"
 
 
 def implausible(speedup: Ratio | None, accept: float | None) -> str:
@@ -584,6 +598,8 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "speedup_too_few",
     "untimed",
     "implausible",
+    "comparable",
+    "why",
     "accept_len_mean",
     "accept_len_weighted",
     "acceptance_rate",
@@ -675,7 +691,11 @@ def comparison(inp: Inputs) -> pl.DataFrame:
       single read, bench/figures.py): its decode figures and speed-up are null and ``n`` is 0,
       and the row stays, with its other figures (accept length), never best.
       ``implausible``: why the speed-up cannot be what it says (``implausible()``: above the
-      config's accept length beyond ``PLAUSIBLE_MARGIN``), else null; such a row is never
+      config's accept length beyond ``PLAUSIBLE_MARGIN``), else null. ``comparable``: the
+      speed-up compares like with like (``report/comparability.py``: the same server settings
+      but the speculative ones, host load, client lag, packing, GPU clocks and throttling, no
+      foreign GPU process, plausible); null for the baseline and without a speed-up;
+      ``why``: every reason it does not, else null. A row that is not comparable is never
       best.
     - ``speedup``, ``speedup_lo``, ``speedup_hi``: ``decode_tok_s`` over the baseline config's
       in the same host, TP, workload and level, with Fieller's 95% interval; null without a
@@ -737,7 +757,9 @@ def comparison(inp: Inputs) -> pl.DataFrame:
                 "decode_tok_s_hi": it.hi,
                 "decode_tok_s_sd": it.sd,
                 "untimed": it.untimed,
-                "implausible": it.doubt or None,
+                "implausible": implausible(sp, a.get("accept_len_weighted")) or None,
+                "comparable": None if sp is None or it.key["config"] == base else not it.doubt,
+                "why": it.doubt or None,
                 "speedup": sp.value if sp else None,
                 "speedup_lo": sp.lo if sp else None,
                 "speedup_hi": sp.hi if sp else None,
@@ -781,6 +803,8 @@ def _comparison_schema() -> dict[str, Any]:
         speedup_too_few=pl.Boolean,
         untimed=pl.Boolean,
         implausible=pl.String,
+        comparable=pl.Boolean,
+        why=pl.String,
         packed=pl.Boolean,
         between_runs=pl.Boolean,
     )

@@ -23,7 +23,11 @@ import jinja2
 from specbench_tui.errors import InputError
 from specbench_tui.printable import printable
 from specbench_tui.report.blocks import Chart, Column, Point
-from specbench_tui.report.build import Report, build_report
+from specbench_tui.report.build import Report, build_from
+from specbench_tui.report.comparisons import FILE as COMPARISONS_FILE
+from specbench_tui.report.comparisons import write_comparisons
+from specbench_tui.report.inputs import load_inputs
+from specbench_tui.report.sections.common import compared
 from specbench_tui.report.tables_csv import write_tables
 from specbench_tui.report.tex_fit import head_lines, layout
 from specbench_tui.results.files import StorageError, write_bytes_atomic
@@ -385,7 +389,13 @@ def render_report(results_dir: Path) -> list[Path]:
     root = Path(results_dir)
     if not root.is_dir():
         raise InputError(f"{root}: no such results directory")
-    return _write(root, "report", build_report(root))
+    inp = load_inputs(root)
+    report = build_from(inp)
+    try:  # every comparison the report made, with its audit, as data
+        write_comparisons(root, inp, compared(inp))
+    except (StorageError, OSError) as exc:
+        log.warning("%s not written: %s", COMPARISONS_FILE, exc)
+    return _write(root, "report", report)
 
 
 def render_comparison(results_dirs: list[Path]) -> list[Path]:

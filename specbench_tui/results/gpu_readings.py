@@ -45,6 +45,14 @@ class GpuReadings:
         "NVML's total energy counter since the driver loaded (Volta and newer); none on "
         "nvidia-smi, on a board without it and from an agent older than the field",
     )
+    sm_clock_mhz: float | None = _reading("MHz", "SM clock now")
+    mem_clock_mhz: float | None = _reading("MHz", "memory clock now (NVML only)")
+    power_limit_w: float | None = _reading("W", "enforced power limit")
+    throttle_reasons: int | None = _reading(
+        "bits",
+        "NVML's clocks-event (throttle) reasons mask, nvml.h's nvmlClocksEventReason* bits "
+        "(NVML only)",
+    )
 
     def readings(self) -> dict[str, Any]:
         """The readings alone, by name: what one shape hands the next."""

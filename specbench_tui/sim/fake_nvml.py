@@ -257,3 +257,27 @@ def nvmlDeviceGetPowerManagementLimit(handle: Handle) -> int:
 
 def nvmlDeviceGetPowerManagementDefaultLimit(handle: Handle) -> int:
     return nvmlDeviceGetPowerManagementLimit(handle)
+
+
+# --- the conditions a sample reads each interval: clocks as set unless the simulated server's
+# state says it is throttled (``sm_clock_mhz``, ``throttle_reasons`` in its GPU file) ---------
+
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+
+
+def nvmlDeviceGetClockInfo(handle: Handle, clock_type: int) -> int:
+    data = _read(handle)
+    if clock_type == NVML_CLOCK_SM and data:
+        return int(_num(data, "sm_clock_mhz", SIM_CLOCKS_MHZ[NVML_CLOCK_SM]))
+    return nvmlDeviceGetApplicationsClock(handle, clock_type)
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle: Handle) -> int:
+    return nvmlDeviceGetPowerManagementLimit(handle)
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle: Handle) -> int:
+    """0x1 (idle) with no server on the GPU, else what the server's state says (0: none)."""
+    data = _read(handle)
+    return int(_num(data, "throttle_reasons", 0)) if data else 0x1

@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from specbench_tui.bench.conditions import conditions_said
 from specbench_tui.bench.figures import FIGURE_NAMES, STALL_FLAG, decode_left_out, stall_said
 from specbench_tui.results.progress import CampaignProgress, CellState, GroupState, format_clock
 from specbench_tui.tui.look import MARKS, SERVER_MARKS, Palette, palette_for, shown_status
@@ -86,6 +87,9 @@ def _figures(c: CellState) -> list[tuple[str, str]]:
         lag = f.get("client_lag_p99_s")
         shown = f"{float(lag) * 1e3:.1f} ms" if lag is not None else "?"
         out.append((LAGGED, f"loop lag p99 {shown}: timings suspect"))
+    said = conditions_said(f)
+    if said:
+        out.append(("conditions", said))
     return out
 
 

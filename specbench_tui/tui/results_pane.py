@@ -272,13 +272,14 @@ class ResultsPane(Vertical):
                     text = text.replace(" ±", "× ±", 1) if "±" in text else text + "×"
                     if r.get("speedup_too_few"):  # no interval to show: say why
                         text += f" ({TOO_FEW})" if wide else "?"
-                doubt = bool(r.get("implausible"))
+                doubt = bool(r.get("why"))
                 if failed and wide:  # narrow: the ⚠ on the config says it
                     text += " lossy"
                 elif open_check and wide:
                     text += " unchecked"
-                elif doubt:  # above what the accept length allows: never a plain speed-up
-                    text += " implausible" if wide else "!"
+                elif doubt:  # unlike its baseline, or above what the accept length allows
+                    said = "implausible" if r.get("implausible") else "not comparable"
+                    text += f" {said}" if wide else "!"
                 style = pal.warning if failed or open_check or doubt else ""
                 cells.append(Text(text, style=style))
             elif key in ("accept", "accept_mean"):

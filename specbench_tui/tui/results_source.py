@@ -35,6 +35,7 @@ from specbench_tui.report.frames import (
     baseline,
     cell_energy,
     group_kinds,
+    implausible,
     label,
     rank_decode,
     requests,
@@ -71,6 +72,7 @@ COLUMNS: dict[str, pl.DataType | type[pl.DataType]] = {
     "failed_check": pl.String,  # why the config failed a correctness check, null if it did not
     "unchecked": pl.String,  # why no verdict covers its outputs (never best), null if one does
     "implausible": pl.String,  # why the speed-up cannot be what it says (never best), else null
+    "why": pl.String,  # every reason the row is not comparable with its baseline, else null
     "best": pl.Boolean,  # fastest at its point, and distinguishable from the runner-up
     "pooled": pl.Boolean,  # the report's row over every prompt set and length of the workload
     "partial": pl.String,  # "done/planned" while some of the row's planned cells are not done
@@ -123,6 +125,7 @@ def comparison(root: Path) -> pl.DataFrame:
                 else None,
                 "unchecked": (r["check_reason"] or "unchecked") if r["unchecked"] else None,
                 "implausible": r["implausible"],
+                "why": r["why"],
                 "best": bool(r["best"]) and done >= planned,
                 "pooled": True,
                 "partial": f"{done}/{planned}" if done < planned else None,
@@ -187,7 +190,8 @@ def _point_rows(inp: Inputs, cells: dict[tuple[Any, ...], list[int]]) -> list[di
                 ).get("j_per_token"),
                 "failed_check": it.failed_check or None,
                 "unchecked": it.unchecked or None,
-                "implausible": it.doubt or None,
+                "implausible": implausible(sp, a.get("accept_len_weighted")) or None,
+                "why": it.doubt or None,
                 "best": it.best and done >= planned,
                 "pooled": False,
                 "partial": f"{done}/{planned}" if done < planned else None,

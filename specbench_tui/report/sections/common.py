@@ -12,6 +12,7 @@ from specbench_tui.report.blocks import Cell, Column, Section
 from specbench_tui.report.frames import (
     FAILED_MARK,
     IMPLAUSIBLE_MARK,
+    NOT_COMPARABLE_MARK,
     PLAUSIBLE_MARGIN,
     UNCHECKED_MARK,
     UNTIMED_MARK,
@@ -46,7 +47,10 @@ MARKS_EXPLAINED = (
     f"'{IMPLAUSIBLE_MARK}' marks a speed-up whose interval lies over {PLAUSIBLE_MARGIN:.0%} above "
     "the config's accept length: a verify step that yields L tokens cannot make decoding more "
     "than about L times faster, so the two sides ran under different conditions (load, clocks); "
-    "it is never best."
+    f"it is never best. '{NOT_COMPARABLE_MARK}' marks a config whose measurement differs from "
+    "its baseline's in more than speculative decoding (server settings, host load, client lag, "
+    "packing, GPU clocks or throttling, a foreign GPU process): the Comparability section says "
+    "why for each; it is never best."
 )
 
 
@@ -69,6 +73,8 @@ def note(r: dict[str, Any]) -> str:
         marks.append(UNTIMED_MARK)
     if r.get("implausible"):
         marks.append(IMPLAUSIBLE_MARK)
+    elif r.get("why"):
+        marks.append(NOT_COMPARABLE_MARK)
     if r.get("best"):
         marks.append(BEST_NOTE)
     elif r.get("top_tie"):

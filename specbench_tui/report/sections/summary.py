@@ -103,7 +103,7 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
         eligible = [
             r
             for r in items
-            if not (r["failed_check"] or r["unchecked"] or r["untimed"] or r["implausible"])
+            if not (r["failed_check"] or r["unchecked"] or r["untimed"] or r["why"])
         ]
         if not eligible:
             untimed = [r["label"] for r in items if r["untimed"]]

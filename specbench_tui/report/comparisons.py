@@ -1,0 +1,109 @@
+"""``comparisons.parquet``: one row per comparison the report makes, with its audit.
+
+Each row is a config against its baseline in one scope (host, TP, workload kind, workload,
+concurrency level) for one figure: the decode speed-up (``decode_tok_s`` over the
+baseline's, Fieller's interval) and, where both sides' GPU energy is valid, the energy ratio
+(J per output token over the baseline's; no interval). ``comparable`` and ``why`` are the
+comparability audit's (``report/comparability.py``) for the pair, the same for every figure
+of it; ``temperature`` is the sampling temperature the pair's cells share, null where they
+mix several.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report.frames import SCOPE, baseline, cell_figures, comparison
+from specbench_tui.report.inputs import Inputs
+from specbench_tui.results.files import write_bytes_atomic
+
+FILE = "comparisons.parquet"
+
+SPEEDUP = "decode speed-up"
+ENERGY_RATIO = "energy per token ratio"
+
+SCHEMA: dict[str, Any] = {
+    "host": pl.String,
+    "config": pl.String,
+    "baseline": pl.String,
+    "tp": pl.Int64,
+    "kind": pl.String,
+    "workload": pl.String,
+    "level": pl.Int64,
+    "temperature": pl.Float64,
+    "figure": pl.String,
+    "ratio": pl.Float64,
+    "lo": pl.Float64,
+    "hi": pl.Float64,
+    "comparable": pl.Boolean,
+    "why": pl.String,
+}
+
+
+def _temperatures(inp: Inputs) -> dict[tuple[Any, ...], float | None]:
+    cells = cell_figures(inp)
+    if cells.height == 0 or "temperature" not in cells.columns:
+        return {}
+    keys = [*SCOPE, "config"]
+    out: dict[tuple[Any, ...], float | None] = {}
+    for r in cells.group_by(keys).agg(pl.col("temperature").unique()).to_dicts():
+        temps = [t for t in r["temperature"] if t is not None]
+        out[tuple(r[k] for k in keys)] = temps[0] if len(temps) == 1 else None
+    return out
+
+
+def comparisons(inp: Inputs, cmp: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Every comparison of ``inp`` (the comparison frame ``cmp`` where the caller has it)."""
+    cmp = comparison(inp) if cmp is None else cmp
+    base = baseline(inp)
+    if cmp.height == 0 or base is None:
+        return pl.DataFrame(schema=SCHEMA)
+    temps = _temperatures(inp)
+    rows = cmp.to_dicts()
+    base_energy = {
+        tuple(r[k] for k in SCOPE): r["j_per_token"] for r in rows if r["config"] == base
+    }
+    out = []
+    for r in rows:
+        if r["config"] == base or r["speedup"] is None:
+            continue
+        head = {
+            "host": r["host"],
+            "config": r["config"],
+            "baseline": base,
+            "tp": r["tp"],
+            "kind": r["kind"],
+            "workload": r["workload"],
+            "level": r["concurrency"],
+            "temperature": temps.get(tuple(r[k] for k in (*SCOPE, "config"))),
+            "comparable": bool(r["comparable"]),
+            "why": r["why"],
+        }
+        out.append(
+            {
+                **head,
+                "figure": SPEEDUP,
+                "ratio": r["speedup"],
+                "lo": r["speedup_lo"],
+                "hi": r["speedup_hi"],
+            }
+        )
+        theirs = base_energy.get(tuple(r[k] for k in SCOPE))
+        if r["j_per_token"] is not None and theirs:
+            ratio = r["j_per_token"] / theirs
+            out.append({**head, "figure": ENERGY_RATIO, "ratio": ratio, "lo": None, "hi": None})
+    return pl.DataFrame(out, schema=SCHEMA, orient="row")
+
+
+def write_comparisons(root: Path, inp: Inputs, cmp: pl.DataFrame | None = None) -> Path:
+    """Write ``comparisons.parquet`` into the results directory, whole (a reader sees the
+    file before or after, never half of it)."""
+    path = root / FILE
+    data = io.BytesIO()
+    comparisons(inp, cmp).write_parquet(data)
+    write_bytes_atomic(path, data.getvalue())
+    return path

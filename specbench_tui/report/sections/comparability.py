@@ -1,0 +1,77 @@
+"""Comparability: every comparison the report makes that does not hold between like and like,
+with its reasons (``report/comparability.py``), and what was checked. One line when every
+comparison holds; absent when there is no comparison (no baseline, or nothing beside it)."""
+
+from __future__ import annotations
+
+from specbench_tui.report import comparability as c
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
+from specbench_tui.report.comparisons import SPEEDUP, comparisons
+from specbench_tui.report.frames import label
+from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import compared
+
+CHECKED = (
+    "Each config is compared with the baseline in the same host, TP, workload and level, and "
+    "the comparison holds only where the two were measured alike: the servers' effective "
+    "settings (as the server reports them: SGLang's /server_info, vLLM's non-default args, "
+    "else the plan's command) equal in every key but the speculative ones; both ran packed "
+    "beside other servers or both alone; the CPU share a runnable task got (1 over the host's "
+    f"load per CPU, at most 1) within {c.SHARE_GAP:.0%} of each other; the client's event "
+    "loop lagging on both sides or neither; median GPU SM clocks within "
+    f"{c.CLOCK_GAP:.0%}, the same power limit and the same throttle reasons; no foreign process "
+    "on the GPUs; and a speed-up no larger than the accept length allows."
+)
+
+
+def build(inp: Inputs) -> Section | None:
+    rows = comparisons(inp, compared(inp))
+    pairs = rows.filter(rows["figure"] == SPEEDUP) if rows.height else rows
+    if pairs.height == 0:
+        return None
+    sec = Section("Comparability")
+    flagged = pairs.filter(~pairs["comparable"])
+    sec.add(
+        Para(
+            text(
+                CHECKED
+                + f" {pairs.height - flagged.height} of {pairs.height} comparisons hold"
+                + (
+                    "."
+                    if flagged.height == 0
+                    else f"; {flagged.height} do not, each marked 'not comparable' (or "
+                    "'implausible') in every table and never called best:"
+                )
+            )
+        )
+    )
+    if flagged.height == 0:
+        return sec
+    table_rows = []
+    for r in flagged.sort("host", "tp", "kind", "workload", "level", "config").to_dicts():
+        level = f" c{r['level']}" if r["kind"] == "concurrency" else ""
+        table_rows.append(
+            [
+                Cell(label(inp, r["config"])),
+                Cell(str(r["tp"])),
+                Cell(f"{r['workload']}{level}"),
+                Cell(f.ratio(r["ratio"], r["lo"], r["hi"], False)),
+                Cell(str(r["why"] or "")),
+            ]
+        )
+    sec.add(
+        Table(
+            "Comparisons that do not hold, and why",
+            [
+                Column("Config", "l"),
+                Column("TP"),
+                Column("Workload", "l"),
+                Column("Speed-up [95% CI]"),
+                Column("Why not comparable", "p", 0.5),
+            ],
+            table_rows,
+            small=True,
+        )
+    )
+    return sec

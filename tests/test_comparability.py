@@ -1,0 +1,203 @@
+"""The comparability audit: a speed-up holds only between like and like (report/comparability.py),
+and every comparison the report makes is in comparisons.parquet with its audit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from conftest import MINIMAL_PLAN
+
+from specbench_tui.engine.campaign import Campaign, CampaignOptions
+from specbench_tui.plan.loader import load_plan
+from specbench_tui.report.build import build_report
+from specbench_tui.report.comparisons import ENERGY_RATIO, SPEEDUP, write_comparisons
+from specbench_tui.report.frames import NOT_COMPARABLE_MARK, comparison
+from specbench_tui.report.inputs import load_inputs
+from specbench_tui.report.render import render_texts
+from specbench_tui.results.layout import ResultsLayout
+from specbench_tui.tui import results_source
+from tests.support.results_builder import ResultsBuilder
+
+PLAN = '[campaign]\nname = "syn"\nbaseline = "ar"\n'
+SGLANG_INFO = Path(__file__).parent / "fixtures" / "sglang-0.5.23-cpu" / "ar" / "server_info.json"
+
+
+def _campaign(
+    tmp_path: Path,
+    *,
+    ar_figures: dict[str, Any] | None = None,
+    ng_figures: dict[str, Any] | None = None,
+    settings: tuple[dict[str, Any], dict[str, Any]] | None = None,
+) -> Path:
+    """ar and ngram on one host, two repeats of two prompts; ngram accepts 2 tokens a step
+    and decodes 1.8x faster: a plausible speed-up, which only the conditions can spoil."""
+    b = ResultsBuilder(tmp_path / "syn")
+    b.cell("ar-chat", "ar", 1, "single", "single")
+    b.cell("ng-chat", "ngram", 1, "single", "single")
+    ar = [
+        {"prompt_id": f"p{i}", "repeat": r, "e2e_s": 1.8 + 0.05 * i + 0.02 * r}
+        for r in (0, 1)
+        for i in range(2)
+    ]
+    ng = [
+        {
+            "prompt_id": f"p{i}",
+            "repeat": r,
+            "e2e_s": 1.0 + 0.01 * i + 0.005 * r,
+            "spec_verify_ct": 32,
+            "accept_length": 2.0,
+            "spec_accepted_tokens": 32,
+            "spec_draft_tokens": 96,
+        }
+        for r in (0, 1)
+        for i in range(2)
+    ]
+    b.finished("ar-chat", ar, figures=ar_figures)
+    b.finished("ng-chat", ng, figures=ng_figures)
+    root = b.write(plan=PLAN)
+    if settings is not None:
+        groups = {
+            f"sim.{cfg}.tp1": {"host": "sim", "config": cfg, "tp": 1, "settings": s}
+            for cfg, s in zip(("ar", "ngram"), settings, strict=True)
+        }
+        (root / "manifest.json").write_text(json.dumps({"manifest": 1, "groups": groups}))
+    return root
+
+
+def _ngram(root: Path) -> dict[str, Any]:
+    return next(r for r in comparison(load_inputs(root)).to_dicts() if r["config"] == "ngram")
+
+
+def _report_row(root: Path) -> str:
+    md, _ = render_texts(build_report(root))
+    return next(ln for ln in md.splitlines() if ln.startswith("| ngram |"))
+
+
+def test_alike_conditions_compare_and_the_best_is_named(tmp_path: Path) -> None:
+    load = {"host_load_per_cpu": 0.3, "gpu_sm_clock_mhz": 1980.0, "gpu_power_limit_w": 700.0}
+    info = json.loads(SGLANG_INFO.read_text())
+    spec = {**info, "speculative_algorithm": "NGRAM", "random_seed": 7, "port": 30001}
+    root = _campaign(tmp_path, ar_figures=load, ng_figures=load, settings=(info, spec))
+    ng = _ngram(root)
+    assert ng["comparable"] is True and ng["why"] is None and ng["best"]
+    assert NOT_COMPARABLE_MARK not in _report_row(root)
+
+
+def test_one_differing_server_argument_is_named(tmp_path: Path) -> None:
+    # A real SGLang server's settings; the speculative one turned overlap scheduling off.
+    info = json.loads(SGLANG_INFO.read_text())
+    spec = {
+        **info,
+        "speculative_algorithm": "NGRAM",
+        "disable_overlap_schedule": not info["disable_overlap_schedule"],
+    }
+    root = _campaign(tmp_path, settings=(info, spec))
+    ng = _ngram(root)
+    assert ng["comparable"] is False and not ng["best"]
+    assert "disable_overlap_schedule" in ng["why"], ng["why"]
+    assert "speculative_algorithm" not in ng["why"]
+    assert NOT_COMPARABLE_MARK in _report_row(root)
+    shown = [r for r in results_source.comparison(root).to_dicts() if r["config"] == "ngram"]
+    assert shown and all("disable_overlap_schedule" in (r["why"] or "") for r in shown)
+    md, _ = render_texts(build_report(root))
+    section = md[md.index("## Comparability") :].split("\n## ")[0]
+    assert "0 of 1 comparisons hold" in section and "disable\\_overlap\\_schedule" in section
+
+
+def test_a_baseline_measured_under_a_cpu_load_the_config_did_not_have(tmp_path: Path) -> None:
+    root = _campaign(
+        tmp_path, ar_figures={"host_load_per_cpu": 20.0}, ng_figures={"host_load_per_cpu": 0.4}
+    )
+    ng = _ngram(root)
+    assert ng["comparable"] is False
+    assert "host load per CPU 0.40 against the baseline's 20.00" in ng["why"]
+
+
+def test_load_within_the_share_tolerance_is_alike(tmp_path: Path) -> None:
+    # 0.2 and 0.9 per CPU: both sides had a CPU for every runnable task.
+    root = _campaign(
+        tmp_path, ar_figures={"host_load_per_cpu": 0.2}, ng_figures={"host_load_per_cpu": 0.9}
+    )
+    assert _ngram(root)["comparable"] is True
+
+
+def test_gpu_conditions_that_differ(tmp_path: Path) -> None:
+    root = _campaign(
+        tmp_path,
+        ar_figures={"gpu_sm_clock_mhz": 1980.0, "gpu_power_limit_w": 700.0, "gpu_throttle_mask": 0},
+        ng_figures={
+            "gpu_sm_clock_mhz": 1500.0,
+            "gpu_power_limit_w": 500.0,
+            "gpu_throttle_mask": 0x4 | 0x20,
+            "gpu_foreign_processes": 1,
+        },
+    )
+    why = _ngram(root)["why"]
+    assert "SM clock 1500 MHz against the baseline's 1980 MHz" in why
+    assert "power limit 500 W against the baseline's 700 W" in why
+    assert "throttling: power cap, thermal (software), the baseline: none" in why
+    assert "a process other than the servers held the GPUs" in why
+
+
+def test_client_lag_on_one_side_only(tmp_path: Path) -> None:
+    root = _campaign(tmp_path, ar_figures={"client_lagged": True}, ng_figures={})
+    assert "the client lagged in 1 of 1 of the baseline's cells only" in _ngram(root)["why"]
+
+
+def test_comparisons_parquet_holds_every_comparison_with_its_audit(tmp_path: Path) -> None:
+    root = _campaign(
+        tmp_path,
+        ar_figures={"host_load_per_cpu": 20.0},
+        ng_figures={"host_load_per_cpu": 0.4},
+    )
+    inp = load_inputs(root)
+    path = write_comparisons(root, inp)
+    got = pl.read_parquet(path)
+    assert got.columns[:3] == ["host", "config", "baseline"]
+    for col in ("tp", "workload", "level", "temperature", "figure", "ratio", "lo", "hi"):
+        assert col in got.columns
+    row = got.row(0, named=True)
+    assert (row["config"], row["baseline"], row["figure"]) == ("ngram", "ar", SPEEDUP)
+    assert row["comparable"] is False and "host load" in row["why"]
+    assert row["ratio"] == _ngram(root)["speedup"]
+    assert row["temperature"] == 0.0
+    assert ENERGY_RATIO not in got["figure"].to_list()  # no energy was measured
+
+
+# --- a simulated campaign ---------------------------------------------------------------------
+
+
+@pytest.mark.system
+async def test_a_simulated_server_started_with_one_more_argument(write_plan, tmp_path) -> None:
+    """The speculative config's server also gets ``--attention-backend triton``: the engine
+    says so when the second server is ready, and the report marks its speed-up, naming it.
+    Every cell records the host's CPU conditions, read at its edges."""
+    plan = MINIMAL_PLAN.replace(
+        '"--speculative-num-draft-tokens", "8"]',
+        '"--speculative-num-draft-tokens", "8", "--attention-backend", "triton"]',
+    )
+    loaded = load_plan(write_plan(plan))
+    layout = ResultsLayout.for_campaign(tmp_path, loaded.spec.campaign.name)
+    c = Campaign.prepare(loaded, layout, CampaignOptions())
+    assert await c.run() == 0
+    notices = [
+        json.loads(line)
+        for line in layout.events.read_text().splitlines()
+        if '"notice"' in line and "server settings differ" in line
+    ]
+    assert len(notices) == 1, notices
+    assert "attention_backend: 'triton' vs default" in notices[0]["text"]
+    manifest = json.loads(layout.manifest.read_text())["groups"]
+    assert manifest["sim.dflash.tp1"]["settings"]["attention_backend"] == "triton"
+    assert manifest["sim.ar.tp1"]["settings_source"] == "/server_info"
+    row = next(
+        r for r in comparison(load_inputs(layout.root)).to_dicts() if r["config"] == "dflash"
+    )
+    assert row["comparable"] is False and "attention_backend" in row["why"], row["why"]
+    cells = pl.read_parquet(layout.cells)
+    assert cells["host_load_per_cpu"].null_count() == 0
+    assert cells["host_cpu_busy"].is_between(0, 1).all()
