@@ -28,6 +28,12 @@ SERVER_INFO = "/server_info"
 NON_DEFAULT_ARGS = "start-up log: non-default args"
 PLAN_COMMAND = "the plan's command"
 
+#: Where the settings come from, in words (the report's Comparability section).
+SOURCES_SAID = (
+    "as the server reports them: SGLang's /server_info, vLLM's non-default args, else the "
+    "plan's command"
+)
+
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 
 #: Keys that say where a server listens or what it prints, never how it computes.

@@ -4,6 +4,7 @@ comparison holds; absent when there is no comparison (no baseline, or nothing be
 
 from __future__ import annotations
 
+from specbench_tui.engines.settings import SOURCES_SAID
 from specbench_tui.report import comparability as c
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
@@ -15,12 +16,13 @@ from specbench_tui.report.sections.common import compared
 CHECKED = (
     "Each config is compared with the baseline in the same host, TP, workload and level, and "
     "the comparison holds only where the two were measured alike: the servers' effective "
-    "settings (as the server reports them: SGLang's /server_info, vLLM's non-default args, "
-    "else the plan's command) equal in every key but the speculative ones; both ran packed "
+    f"settings ({SOURCES_SAID}) equal in every key but the speculative ones (caps on running "
+    "requests where the level reaches them, the KV pool under concurrency); both ran packed "
     "beside other servers or both alone; the CPU share a runnable task got (1 over the host's "
     f"load per CPU, at most 1) within {c.SHARE_GAP:.0%} of each other; the client's event "
     "loop lagging on both sides or neither; median GPU SM clocks within "
-    f"{c.CLOCK_GAP:.0%}, the same power limit and the same throttle reasons; no foreign process "
+    f"{c.CLOCK_GAP:.0%} (unless the slower side's own draw hit the power cap), the same power "
+    "limit, thermal or hardware slowdowns on both sides or neither; no foreign process "
     "on the GPUs; and a speed-up no larger than the accept length allows."
 )
 

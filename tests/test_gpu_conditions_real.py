@@ -1,0 +1,56 @@
+"""The GPU conditions a cell records, from a real H100's agent lines (NVML): clocks, power
+limit and clocks-event reasons are read, parsed as every sample is, and summarised as a
+cell's conditions (bench/conditions.py). Lines: tests/fixtures/nvml-h100-conditions/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specbench_tui.bench.conditions import (
+    GpuCondition,
+    conditions_said,
+    gpu_conditions,
+    throttle_names,
+)
+from specbench_tui.hosts.telemetry import GpuSample
+
+HERE = Path(__file__).parent / "fixtures" / "nvml-h100-conditions"
+
+
+def _samples(state: str) -> list[GpuSample]:
+    lines = (HERE / f"{state}.jsonl").read_text().splitlines()
+    return [GpuSample.from_json("h100", json.loads(line)) for line in lines]
+
+
+def _conditions(state: str) -> dict:
+    got = _samples(state)
+    return gpu_conditions(
+        GpuCondition(
+            sm_clock_mhz=s.sm_clock_mhz,
+            mem_clock_mhz=s.mem_clock_mhz,
+            temp_c=s.temp_c,
+            power_limit_w=s.power_limit_w,
+            throttle_reasons=s.throttle_reasons,
+        )
+        for s in got
+    )
+
+
+def test_every_line_carries_the_conditions() -> None:
+    for state in ("idle", "load1", "after"):
+        for s in _samples(state):
+            assert s.sm_clock_mhz and s.mem_clock_mhz == 2619.0
+            assert s.power_limit_w == 700.0
+            assert s.throttle_reasons in (0x1, 0x4)
+
+
+def test_a_dense_load_is_power_capped_and_idle_is_not_slowed() -> None:
+    load = _conditions("load1")
+    assert load["gpu_sm_clock_mhz"] == 1357.5 and load["gpu_power_limit_w"] == 700.0
+    assert throttle_names(load["gpu_throttle_mask"]) == ["power cap"]
+    idle = _conditions("idle")
+    assert idle["gpu_sm_clock_mhz"] == 345.0
+    assert idle["gpu_throttle_mask"] == 0  # "GPU idle" is a state, not a slowdown
+    assert "THROTTLED: power cap" in conditions_said(load)
+    assert "THROTTLED" not in conditions_said(idle)
