@@ -1,5 +1,5 @@
-"""A model's template files read over SSH, the way a campaign reads them on an SSH host:
-against a real sshd on 127.0.0.1."""
+"""A model's template files, and a cell's host CPU counters, read over SSH the way a campaign
+reads them on an SSH host: against a real sshd on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 
+from specbench_tui.bench.conditions import cpu_conditions
+from specbench_tui.engine.cell_runner import read_cpu
 from specbench_tui.engine.templates import GroupTemplates
 from specbench_tui.engines.tiny_model import CHAT_TEMPLATE
 from specbench_tui.hosts.host import SshSettings
@@ -61,5 +63,21 @@ async def test_template_read_over_ssh(sshd: Sshd, tmp_path: Path) -> None:  # no
         ((level, text),) = notices.said
         assert level == "warning" and f"gpu:{empty} has neither chat_template.jinja" in text
         assert "ChatML (the fallback)" in text
+    finally:
+        await host.close()
+
+
+async def test_cpu_counters_read_over_ssh(sshd: Sshd) -> None:  # noqa: F811
+    """A cell's host CPU conditions come from the server's host: /proc read through the
+    same transport as every other host read."""
+    host = SshHost("gpu", 1, SshSettings("sbtest", "t", ssh_config=str(sshd.config)))
+    try:
+        before = await read_cpu(host)
+        after = await read_cpu(host)
+        assert before is not None and after is not None and after.cpus >= 1
+        got = cpu_conditions(before, after)
+        if got:  # the two reads a jiffy apart at least
+            assert 0 <= got["host_cpu_busy"] <= 1 and got["host_load_per_cpu"] >= 0
+        assert (before.pressure_us is None) == (not Path("/proc/pressure/cpu").exists())
     finally:
         await host.close()

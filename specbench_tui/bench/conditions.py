@@ -10,7 +10,10 @@ Host CPU, read from the server's host at the cell's two edges (``/proc/stat`` an
   loses without seeing it;
 - ``host_load_per_cpu``: the kernel's one-minute load average at the window's end over the
   host's CPUs: above 1, runnable work waited for a CPU (the client's event loop among it
-  where the client runs on that host).
+  where the client runs on that host);
+- ``host_cpu_pressure``: the share of the window in which some runnable task waited for a
+  CPU (``/proc/pressure/cpu``'s "some" total, where the kernel keeps it): exact over the
+  window where the load average trails it by a minute.
 
 GPU, from the telemetry samples inside the window (``gpu_conditions``): the median SM and
 memory clocks, the highest temperature, the lowest enforced power limit, the throttle reasons
@@ -29,6 +32,8 @@ from typing import Any
 #: Where the host's CPU counters are read.
 PROC_STAT = "/proc/stat"
 PROC_LOADAVG = "/proc/loadavg"
+PROC_PRESSURE = "/proc/pressure/cpu"
+CPU_FILES = (PROC_STAT, PROC_LOADAVG, PROC_PRESSURE)
 
 
 @dataclass(frozen=True)
@@ -40,11 +45,16 @@ class CpuReading:
     total: int
     cpus: int
     load1: float
+    pressure_us: float | None = None  # CPU pressure "some" total (µs), where kept
+    at: float = 0.0  # when it was read (the reader's monotonic clock)
 
 
-def parse_cpu(stat: str | None, loadavg: str | None) -> CpuReading | None:
-    """``/proc/stat``'s ``cpu`` line and CPU count with ``/proc/loadavg``'s first figure;
-    None where either is missing or malformed."""
+def parse_cpu(
+    stat: str | None, loadavg: str | None, pressure: str | None = None, at: float = 0.0
+) -> CpuReading | None:
+    """``/proc/stat``'s ``cpu`` line and CPU count with ``/proc/loadavg``'s first figure (and
+    ``/proc/pressure/cpu``'s "some" total where given); None where either of the first two
+    is missing or malformed."""
     if not stat or not loadavg:
         return None
     fields: list[int] = []
@@ -67,7 +77,17 @@ def parse_cpu(stat: str | None, loadavg: str | None) -> CpuReading | None:
     except (IndexError, ValueError):
         return None
     busy = user + nice + system + irq + softirq + steal
-    return CpuReading(busy, steal, busy + idle + iowait, cpus, load1)
+    return CpuReading(busy, steal, busy + idle + iowait, cpus, load1, _pressure(pressure), at)
+
+
+def _pressure(text: str | None) -> float | None:
+    for line in (text or "").splitlines():
+        if line.startswith("some ") and "total=" in line:
+            try:
+                return float(line.rsplit("total=", 1)[1])
+            except ValueError:
+                return None
+    return None
 
 
 def cpu_conditions(before: CpuReading | None, after: CpuReading | None) -> dict[str, Any]:
@@ -78,12 +98,17 @@ def cpu_conditions(before: CpuReading | None, after: CpuReading | None) -> dict[
     total = after.total - before.total
     if total <= 0:
         return {}
-    return {
+    out: dict[str, Any] = {
         "host_cpu_busy": round((after.busy - before.busy) / total, 4),
         "host_cpu_steal": round((after.steal - before.steal) / total, 4),
         "host_load_per_cpu": round(after.load1 / after.cpus, 3),
         "host_cpus": after.cpus,
     }
+    wall = after.at - before.at
+    if before.pressure_us is not None and after.pressure_us is not None and wall > 0:
+        share = (after.pressure_us - before.pressure_us) / (wall * 1e6)
+        out["host_cpu_pressure"] = round(min(max(share, 0.0), 1.0), 4)
+    return out
 
 
 #: NVML's clocks-event (throttle) reasons, by bit (nvml.h ``nvmlClocksEventReason*``). The
@@ -156,6 +181,8 @@ def conditions_said(f: Mapping[str, Any]) -> str:
         parts.append(f"host load {float(f['host_load_per_cpu']):.2f}/CPU")
     if f.get("host_cpu_busy") is not None:
         parts.append(f"CPU busy {float(f['host_cpu_busy']):.0%}")
+    if f.get("host_cpu_pressure") is not None:
+        parts.append(f"CPU waited {float(f['host_cpu_pressure']):.0%}")
     if f.get("host_cpu_steal"):
         parts.append(f"steal {float(f['host_cpu_steal']):.1%}")
     if f.get("gpu_sm_clock_mhz") is not None:

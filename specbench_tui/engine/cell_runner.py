@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from specbench_tui.bench.client import went_away
 from specbench_tui.bench.conditions import (
-    PROC_LOADAVG,
-    PROC_STAT,
+    CPU_FILES,
     CpuReading,
     cpu_conditions,
     parse_cpu,
@@ -289,11 +289,12 @@ async def read_cpu(host: Host | None) -> CpuReading | None:
     if host is None:
         return None
     try:
-        got = await asyncio.wait_for(host.read_files([PROC_STAT, PROC_LOADAVG]), CPU_READ_S)
+        got = await asyncio.wait_for(host.read_files(CPU_FILES), CPU_READ_S)
     except (TimeoutError, OSError, HostError) as exc:
         log.debug("host CPU counters not read: %s", describe(exc))
         return None
-    return parse_cpu(got.get(PROC_STAT), got.get(PROC_LOADAVG))
+    texts = [got.get(p) for p in CPU_FILES]
+    return parse_cpu(*texts, at=time.monotonic())
 
 
 def _cancelling() -> bool:
