@@ -12,6 +12,7 @@ import pytest
 from conftest import MINIMAL_PLAN
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
+from specbench_tui.plan.expand import expand
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.report.build import build_report
 from specbench_tui.report.comparisons import ENERGY_RATIO, SPEEDUP, write_comparisons
@@ -211,3 +212,46 @@ async def test_a_simulated_server_started_with_one_more_argument(write_plan, tmp
     cells = pl.read_parquet(layout.cells)
     assert cells["host_load_per_cpu"].null_count() == 0
     assert cells["host_cpu_busy"].is_between(0, 1).all()
+
+
+PACKED = (
+    MINIMAL_PLAN.replace('baseline = "ar"', 'baseline = "ar"\npack = true\ninterference_check = 1')
+    .replace("samples = 2", "samples = 2\nrepeats = 3")
+    .replace(
+        '"--speculative-num-draft-tokens", "8"]',
+        '"--speculative-num-draft-tokens", "8", "--sim-fault", "neighbours:{slow}"]',
+    )
+)
+
+
+async def _packed(write_plan, tmp_path: Path, slow: float) -> dict[str, Any]:
+    loaded = load_plan(write_plan(PACKED.replace("{slow}", str(slow))))
+    assert [g.id for g in expand(loaded).groups if g.exclusive] == [
+        "sim.ar.tp1.solo",
+        "sim.dflash.tp1.solo",
+    ]
+    layout = ResultsLayout.for_campaign(tmp_path, loaded.spec.campaign.name)
+    c = Campaign.prepare(loaded, layout, CampaignOptions())
+    assert await c.run() == 0
+    inp = load_inputs(layout.root)
+    rows = comparison(inp).to_dicts()
+    return {"row": next(r for r in rows if r["config"] == "dflash"), "inp": inp}
+
+
+@pytest.mark.system
+async def test_a_packed_campaign_measures_what_packing_did(write_plan, tmp_path) -> None:
+    """interference_check = 1 runs one cell of each packed group again alone; where the
+    simulator slows a server beside another (``neighbours:3``), the packed speed-up is not
+    comparable and says by how much packing changed the config's rate."""
+    got = await _packed(write_plan, tmp_path, 3.0)
+    row = got["row"]
+    assert row["packed"] and row["comparable"] is False
+    assert "packing changed its decode rate: packed over alone 0.3" in row["why"], row["why"]
+    md, _ = render_texts(build_report(got["inp"].root))
+    assert "## Packing" in md and "## Comparability" in md
+
+
+@pytest.mark.timing  # alike only where the machine itself does not slow packed servers
+async def test_packing_within_noise_leaves_the_comparison_alike(write_plan, tmp_path) -> None:
+    row = (await _packed(write_plan, tmp_path, 1.0))["row"]
+    assert row["packed"] and "packing changed" not in (row["why"] or "")

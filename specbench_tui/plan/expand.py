@@ -65,6 +65,8 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
     for host_name in host_names:
         host = spec.hosts[host_name]
         first: tuple[ServiceGroup, ResolvedConfig] | None = None
+        host_groups: list[ServiceGroup] = []
+        configs_of: dict[str, ResolvedConfig] = {}
         for tp in sorted(spec.matrix.tp):
             # Every config once, then every config again (``runs``): a run's servers are
             # restarted, and a drift over the hours of a campaign falls on every config alike.
@@ -84,12 +86,22 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
                     groups.append(group)
                     cells.extend(group_cells)
                     first = first or (group, cfg)
-        if pack and spec.campaign.pack_control and first is not None:
-            # The control: the host's first group once more, alone on the host.
-            group, cfg = first
+                    host_groups.append(group)
+                    configs_of[group.id] = cfg
+        if not pack:
+            continue
+        check = spec.campaign.interference_check
+        for group in host_groups:
+            # A control: the group once more, alone on the host: every cell of the host's
+            # first group under pack_control, the first ``interference_check`` of each
+            # group otherwise.
+            whole = spec.campaign.pack_control and first is not None and group is first[0]
+            if not (whole or check):
+                continue
             solo = replace(group, id=f"{group.id}.solo", packed=False, exclusive=True)
+            solo_cells = _cells(spec, solo, configs_of[group.id], lib)
             groups.append(solo)
-            cells.extend(_cells(spec, solo, cfg, lib))
+            cells.extend(solo_cells if whole else solo_cells[:check])
     return Expansion(groups=groups, cells=cells)
 
 

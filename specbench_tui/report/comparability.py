@@ -10,7 +10,9 @@ the tolerance it is judged by (named in the README's "Like with like"):
   server itself where it reports them: ``engines/settings.py``) differ in a key that is not
   speculative, named (a cap on running requests counts where the level reaches it, the KV
   pool's size under concurrency only);
-- **packing**: one side ran beside other servers on its host and the other alone;
+- **packing**: one side ran beside other servers on its host and the other alone; or a
+  packed side whose control (``interference_check``, ``pack_control``: the group run again
+  alone on the host) measured a decode rate that packing changed beyond noise (Welch, 5%);
 - **host load**: the CPU share a runnable task got (``cpu_share`` of the host's load per
   CPU over each side's cells) differs between the sides by more than ``SHARE_GAP``;
 - **client lag**: the client's event loop lagged (``bench/client_health.py``'s threshold)
@@ -34,6 +36,7 @@ import polars as pl
 
 from specbench_tui.bench.conditions import throttle_names
 from specbench_tui.engines.settings import differing, said
+from specbench_tui.report import format as fmt
 from specbench_tui.report.inputs import Inputs
 
 #: How far apart the two sides' CPU shares may be (relative). A runnable task gets about
@@ -79,7 +82,13 @@ class Audit:
     """The conditions of every (scope, config) of a results directory, and the reasons a
     config's figures are not comparable with its baseline's."""
 
-    def __init__(self, inp: Inputs, cells: pl.DataFrame, packed_groups: set[str]) -> None:
+    def __init__(
+        self,
+        inp: Inputs,
+        cells: pl.DataFrame,
+        packed_groups: set[str],
+        packing: pl.DataFrame | None = None,
+    ) -> None:
         self._settings: dict[tuple[str, str, int], dict[str, Any]] = {}
         for entry in (inp.manifest or {}).values():
             if isinstance(entry, dict) and isinstance(entry.get("settings"), dict):
@@ -88,6 +97,11 @@ class Audit:
         self._rows = cells.to_dicts() if cells.height else []
         self._packed = packed_groups
         self._sides: dict[tuple[Any, ...], Side | None] = {}
+        # What packing did to each config where a control ran it alone (frames.packing_effect).
+        self._packing = {
+            tuple(r[k] for k in (*_SCOPE, "config")): r
+            for r in (packing.to_dicts() if packing is not None and packing.height else [])
+        }
 
     def side(self, key: Mapping[str, Any]) -> Side | None:
         """The conditions of the cells that ``key`` covers: its config, in every scope key
@@ -131,6 +145,7 @@ class Audit:
         if a.packed != b.packed:
             alone, beside = ("the baseline", "it") if a.packed else ("it", "the baseline")
             reasons.append(f"{beside} ran beside other servers on the host, {alone} alone")
+        reasons.extend(self._packing_why(key, base, a.packed, b.packed))
         if _loads_differ(a.load, b.load):
             reasons.append(f"host load per CPU {a.load:.2f} against the baseline's {b.load:.2f}")
         if bool(a.lagged) != bool(b.lagged):
@@ -140,6 +155,21 @@ class Audit:
             reasons.append(f"the client lagged in {n} of {of} of {who} cells only")
         reasons.extend(_gpu_why(a, b))
         return reasons
+
+    def _packing_why(
+        self, key: Mapping[str, Any], base: str, mine: bool, theirs: bool
+    ) -> list[str]:
+        """A packed side whose control, run alone, measured a decode rate packing changed
+        beyond noise (Welch, 5%): its packed figure is not the config's alone."""
+        if not all(k in key for k in _SCOPE):
+            return []
+        out = []
+        for config, packed, who in ((key["config"], mine, "its"), (base, theirs, "the baseline's")):
+            r = self._packing.get((*(key[k] for k in _SCOPE), config))
+            if packed and r is not None and r.get("differs"):
+                q = fmt.ratio(r["ratio"], r["ratio_lo"], r["ratio_hi"], r["ratio_too_few"])
+                out.append(f"packing changed {who} decode rate: packed over alone {q}")
+        return out
 
     def _settings_why(self, key: Mapping[str, Any], base: str) -> list[str]:
         if "host" not in key or "tp" not in key:

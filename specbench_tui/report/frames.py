@@ -480,7 +480,7 @@ def audit(inp: Inputs) -> Audit:
     """The comparability audit of ``inp`` (``report/comparability.py``), made once."""
     if "audit" not in inp.cache:
         packed, _ = group_kinds(inp)
-        inp.cache["audit"] = Audit(inp, cell_figures(inp), packed)
+        inp.cache["audit"] = Audit(inp, cell_figures(inp), packed, packing_effect(inp))
     return inp.cache["audit"]
 
 

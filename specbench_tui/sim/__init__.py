@@ -43,7 +43,9 @@ multiplies step times by X):
   the greedy-equivalence check (``diverge-tp:N``: on a TP-N server only, so a config's outputs
   differ across TP sizes); ``--sim-fault leak:N`` makes the request that follows one of
   N tokens or more (prompt and output) diverge a few tokens in, as recurrent state leaking
-  between requests does, for the state-leak probe.
+  between requests does, for the state-leak probe; ``--sim-fault neighbours:X`` runs X times
+  slower while another simulated server's GPUs are busy on the host (its GPU state files),
+  as packed servers that disturb each other do.
 
 Reported times (``e2e_latency``, log throughputs, DDTree draft/verify ms) are wall-clock, i.e.
 what a client of this process experiences at the chosen ``--speed``.

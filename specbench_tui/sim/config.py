@@ -175,7 +175,15 @@ def _parse_fault(spec: str) -> Fault:
     name, _, arg = spec.partition(":")
     if name in ("diverge", "crash-at-start", "never-ready", "ignore-forced"):
         return Fault(name)
-    if name in ("crash-after", "crash-once-after", "slow", "leak", "slow-stop", "diverge-tp"):
+    if name in (
+        "crash-after",
+        "crash-once-after",
+        "slow",
+        "leak",
+        "slow-stop",
+        "diverge-tp",
+        "neighbours",
+    ):
         try:
             value = float(arg)
         except ValueError:
@@ -186,7 +194,8 @@ def _parse_fault(spec: str) -> Fault:
     raise SimArgsError(
         f"unknown --sim-fault {spec!r}; known: diverge, crash-at-start, never-ready, "
         "ignore-forced, "
-        "crash-after:N, crash-once-after:N, slow:X, leak:N, slow-stop:S, diverge-tp:N"
+        "crash-after:N, crash-once-after:N, slow:X, leak:N, slow-stop:S, diverge-tp:N, "
+        "neighbours:X"
     )
 
 

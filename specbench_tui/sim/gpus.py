@@ -87,6 +87,7 @@ class SimGpus:
         self._dur = 0.0
         self._temp = {gpu: 31.0 + self._rng.random() * 3 for gpu in self.ids}
         self._offset = {gpu: self._rng.uniform(-40.0, 40.0) for gpu in self.ids}
+        self._seen_at, self._seen = -1.0, False  # neighbours(): when last looked, and what
 
     def ramp_to(self, target_mib: float, over_s: float) -> None:
         """Move the per-GPU memory to ``target_mib`` linearly over ``over_s`` seconds."""
@@ -126,6 +127,30 @@ class SimGpus:
             "temp_c": round(self._temp[gpu], 1),
             "updated": time.time(),
         }
+
+    def neighbours(self) -> bool:
+        """Whether another live simulated server occupies GPUs of this host (its GPU files,
+        written within the last few seconds, in the same state directory); checked at most
+        once a second."""
+        now = time.monotonic()
+        if now - self._seen_at < 1.0:
+            return self._seen
+        self._seen_at, self._seen = now, False
+        if self.directory is None or not self.directory.is_dir():
+            return False
+        for path in self.directory.glob("gpu*.json"):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if (
+                isinstance(data, dict)
+                and data.get("pid") != self._pid
+                and time.time() - float(data.get("updated") or 0) < 5.0
+            ):
+                self._seen = True
+                break
+        return self._seen
 
     def write_all(self) -> None:
         if self.directory is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from specbench_tui.sim.config import SimConfig
@@ -118,7 +119,12 @@ class PerfModel:
         self.cfg = cfg
         self.algorithm = cfg.algorithm
         slow = cfg.fault("slow")
-        self.slowdown = slow.value if slow else 1.0
+        self._slow = slow.value if slow else 1.0
+        # ``neighbours:X``: X times slower while another simulated server runs on the host
+        # (shared CPUs, PCIe and power), as ``crowded`` tells (the server sets it).
+        near = cfg.fault("neighbours")
+        self._crowded_by = near.value if near else 1.0
+        self.crowded: Callable[[], bool] = lambda: False
         self.base_ms = _DECODE_STEP_MS.get(cfg.tp_size, 6.0 + 22.0 / cfg.tp_size)
         self.prefill_ms_per_token = _PREFILL_MS_PER_TOKEN_TP1 / cfg.tp_size**0.85
         if self.algorithm == "DDTREE":
@@ -135,6 +141,13 @@ class PerfModel:
             self.depth = 0
             self.verify_tokens = 1
         self._p_cache: dict[tuple[str, bool], float] = {}
+
+    @property
+    def slowdown(self) -> float:
+        """How much slower than the model's steps this server runs now."""
+        if self._crowded_by != 1.0 and self.crowded():
+            return self._slow * self._crowded_by
+        return self._slow
 
     # -- latency -------------------------------------------------------------------------------
 

@@ -147,6 +147,7 @@ class SimServer:
         self.plan: MemoryPlan = memory_plan(cfg)
         self.scheduler = Scheduler(cfg, self.model, log, self.plan.max_total_tokens)
         self.gpus = SimGpus(cfg, self._load)
+        self.model.crowded = self.gpus.neighbours
         self.ready = False
         self.draining = False
         self.crashed = False  # a fatal error happened; the process is about to vanish
@@ -807,7 +808,7 @@ def usage(engine: str = SIMULATED_ENGINE) -> str:
     return f"""\
 usage: python -m specbench_tui.sim [{face.label} launch arguments] [--speed F] [--seed N]
        [--sim-fault diverge|diverge-tp:N|crash-at-start|never-ready|crash-after:N|
-                    crash-once-after:N|slow:X|slow-stop:S]
+                    crash-once-after:N|slow:X|slow-stop:S|neighbours:X]
        [--sim-gpu-state DIR] [--sim-engine NAME]
        [--sim-require-model] [--sim-burst N] [--sim-record FILE]
 
