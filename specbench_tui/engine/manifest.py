@@ -32,8 +32,7 @@ from specbench_tui.errors import HostError, describe
 from specbench_tui.hosts import gpu_agent
 from specbench_tui.hosts.host import Host, server_pythons
 from specbench_tui.hosts.telemetry import AgentRunner
-from specbench_tui.report.inputs import resolve_baseline
-from specbench_tui.results.cells import ServiceGroup
+from specbench_tui.results.cells import ServiceGroup, baseline_config
 from specbench_tui.results.events import iso_utc
 from specbench_tui.results.files import read_json_object
 
@@ -174,7 +173,7 @@ def settings_said(ctx: RunContext, group: ServiceGroup) -> list[str]:
     if not isinstance(groups, dict):
         return []
     configs = [g.group.config for g in ctx.state.groups.values() if g.group is not None]
-    base = resolve_baseline({"campaign": {"baseline": ctx.spec.campaign.baseline}}, configs)
+    base = baseline_config(ctx.spec.campaign.baseline, configs)
     mine = groups.get(group.id)
     if base is None or not isinstance(mine, dict) or not isinstance(mine.get("settings"), dict):
         return []

@@ -25,6 +25,7 @@ import polars as pl
 
 from specbench_tui.bench.greedy_judge import judge
 from specbench_tui.errors import InputError
+from specbench_tui.results.cells import baseline_config
 from specbench_tui.results.damaged import UNREADABLE, set_aside_notes
 from specbench_tui.results.files import NotAFile, read_event_log, read_json_object
 from specbench_tui.results.layout import ResultsLayout
@@ -299,11 +300,7 @@ def known_configs(order: list[str], state: CampaignState, requests: pl.DataFrame
 def resolve_baseline(plan: dict[str, Any], known: list[str]) -> str | None:
     """The plan's baseline config; a parametrized base name stands for its first expansion."""
     ref = (plan.get("campaign") or {}).get("baseline")
-    if not ref:
-        return None
-    ref = str(ref)
-    expanded = [n for n in known if n.startswith(ref + "-")]
-    return ref if ref in known or not expanded else expanded[0]
+    return baseline_config(str(ref) if ref else None, known)
 
 
 #: Output texts already read, by path, with the (mtime, size) they were read at: a texts

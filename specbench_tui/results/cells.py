@@ -222,3 +222,12 @@ def planned_requests(cell: Cell, n_prompts: int | None = None) -> int:
     else:
         n = n_prompts if cell.samples is None else min(cell.samples, n_prompts)
     return n * cell.repeats
+
+
+def baseline_config(ref: str | None, known: list[str]) -> str | None:
+    """The config that is the plan's baseline ``ref`` among ``known`` (plan order): a
+    parametrized base name stands for its first expansion."""
+    if not ref:
+        return None
+    expanded = [n for n in known if n.startswith(ref + "-")]
+    return ref if ref in known or not expanded else expanded[0]
