@@ -20,6 +20,7 @@ from specbench_tui.engine.replay import ReplayControl
 from specbench_tui.results.events import (
     BatchJobChanged,
     CampaignFinished,
+    CellEnergy,
     CellFailed,
     CellFinished,
     CheckVerdict,
@@ -573,12 +574,17 @@ async def test_a_finished_cell_names_its_figures_as_the_report_does() -> None:
             "accept_length_mean": 5.5,
             "client_lagged": True,
             "client_lag_p99_s": 0.012,
+            "host_load_per_cpu": 1.25,
+            "host_cpu_busy": 0.8,
         }
         control.publish(
             CellFinished(
                 cell_id="ddt1agent", group="sim.ddtree-16.tp1", requests=8, figures=figures
             )
         )
+        # The GPU conditions come with the cell's energy, a little after it finished.
+        gpu = {"gpu_sm_clock_mhz": 1357.5, "gpu_power_limit_w": 700.0, "gpu_throttle_mask": 4}
+        control.publish(CellEnergy(cell_id="ddt1agent", group="sim.ddtree-16.tp1", figures=gpu))
         await settle(pilot, app)
         select(app, NodeRef("cell", "ddt1agent"))
         await settle(pilot, app)
@@ -594,6 +600,8 @@ async def test_a_finished_cell_names_its_figures_as_the_report_does() -> None:
             "accept length 5.25",  # the engine's own definition, what its counters give
             "accept length request mean 5.50",
             "⚠ CLIENT LAGGED: loop lag p99 12.0 ms: timings suspect",
+            "conditions host load 1.25/CPU · CPU busy 80% · SM 1358 MHz · limit 700 W · "
+            "THROTTLED: power cap",
         ):
             assert line in text, (line, text)
         assert "output p50" not in text and "accept len " not in text
