@@ -99,12 +99,19 @@ def test_which_keys_count() -> None:
         assert not counts(key), key
 
 
-def test_capacity_caps_count_only_where_the_level_reaches_them() -> None:
+def test_capacity_settings_count_only_where_the_load_reaches_them() -> None:
     a = {"max_running_requests": 32, "max_total_num_tokens": 455408, "dtype": "bf16"}
     b = {"max_running_requests": 48, "max_total_num_tokens": 507288, "dtype": "bf16"}
     assert differing(a, b) == []  # one request at a time: neither cap binds
-    assert differing(a, b, 8) == ["max_total_num_tokens"]  # the pool under concurrency
-    assert differing(a, b, 32) == ["max_running_requests", "max_total_num_tokens"]
+    assert differing(a, b, 8) == []  # tokens in flight not known: the pool is not judged
+    assert differing(a, b, 8, need=8 * 2000) == []  # 16,000 tokens never fill either pool
+    assert differing(a, b, 8, need=500_000) == ["max_total_num_tokens"]
+    assert differing(a, b, 32) == ["max_running_requests"]
     # A cap one side leaves at its default might bind: it counts under any concurrency.
     assert differing({"max_num_seqs": 8}, {}, 2) == ["max_num_seqs"]
     assert differing({"max_num_seqs": 8}, {}) == []
+    # The memory behind the pool counts under concurrency where the pool is not reported.
+    share_a, share_b = {"gpu_memory_utilization": 0.8}, {"gpu_memory_utilization": 0.7}
+    assert differing(share_a, share_b) == []
+    assert differing(share_a, share_b, 4) == ["gpu_memory_utilization"]
+    assert differing({**share_a, **a}, {**share_b, **b}, 4, need=100) == []

@@ -118,13 +118,14 @@ def counts(key: str) -> bool:
 #: Caps on how many requests run at once: they change a measurement only where the level
 #: reaches the lower of the two (a speculative server is often given a lower one).
 BATCH_CAPS = frozenset({"max_running_requests", "max_num_seqs", "max_batch_size"})
-#: The KV pool's size and the memory behind it: a draft model takes some of it, so they
-#: differ with speculation by nature, and change a measurement only under concurrency (one
-#: request at a time never fills the pool).
-MEMORY_CAPS = frozenset(
+#: The KV pool's size in tokens: a draft model takes some of the memory, so it differs with
+#: speculation by nature; it changes a measurement only where the requests in flight could
+#: fill the smaller pool.
+POOL_SIZES = frozenset({"max_total_num_tokens", "max_total_tokens"})
+#: The memory settings behind the pool: where the pool's size is not reported, they count
+#: under concurrency (one request at a time never fills a pool).
+MEMORY_SHARES = frozenset(
     {
-        "max_total_num_tokens",
-        "max_total_tokens",
         "mem_fraction_static",
         "gpu_memory_utilization",
         "kv_cache_memory_bytes",
@@ -136,34 +137,43 @@ MEMORY_CAPS = frozenset(
 _ABSENT = object()
 
 
-def differing(a: Mapping[str, Any], b: Mapping[str, Any], level: int = 0) -> list[str]:
+def differing(
+    a: Mapping[str, Any], b: Mapping[str, Any], level: int = 0, need: int | None = None
+) -> list[str]:
     """The keys, in name order, whose values differ between two servers' settings and that
-    can change a measurement at concurrency ``level`` (0: one request at a time): ``counts``,
-    and for the capacity keys the level as above. A key one side lacks differs when the
-    other has it (for vLLM's non-default args: one side left it at its default)."""
+    can change a measurement at concurrency ``level`` (0: one request at a time), ``need``
+    tokens in flight at most (None: not known). Left out: what ``counts`` leaves out; caps
+    on running requests the level does not reach; pool sizes ``need`` cannot fill (or any,
+    where ``need`` is not known); memory shares where both sides report their pool's size
+    or the level is 0. A key one side lacks differs when the other has it (for vLLM's
+    non-default args: one side left it at its default)."""
     keys = sorted(k for k in {*a, *b} if counts(k))
+    pools = any(k in a for k in POOL_SIZES) and any(k in b for k in POOL_SIZES)
     out = []
     for k in keys:
         x, y = a.get(k, _ABSENT), b.get(k, _ABSENT)
         if _norm(x) == _norm(y):
             continue
-        if k in MEMORY_CAPS and level == 0:
-            continue
         if k in BATCH_CAPS and not _cap_reached(level, x, y):
+            continue
+        if k in POOL_SIZES and (need is None or not _cap_reached(need, x, y)):
+            continue
+        if k in MEMORY_SHARES and (level == 0 or pools):
             continue
         out.append(k)
     return out
 
 
 def _cap_reached(level: int, *caps: Any) -> bool:
-    """Whether ``level`` requests at once reach the lower of the caps (an unknown or absent
-    cap is taken as reached: the comparison cannot rule it out)."""
+    """Whether ``level`` (requests, or tokens) reaches the lower of the caps (an unknown or
+    absent cap is taken as reached under any load: the comparison cannot rule it out)."""
     low = []
     for c in caps:
         v = _norm(c)
-        if not isinstance(v, float):
-            return level > 0
-        low.append(v)
+        if isinstance(v, float):
+            low.append(v)
+    if len(low) < len(caps):
+        return level > 0
     return level >= min(low)
 
 

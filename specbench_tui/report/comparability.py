@@ -9,7 +9,7 @@ the tolerance it is judged by (named in the README's "Like with like"):
 - **settings**: the two servers' effective settings (the manifest's ``settings``, from the
   server itself where it reports them: ``engines/settings.py``) differ in a key that is not
   speculative, named (a cap on running requests counts where the level reaches it, the KV
-  pool's size under concurrency only);
+  pool's size where the level times the longest request could fill the smaller pool);
 - **packing**: one side ran beside other servers on its host and the other alone; or a
   packed side whose control (``interference_check``, ``pack_control``: the group run again
   alone on the host) measured a decode rate that packing changed beyond noise (Welch, 5%);
@@ -88,6 +88,7 @@ class Audit:
         cells: pl.DataFrame,
         packed_groups: set[str],
         packing: pl.DataFrame | None = None,
+        need: Mapping[tuple[Any, ...], int] | None = None,
     ) -> None:
         self._settings: dict[tuple[str, str, int], dict[str, Any]] = {}
         for entry in (inp.manifest or {}).values():
@@ -97,6 +98,8 @@ class Audit:
         self._rows = cells.to_dicts() if cells.height else []
         self._packed = packed_groups
         self._sides: dict[tuple[Any, ...], Side | None] = {}
+        # Tokens in flight at most per scope: its level times its longest request.
+        self._need = dict(need or {})
         # What packing did to each config where a control ran it alone (frames.packing_effect).
         self._packing = {
             tuple(r[k] for k in (*_SCOPE, "config")): r
@@ -179,7 +182,9 @@ class Audit:
         theirs = self._settings.get((host, base, tp))
         if mine is None or theirs is None:
             return []
-        keys = differing(mine, theirs, int(key.get("concurrency") or 0))
+        level = int(key.get("concurrency") or 0)
+        scope = tuple(key.get(k) for k in _SCOPE)
+        keys = differing(mine, theirs, level, self._need.get(scope))
         if not keys:
             return []
         return [f"server settings differ from the baseline's: {said(mine, theirs, keys)}"]

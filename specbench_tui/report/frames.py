@@ -480,8 +480,24 @@ def audit(inp: Inputs) -> Audit:
     """The comparability audit of ``inp`` (``report/comparability.py``), made once."""
     if "audit" not in inp.cache:
         packed, _ = group_kinds(inp)
-        inp.cache["audit"] = Audit(inp, cell_figures(inp), packed, packing_effect(inp))
+        inp.cache["audit"] = Audit(
+            inp, cell_figures(inp), packed, packing_effect(inp), _tokens_in_flight(inp)
+        )
     return inp.cache["audit"]
+
+
+def _tokens_in_flight(inp: Inputs) -> dict[tuple[Any, ...], int]:
+    """The most tokens a scope's requests can hold in a server's KV pool at once: its level
+    (1 for one request at a time) times its longest request, prompt and output."""
+    df = requests(inp)
+    if df.height == 0:
+        return {}
+    longest = (pl.col("prompt_tokens").fill_null(0) + pl.col("output_tokens").fill_null(0)).max()
+    got = df.group_by(list(SCOPE)).agg(longest.alias("tokens"))
+    return {
+        tuple(r[k] for k in SCOPE): int(r["tokens"] or 0) * max(int(r["concurrency"] or 0), 1)
+        for r in got.to_dicts()
+    }
 
 
 #: How far above its config's accept length a decode speed-up's interval may start before the
