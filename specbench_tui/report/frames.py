@@ -479,10 +479,11 @@ def rank_decode(
 def audit(inp: Inputs) -> Audit:
     """The comparability audit of ``inp`` (``report/comparability.py``), made once."""
     if "audit" not in inp.cache:
-        packed, _ = group_kinds(inp)
-        inp.cache["audit"] = Audit(
-            inp, cell_figures(inp), packed, packing_effect(inp), _tokens_in_flight(inp)
-        )
+        packed, controls = group_kinds(inp)
+        cells = cell_figures(inp)
+        if controls and cells.height:  # a control's cells are compared in packing_effect
+            cells = cells.filter(~pl.col("group").is_in(list(controls)))
+        inp.cache["audit"] = Audit(inp, cells, packed, packing_effect(inp), _tokens_in_flight(inp))
     return inp.cache["audit"]
 
 
