@@ -64,7 +64,6 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
     cells: list[Cell] = []
     for host_name in host_names:
         host = spec.hosts[host_name]
-        first: tuple[ServiceGroup, ResolvedConfig] | None = None
         host_groups: list[ServiceGroup] = []
         configs_of: dict[str, ResolvedConfig] = {}
         for tp in sorted(spec.matrix.tp):
@@ -85,24 +84,34 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
                         continue
                     groups.append(group)
                     cells.extend(group_cells)
-                    first = first or (group, cfg)
                     host_groups.append(group)
                     configs_of[group.id] = cfg
-        if not pack:
-            continue
-        check = spec.campaign.interference_check
-        for group in host_groups:
-            # A control: the group once more, alone on the host: every cell of the host's
-            # first group under pack_control, the first ``interference_check`` of each
-            # group otherwise.
-            whole = spec.campaign.pack_control and first is not None and group is first[0]
-            if not (whole or check):
-                continue
-            solo = replace(group, id=f"{group.id}.solo", packed=False, exclusive=True)
-            solo_cells = _cells(spec, solo, configs_of[group.id], lib)
-            groups.append(solo)
-            cells.extend(solo_cells if whole else solo_cells[:check])
+        if pack:
+            for solo, solo_cells in _controls(spec, host_groups, configs_of, lib):
+                groups.append(solo)
+                cells.extend(solo_cells)
     return Expansion(groups=groups, cells=cells)
+
+
+def _controls(
+    spec: PlanSpec,
+    host_groups: list[ServiceGroup],
+    configs_of: dict[str, ResolvedConfig],
+    lib: PromptLibrary,
+) -> list[tuple[ServiceGroup, list[Cell]]]:
+    """A packed host's controls: groups once more, alone on the host. Every cell of the
+    host's first group under ``pack_control``; the first ``interference_check`` of each
+    group otherwise."""
+    check = spec.campaign.interference_check
+    out = []
+    for i, group in enumerate(host_groups):
+        whole = spec.campaign.pack_control and i == 0
+        if not (whole or check):
+            continue
+        solo = replace(group, id=f"{group.id}.solo", packed=False, exclusive=True)
+        solo_cells = _cells(spec, solo, configs_of[group.id], lib)
+        out.append((solo, solo_cells if whole else solo_cells[:check]))
+    return out
 
 
 def _excluded(
