@@ -4,6 +4,7 @@ and every comparison the report makes is in comparisons.parquet with its audit."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +248,8 @@ async def test_a_packed_campaign_measures_what_packing_did(write_plan, tmp_path)
     got = await _packed(write_plan, tmp_path, 3.0)
     row = got["row"]
     assert row["packed"] and row["comparable"] is False
-    assert "packing changed its decode rate: packed over alone 0.3" in row["why"], row["why"]
+    said = re.search(r"packing changed its decode rate: packed over alone ([0-9.]+)x", row["why"])
+    assert said and float(said.group(1)) < 0.6, row["why"]  # a third, give or take the host
     md, _ = render_texts(build_report(got["inp"].root))
     assert "## Packing" in md and "## Comparability" in md
 
