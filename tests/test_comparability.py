@@ -216,6 +216,8 @@ async def test_a_simulated_server_started_with_one_more_argument(write_plan, tmp
     assert cells["host_cpu_busy"].is_between(0, 1).all()
 
 
+# The baseline has a long workload of its own, so its server outlives the speculative
+# group's packed cells: they always run beside it.
 PACKED = (
     MINIMAL_PLAN.replace('baseline = "ar"', 'baseline = "ar"\npack = true\ninterference_check = 1')
     .replace("samples = 2", "samples = 2\nrepeats = 3")
@@ -223,6 +225,8 @@ PACKED = (
         '"--speculative-num-draft-tokens", "8"]',
         '"--speculative-num-draft-tokens", "8", "--sim-fault", "neighbours:{slow}"]',
     )
+    + '\n[workloads.long]\nkind = "single"\nconfigs = ["ar"]\nprompts = ["chat"]\n'
+    "samples = 4\nrepeats = 4\nmax_tokens = [256]\n"
 )
 
 
