@@ -182,6 +182,11 @@ def test_a_real_sglang_serves_the_campaign_and_its_ngram_death_is_one_line(
     assert ready["cpu.ar.tp1"]["engine"] == "sglang"
     assert ready["cpu.ar.tp1"]["engine_version"] == "0.5.23"  # what the server said
     assert ready["cpu.ar.tp1"]["served_model"] == "tiny" and not ready["cpu.ar.tp1"]["speculative"]
+    # Its whole effective configuration, from its own /server_info, for the audit.
+    manifest = json.loads((root / "manifest.json").read_text())["groups"]["cpu.ar.tp1"]
+    assert manifest["settings_source"] == "/server_info"
+    assert manifest["settings"]["disable_overlap_schedule"] is True  # the plan's flag
+    assert manifest["settings"]["tp_size"] == 1 and len(manifest["settings"]) > 300
     failed = [e for e in events if e["event"] == "cell_failed" and e["group"] == "cpu.ngram.tp1"]
     assert len(failed) == 3 and len({e["reason"] for e in failed}) == 1
     reason = failed[0]["reason"]

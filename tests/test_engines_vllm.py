@@ -189,6 +189,22 @@ def test_served_model_name_is_found(run: Run) -> None:
     assert any("Engine version" in ln and "0.32.0" in ln for ln in report.splitlines())
 
 
+def test_each_servers_settings_are_vllms_own_and_alike(run: Run) -> None:
+    """The manifest holds what vLLM printed as its non-default args; the two servers differ
+    only in the speculative config, the per-request metrics switch and the port, so no
+    speed-up is marked for its settings. Every cell recorded the host's CPU conditions."""
+    groups = json.loads((run.root / "manifest.json").read_text())["groups"]
+    ar, ng = groups["cpu.ar.tp1"], groups["cpu.ngram.tp1"]
+    assert ar["settings_source"] == ng["settings_source"] == "start-up log: non-default args"
+    assert ng["settings"]["speculative_config"]["method"] == "ngram"
+    assert "speculative_config" not in ar["settings"]
+    assert ar["settings"]["max_model_len"] == ng["settings"]["max_model_len"] == 2048
+    for r in comparison(load_inputs(run.root)).filter(pl.col("config") == "ngram").to_dicts():
+        assert "server settings" not in (r["why"] or ""), r["why"]
+    done = run.cells.filter(pl.col("status") == "done")
+    assert done["host_load_per_cpu"].null_count() == 0
+
+
 def test_per_request_accept_length_equals_the_counters_of_the_cell(run: Run) -> None:
     for name in ("cpu.ngram.tp1/single/chat/48", "cpu.ngram.tp1/mixed/c4"):
         c = cell(run, name)
