@@ -24,17 +24,7 @@ def _samples(state: str) -> list[GpuSample]:
 
 
 def _conditions(state: str) -> dict:
-    got = _samples(state)
-    return gpu_conditions(
-        GpuCondition(
-            sm_clock_mhz=s.sm_clock_mhz,
-            mem_clock_mhz=s.mem_clock_mhz,
-            temp_c=s.temp_c,
-            power_limit_w=s.power_limit_w,
-            throttle_reasons=s.throttle_reasons,
-        )
-        for s in got
-    )
+    return gpu_conditions(GpuCondition.of(s) for s in _samples(state))
 
 
 def test_every_line_carries_the_conditions() -> None:

@@ -140,6 +140,11 @@ class GpuCondition:
     power_limit_w: float | None = None
     throttle_reasons: int | None = None
 
+    @classmethod
+    def of(cls, sample: Any) -> GpuCondition:
+        """The conditions among a sample's readings (any shape with the readings' names)."""
+        return cls(**{f: getattr(sample, f, None) for f in cls.__dataclass_fields__})
+
 
 def gpu_conditions(
     samples: Iterable[GpuCondition], foreign_pids: Iterable[int] = ()

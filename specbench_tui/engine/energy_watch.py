@@ -182,13 +182,7 @@ class EnergyWatch:
             power_w=s.power_w,
             energy_mj=s.energy_mj,
             pids=frozenset(p.pid for p in s.processes),
-            cond=GpuCondition(
-                sm_clock_mhz=s.sm_clock_mhz,
-                mem_clock_mhz=s.mem_clock_mhz,
-                temp_c=s.temp_c,
-                power_limit_w=s.power_limit_w,
-                throttle_reasons=s.throttle_reasons,
-            ),
+            cond=GpuCondition.of(s),
         )
         self._last[(s.host, ps.gpu)] = ps
         for srv in self._servers.values():
