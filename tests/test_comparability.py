@@ -13,11 +13,17 @@ import pytest
 from conftest import MINIMAL_PLAN
 
 from specbench_tui.engine.campaign import Campaign, CampaignOptions
+from specbench_tui.errors import InputError
 from specbench_tui.plan.expand import expand
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.report.build import build_report
 from specbench_tui.report.comparability import Audit
-from specbench_tui.report.comparisons import ENERGY_RATIO, SPEEDUP, write_comparisons
+from specbench_tui.report.comparisons import (
+    ENERGY_RATIO,
+    SPEEDUP,
+    comparisons,
+    write_comparisons,
+)
 from specbench_tui.report.frames import NOT_COMPARABLE_MARK, comparison
 from specbench_tui.report.inputs import load_inputs
 from specbench_tui.report.render import render_texts
@@ -269,3 +275,44 @@ def test_packing_within_noise_leaves_the_comparison_alike(tmp_path: Path) -> Non
         audit = Audit(inp, pl.DataFrame(), set(), packing)
         got = audit._packing_why({**key, "config": "ngram"}, "ar", True, True)
         assert [g.split(":")[0] for g in got] == said
+
+
+CONTROLLED = MINIMAL_PLAN.replace(
+    '[matrix]\nconfigs = ["ar", "dflash"]',
+    '[configs.dflash-nooverlap]\nargs = ["--speculative-algorithm", "DFLASH", '
+    '"--speculative-num-draft-tokens", "8", "--disable-overlap-schedule"]\n\n'
+    '[configs.ddtree]\ncontrol = "dflash-nooverlap"\nargs = ["--speculative-algorithm", '
+    '"DDTREE", "--speculative-ddtree-budget", "16", "--disable-overlap-schedule"]\n\n'
+    '[matrix]\nconfigs = ["ar", "dflash-nooverlap", "ddtree"]',
+)
+
+
+@pytest.mark.system
+async def test_a_setting_that_must_differ_is_compared_against_its_control(
+    write_plan, tmp_path
+) -> None:
+    """DDTree runs without overlap scheduling: against the baseline that is a difference in
+    settings, named; against its control (DFlash with the same constraint) it is alike."""
+    loaded = load_plan(write_plan(CONTROLLED))
+    layout = ResultsLayout.for_campaign(tmp_path, loaded.spec.campaign.name)
+    c = Campaign.prepare(loaded, layout, CampaignOptions())
+    assert await c.run() == 0
+    inp = load_inputs(layout.root)
+    got = {(r["config"], r["baseline"]): r for r in comparisons(inp).to_dicts()}
+    against_base = got[("ddtree", "ar")]
+    assert against_base["comparable"] is False
+    assert "disable_overlap_schedule: True vs default" in against_base["why"]
+    against_control = got[("ddtree", "dflash-nooverlap")]
+    assert "server settings" not in (against_control["why"] or ""), against_control["why"]
+    assert against_control["ratio"] > 0 and against_control["figure"] == SPEEDUP
+    md, _ = render_texts(build_report(layout.root))
+    assert "Speed-up over each config's control" in md
+
+
+def test_a_control_must_be_another_config_of_the_matrix(write_plan) -> None:
+    bad = CONTROLLED.replace('control = "dflash-nooverlap"', 'control = "nope"')
+    with pytest.raises(InputError, match=r"control 'nope' is not in matrix\.configs"):
+        load_plan(write_plan(bad))
+    selfish = CONTROLLED.replace('control = "dflash-nooverlap"', 'control = "ddtree"')
+    with pytest.raises(InputError, match="control 'ddtree' is the config itself"):
+        load_plan(write_plan(selfish))

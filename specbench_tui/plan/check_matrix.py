@@ -135,3 +135,31 @@ def check_baseline(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanEr
             )
         ]
     return []
+
+
+def check_controls(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
+    """A config's ``control``: one config of the matrix other than itself, since its
+    speed-up over the control needs the control measured."""
+    in_matrix = {n for ref in spec.matrix.configs for n in names_matching(ref, configs)}
+    errs = []
+    for name, cfg in spec.configs.items():
+        ref = cfg.control
+        if ref is None:
+            continue
+        found = names_matching(ref, configs)
+        if len(found) > 1:
+            errs.append(
+                PlanError(
+                    ("configs", name, "control"),
+                    f"{ref!r} is parametrized; name one expansion, e.g. {found[0]!r}",
+                )
+            )
+        elif ref == name or ref not in in_matrix:
+            why = "is the config itself" if ref == name else "is not in matrix.configs"
+            errs.append(
+                PlanError(
+                    ("configs", name, "control"),
+                    f"control {ref!r} {why}; a control is another config the matrix measures",
+                )
+            )
+    return errs

@@ -156,6 +156,11 @@ class ConfigSpec(ServerSpec):
     # for the config's k drafts a step. Its cells are reported apart, their measured accept
     # length checked against the value, and greedy equivalence is not judged on them.
     forced_accept: list[Annotated[float, Field(ge=1, le=1024)]] = []
+    # A config of the matrix this one is compared with as well as the baseline, where one of
+    # its settings must differ from the baseline's (a tree drafter without overlap scheduling
+    # against a linear one run with the same constraint): the report gives its speed-up over
+    # the control beside the one over the baseline, each audited.
+    control: str | None = None
 
 
 class ExcludeSpec(Strict):

@@ -22,7 +22,12 @@ from specbench_tui.plan.check_configs import (
 )
 from specbench_tui.plan.check_forced import check_forced
 from specbench_tui.plan.check_hosts import check_hosts
-from specbench_tui.plan.check_matrix import check_baseline, check_matrix, check_workloads
+from specbench_tui.plan.check_matrix import (
+    check_baseline,
+    check_controls,
+    check_matrix,
+    check_workloads,
+)
 from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
 from specbench_tui.plan.configs import resolve_configs
 from specbench_tui.plan.document import Plan
@@ -51,6 +56,7 @@ def check_plan(plan: Plan) -> list[PlanError]:
         + check_prompt_sets(plan)
         + check_job_files(plan)
         + check_baseline(spec, configs)
+        + check_controls(spec, configs)
         + check_logs(spec)
         + check_programs(spec)
         + check_model(spec, configs)

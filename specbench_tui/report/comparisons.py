@@ -3,7 +3,9 @@
 Each row is a config against its baseline in one scope (host, TP, workload kind, workload,
 concurrency level) for one figure: the decode speed-up (``decode_tok_s`` over the
 baseline's, Fieller's interval) and, where both sides' GPU energy is valid, the energy ratio
-(J per output token over the baseline's; no interval). ``comparable`` and ``why`` are the
+(J per output token over the baseline's; no interval); and, for a config with a control
+(``[configs.NAME] control``), its decode speed-up over the control (``baseline`` names the
+control then). ``comparable`` and ``why`` are the
 comparability audit's (``report/comparability.py``) for the pair, the same for every figure
 of it; ``temperature`` is the sampling temperature the pair's cells share, null where they
 mix several.
@@ -17,8 +19,17 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.report.frames import SCOPE, baseline, cell_figures, comparison
+from specbench_tui.report.frames import (
+    SCOPE,
+    audit,
+    baseline,
+    cell_figures,
+    comparison,
+    known_configs,
+)
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.stats import from_moments, ratio_ci
+from specbench_tui.results.cells import baseline_config
 from specbench_tui.results.files import write_bytes_atomic
 
 FILE = "comparisons.parquet"
@@ -53,6 +64,63 @@ def _temperatures(inp: Inputs) -> dict[tuple[Any, ...], float | None]:
     for r in cells.group_by(keys).agg(pl.col("temperature").unique()).to_dicts():
         temps = [t for t in r["temperature"] if t is not None]
         out[tuple(r[k] for k in keys)] = temps[0] if len(temps) == 1 else None
+    return out
+
+
+def controls(inp: Inputs) -> dict[str, str]:
+    """Each config's control (``[configs.NAME] control``; an expansion takes its family's),
+    by config, where the control ran."""
+    known = known_configs(inp)
+    table = inp.plan.get("configs") or {}
+    out = {}
+    for name in known:
+        entry = table.get(name) or next(
+            (v for base, v in table.items() if name.startswith(f"{base}-")), None
+        )
+        ref = entry.get("control") if isinstance(entry, dict) else None
+        got = baseline_config(str(ref), known) if ref else None
+        if got is not None and got != name and got in known:
+            out[name] = got
+    return out
+
+
+def _against_controls(inp: Inputs, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Decode speed-up of each config over its control, scope by scope, with its audit."""
+    ctl = controls(inp)
+    if not ctl:
+        return []
+    temps = _temperatures(inp)
+    check = audit(inp)
+    by_key = {(*(r[k] for k in SCOPE), r["config"]): r for r in rows}
+    out = []
+    for r in rows:
+        control = ctl.get(r["config"])
+        theirs = by_key.get((*(r[k] for k in SCOPE), control)) if control else None
+        if theirs is None or r["decode_tok_s"] is None or theirs["decode_tok_s"] is None:
+            continue
+        q = ratio_ci(
+            from_moments(r["decode_tok_s"], r["decode_tok_s_sd"], r["n"]),
+            from_moments(theirs["decode_tok_s"], theirs["decode_tok_s_sd"], theirs["n"]),
+        )
+        why = check.why({**{k: r[k] for k in SCOPE}, "config": r["config"]}, str(control))
+        out.append(
+            {
+                "host": r["host"],
+                "config": r["config"],
+                "baseline": control,
+                "tp": r["tp"],
+                "kind": r["kind"],
+                "workload": r["workload"],
+                "level": r["concurrency"],
+                "temperature": temps.get(tuple(r[k] for k in (*SCOPE, "config"))),
+                "figure": SPEEDUP,
+                "ratio": q.value if q else None,
+                "lo": q.lo if q else None,
+                "hi": q.hi if q else None,
+                "comparable": not why,
+                "why": "; ".join(why) or None,
+            }
+        )
     return out
 
 
@@ -96,6 +164,7 @@ def comparisons(inp: Inputs, cmp: pl.DataFrame | None = None) -> pl.DataFrame:
         if r["j_per_token"] is not None and theirs:
             ratio = r["j_per_token"] / theirs
             out.append({**head, "figure": ENERGY_RATIO, "ratio": ratio, "lo": None, "hi": None})
+    out.extend(_against_controls(inp, rows))
     return pl.DataFrame(out, schema=SCHEMA, orient="row")
 
 

@@ -4,12 +4,14 @@ comparison holds; absent when there is no comparison (no baseline, or nothing be
 
 from __future__ import annotations
 
+import polars as pl
+
 from specbench_tui.engines.settings import SOURCES_SAID
 from specbench_tui.report import comparability as c
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
 from specbench_tui.report.comparisons import SPEEDUP, comparisons
-from specbench_tui.report.frames import label
+from specbench_tui.report.frames import baseline, label
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import compared
 
@@ -30,7 +32,11 @@ CHECKED = (
 
 def build(inp: Inputs) -> Section | None:
     rows = comparisons(inp, compared(inp))
-    pairs = rows.filter(rows["figure"] == SPEEDUP) if rows.height else rows
+    if rows.height == 0:
+        return None
+    speedups = rows.filter(pl.col("figure") == SPEEDUP)
+    pairs = speedups.filter(pl.col("baseline") == baseline(inp))
+    against = speedups.filter(pl.col("baseline") != baseline(inp))
     if pairs.height == 0:
         return None
     sec = Section("Comparability")
@@ -49,8 +55,14 @@ def build(inp: Inputs) -> Section | None:
             )
         )
     )
-    if flagged.height == 0:
-        return sec
+    if flagged.height:
+        sec.add(_flagged_table(inp, flagged))
+    if against.height:
+        sec.add(_controls_table(inp, against))
+    return sec
+
+
+def _flagged_table(inp: Inputs, flagged: pl.DataFrame) -> Table:
     table_rows = []
     for r in flagged.sort("host", "tp", "kind", "workload", "level", "config").to_dicts():
         level = f" c{r['level']}" if r["kind"] == "concurrency" else ""
@@ -63,18 +75,46 @@ def build(inp: Inputs) -> Section | None:
                 Cell(str(r["why"] or "")),
             ]
         )
-    sec.add(
-        Table(
-            "Comparisons that do not hold, and why",
-            [
-                Column("Config", "l"),
-                Column("TP"),
-                Column("Workload", "l"),
-                Column("Speed-up [95% CI]"),
-                Column("Why not comparable", "p", 0.5),
-            ],
-            table_rows,
-            small=True,
-        )
+    return Table(
+        "Comparisons that do not hold, and why",
+        [
+            Column("Config", "l"),
+            Column("TP"),
+            Column("Workload", "l"),
+            Column("Speed-up [95% CI]"),
+            Column("Why not comparable", "p", 0.5),
+        ],
+        table_rows,
+        small=True,
     )
-    return sec
+
+
+def _controls_table(inp: Inputs, rows: pl.DataFrame) -> Table:
+    """Each config with a control, over its control: the comparison its setting allows."""
+    body = []
+    for r in rows.sort("host", "tp", "kind", "workload", "level", "config").to_dicts():
+        level = f" c{r['level']}" if r["kind"] == "concurrency" else ""
+        body.append(
+            [
+                Cell(label(inp, r["config"])),
+                Cell(label(inp, r["baseline"])),
+                Cell(str(r["tp"])),
+                Cell(f"{r['workload']}{level}"),
+                Cell(f.ratio(r["ratio"], r["lo"], r["hi"], False)),
+                Cell("comparable" if r["comparable"] else f"not comparable: {r['why']}"),
+            ]
+        )
+    return Table(
+        "Speed-up over each config's control (a config run with the setting it must differ "
+        "from the baseline in)",
+        [
+            Column("Config", "l"),
+            Column("Control", "l"),
+            Column("TP"),
+            Column("Workload", "l"),
+            Column("Speed-up [95% CI]"),
+            Column("Comparable", "p", 0.35),
+        ],
+        body,
+        small=True,
+    )
