@@ -34,19 +34,28 @@ def _sleeper(mark: str | None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
 
 
+def _own() -> str:
+    """This session's mark: the marks a test makes lie below it, so that another suite
+    running beside this one (its own dead-owner sweep at its start) never takes them."""
+    return os.environ.get(sweep.MARK) or sweep.mark_of(os.getpid())
+
+
 def test_a_sweep_stops_the_marked_and_spares_the_rest() -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
-    gone_owner = f"{dead.pid}:{sweep.mark_of(os.getpid()).split(':')[1]}"
+    gone_owner = f"{_own()}/{dead.pid}:{sweep.mark_of(os.getpid()).split(':')[1]}"
     mine, orphan, other, plain = (
-        _sleeper("4242:1"),
+        _sleeper(f"{_own()}/4242:1"),
         _sleeper(gone_owner),
         _sleeper(sweep.mark_of(os.getpid())),  # a live session's
         _sleeper(None),
     )
     try:
-        assert sweep.sweep("4242:1", grace_s=2) == [f"{mine.pid} sleep"]
-        assert sweep.sweep(dead_owners=True, grace_s=2) == [f"{orphan.pid} sleep"]
+        assert sweep.sweep(f"{_own()}/4242:1", grace_s=2) == [f"{mine.pid} sleep"]
+        # A live session's marks are never another's to sweep: their owner (this session)
+        # runs. Within this session, the mark whose last owner is gone is found.
+        assert orphan.pid not in sweep.left_over(dead_owners=True)
+        assert sweep.sweep(dead_owners=True, within=_own(), grace_s=2) == [f"{orphan.pid} sleep"]
         for p in (mine, orphan):
             assert p.wait(5) is not None
         assert other.poll() is None and plain.poll() is None
@@ -54,6 +63,23 @@ def test_a_sweep_stops_the_marked_and_spares_the_rest() -> None:
         for p in (mine, orphan, other, plain):
             p.kill()
             p.wait()
+
+
+def test_a_session_whose_owners_are_all_gone_is_swept_by_anyone() -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    start = sweep.mark_of(os.getpid()).split(":")[1]
+    # A session and its worker both gone (pids that cannot run with this start time): a
+    # killed suite's leftovers, which the next suite's start sweeps.
+    gone = f"{dead.pid}:{start}/{dead.pid}:{start}"
+    left = _sleeper(gone)
+    try:
+        assert left.pid in sweep.left_over(dead_owners=True)
+        assert sweep.owner_alive(f"{_own()}/{dead.pid}:{start}")  # a live part: not gone
+        assert not sweep.owner_alive(f"{_own()}/{dead.pid}:{start}", last_only=True)
+    finally:
+        left.kill()
+        left.wait()
 
 
 def _session(tmp_path: Path, mark: str) -> tuple[subprocess.Popen[str], int]:
@@ -77,7 +103,8 @@ def _session(tmp_path: Path, mark: str) -> tuple[subprocess.Popen[str], int]:
 
 @pytest.mark.system
 def test_sigterm_ends_a_session_with_its_summary_and_nothing_left(tmp_path: Path) -> None:
-    proc, left = _session(tmp_path, "1:1")  # an owner that is not alive: the session's own
+    # An owner that is not alive, below this live session (no suite beside sweeps it).
+    proc, left = _session(tmp_path, f"{_own()}/1:1")
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert "KeyboardInterrupt" in out and "signal SIGTERM" in out
@@ -87,7 +114,7 @@ def test_sigterm_ends_a_session_with_its_summary_and_nothing_left(tmp_path: Path
 
 @pytest.mark.system
 def test_what_a_killed_session_left_is_stopped_by_its_mark(tmp_path: Path) -> None:
-    mark = sweep.mark_of(os.getpid()).split(":")[0] + ":1"  # a mark no live owner has
+    mark = f"{_own()}/" + sweep.mark_of(os.getpid()).split(":")[0] + ":1"  # its owner gone
     proc, left = _session(tmp_path, mark)
     proc.kill()  # no teardown, no summary: what CI's SIGKILL does
     proc.wait()

@@ -54,10 +54,17 @@ def _in_session(mark: str, session: str | None) -> bool:
     return session is not None and (mark == session or mark.startswith(session + "/"))
 
 
-def owner_alive(mark: str) -> bool:
-    """Whether the process a mark names (a worker's: its own, the last part) still runs."""
-    pid, _, start = mark.rpartition("/")[2].partition(":")
+def _part_alive(part: str) -> bool:
+    pid, _, start = part.partition(":")
     return pid.isdigit() and mark_of(int(pid)) == f"{pid}:{start}" and start != "0"
+
+
+def owner_alive(mark: str, *, last_only: bool = False) -> bool:
+    """Whether an owner of the mark still runs: any of its parts (a session, a worker of it),
+    since a live session sweeps its own at its end; with ``last_only`` the last part alone
+    (a dead worker of a live session, which only that session may sweep before its end)."""
+    parts = mark.split("/")
+    return any(_part_alive(p) for p in (parts[-1:] if last_only else parts))
 
 
 def _marks() -> dict[int, str]:
@@ -92,10 +99,14 @@ def _ancestors(pid: int, parents: dict[int, int]) -> set[int]:
     return out
 
 
-def left_over(mark: str | None = None, *, dead_owners: bool = False) -> list[int]:
-    """Live processes of the session ``mark`` and its workers (or of every session whose owner
-    is gone), with everything below them; never this process, its ancestors or their other
-    children (what runs beside pytest in ``.ci/run``, its trap included)."""
+def left_over(
+    mark: str | None = None, *, dead_owners: bool = False, within: str | None = None
+) -> list[int]:
+    """Live processes of the session ``mark`` and its workers (or of every session whose
+    owners are all gone; ``within`` a session: of its marks whose last owner is gone), with
+    everything below them; never this process, its ancestors or their other children (what
+    runs beside pytest in ``.ci/run``, its trap included). Two suites side by side never
+    sweep each other's: a mark of a live session is never another's to stop."""
     parents = _parents()
     ancestors = _ancestors(os.getpid(), parents)
     spare = ancestors | {p for p, pp in parents.items() if pp in ancestors - {os.getpid()}}
@@ -104,7 +115,7 @@ def left_over(mark: str | None = None, *, dead_owners: bool = False) -> list[int
         for pid, m in _marks().items()
         if pid in parents
         and pid not in spare
-        and (_in_session(m, mark) or (dead_owners and not owner_alive(m)))
+        and (_in_session(m, mark) or (dead_owners and _dead(m, within)))
     }
     below = set(roots)
     grew = True
@@ -115,9 +126,21 @@ def left_over(mark: str | None = None, *, dead_owners: bool = False) -> list[int
     return sorted(below - spare)
 
 
-def sweep(mark: str | None = None, *, dead_owners: bool = False, grace_s: float = 5.0) -> list[str]:
+def _dead(mark: str, within: str | None) -> bool:
+    if within is None:
+        return not owner_alive(mark)
+    return mark.startswith(within + "/") and not owner_alive(mark, last_only=True)
+
+
+def sweep(
+    mark: str | None = None,
+    *,
+    dead_owners: bool = False,
+    within: str | None = None,
+    grace_s: float = 5.0,
+) -> list[str]:
     """SIGTERM what is left, SIGKILL what outlives ``grace_s``; what was found, described."""
-    pids = left_over(mark, dead_owners=dead_owners)
+    pids = left_over(mark, dead_owners=dead_owners, within=within)
     said = [f"{pid} {_comm(pid)}" for pid in pids]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
