@@ -118,11 +118,13 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                 )
             continue
         top = max(eligible, key=lambda r: r["decode_tok_s"])
+        unlike = [r["label"] for r in items if r["why"] and r["decode_tok_s"] is not None]
+        also = f"; {names(unlike)} not comparable (Comparability)" if unlike else ""
         if top["best"]:
             runner = sorted(eligible, key=lambda r: -r["decode_tok_s"])[1]
             verdict = f"best: told apart from {runner['label']} (n={top['n']})"
         elif len(eligible) < 2:
-            verdict = "only config"
+            verdict = "only comparable config" if unlike else "only config"
         else:
             tied = [r["label"] for r in eligible if r["top_tie"] and r is not top]
             verdict = (
@@ -150,7 +152,7 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                 ),
                 Cell(sp),
                 *_energy(inp, top),
-                Cell(verdict),
+                Cell(verdict + also),
             ]
         )
     lv = level_frame(inp)
@@ -161,7 +163,18 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
             top_level = max(r["concurrency"] for r in part)
             at = [r for r in part if r["concurrency"] == top_level and r["throughput_tok_s"]]
             bad = {c for (h, c, t) in check_marks(inp) if h == r0[0] and t == r0[1]}
-            at = [r for r in at if r["config"] not in bad]
+            # Never the fastest where its comparison with the baseline does not hold.
+            unlike = {
+                r["config"]: r["label"]
+                for r in compared(inp).to_dicts()
+                if r["why"]
+                and (r["host"], r["tp"], r["workload"]) == r0
+                and r["concurrency"] == top_level
+            }
+            at = [r for r in at if r["config"] not in bad | set(unlike)]
+            also = (
+                f"; {names(list(unlike.values()))} not comparable (Comparability)" if unlike else ""
+            )
             if not at:
                 continue
             top = max(at, key=lambda r: r["throughput_tok_s"])
@@ -176,7 +189,7 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                     *_energy(
                         inp, joules.get((*r0[:2], "concurrency", r0[2], top_level, top["config"]))
                     ),
-                    Cell("one cell per level: no interval"),
+                    Cell("one cell per level: no interval" + also),
                 ]
             )
     return rows
