@@ -50,7 +50,7 @@ def test_every_table_and_key_is_there() -> None:
     assert (port.type, port.bounds) == ("integer", ">= 1, <= 65535")
     config = next(t for t in tables() if t.path == "configs.NAME")
     assert config.also == "server"
-    assert {k.name for k in config.keys} == {"label", "params", "forced_accept"}
+    assert {k.name for k in config.keys} == {"label", "params", "forced_accept", "control"}
 
 
 def test_plan_schema_prints_the_same_contract(capsys: pytest.CaptureFixture[str]) -> None:
