@@ -44,3 +44,13 @@ def test_a_dense_load_is_power_capped_and_idle_is_not_slowed() -> None:
     assert idle["gpu_throttle_mask"] == 0  # "GPU idle" is a state, not a slowdown
     assert "THROTTLED: power cap" in conditions_said(load)
     assert "THROTTLED" not in conditions_said(idle)
+
+
+def test_every_condition_is_a_column_of_the_one_shape() -> None:
+    """cells.parquet has the same columns with or without telemetry (results/records.py)."""
+    from specbench_tui.results.records import GPU_CONDITION_COLUMNS
+
+    got = _conditions("load1")
+    got_idle = _conditions("idle")
+    assert set(got) | set(got_idle) <= set(GPU_CONDITION_COLUMNS)
+    assert set(got) == set(GPU_CONDITION_COLUMNS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,18 @@ def notes(app: ConsoleApp) -> list[str]:
     return [n.message for n in app._notifications]
 
 
+async def noted(pilot: Pilot[int], app: ConsoleApp, said: Callable[[str], bool]) -> bool:
+    """Whether a notification that ``said`` holds shows, waited for up to 30 s: the console
+    posts some from a worker or after its first frame, later than the screen settles when
+    two full suites run side by side."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if any(said(n) for n in notes(app)):
+            return True
+        await pilot.pause(0.05)
+    return False
+
+
 def commands(control: ScriptedControl) -> list[tuple[str, str | None]]:
     return [(c.action, c.target) for c in control.commands]
 
@@ -96,7 +109,7 @@ async def test_pause_resume_and_refusal_shown() -> None:
         app.action_resume()  # from the palette: nothing to resume
         await answered(pilot, app, control, 3)
         assert control.replies[-1].ok is False
-        assert any("nothing to resume" in n for n in notes(app))
+        assert await noted(pilot, app, lambda n: "nothing to resume" in n)
 
 
 async def test_skip_running_cell() -> None:
@@ -139,8 +152,8 @@ async def test_rerun_failed_and_retry_group() -> None:
         await settle(pilot, app)
         assert commands(control) == [("rerun_failed", None), ("retry_group", "sim.ddtree-16.tp1")]
         assert all(r.ok for r in control.replies)
-        assert any("queued 1 failed cell again" in n for n in notes(app))
-        assert any("restarting the server of sim.ddtree-16.tp1" in n for n in notes(app))
+        assert await noted(pilot, app, lambda n: "queued 1 failed cell again" in n)
+        assert await noted(pilot, app, lambda n: "restarting the server of sim.ddtree-16.tp1" in n)
         # The group's running cell runs again whole once its server is back.
         assert app.progress.cells["ddt1agent"].status == "pending"
 
@@ -290,8 +303,8 @@ async def test_invalid_theme_file_reported_and_default_used(tmp_path: Path) -> N
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         assert app.theme == "specbench-dark"
-        assert any("broken.toml" in n and "primary" in n for n in notes(app))
-        assert any("unknown theme 'x'" in n for n in notes(app))
+        assert await noted(pilot, app, lambda n: "broken.toml" in n and "primary" in n)
+        assert await noted(pilot, app, lambda n: "unknown theme 'x'" in n)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
@@ -353,7 +366,7 @@ async def test_live_campaign_runs_to_the_end() -> None:
         await pilot.pause(0.2)
         assert app.stream_ended and app.progress.finished
         assert "FINISHED" in header_text(app)
-        assert any("campaign finished" in n for n in notes(app))
+        assert await noted(pilot, app, lambda n: "campaign finished" in n)
         assert app.plot_draws > 0
         await pilot.press("q")
         await pilot.pause()

@@ -41,7 +41,7 @@ from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter, engine_dead
-from specbench_tui.errors import HostError, describe
+from specbench_tui.errors import describe
 from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.estimate import cell_requests
@@ -200,6 +200,7 @@ async def run_one(
     unless the operator skipped it), else None."""
     attempt = ctx.state.cells[cell.id].attempt + 1
     planned = cell_requests(cell, ctx.plan.prompts)[0]
+    cpu_before = await read_cpu(host)  # before the cell is said to start: a healthy link
     ctx.hub.emit(
         CellStarted(
             cell_id=cell.id, group=group.id, cell=cell.name, attempt=attempt, requests=planned
@@ -223,7 +224,6 @@ async def run_one(
 
     engine = adapter(facts.engine)
     window = CounterWindow(engine, svc.base_url) if facts.metrics else None
-    cpu_before = await read_cpu(host)
     task = asyncio.ensure_future(
         run_cell(
             cell,
@@ -275,7 +275,12 @@ async def run_one(
     )
     result.acceptance["engine"] = engine.name
     result.acceptance["engine_version"] = facts.version
-    result.figures.update(cpu_conditions(cpu_before, await read_cpu(host)))
+    # Only after a cell that ran whole on a live server: after a cut (a link that dropped, a
+    # server that went away, an abort), the host is the group runner's to look at, and a
+    # read through a link that is going down would race its reconnect.
+    whole = result.complete and not result.stopped and not link_dropped() and svc.alive()
+    cpu_after = await read_cpu(host) if whole else None
+    result.figures.update(cpu_conditions(cpu_before, cpu_after))
     death = await confirm_death(svc, watch, link_dropped)
     await conclude(
         ctx, cell, group, svc, attempt, result, handle, link_dropped(), death is not None
@@ -290,7 +295,7 @@ async def read_cpu(host: Host | None) -> CpuReading | None:
         return None
     try:
         got = await asyncio.wait_for(host.read_files(CPU_FILES), CPU_READ_S)
-    except (TimeoutError, OSError, HostError) as exc:
+    except Exception as exc:  # a record, never a cell's failure: an SSH error included
         log.debug("host CPU counters not read: %s", describe(exc))
         return None
     texts = [got.get(p) for p in CPU_FILES]

@@ -42,8 +42,8 @@ from specbench_tui.report.inputs import Inputs
 #: How far apart the two sides' host load per CPU may be. Measured by bench/load_effect.py on
 #: a real CPU-bound server on two cores: one busy process beside it (0.5 per CPU) cut its
 #: decode rate to 0.29 of the quiet one, two to 0.14 (docs/like-with-like.md); the tolerance
-#: is half the smallest step measured to matter. Both sides run the same kind of server, so its own share of the load is alike
-#: and the difference is what else ran on the host.
+#: is half the smallest step measured to matter. Both sides run the same kind of server, so
+#: its own share of the load is alike and the difference is what else ran on the host.
 LOAD_GAP = 0.25
 #: How far apart (relative) the two sides' median SM clocks may be. On an H100 under one
 #: load run three times (bench/gpu_conditions_check.py) the runs' median SM clocks were equal

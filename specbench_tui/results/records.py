@@ -113,6 +113,18 @@ ENERGY_COLUMNS: tuple[str, ...] = (
     "energy_output_tokens",
 )
 
+#: A finished cell's GPU conditions over its window (``bench/conditions.py`` defines them; the
+#: same ``cell_energy`` event fills them): null where the host's GPUs were not read, like the
+#: energy columns, so that cells.parquet has one shape with or without telemetry.
+GPU_CONDITION_COLUMNS: tuple[str, ...] = (
+    "gpu_sm_clock_mhz",
+    "gpu_mem_clock_mhz",
+    "gpu_temp_max_c",
+    "gpu_power_limit_w",
+    "gpu_throttle_mask",
+    "gpu_foreign_processes",
+)
+
 #: A concurrency or capacity cell's SLO columns where the plan has ``[slo]``
 #: (``bench/figures.py`` defines them): goodput, the share of requests meeting every given
 #: limit with its 95% Wilson interval, whether its lower bound reaches the target, and the

@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from specbench_tui.results.layout import ResultsLayout
-from specbench_tui.results.records import ENERGY_COLUMNS
+from specbench_tui.results.records import ENERGY_COLUMNS, GPU_CONDITION_COLUMNS
 from specbench_tui.results.schema import CELL_IDENTITY, REQUEST_SCHEMA, TELEMETRY_SCHEMA
 from specbench_tui.results.state import CampaignState
 
@@ -56,7 +56,8 @@ def cell_rows(state: CampaignState, *, simulated: bool | None = None) -> list[di
             "packed": bool(g is not None and g.group is not None and g.group.packed),
         }
         if c.status == "done":
-            row.update(dict.fromkeys(ENERGY_COLUMNS))  # null until its cell_energy, if ever
+            # Null until its cell_energy, if ever.
+            row.update(dict.fromkeys((*ENERGY_COLUMNS, *GPU_CONDITION_COLUMNS)))
             row.update(c.figures)
         rows.append(row)
     return rows
