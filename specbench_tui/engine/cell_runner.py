@@ -295,7 +295,7 @@ async def read_cpu(host: Host | None) -> CpuReading | None:
         return None
     try:
         got = await asyncio.wait_for(host.read_files(CPU_FILES), CPU_READ_S)
-    except Exception as exc:  # a record, never a cell's failure: an SSH error included
+    except Exception as exc:  # a record, never a cell's failure: a transport's error included
         log.debug("host CPU counters not read: %s", describe(exc))
         return None
     texts = [got.get(p) for p in CPU_FILES]
