@@ -125,8 +125,14 @@ def _against_controls(inp: Inputs, rows: list[dict[str, Any]]) -> list[dict[str,
 
 
 def comparisons(inp: Inputs, cmp: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Every comparison of ``inp`` (the comparison frame ``cmp`` where the caller has it)."""
-    cmp = comparison(inp) if cmp is None else cmp
+    """Every comparison of ``inp`` (the comparison frame ``cmp`` where the caller has it),
+    made once per read: the report's section and ``comparisons.parquet`` share it."""
+    if "comparisons" not in inp.cache:
+        inp.cache["comparisons"] = _comparisons(inp, comparison(inp) if cmp is None else cmp)
+    return inp.cache["comparisons"]
+
+
+def _comparisons(inp: Inputs, cmp: pl.DataFrame) -> pl.DataFrame:
     base = baseline(inp)
     if cmp.height == 0 or base is None:
         return pl.DataFrame(schema=SCHEMA)

@@ -62,19 +62,23 @@ def build(inp: Inputs) -> Section | None:
     return sec
 
 
+_ORDER = ("host", "tp", "kind", "workload", "level", "config")
+
+
+def _cells(inp: Inputs, r: dict, *lead: str) -> list[Cell]:
+    """A comparison's row: config, what it is compared with (``lead``), TP, workload and
+    level, and the ratio with its interval."""
+    level = f" c{r['level']}" if r["kind"] == "concurrency" else ""
+    return [
+        Cell(label(inp, r["config"])),
+        *(Cell(x) for x in lead),
+        Cell(str(r["tp"])),
+        Cell(f"{r['workload']}{level}"),
+        Cell(f.ratio(r["ratio"], r["lo"], r["hi"], False)),
+    ]
+
+
 def _flagged_table(inp: Inputs, flagged: pl.DataFrame) -> Table:
-    table_rows = []
-    for r in flagged.sort("host", "tp", "kind", "workload", "level", "config").to_dicts():
-        level = f" c{r['level']}" if r["kind"] == "concurrency" else ""
-        table_rows.append(
-            [
-                Cell(label(inp, r["config"])),
-                Cell(str(r["tp"])),
-                Cell(f"{r['workload']}{level}"),
-                Cell(f.ratio(r["ratio"], r["lo"], r["hi"], False)),
-                Cell(str(r["why"] or "")),
-            ]
-        )
     return Table(
         "Comparisons that do not hold, and why",
         [
@@ -84,26 +88,20 @@ def _flagged_table(inp: Inputs, flagged: pl.DataFrame) -> Table:
             Column("Speed-up [95% CI]"),
             Column("Why not comparable", "p", 0.5),
         ],
-        table_rows,
+        [[*_cells(inp, r), Cell(str(r["why"] or ""))] for r in flagged.sort(_ORDER).to_dicts()],
         small=True,
     )
 
 
 def _controls_table(inp: Inputs, rows: pl.DataFrame) -> Table:
     """Each config with a control, over its control: the comparison its setting allows."""
-    body = []
-    for r in rows.sort("host", "tp", "kind", "workload", "level", "config").to_dicts():
-        level = f" c{r['level']}" if r["kind"] == "concurrency" else ""
-        body.append(
-            [
-                Cell(label(inp, r["config"])),
-                Cell(label(inp, r["baseline"])),
-                Cell(str(r["tp"])),
-                Cell(f"{r['workload']}{level}"),
-                Cell(f.ratio(r["ratio"], r["lo"], r["hi"], False)),
-                Cell("comparable" if r["comparable"] else f"not comparable: {r['why']}"),
-            ]
-        )
+    body = [
+        [
+            *_cells(inp, r, label(inp, r["baseline"])),
+            Cell("comparable" if r["comparable"] else f"not comparable: {r['why']}"),
+        ]
+        for r in rows.sort(_ORDER).to_dicts()
+    ]
     return Table(
         "Speed-up over each config's control (a config run with the setting it must differ "
         "from the baseline in)",
