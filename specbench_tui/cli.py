@@ -403,6 +403,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from specbench_tui.engine.campaign import Campaign, CampaignOptions
     from specbench_tui.engine.report_child import write_report
+    from specbench_tui.report.comparisons import unlike
 
     share = None
     if args.job is not None:
@@ -423,6 +424,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             control_socket=share is None,  # a job is steered through its mailbox
             write_views=share is None,
             report=write_report if share is None else None,
+            audit=unlike,
         ),
     )
     if campaign.moved_aside is not None:

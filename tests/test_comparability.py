@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +227,42 @@ async def test_a_simulated_server_started_with_one_more_argument(write_plan, tmp
     cells = pl.read_parquet(layout.cells)
     assert cells["host_load_per_cpu"].null_count() == 0
     assert cells["host_cpu_busy"].is_between(0, 1).all()
+
+
+@pytest.mark.system
+def test_the_headless_line_says_when_a_finished_group_is_not_like_its_baseline(
+    write_plan, tmp_path
+) -> None:
+    """Run as a user would (``--headless``): once the speculative group ends, one line says
+    its speed-up is not like with like and why, before the campaign's last line; it lands in
+    the event log as a warning, which is also the console's toast."""
+    plan = write_plan(
+        MINIMAL_PLAN.replace(
+            '"--speculative-num-draft-tokens", "8"]',
+            '"--speculative-num-draft-tokens", "8", "--attention-backend", "triton"]',
+        )
+    )
+    argv = [sys.executable, "-m", "specbench_tui", str(plan), "--headless", "--sim"]
+    proc = subprocess.run(
+        [*argv, "--results", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    lines = proc.stdout.splitlines()
+    said = [i for i, line in enumerate(lines) if "not like with like" in line]
+    assert len(said) == 1, proc.stdout
+    line = lines[said[0]]
+    assert "dflash against ar at TP 1 on sim, speed-up not comparable: single" in line, line
+    assert "attention_backend: 'triton' vs default" in line, line
+    done = [i for i, line in enumerate(lines) if "group sim.dflash.tp1" in line]
+    finished = next(i for i, line in enumerate(lines) if " finished " in line)
+    assert done and said[0] < finished, proc.stdout
+    events = ResultsLayout.for_campaign(tmp_path / "out", "t", sim=True).events.read_text()
+    warned = [json.loads(e) for e in events.splitlines() if "not like with like" in e]
+    assert [e["level"] for e in warned] == ["warning"]
 
 
 # The baseline has a long workload of its own, so its server outlives the speculative

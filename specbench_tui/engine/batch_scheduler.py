@@ -42,7 +42,7 @@ from typing import IO
 
 from specbench_tui import __version__
 from specbench_tui.durations import format_duration
-from specbench_tui.engine.checks import evaluate_greedy
+from specbench_tui.engine.checks import after_group
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.job_fold import JobFolder, JobRun
 from specbench_tui.engine.run_control import StorageFailed
@@ -561,7 +561,7 @@ class BatchScheduler:
             return
         pending = [c.id for c in self.ctx.pending(group)]
         if not pending:
-            await evaluate_greedy(self.ctx, group.host, [group.tp])
+            await after_group(self.ctx, group.host, [group.tp])
             return
         what = f"job {job.job_id} ended {job.state}"
         tail = await self._output_tail(job)
@@ -584,7 +584,7 @@ class BatchScheduler:
         if timed_out:
             pending = [c.id for c in self.ctx.pending(group)]
             if not pending:
-                await evaluate_greedy(self.ctx, group.host, [group.tp])
+                await after_group(self.ctx, group.host, [group.tp])
                 return
         # Its share it has not ended itself (a cell ended there and queued again here is a
         # rerun the operator asked for: a new submission runs it).

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from specbench_tui.bench.logparse import LogParser
 from specbench_tui.engine.batch_scheduler import BatchScheduler
-from specbench_tui.engine.checks import evaluate_greedy
+from specbench_tui.engine.checks import after_group
 from specbench_tui.engine.commands import CampaignControl, Command, Reply
 from specbench_tui.engine.context import CampaignOptions, RunContext
 from specbench_tui.engine.host_events import HubEvents
@@ -284,7 +284,7 @@ class Campaign(CampaignControl):
             # The last word on each config, an aborted run's too: what its cells measured is
             # judged, so a lossy config is flagged however the campaign ended.
             for host in sorted({g.host for g in self.groups}):
-                await evaluate_greedy(ctx, host, final=True)
+                await after_group(ctx, host, final=True)
         except StorageFailed:
             storage_failed = True
         finally:

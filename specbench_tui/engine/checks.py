@@ -23,6 +23,7 @@ from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import tool_output
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engines.facts import ServerFacts
+from specbench_tui.errors import describe
 from specbench_tui.hosts.service import Service
 from specbench_tui.plan.probes import (
     LEAK_OUTPUT_TOKENS,
@@ -54,6 +55,35 @@ def _emit_if_new(ctx: RunContext, check: str, host: str, config: str, tp: int, v
     )
     if v.status == "fail":
         ctx.hub.notice(f"check failed: {v.text}", "error")
+
+
+async def after_group(
+    ctx: RunContext, host: str, tps: list[int] | None = None, *, final: bool = False
+) -> None:
+    """What is judged as a group ends (``final``: as the run ends): the greedy and forced
+    verdicts, then the comparisons its results made unlike."""
+    await evaluate_greedy(ctx, host, tps, final=final)
+    await say_unlike(ctx)
+
+
+async def say_unlike(ctx: RunContext) -> None:
+    """Say each speed-up that is not like with like (the comparability audit, passed in as
+    ``options.audit``) once, as a warning notice: the headless line and the console's toast.
+    A batch job leaves it to its campaign, which sees every group's rows. The audit reads
+    the results directory, so what was emitted is made durable first."""
+    audit = ctx.options.audit
+    if audit is None or ctx.options.job is not None:
+        return
+    await ctx.hub.durable()
+    try:
+        found = await asyncio.to_thread(audit, ctx.layout.root)
+    except Exception as exc:  # advisory: the report audits the same rows again
+        ctx.hub.notice(f"comparability audit not made: {describe(exc)}", "warning")
+        return
+    for key, text in found:
+        if key not in ctx.said_unlike:
+            ctx.said_unlike.add(key)
+            ctx.hub.notice(f"not like with like: {text}", "warning")
 
 
 async def evaluate_greedy(

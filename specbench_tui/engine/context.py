@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specbench_tui.engine.energy_watch import EnergyWatch
 from specbench_tui.engine.hub import EventHub
@@ -51,6 +51,10 @@ class CampaignOptions:
     # DIR`` renders it later).
     write_views: bool = True
     report: Callable[[Path], Awaitable[list[Path]]] | None = None
+    # Which speed-ups of the results directory are not like with like, as each group ends:
+    # the command line passes report/comparisons.py's ``unlike`` (the engine cannot import
+    # the report); None says nothing until the report.
+    audit: Callable[[Path], list[tuple[tuple[Any, ...], str]]] | None = None
 
 
 @dataclass
@@ -65,6 +69,8 @@ class RunContext:
     simulated: bool
     templates: GroupTemplates = field(init=False)  # the chat template of each group's model
     energy: EnergyWatch = field(init=False)  # each finished cell's GPU board energy
+    # The unlike comparisons said so far (checks.say_unlike), by their audit key.
+    said_unlike: set[tuple[Any, ...]] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.templates = GroupTemplates(self.hub)

@@ -19,7 +19,7 @@ from typing import Literal
 
 from specbench_tui.bench.prompting import Prompting
 from specbench_tui.engine.cell_runner import run_one
-from specbench_tui.engine.checks import evaluate_greedy, probe_noise_floor, probe_state_leak
+from specbench_tui.engine.checks import after_group, probe_noise_floor, probe_state_leak
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.energy_watch import IDLE_FLOOR_S
 from specbench_tui.engine.manifest import record_manifest
@@ -158,7 +158,7 @@ class GroupRunner:
             ctx.control.leave(group)
             ctx.hub.emit(GroupFinished(group=group.id, status=self._status()))
         if not ctx.control.aborted:
-            await evaluate_greedy(ctx, group.host, [group.tp])
+            await after_group(ctx, group.host, [group.tp])
 
     def _died(self, svc: Service, why: str, cell: Cell | None, restart: int) -> None:
         self.ctx.hub.emit(

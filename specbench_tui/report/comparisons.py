@@ -27,7 +27,7 @@ from specbench_tui.report.frames import (
     comparison,
     known_configs,
 )
-from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.inputs import Inputs, load_inputs
 from specbench_tui.report.stats import from_moments, ratio_ci
 from specbench_tui.results.cells import baseline_config
 from specbench_tui.results.files import write_bytes_atomic
@@ -182,3 +182,30 @@ def write_comparisons(root: Path, inp: Inputs, cmp: pl.DataFrame | None = None) 
     comparisons(inp, cmp).write_parquet(data)
     write_bytes_atomic(path, data.getvalue())
     return path
+
+
+def unlike(root: Path) -> list[tuple[tuple[Any, ...], str]]:
+    """The speed-ups of ``root`` that are not like with like, one line per config, baseline
+    (or control), host and TP size, keyed by those and the workloads it covers: what the
+    headless line and the console say as a group ends (the engine passes the key it said
+    last, so a line comes again only when a workload joins it)."""
+    frame = comparisons(load_inputs(root))
+    rows = frame.filter((pl.col("figure") == SPEEDUP) & ~pl.col("comparable")).to_dicts()
+    by_pair: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_pair.setdefault((r["host"], r["config"], r["baseline"], r["tp"]), []).append(r)
+    out = []
+    for (host, config, base, tp), got in sorted(by_pair.items(), key=lambda kv: str(kv[0])):
+        points = []
+        for r in got:
+            where = r["workload"] + (f" c{r['level']}" if r["level"] else "")
+            ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+            points.append((where, f"{where} {ratio} ({r['why']})"))
+        out.append(
+            (
+                (host, config, base, tp, *sorted(w for w, _ in points)),
+                f"{config} against {base} at TP {tp} on {host}, speed-up not comparable: "
+                + " | ".join(text for _, text in points),
+            )
+        )
+    return out
