@@ -11,6 +11,7 @@ scratch directory with a timeout, so a TeX problem costs the PDF and nothing els
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import subprocess
 import tempfile
@@ -85,14 +86,32 @@ _TEX_CHARS = {
 }
 
 
+#: A word longer than this (a host's full name, a path) may break after its separators.
+_LONG_WORD = 20
+
+
 def tex_escape(value: Any) -> str:
     """Make any text safe as LaTeX body text, whatever the plan or a log put in it.
 
     Characters the default fonts cannot set are reduced to their ASCII base letter (or '?'),
-    so an unusual label can never stop the PDF from compiling.
+    so an unusual label can never stop the PDF from compiling. A long word (a host's full
+    name) may break after its dots, dashes and slashes, so it never runs off the line.
     """
+    text = str(value)
+    if len(text) > _LONG_WORD and any(len(w) > _LONG_WORD for w in text.split()):
+        return "".join(
+            _escape(w) if len(w) <= _LONG_WORD else _breakable(w) for w in re.split(r"(\s+)", text)
+        )
+    return _escape(text)
+
+
+def _breakable(word: str) -> str:
+    return "".join(_escape(ch) + (r"\allowbreak{}" if ch in _BREAK_AFTER else "") for ch in word)
+
+
+def _escape(value: str) -> str:
     out: list[str] = []
-    for ch in str(value):
+    for ch in value:
         if ch in _TEX_CHARS:
             out.append(_TEX_CHARS[ch])
         elif ch < " " or ch == "\x7f":

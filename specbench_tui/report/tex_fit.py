@@ -208,22 +208,26 @@ def layout(t: Table) -> list[Part]:
     keys = list(range(min(max(t.key_columns, 1), n)))
     fixed = keys + ([marks] if marks is not None and marks not in keys else [])
     payload = [i for i in range(n) if i not in fixed]
+    size = max(t.column_group, 1)
+    runs = [tuple(payload[i : i + size]) for i in range(0, len(payload), size)]
 
-    def width(cols: list[int]) -> float:
-        return _total((widths[i] for i in sorted(fixed + cols)), sep)
+    def cols_of(group: list[int]) -> list[int]:
+        return sorted(fixed + [c for r in group for c in runs[r]])
 
-    def with_(cols: list[int]) -> Table:
-        return _subset(t, sorted(fixed + cols))
+    def width(group: list[int]) -> float:
+        return _total((widths[i] for i in cols_of(group)), sep)
 
-    # A column that does not fit beside the keys alone fits in no part: no split will.
-    fits_alone = bool(payload) and all(width([i]) <= room for i in payload)
-    best = _fewest_parts(payload, width, room) if fits_alone else None
+    # A run that does not fit beside the keys alone fits in no part: no split will.
+    units = list(range(len(runs)))
+    fits_alone = bool(units) and all(width([i]) <= room for i in units)
+    best = _fewest_parts(units, width, room) if fits_alone else None
     if best is None:  # no split of the columns fits the line: the whole table on a turned page
         return [Part(t, sep, landscape=True)]
     k = len(best)
+    parts = [_subset(t, cols_of(g)) for g in best]
     return [
-        Part(replace(with_(g), notes=[]) if i < k else with_(g), sep, i, k)
-        for i, g in enumerate(best, start=1)
+        Part(replace(part, notes=[]) if i < k else part, sep, i, k)
+        for i, part in enumerate(parts, start=1)
     ]
 
 

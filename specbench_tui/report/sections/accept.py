@@ -1,4 +1,5 @@
-"""Accept length per host, TP and workload kind, never pooled across them: the engine's own
+"""Accept length per host, TP and workload (a workload at several temperatures is one per
+temperature, as the report names it), never pooled across them: the engine's own
 definition over the counts summed over the requests (its adapter's
 ``accept_length_definition``: what its counters give, and what a step delivers on average)
 and, beside it, the request mean (each request's accept length, averaged). The two differ
@@ -25,14 +26,15 @@ from specbench_tui.report.inputs import Inputs
 KINDS = ("single", "agentic", "concurrency")
 
 
-def accept_by_kind(inp: Inputs) -> pl.DataFrame:
-    """Per host, TP, kind and config (speculative requests only)."""
-    df = subset(inp, ["host", "tp", "kind", "config", *ACCEPT_COLUMNS])
+def accept_by_workload(inp: Inputs) -> pl.DataFrame:
+    """Per host, TP, workload and config (speculative requests only)."""
+    keys = ["host", "tp", "kind", "workload", "config"]
+    df = subset(inp, [*keys, *ACCEPT_COLUMNS])
     if df.height == 0:
         return df
     # Every request counts (one that ended on its first token may add a token and no step,
     # as in the engine's counters); configs without speculation have no figure and no row.
-    acc = accept_frame(df, ["host", "tp", "kind", "config"])
+    acc = accept_frame(df, keys)
     return acc.filter(
         pl.col("accept_len_weighted").is_not_null() | pl.col("accept_len_mean").is_not_null()
     )
@@ -64,7 +66,7 @@ def without_accept_length(inp: Inputs, acc: pl.DataFrame) -> list[str]:
 
 
 def build(inp: Inputs) -> Section | None:
-    acc = accept_by_kind(inp)
+    acc = accept_by_workload(inp)
     missing = without_accept_length(inp, acc)
     if acc.height == 0:
         if not missing:
@@ -74,14 +76,20 @@ def build(inp: Inputs) -> Section | None:
             sec.add(Para(text(line)))
         return sec
     order = config_rank(inp)
-    kinds = [k for k in KINDS if k in set(acc["kind"].to_list())]
+    rank = {k: i for i, k in enumerate(KINDS)}
+    kinds = sorted(
+        {(r["kind"], r["workload"]) for r in acc.select("kind", "workload").to_dicts()},
+        key=lambda kw: (rank.get(kw[0], len(rank)), kw[1]),
+    )
+    kinds = [w for _, w in kinds]
     has_rate = acc["acceptance_rate"].drop_nulls().len() > 0
     sec = Section("Accept length")
     sec.add(
         Para(
             text(
                 "Accepted tokens per verification step, bonus token included, from the "
-                "server's own counts for each request, per TP and workload kind. Accept length: "
+                "server's own counts for each request, per TP and workload (one per temperature). "
+                "Accept length: "
                 "the engine's own definition over the counts summed over the requests "
                 f"({accept_definitions(inp)}), "
                 "which is what its counters give. Request mean: the mean of the requests' "
@@ -97,7 +105,7 @@ def build(inp: Inputs) -> Section | None:
             cols.append(Column(f"{k} acc. rate"))
     for host, tp in sorted({(r["host"], r["tp"]) for r in acc.to_dicts()}):
         part = {
-            (r["config"], r["kind"]): r
+            (r["config"], r["workload"]): r
             for r in acc.to_dicts()
             if (r["host"], r["tp"]) == (host, tp)
         }
@@ -114,7 +122,15 @@ def build(inp: Inputs) -> Section | None:
                 if has_rate:
                     cells.append(Cell(f.share(r.get("acceptance_rate"))))
             rows.append(cells)
-        sec.add(Table(f"Accept length, TP {tp} on {host}", cols, rows, small=True))
+        sec.add(
+            Table(
+                f"Accept length, TP {tp} on {host}",
+                cols,
+                rows,
+                small=True,
+                column_group=3 if has_rate else 2,  # a workload's figures stay together
+            )
+        )
     for line in missing:
         sec.add(Para(text(line)))
     return sec

@@ -11,7 +11,7 @@ from specbench_tui.report import comparability as c
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
 from specbench_tui.report.comparisons import SPEEDUP, comparisons
-from specbench_tui.report.frames import baseline, label
+from specbench_tui.report.frames import baseline, label, marked
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import compared
 
@@ -70,7 +70,7 @@ def _cells(inp: Inputs, r: dict, *lead: str) -> list[Cell]:
     level, and the ratio with its interval."""
     level = f" c{r['level']}" if r["kind"] == "concurrency" else ""
     return [
-        Cell(label(inp, r["config"])),
+        Cell(marked(inp, r["config"], r["host"], [r["tp"]])),
         *(Cell(x) for x in lead),
         Cell(str(r["tp"])),
         Cell(f"{r['workload']}{level}"),

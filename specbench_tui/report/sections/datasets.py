@@ -19,11 +19,13 @@ from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
 from specbench_tui.report.frames import (
     ACCEPT_COLUMNS,
+    NOT_COMPARABLE_MARK,
     SCOPE,
     accept_rows,
     baseline,
     config_rank,
     label,
+    marked,
     rank_decode,
     subset,
 )
@@ -37,7 +39,9 @@ RULE = (
     "highest speed-up of a dataset only where Welch's test (5%) tells its decode tok/s apart "
     "from the runner-up's; nothing is marked where it cannot (one repeat leaves nothing to "
     "test), and the Mean column is never marked. Every budget of a parametrized config is a "
-    "row of its own: none is chosen after the fact. Intervals are in the table's CSV."
+    "row of its own: none is chosen after the fact. Intervals are in the table's CSV. A "
+    "config that failed a correctness check, that no verdict covers, or whose measurement is "
+    "not comparable with the baseline's carries its mark beside its name, and is never bold."
 )
 KEYS = [*SCOPE, "prompt_set", "config"]
 
@@ -96,6 +100,7 @@ def dataset_rows(inp: Inputs) -> list[dict[str, Any]]:
                 "tau": a.get("accept_len_weighted"),
                 "best": it.best,
                 "failed_check": it.failed_check or None,
+                "why": it.doubt or None,  # not comparable with the baseline (the audit's)
             }
         )
     return out
@@ -112,6 +117,8 @@ def _table(inp: Inputs, rows: list[dict[str, Any]], where: str) -> Table:
     order = config_rank(inp)
     configs = sorted({r["config"] for r in rows}, key=lambda c: (order.get(c, len(order)), c))
     by = {(r["temperature"], r["config"], r["dataset"]): r for r in rows}
+    host, tp = rows[0]["host"], rows[0]["tp"]
+    unlike = {(r["temperature"], r["config"]) for r in rows if r["why"]}
     cols = [Column("Config", "l")] + ([Column("T")] if len(temps) > 1 else [])
     for d in datasets:
         cols += [Column(f"{d} speed-up"), Column(f"{d} tau")]
@@ -120,7 +127,10 @@ def _table(inp: Inputs, rows: list[dict[str, Any]], where: str) -> Table:
     csv: list[dict[str, Any]] = []
     for t in temps or [None]:
         for c in configs:
-            cells = [Cell(label(inp, c))] + ([Cell(f"{t:g}")] if len(temps) > 1 else [])
+            name = marked(inp, c, host, [tp]) + (
+                f" [{NOT_COMPARABLE_MARK}]" if (t, c) in unlike else ""
+            )
+            cells = [Cell(name)] + ([Cell(f"{t:g}")] if len(temps) > 1 else [])
             speedups, taus = [], []
             for d in datasets:
                 r = by.get((t, c, d))
@@ -149,7 +159,14 @@ def _table(inp: Inputs, rows: list[dict[str, Any]], where: str) -> Table:
                     }
                 )
     return Table(
-        f"Speed-up and tau per dataset, {where}", cols, body, notes=[RULE], small=True, csv=csv
+        f"Speed-up and tau per dataset, {where}",
+        cols,
+        body,
+        notes=[RULE],
+        small=True,
+        csv=csv,
+        key_columns=2 if len(temps) > 1 else 1,
+        column_group=2,  # a dataset's speed-up and tau stay together
     )
 
 

@@ -63,12 +63,14 @@ def _workloads(inp: Inputs) -> list[dict[str, Any]]:
                 "prompts": set(),
                 "max_tokens": set(),
                 "levels": set(),
+                "temperatures": set(),
                 "cell": cell,
                 "cells": 0,
             },
         )
         w["prompts"].update(cell.prompts or ((cell.prompt_set,) if cell.prompt_set else ()))
         w["max_tokens"].add(cell.max_tokens)
+        w["temperatures"].add(cell.temperature)
         if cell.concurrency:
             w["levels"].add(cell.concurrency)
         w["cells"] += 1
@@ -148,7 +150,7 @@ def build(inp: Inputs) -> Section:
             Cell(w["kind"]),
             Cell(", ".join(sorted(w["prompts"])) or "—"),
             Cell(", ".join(str(m) for m in sorted(w["max_tokens"]))),
-            Cell(f"{w['cell'].temperature:g}"),
+            Cell(", ".join(f"{t:g}" for t in sorted(w["temperatures"]))),
             Cell(_what(w)),
             Cell(str(w["cells"])),
         ]

@@ -65,6 +65,28 @@ def _pooled(num: str, den: str, where: pl.Expr | None = None) -> pl.Expr:
     return pl.when(d.sum() > 0).then(n.sum() / d.sum())
 
 
+def _kind_per_temperature(req: pl.DataFrame) -> pl.DataFrame:
+    """``kind`` as the view keys it: a kind whose requests ran at several temperatures is
+    one kind per temperature (``single T=1``), never pooled, as the report's workloads are."""
+    if "temperature" not in req.columns:
+        return req
+    temps = req.group_by("kind").agg(pl.col("temperature").drop_nulls().n_unique().alias("_n"))
+    several = temps.filter(pl.col("_n") > 1)["kind"].to_list()
+    if not several:
+        return req
+    named = (
+        pl.col("kind")
+        + " T="
+        + pl.col("temperature").map_elements(lambda t: f"{t:g}", return_dtype=pl.String)
+    )
+    return req.with_columns(
+        pl.when(pl.col("kind").is_in(several) & pl.col("temperature").is_not_null())
+        .then(named)
+        .otherwise(pl.col("kind"))
+        .alias("kind")
+    )
+
+
 def view_frame(inp: Inputs) -> pl.DataFrame:
     """Per group and kind: client and server figures pooled over the group's cells (the
     client's beside each log or counter figure pooled over the same cells: ``*_logged``,
@@ -78,7 +100,7 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
     req = requests(inp)
     if req.height == 0:
         return pl.DataFrame()
-    req = req.with_columns(pl.col("cell_id").cast(pl.String))
+    req = _kind_per_temperature(req.with_columns(pl.col("cell_id").cast(pl.String)))
     keys = ["group", "kind"]
     per_cell = req.group_by("group", "cell_id", "kind").agg(
         pl.col("output_tokens").sum().cast(pl.Float64).alias("_tokens")
@@ -214,7 +236,8 @@ def build(inp: Inputs) -> Section | None:
     sec.add(
         Para(
             text(
-                "Per service group and workload kind, each figure pooled over the cells (a "
+                "Per service group and workload kind (one per temperature), each figure "
+                "pooled over the cells (a "
                 "ratio of sums, as in the other tables). The client's accept length is the "
                 "engine's own definition over the requests' counts (what its counters give); "
                 "the server log's pools the stats lines whose whole stretch lay inside a cell"

@@ -31,6 +31,7 @@ from specbench_tui.report.frames import (
     cell_energy,
     check_marks,
     label,
+    marked,
     request_errors,
     requests,
 )
@@ -118,7 +119,11 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                 )
             continue
         top = max(eligible, key=lambda r: r["decode_tok_s"])
-        unlike = [r["label"] for r in items if r["why"] and r["decode_tok_s"] is not None]
+        unlike = [
+            marked(inp, r["config"], host, [tp])
+            for r in items
+            if r["why"] and r["decode_tok_s"] is not None
+        ]
         also = f"; {names(unlike)} not comparable (Comparability)" if unlike else ""
         if top["best"]:
             runner = sorted(eligible, key=lambda r: -r["decode_tok_s"])[1]
@@ -165,7 +170,7 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
             bad = {c for (h, c, t) in check_marks(inp) if h == r0[0] and t == r0[1]}
             # Never the fastest where its comparison with the baseline does not hold.
             unlike = {
-                r["config"]: r["label"]
+                r["config"]: marked(inp, r["config"], r0[0], [r0[1]])
                 for r in compared(inp).to_dicts()
                 if r["why"]
                 and (r["host"], r["tp"], r["workload"]) == r0
@@ -281,26 +286,29 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
         )
     answers = _answer_rows(inp)
     if answers:
+        cols = [
+            Column("Host", "l"),
+            Column("TP"),
+            Column("Workload", "l"),
+            Column("Fastest", "l"),
+            Column("Decode tok/s [95% CI]"),
+            Column("Speed-up [95% CI]"),
+            *([Column("J/token"), Column("J/token above idle")] if _with_energy(inp) else []),
+            Column("", "p", 0.26),
+        ]
+        hosts = sorted({r[0].text for r in answers})
+        where, keys = "", 4  # host, TP, workload and the config name each row
+        if len(hosts) == 1:  # the host is said once, in the caption: a long name fits
+            cols, answers, where = cols[1:], [r[1:] for r in answers], f", on {hosts[0]}"
+            keys = 3
         sec.add(
             Table(
                 "The fastest config per host, TP and workload (decode tok/s, token-weighted "
-                "within each unit; concurrency: cell throughput at the highest level)",
-                [
-                    Column("Host", "l"),
-                    Column("TP"),
-                    Column("Workload", "l"),
-                    Column("Fastest", "l"),
-                    Column("Decode tok/s [95% CI]"),
-                    Column("Speed-up [95% CI]"),
-                    *(
-                        [Column("J/token"), Column("J/token above idle")]
-                        if _with_energy(inp)
-                        else []
-                    ),
-                    Column("", "p", 0.26),
-                ],
+                f"within each unit; concurrency: cell throughput at the highest level){where}",
+                cols,
                 answers,
                 small=True,
+                key_columns=keys,
             )
         )
     else:
