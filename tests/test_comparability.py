@@ -3,6 +3,7 @@ and every comparison the report makes is in comparisons.parquet with its audit."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -220,6 +221,9 @@ async def test_a_simulated_server_started_with_one_more_argument(write_plan, tmp
     manifest = json.loads(layout.manifest.read_text())["groups"]
     assert manifest["sim.dflash.tp1"]["settings"]["attention_backend"] == "triton"
     assert manifest["sim.ar.tp1"]["settings_source"] == "/server_info"
+    chat = manifest["sim.ar.tp1"]["prompt_files"]["chat"]
+    assert chat["sha256"] == hashlib.sha256(Path(chat["path"]).read_bytes()).hexdigest()
+    assert Path(chat["path"]).name == "chat.jsonl"
     row = next(
         r for r in comparison(load_inputs(layout.root)).to_dicts() if r["config"] == "dflash"
     )

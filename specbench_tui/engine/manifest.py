@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import platform
 import shutil
@@ -130,6 +131,25 @@ async def probe_host(host: Host, group: ServiceGroup) -> dict[str, Any]:
     return await read_probe(host.runner_for(python), probe_args(group), python)
 
 
+def prompt_files(ctx: RunContext, group: ServiceGroup) -> dict[str, Any]:
+    """The prompt-set files the group's cells read, each with its path and sha256: what was
+    sent can be told apart from a later edit of the same file (a shipped set is hashed too)."""
+    library = ctx.plan.prompts
+    g = ctx.state.groups.get(group.id)
+    cells = [ctx.state.cells[cid].cell for cid in (g.cells if g else [])]
+    names = sorted({n for c in cells if c is not None for n in c.prompts})
+    out: dict[str, Any] = {}
+    for name in names:
+        try:
+            path = library.path_of(name)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path else None
+        except OSError as exc:
+            out[name] = {"path": str(path), "error": exc.strerror or str(exc)}
+            continue
+        out[name] = {"path": str(path) if path else None, "sha256": digest}
+    return out
+
+
 async def record_manifest(
     ctx: RunContext, group: ServiceGroup, host: Host, facts: ServerFacts, attempt: int
 ) -> None:
@@ -157,6 +177,7 @@ async def record_manifest(
         # report's comparability audit compares key by key.
         "settings": facts.settings,
         "settings_source": facts.settings_source,
+        "prompt_files": await asyncio.to_thread(prompt_files, ctx, group),
         "probe": probe,
     }
     await asyncio.to_thread(ctx.store.record_manifest, group.id, entry)
