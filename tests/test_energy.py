@@ -165,6 +165,40 @@ def test_fewer_than_twenty_samples_is_low_confidence() -> None:
     assert got.gpu_energy_j == pytest.approx(truth((0, 1), 10.5, 25.5), rel=1e-3)
 
 
+def trace(gpus: tuple[int, ...], t0: float, t1: float, step: float = 0.05) -> list[PowerSample]:
+    """The agent's reads of the counter alone between samples (``energy_trace``)."""
+    n = round((t1 - t0) / step)
+    return [
+        PowerSample(t0 + i * step, g, None, BASE_MJ + 1000.0 * energy_j(g, 0.0, t0 + i * step))
+        for i in range(n + 1)
+        for g in gpus
+    ]
+
+
+def test_a_short_cell_is_exact_where_the_counter_was_read_at_its_edges() -> None:
+    """A 2.3 s cell has two one-second samples in its window: low confidence on them alone.
+    With the counter read every 0.05 s between samples, its edges are pinned: valid, and the
+    energy within the step's share of the exact figure (the samples alone miss it by more)."""
+    a, b = 10.37, 12.68
+    alone = cell_energy(replay(), [(a, b)], [0, 1], 100)
+    assert not alone.energy_valid and alone.energy_note.startswith("low confidence: 2 samples")
+    got = cell_energy(replay() + trace((0, 1), 9.0, 14.0), [(a, b)], [0, 1], 100)
+    assert got.energy_valid, got.energy_note
+    assert got.energy_method == "nvml_counter" and got.energy_samples == 2
+    exact = truth((0, 1), a, b)
+    assert got.gpu_energy_j == pytest.approx(exact, rel=1e-3)
+    assert abs(got.gpu_energy_j - exact) < abs(alone.gpu_energy_j - exact)
+    # A trace too sparse at an edge (one read a second) pins nothing.
+    sparse = cell_energy(replay() + trace((0, 1), 9.5, 13.5, 1.0), [(a, b)], [0, 1], 100)
+    assert not sparse.energy_valid
+
+
+def test_a_floor_above_the_cells_own_power_gives_no_figure_above_idle() -> None:
+    got = cell_energy(replay(), [(10.0, 70.0)], [0, 1], 6000, idle_power_w=5000.0)
+    assert got.j_per_output_token_above_idle is None
+    assert "idle floor unreliable: 5000 W idle" in got.energy_note
+
+
 def test_another_process_on_the_groups_gpus_makes_it_invalid() -> None:
     samples = [
         PowerSample(s.t, s.gpu, s.power_w, s.energy_mj, s.pids | {777})

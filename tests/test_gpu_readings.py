@@ -62,6 +62,31 @@ def test_the_agent_writes_every_reading_and_nothing_else(
     assert not missing, f"the simulated NVML does not give {missing}"
 
 
+def test_the_energy_counter_is_traced_between_samples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads of the energy counter alone between two samples come with the next line, in
+    time order and before it, and only there (``AGENT_EXTRAS``)."""
+    (tmp_path / "gpu0.json").write_text(json.dumps({"gpu": 0, "name": "sim"}))
+    monkeypatch.setenv("SPECBENCH_SIM_NVML", str(tmp_path))
+    monkeypatch.setenv("SPECBENCH_SIM_NVML_MODULE", str(FAKE_NVML_PATH))
+    monkeypatch.setenv("SPECBENCH_SIM_GPUS", "1")
+    source = gpu_agent.NvmlSource()
+    try:
+        source.samples([0])
+        for _ in range(3):
+            source.trace([0])
+        (line,) = json.loads(json.dumps(source.samples([0])))
+        (after,) = source.samples([0])
+    finally:
+        source.close()
+    assert set(line) == agent_keys() | set(definition.AGENT_EXTRAS)
+    trace = line["energy_trace"]
+    assert len(trace) == 3 and all(len(p) == 2 for p in trace)
+    assert [t for t, _ in trace] == sorted(t for t, _ in trace) and trace[-1][0] <= line["t"]
+    assert "energy_trace" not in after
+
+
 def test_nvidia_smi_lines_have_the_same_keys() -> None:
     (line,) = parse_smi(
         (H200 / "load.query-gpu.csv").read_text(), (H200 / "load.query-apps.csv").read_text()

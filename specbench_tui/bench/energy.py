@@ -23,9 +23,11 @@ span of a sequential one; warm-up and the gaps between requests are outside it).
 
 ``energy_valid`` is false, with the reason in ``energy_note``, when a gap between two of a
 GPU's samples in the window is over ``MAX_GAP_S`` (the integral would guess across it), when
-a GPU has fewer than ``MIN_SAMPLES`` samples inside the window ("low confidence": a short cell
-is mostly its edges), or when a process other than the group's own server used one of its
-GPUs during the window (its energy is on the same board). Where the samples do not reach
+a GPU has fewer than ``MIN_SAMPLES`` samples inside the window and the counter was not read
+within ``EDGE_STEP_S`` of each edge ("low confidence": a short cell is mostly its edges; the
+agent's reads of the counter alone between samples, ``energy_trace``, pin the edges), or
+when a process other than the group's own server used one of its GPUs during the window (its
+energy is on the same board). Where the samples do not reach
 past both edges of the window, there is no figure at all.
 
 The idle floor is the group's power with its server up and no request in flight: the mean
@@ -49,8 +51,11 @@ from specbench_tui.results.records import ENERGY_COLUMNS
 
 #: A gap between two samples of one GPU, inside a window, over which no figure is trusted.
 MAX_GAP_S = 3.0
-#: Fewer samples per GPU inside the window than this is "low confidence".
+#: Fewer samples per GPU inside the window than this is "low confidence", unless the energy
+#: counter was read within ``EDGE_STEP_S`` of every edge (the agent's ``energy_trace``): then
+#: the counter's rise is exact to that step whatever the window's length.
 MIN_SAMPLES = 20
+EDGE_STEP_S = 0.25
 
 __all__ = ["ENERGY_COLUMNS", "CellEnergy", "PowerSample", "cell_energy", "idle_power"]
 
@@ -154,6 +159,24 @@ def _counter_at(ss: Sequence[PowerSample], ts: list[float], x: float) -> float:
     return _interp(a.t, a.energy_mj, b.t, b.energy_mj, x)
 
 
+def _edge_step(
+    per: dict[int, list[PowerSample]], gpus: Sequence[int], window: Sequence[tuple[float, float]]
+) -> float:
+    """The widest step between the two energy-counter reads around any edge of the window on
+    any GPU: how far the counter is interpolated at the edges (the agent's ``energy_trace``
+    reads it every 0.05 s, so a short cell is as exact as a long one)."""
+    worst = 0.0
+    for g in gpus:
+        ts = [s.t for s in per[g] if s.energy_mj is not None]
+        for x in (x for span in window for x in span):
+            j = bisect.bisect_left(ts, x)
+            if 0 < j < len(ts):
+                worst = max(worst, ts[j] - ts[j - 1])
+            elif not (j < len(ts) and ts[j] == x):
+                return math.inf
+    return worst
+
+
 def _power_integral(points: Sequence[tuple[float, float]], a: float, b: float) -> float:
     """Joules: the trapezoidal integral over [a, b] of the power through ``points``."""
     total = 0.0
@@ -209,7 +232,10 @@ def cell_energy(
         why = "no GPUs" if not gpus else "no measured window"
         return CellEnergy(None, None, None, None, idle_power_w, None, False, why, 0)
     window_s = math.fsum(b - a for a, b in window)
-    fewest = min(sum(1 for s in per[g] if any(a <= s.t <= b for a, b in window)) for g in gpus)
+    fewest = min(
+        sum(1 for s in per[g] if s.power_w is not None and any(a <= s.t <= b for a, b in window))
+        for g in gpus
+    )
     uncovered: list[str] = []
     used: dict[int, list[PowerSample]] = {}  # each GPU's samples from before to after each span
     for g in gpus:
@@ -243,11 +269,6 @@ def cell_energy(
         problems.append(
             f"a {worst_gap:.1f} s gap between GPU {worst_gpu}'s samples in the window "
             f"(over {max_gap_s:g} s)"
-        )
-    if fewest < min_samples:
-        problems.append(
-            f"low confidence: {fewest} sample{'s' * (fewest != 1)} per GPU in the window "
-            f"(fewer than {min_samples})"
         )
     if own_pids is not None:
         own = set(own_pids)
@@ -295,6 +316,13 @@ def cell_energy(
                 continue
             total += math.fsum(_power_integral(pts, a, b) for a, b in window)
         method, energy = "power_integral", total
+    edges = _edge_step(per, gpus, window) if method == "nvml_counter" else math.inf
+    if fewest < min_samples and edges > EDGE_STEP_S:
+        problems.append(
+            f"low confidence: {fewest} sample{'s' * (fewest != 1)} per GPU in the window "
+            f"(fewer than {min_samples}) and no energy-counter read within {EDGE_STEP_S:g} s "
+            "of each edge"
+        )
     if idle_power_w is None:
         notes.append("no idle floor (no samples between ready and the first cell)")
     per_token = energy / output_tokens if output_tokens > 0 else None
@@ -303,6 +331,12 @@ def cell_energy(
         if output_tokens > 0 and idle_power_w is not None
         else None
     )
+    if above is not None and above < 0:  # the floor drew more than the cell did: not a floor
+        above = None
+        notes.append(
+            f"idle floor unreliable: {idle_power_w:.0f} W idle against "
+            f"{energy / window_s:.0f} W over the window; no figure above idle"
+        )
     return CellEnergy(
         gpu_energy_j=energy,
         j_per_output_token=per_token,

@@ -189,8 +189,14 @@ class EnergyWatch:
             if not srv.began and srv.host == s.host and ps.gpu in srv.gpus:
                 srv.pids.update(ps.pids)
                 srv.idle.append(ps)
+        # The counter's reads since the last sample (the agent's energy_trace): they pin a
+        # cell's edges to within a trace step.
+        trace = [
+            PowerSample(t=t, gpu=ps.gpu, power_w=None, energy_mj=mj) for t, mj in s.energy_trace
+        ]
         for w in list(self._watches.values()):
             if w.host == s.host and ps.gpu in w.gpus:
+                w.samples.extend(trace)
                 w.samples.append(ps)
         self._settle(now)
 

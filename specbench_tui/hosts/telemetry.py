@@ -75,6 +75,8 @@ class GpuSample(GpuReadings):
     gpu: int
     name: str | None = None  # the GPU's model, as the driver names it
     processes: tuple[GpuProcess, ...] = ()
+    # The energy counter's reads since the previous sample (``AGENT_EXTRAS``): (t, mJ).
+    energy_trace: tuple[tuple[float, float], ...] = ()
     received: float = field(default_factory=time.monotonic, compare=False)  # local clock
 
     @classmethod
@@ -95,6 +97,7 @@ class GpuSample(GpuReadings):
             gpu=int(obj["gpu"]),
             name=obj.get("name"),
             processes=procs,
+            energy_trace=tuple((float(t), float(mj)) for t, mj in obj.get("energy_trace") or ()),
             **readings_from(obj),
         )
 

@@ -81,6 +81,10 @@ READING_UNITS: dict[str, str] = {f.name: f.metadata["unit"] for f in READINGS}
 #: What an agent's sample line holds besides its readings: the host's clock, the GPU's
 #: index, its model as the driver names it, and its processes.
 AGENT_IDENTITY: tuple[str, ...] = ("t", "gpu", "name", "processes")
+#: What an agent line may add beyond its identity and readings: ``energy_trace``, the energy
+#: counter's reads between two samples ([[t, mJ], ...], NVML only), which a cell's energy at
+#: its edges rests on (bench/energy.py). A list, not a reading: neither stored nor shown.
+AGENT_EXTRAS: tuple[str, ...] = ("energy_trace",)
 #: The columns of a ``telemetry.parquet`` row before its readings, with their types ("name"
 #: was added later: older files lack it, as they lack readings added since).
 TELEMETRY_IDENTITY: dict[str, type] = {"time": float, "host": str, "gpu": int, "name": str}
