@@ -2,12 +2,16 @@
 agent that a campaign pipes to its hosts (hosts/gpu_agent.py, NVML): SM and memory clocks,
 enforced power limit and clocks-event (throttle) reasons, idle and under a load this script
 starts (a PyTorch matrix-product loop) in several runs, and what nvidia-smi says of the same
-(``clocks_event_reasons.active``) beside it.
+(``clocks_event_reasons.active``) beside it, and the agent's lines through nvidia-smi
+(``--source nvidia-smi``: the conditions query of hosts without pynvml).
 
 It prints, per state and run, the median SM and memory clocks, the power limit, the throttle
 reasons seen (named as the report names them) and how far the median SM clock of the load runs
 spread (the noise the comparability audit's ``CLOCK_GAP`` must stay above). With ``--out DIR``
-it writes the agent's lines of every state (``STATE.jsonl``) and nvidia-smi's answers.
+it writes the agent's lines of every state (``STATE.jsonl``, ``STATE.smi.jsonl``) and the
+exact bytes nvidia-smi printed for the agent's conditions queries (``STATE.query-conditions.csv``
+for the current field names, ``STATE.query-conditions-old.txt`` for the pre-535 ones, with
+the exit status): what tests/support/nvidia-smi replays.
 
 Needs the NVIDIA driver, nvidia-smi, torch and pynvml (nvidia-ml-py) in this python; nothing
 else of this package (the agent is standard library only). From the repository root:
@@ -18,6 +22,7 @@ else of this package (the agent is standard library only). From the repository r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -52,14 +57,27 @@ while time.time() < end:
 """
 
 
-def agent(gpu: int, seconds: float, interval: float) -> list[dict[str, Any]]:
+def _agent_constants() -> dict[str, Any]:
+    """The agent's own query lists (it is standard library only: loaded from its file)."""
+    spec = importlib.util.spec_from_file_location("gpu_agent", AGENT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {"conditions": module.QUERY_CONDITIONS}
+
+
+def raw(args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, timeout=30)
+
+
+def agent(gpu: int, seconds: float, interval: float, source: str = "nvml") -> list[dict[str, Any]]:
     count = max(1, int(seconds / interval))
     out = subprocess.run(
         [
             sys.executable,
             str(AGENT),
             "--source",
-            "nvml",
+            source,
             "--gpus",
             str(gpu),
             "--interval",
@@ -118,17 +136,32 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
 
+    queries = _agent_constants()["conditions"]
+
     def record(state: str, lines: list[dict[str, Any]], said: str) -> None:
-        results[state] = {**summary(lines), "nvidia_smi": said}
+        # Read while the state holds (the load still runs): nvidia-smi's own answers first.
+        new, old = raw(queries[0]), raw(queries[1])
+        by_smi = agent(args.gpu, 1.0, 0.5, "nvidia-smi")
+        results[state] = {
+            **summary(lines),
+            "nvidia_smi": said,
+            "agent_via_nvidia_smi": summary(by_smi),
+        }
         print(f"{state:8} {json.dumps(results[state])}", flush=True)
         if args.out:
             with (args.out / f"{state}.jsonl").open("w") as f:
                 f.writelines(json.dumps(x) + "\n" for x in lines)
+            with (args.out / f"{state}.smi.jsonl").open("w") as f:
+                f.writelines(json.dumps(x) + "\n" for x in by_smi)
+            (args.out / f"{state}.query-conditions.csv").write_bytes(new.stdout)
+            (args.out / f"{state}.query-conditions-old.txt").write_bytes(
+                f"exit {old.returncode}\n".encode() + old.stdout + old.stderr
+            )
 
     record("idle", agent(args.gpu, 2.0, args.interval), smi(args.gpu))
     for run in range(1, args.runs + 1):
         load = subprocess.Popen(
-            [sys.executable, "-c", LOAD, str(args.gpu), str(args.load_s + 4)],
+            [sys.executable, "-c", LOAD, str(args.gpu), str(args.load_s + 10)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -136,9 +169,8 @@ def main() -> int:
         load.stdout.readline()  # its tensors are on the GPU
         time.sleep(2.0)  # past the clocks' ramp
         lines = agent(args.gpu, args.load_s, args.interval)
-        said = smi(args.gpu)
+        record(f"load{run}", lines, smi(args.gpu))  # while the load still runs
         load.wait(timeout=60)
-        record(f"load{run}", lines, said)
         time.sleep(3.0)
     record("after", agent(args.gpu, 2.0, args.interval), smi(args.gpu))
     clocks = [results[f"load{r}"]["sm_clock_mhz"] for r in range(1, args.runs + 1)]

@@ -9,8 +9,9 @@ installed. Run it by hand to check a host::
 
 Two sources give the same lines. NVML (``pynvml``, package nvidia-ml-py) is read in-process;
 on a GPU host it usually exists only in the serving venv, not in the system ``python3``.
-``nvidia-smi`` is always installed with the driver, so without pynvml the agent runs its two
-CSV queries (``QUERY_GPU`` and ``QUERY_APPS``) each interval instead. ``auto`` (the default
+``nvidia-smi`` is always installed with the driver, so without pynvml the agent runs its
+CSV queries (``QUERY_GPU``, ``QUERY_APPS`` and the first of ``QUERY_CONDITIONS`` the driver
+answers) each interval instead. ``auto`` (the default
 when run by hand) takes NVML when it works, else nvidia-smi.
 
 ``--probe`` prints one line saying what this interpreter can read, and exits 0:
@@ -32,10 +33,14 @@ sample's fields (this file cannot import it; tests/test_gpu_readings.py holds it
 it). A field the GPU does not support is null. ``energy_mj`` is NVML's total energy
 counter (millijoules since the driver loaded; Volta and newer): a cell's energy is a delta of
 it, exact where an integral of 1 s power readings is an estimate; nvidia-smi has no such
-field, so its lines carry null there. Memory "used" is NVML's v2 figure (without the
-driver's reservation), the number nvidia-smi prints. When the source cannot be loaded or
-initialised, the agent prints one {"error": "..."} line and exits with status 3, so the reader
-can tell "no telemetry here" apart from a crash. Bad arguments exit with status 2.
+field, so its lines carry null there. Between samples the NVML source reads the counter alone
+every ``--trace`` seconds (0.05 by default) and hands those reads in the next line's
+``energy_trace`` ([[t, mJ], ...]), so a cell's edges are known to within a trace step and a
+short cell's energy needs no more samples than a long one's. Memory "used" is NVML's v2
+figure (without the driver's reservation), the number nvidia-smi prints. When the source
+cannot be loaded or initialised, the agent prints one {"error": "..."} line and exits with
+status 3, so the reader can tell "no telemetry here" apart from a crash. Bad arguments exit
+with status 2.
 
 With SPECBENCH_SIM_NVML set (a directory of simulated GPU state), the simulated NVML module
 is loaded instead of pynvml, from the file (or directory holding ``fake_nvml.py``) named by
@@ -65,7 +70,9 @@ from typing import Any
 EXIT_NO_NVML = 3  # no telemetry from the asked source (the name predates nvidia-smi)
 EXIT_USAGE = 2
 MIB = 1024 * 1024
-SMI_TIMEOUT_S = 10.0  # nvidia-smi hangs on a wedged GPU; a sample is not worth more
+SMI_TIMEOUT_S = 10.0
+# Seconds between reads of the energy counter alone, between samples (``energy_trace``).
+TRACE_S = 0.05  # nvidia-smi hangs on a wedged GPU; a sample is not worth more
 
 # The exact queries; tests/support/nvidia-smi replays what a real H200 printed for these.
 GPU_FIELDS = (
@@ -73,8 +80,16 @@ GPU_FIELDS = (
     "power.draw,power.limit,temperature.gpu,clocks.current.sm,pstate,driver_version"
 )
 APP_FIELDS = "gpu_uuid,pid,process_name,used_gpu_memory"
+# The conditions NVML reads beside the sample (memory clock, clocks-event reasons), asked
+# apart so a driver that lacks a field loses these only; drivers before 535 name the reasons
+# ``clocks_throttle_reasons``. tests/support/nvidia-smi replays what a real H100 printed.
+CONDITION_FIELDS = (
+    "index,clocks.current.memory,clocks_event_reasons.active",
+    "index,clocks.current.memory,clocks_throttle_reasons.active",
+)
 QUERY_GPU = [f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"]
 QUERY_APPS = [f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits"]
+QUERY_CONDITIONS = [[f"--query-gpu={f}", "--format=csv,noheader,nounits"] for f in CONDITION_FIELDS]
 
 
 class SourceError(Exception):
@@ -159,6 +174,24 @@ class NvmlSource:
             self.close()
             raise SourceError(f"NVML cannot count GPUs: {e}") from e
         self._handles: dict[int, Any] = {}
+        self._trace: dict[int, list[list[float]]] = {}
+
+    def trace(self, wanted: list[int]) -> None:
+        """Read each GPU's energy counter alone, between samples: a cell's edges then fall
+        within one trace step of a counter read, so a short cell's energy is as exact as a
+        long one's (the counter is cheap to read; the full sample is not)."""
+        energy_fn = getattr(self.nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+        if energy_fn is None:
+            return
+        for i in wanted:
+            handle = self._handles.get(i)
+            if handle is None:
+                continue
+            try:
+                mj = energy_fn(handle)
+            except self.nvml.NVMLError:
+                continue
+            self._trace.setdefault(i, []).append([round(time.time(), 3), int(mj)])
 
     def driver(self) -> str | None:
         with contextlib.suppress(Exception):
@@ -207,7 +240,11 @@ class NvmlSource:
                 except self.nvml.NVMLError as e:
                     out.append({"t": round(time.time(), 3), "gpu": i, "error": str(e)})
                     continue
-            out.append(self.sample(i, self._handles[i]))
+            line = self.sample(i, self._handles[i])
+            trace = self._trace.pop(i, None)
+            if trace:
+                line["energy_trace"] = trace
+            out.append(line)
         return out
 
     def sample(self, index: int, handle: Any) -> dict[str, Any]:
@@ -291,9 +328,33 @@ def smi_rows(out: str) -> list[list[str]]:
     return [[c.strip() for c in row] for row in csv.reader(out.splitlines()) if row]
 
 
-def parse_smi(gpu_csv: str, apps_csv: str, t: float | None = None) -> list[dict[str, Any]]:
-    """The two queries' output as sample lines, one per GPU, processes attached by UUID."""
+def smi_reasons(value: str) -> int | None:
+    """The clocks-event reasons field: a hex mask ("0x0000000000000004"), or "[N/A]"."""
+    try:
+        return int(value, 16)
+    except ValueError:
+        return None
+
+
+def parse_conditions(out: str) -> dict[int, dict[str, Any]]:
+    """The conditions query's output, by GPU index."""
+    found: dict[int, dict[str, Any]] = {}
+    for row in smi_rows(out):
+        with contextlib.suppress(ValueError, IndexError):
+            found[int(row[0])] = {
+                "mem_clock_mhz": smi_number(row[1]),
+                "throttle_reasons": smi_reasons(row[2]),
+            }
+    return found
+
+
+def parse_smi(
+    gpu_csv: str, apps_csv: str, t: float | None = None, conditions_csv: str = ""
+) -> list[dict[str, Any]]:
+    """The queries' output as sample lines, one per GPU, processes attached by UUID, the
+    conditions by index (none where the driver did not answer that query)."""
     t = round(time.time(), 3) if t is None else t
+    conditions = parse_conditions(conditions_csv)
     gpus: list[dict[str, Any]] = []
     by_uuid: dict[str, dict[str, Any]] = {}
     for row in smi_rows(gpu_csv):
@@ -313,9 +374,10 @@ def parse_smi(gpu_csv: str, apps_csv: str, t: float | None = None) -> list[dict[
             "power_w": smi_number(row[7]),
             "temp_c": smi_number(row[9]),
             "sm_clock_mhz": smi_number(row[10]),
-            "mem_clock_mhz": None,  # not among the captured query's fields
+            "mem_clock_mhz": None,
             "power_limit_w": smi_number(row[8]),
-            "throttle_reasons": None,  # likewise: NVML reads them
+            "throttle_reasons": None,
+            **conditions.get(index, {}),
             "energy_mj": None,  # nvidia-smi has no energy counter: power is integrated
             "processes": [],
         }
@@ -347,6 +409,12 @@ class SmiSource:
         self.path = shutil.which("nvidia-smi")
         if self.path is None:
             raise SourceError("nvidia-smi not found on PATH")
+        self.conditions_query: list[str] | None = None
+        for query in QUERY_CONDITIONS:  # the first this driver answers, asked each sample
+            with contextlib.suppress(SourceError):
+                self.run(query)
+                self.conditions_query = query
+                break
         self.gpus = self.query()
         if not self.gpus:
             raise SourceError("nvidia-smi lists no GPU")
@@ -374,7 +442,11 @@ class SmiSource:
         return res.stdout
 
     def query(self) -> list[dict[str, Any]]:
-        return parse_smi(self.run(QUERY_GPU), self.run(QUERY_APPS))
+        conditions = ""
+        if self.conditions_query is not None:
+            with contextlib.suppress(SourceError):  # the sample stands without them
+                conditions = self.run(self.conditions_query)
+        return parse_smi(self.run(QUERY_GPU), self.run(QUERY_APPS), conditions_csv=conditions)
 
     def driver(self) -> str | None:
         with contextlib.suppress(SourceError, IndexError):
@@ -775,6 +847,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="gpu_agent", description="GPU telemetry as JSON lines")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     ap.add_argument("--count", type=int, default=0, help="intervals to sample; 0 = forever")
+    ap.add_argument(
+        "--trace",
+        type=float,
+        default=TRACE_S,
+        help="seconds between energy-counter reads within an interval (NVML; 0: none)",
+    )
     ap.add_argument("--gpus", default="", help="comma-separated GPU indices (default: all)")
     ap.add_argument("--source", choices=("auto", *SOURCES), default="auto")
     ap.add_argument("--probe", action="store_true", help="say what can be read, then exit")
@@ -782,8 +860,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--model", default="", help="with --manifest: the model directory")
     ap.add_argument("--packages", default="torch", help="with --manifest: comma-separated packages")
     args = ap.parse_args(argv)
-    if args.interval <= 0 or args.count < 0:
-        ap.error("--interval must be > 0 and --count >= 0")
+    if args.interval <= 0 or args.count < 0 or args.trace < 0:
+        ap.error("--interval must be > 0, --count and --trace >= 0")
     return args
 
 
@@ -827,6 +905,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.count and n >= args.count:
                 return 0
             next_t += args.interval
+            tracing = args.trace > 0 and hasattr(source, "trace")
+            while tracing and next_t - time.monotonic() > args.trace:
+                time.sleep(args.trace)
+                source.trace(wanted)
             time.sleep(max(0.0, next_t - time.monotonic()))
     except (BrokenPipeError, KeyboardInterrupt):
         # the reader went away (SSH dropped, campaign ended): leave quietly
