@@ -56,7 +56,7 @@ def energy_text(f: dict[str, Any]) -> str:
         + f", {_num(f.get('avg_power_w'), '.0f')} W"
     )
     if not f.get("energy_valid"):
-        return out + f" NOT VALID: {f.get('energy_note')}"
+        return out + f"; left out of the report's energy: {f.get('energy_note')}"
     note = f.get("energy_note")
     return out + (f" ({note})" if note else "")
 

@@ -10,6 +10,7 @@ Results from before energy was recorded have no such figures: the section is the
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from specbench_tui.report import format as f
@@ -58,6 +59,17 @@ def build(inp: Inputs) -> Section | None:
                 )
             )
         )
+    if not any(energy_valid(c.figures) for c in recorded):  # one line, not pages of dashes
+        notes = Counter(str(c.figures.get("energy_note") or "not valid") for c in recorded)
+        why, n = notes.most_common(1)[0]
+        return Section(TITLE).add(
+            Para(
+                text(
+                    f"No cell has a valid GPU board energy ({len(recorded)} recorded; the "
+                    f"most common reason, {n} of them: {why})."
+                )
+            )
+        )
     sec = Section(TITLE)
     sec.add(
         Para(
@@ -71,7 +83,9 @@ def build(inp: Inputs) -> Section | None:
                 "idle: less the group's idle floor (its GPUs' mean power between the server's "
                 "ready line and its first cell, before any warm-up) over the same windows. A "
                 "cell's energy is not valid, and left out, with a sample gap over 3 s in its "
-                "window, fewer than 20 samples per GPU in it (low confidence), or another "
+                "window, fewer than 20 samples per GPU in it without a read of the energy "
+                "counter within 0.25 s of each edge (low confidence; the agent reads the "
+                "counter every 0.05 s between samples, so a short cell is exact), or another "
                 "process on the group's GPUs."
             )
         )
