@@ -36,6 +36,7 @@ from specbench_tui.report.frames import (
     requests,
 )
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections import deploy
 from specbench_tui.report.sections.accounting import problems, status_counts
 from specbench_tui.report.sections.common import compared, names
 from specbench_tui.report.sections.concurrency import level_frame
@@ -284,6 +285,9 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
                 + ([text(f"... and {len(stalled) - 10} more")] if len(stalled) > 10 else [])
             )
         )
+    deploy_table = deploy.table(inp)  # a concurrency sweep's answer comes first: Table 1
+    if deploy_table is not None:
+        sec.add(deploy_table)
     answers = _answer_rows(inp)
     if answers:
         cols = [

@@ -1,0 +1,137 @@
+"""The table a user deploys from: per host, TP size, concurrency workload and level, the
+config to run there, or "speculation off" where none beats the baseline.
+
+Each level is its own question (speculation that pays at one client can cost at 32): the
+answer is the per-level argmax over every config of the plan, every draft length and
+budget of a parametrized one included, by the figure the report ranks with an interval
+(decode tok/s per request, ``frames.rank_decode``), among the configs that passed their
+correctness checks and compare like with like with the baseline. It is a config only where
+its speed-up's interval lies above 1 and it is told apart from the runner-up; otherwise the
+table says which configs cannot be told apart, or that nothing beat the baseline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specbench_tui.report import format as f
+from specbench_tui.report.blocks import Cell, Column, Table
+from specbench_tui.report.sections.common import compared, names
+
+#: The answer where no speculative config decoded faster than the baseline.
+OFF = "speculation off"
+#: The answer where one did, but not beyond its interval (or with too few units for one).
+CANNOT_TELL = "cannot tell"
+
+
+def _answer(items: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str, str]:
+    """What to deploy at one level: the row (None: none), what the Deploy column says, and
+    why, in words."""
+    ok = [
+        r
+        for r in items
+        if not (r["failed_check"] or r["unchecked"] or r["untimed"] or r["why"])
+        and r["decode_tok_s"] is not None
+    ]
+    left_out = [r["label"] for r in items if r not in ok and not r["baseline"]]
+    also = f"; {names(left_out)} left out (check or comparability)" if left_out else ""
+    if not any(not r["baseline"] for r in ok):
+        return None, CANNOT_TELL, f"no config to compare with the baseline{also}"
+    ahead = [r for r in ok if not r["baseline"] and (r["speedup"] or 0.0) > 1.0]
+    if not ahead:
+        return None, OFF, f"no config decoded faster than the baseline{also}"
+    top = max(ahead, key=lambda r: r["decode_tok_s"])
+    n = top["n"]
+    if top["speedup_lo"] is None:
+        return top, CANNOT_TELL, f"{top['label']} ahead, but n={n} gives no interval{also}"
+    if top["speedup_lo"] <= 1.0:
+        return top, CANNOT_TELL, f"{top['label']} not told apart from the baseline (n={n}){also}"
+    if top["best"]:
+        return top, top["label"], f"told apart from the runner-up (n={n}){also}"
+    tied = [r["label"] for r in ok if r["top_tie"] and r is not top and not r["baseline"]]
+    if tied:
+        return top, top["label"], f"cannot be told apart from {names(tied)} (n={n}){also}"
+    return top, top["label"], f"the only config above the baseline (n={n}){also}"
+
+
+def swept(inp: Any) -> bool:
+    """Whether the campaign ran a concurrency workload at several levels."""
+    cmp = compared(inp).filter(pl.col("kind") == "concurrency")
+    if cmp.height == 0:
+        return False
+    levels = cmp.group_by("host", "tp", "workload").agg(pl.col("concurrency").n_unique())
+    return bool((levels["concurrency"] > 1).any())
+
+
+def table(inp: Any) -> Table | None:
+    """The deploy table (module docstring), or None without a concurrency sweep."""
+    if not swept(inp):
+        return None
+    cmp = compared(inp).filter(pl.col("kind") == "concurrency")
+    scopes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in cmp.to_dicts():
+        scopes.setdefault((r["host"], r["tp"], r["workload"], r["concurrency"]), []).append(r)
+    hosts = {k[0] for k in scopes}
+    rows: list[list[Cell]] = []
+    csv: list[dict[str, Any]] = []
+    for (host, tp, workload, level), items in sorted(scopes.items()):
+        top, said, why = _answer(items)
+        lead = [Cell(host)] if len(hosts) > 1 else []
+        rows.append(
+            [
+                *lead,
+                Cell(str(tp)),
+                Cell(workload),
+                Cell(str(level)),
+                Cell(said, bold=said not in (OFF, CANNOT_TELL) and bool(top and top["best"])),
+                Cell(
+                    f.with_ci(top["decode_tok_s"], top["decode_tok_s_lo"], top["decode_tok_s_hi"])
+                    if top
+                    else f.MISSING
+                ),
+                Cell(
+                    f.ratio(top["speedup"], top["speedup_lo"], top["speedup_hi"], False)
+                    if top
+                    else f.MISSING
+                ),
+                Cell(why),
+            ]
+        )
+        csv.append(
+            {
+                "host": host,
+                "tp": tp,
+                "workload": workload,
+                "level": level,
+                "deploy": top["config"] if said not in (OFF, CANNOT_TELL) and top else said,
+                "decode_tok_s": top["decode_tok_s"] if top else None,
+                "speedup": top["speedup"] if top else None,
+                "speedup_lo": top["speedup_lo"] if top else None,
+                "speedup_hi": top["speedup_hi"] if top else None,
+                "why": why,
+            }
+        )
+    where = f", on {next(iter(hosts))}" if len(hosts) == 1 else ""
+    cols = [
+        *([Column("Host", "l")] if len(hosts) > 1 else []),
+        Column("TP"),
+        Column("Workload", "l"),
+        Column("Clients"),
+        Column("Deploy", "l"),
+        Column("Decode tok/s [95% CI]"),
+        Column("Speed-up [95% CI]"),
+        Column("", "p", 0.3),
+    ]
+    return Table(
+        "What to deploy per TP size and concurrency level: the fastest config by decode tok/s "
+        "per request where its speed-up's interval lies above 1; speculation off where none "
+        "decoded faster than the baseline "
+        f"(every draft length and budget of the plan compared at each level){where}",
+        cols,
+        rows,
+        small=True,
+        csv=csv,
+        key_columns=len(cols) - 4,
+    )
