@@ -21,7 +21,13 @@ from specbench_tui.report.blocks import (
     Table,
     text,
 )
-from specbench_tui.report.frames import config_rank, marked, subset, unit_moments
+from specbench_tui.report.frames import (
+    DECODE_PARTS,
+    config_rank,
+    marked,
+    subset,
+    unit_moments,
+)
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import (
     DECODE_DEFINITION,
@@ -42,9 +48,22 @@ KIND = "agentic"
 
 def _turns(df: pl.DataFrame, value: str) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Per (host, tp, workload, config): per turn, the mean over sessions of ``value`` with its
-    interval, and the mean context size (prompt tokens) at that turn."""
+    interval (decode tok/s: all the turn's decode tokens over all its decode time, as a
+    cell's), and the mean context size (prompt tokens) at that turn."""
     keys = ["host", "tp", "workload", "config", "turn"]
-    mom = unit_moments(df, keys, value=value)
+    if value == "decode_tok_s":
+        # Token-weighted over the sessions, as a cell is: one turn that reached the client
+        # in a burst (255 tokens in half a millisecond) must not outweigh the others.
+        num, den = (pl.col(c) for c in DECODE_PARTS)
+        mom = (
+            df.filter(den.is_not_null())
+            .group_by(keys)
+            .agg((num.sum() / den.sum()).alias("mean"), pl.len().alias("n"))
+            .with_columns(pl.lit(None, dtype=pl.Float64).alias("sd"))
+            .filter(pl.col("mean").is_finite())
+        )
+    else:
+        mom = unit_moments(df, keys, value=value)
     ctx = df.group_by(keys).agg(
         pl.col("prompt_tokens").mean().alias("context"),
         (pl.col("cached_tokens").sum() / pl.col("prompt_tokens").sum()).alias("cached"),
@@ -164,7 +183,7 @@ def build(inp: Inputs) -> Section | None:
                             inp,
                             decode,
                             scope,
-                            title=f"Decode tok/s per turn (mean over sessions), {where}",
+                            title=f"Decode tok/s per turn (token-weighted over sessions), {where}",
                             ylabel="decode tok/s",
                             ymin=0.0,
                         ),
