@@ -191,7 +191,7 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                     Cell(f"{r0[2]} ({top_level} clients)"),
                     Cell(label(inp, top["config"])),
                     Cell(f.toks(top["throughput_tok_s"]) + " cell"),
-                    Cell(f.speedup(top.get("load_speedup"))),
+                    Cell(f.speedup(top.get("load_speedup")) + " cell"),
                     *_energy(
                         inp, joules.get((*r0[:2], "concurrency", r0[2], top_level, top["config"]))
                     ),
@@ -308,7 +308,8 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
         sec.add(
             Table(
                 "The fastest config per host, TP and workload (decode tok/s, token-weighted "
-                f"within each unit; concurrency: cell throughput at the highest level){where}",
+                "within each unit; concurrency: cell throughput at the highest level, and its "
+                f"ratio to the baseline's, marked 'cell'){where}",
                 cols,
                 answers,
                 small=True,
