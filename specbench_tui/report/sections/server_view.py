@@ -176,10 +176,12 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
     )
 
 
-def _paired(r: dict[str, Any], log: str, logged: str, every: str) -> Any:
-    """The client's figure shown beside a log figure: over the same cells where the log has
-    one, else over every cell of the row."""
-    return r.get(logged) if r.get(log) is not None else r.get(every)
+def _beside(log: Any, client: Any, fmt: Any) -> str:
+    """A log figure with the client's over the same cells beside it: each label keeps one
+    definition (the client's columns are over every cell, as in the other tables)."""
+    if log is None:
+        return fmt(None)
+    return f"{fmt(log)} ({fmt(client)})"
 
 
 def disagreements(r: dict[str, Any]) -> list[str]:
@@ -247,8 +249,9 @@ def build(inp: Inputs) -> Section | None:
                 "windows); the server's is its logged generation throughput over the same "
                 "stretches, weighted by their tokens. A cell shorter than the server's "
                 "logging interval may have no line of its own: it is left out of the log "
-                "comparison (the cells compared are counted), and where the log has a figure "
-                "the client's beside it is over the same cells. "
+                "comparison (the cells compared are counted). The client's columns are over "
+                "every cell, as in the other tables; a log figure has the client's over the "
+                "same cells beside it, in brackets. "
                 + (
                     "Counter accept length is from the engine's Prometheus counter deltas over "
                     "the cells' measured windows, summed. "
@@ -291,13 +294,13 @@ def build(inp: Inputs) -> Section | None:
             Column("Cells (logged)"),
             Column("Client accept (req. mean)"),
             Column("Client accept"),
-            Column("Log accept len"),
+            Column("Log accept len (client, same cells)"),
         ]
         if has_counters:
             cols.append(Column("Counter accept len"))
         cols += [
             Column("Client cell tok/s"),
-            Column("Log gen tok/s"),
+            Column("Log gen tok/s (client, same cells)"),
             Column("Log lines"),
             Column("", "l"),
         ]
@@ -311,12 +314,11 @@ def build(inp: Inputs) -> Section | None:
                 Cell(r["kind"]),
                 Cell(f"{r['cells']} ({r['cells_logged']})"),
                 Cell(f.accept(r["accept_len_mean"])),
+                Cell(f.accept(r["accept_len_weighted"])),
                 Cell(
-                    f.accept(
-                        _paired(r, "log_accept_len", "accept_len_logged", "accept_len_weighted")
-                    )
+                    _beside(r["log_accept_len"], r["accept_len_logged"], f.accept),
+                    bold=any("log accept" in b for b in bad),
                 ),
-                Cell(f.accept(r["log_accept_len"]), bold=any("log accept" in b for b in bad)),
             ]
             if has_counters:
                 cells.append(
@@ -326,10 +328,11 @@ def build(inp: Inputs) -> Section | None:
                     )
                 )
             cells += [
+                Cell(f.toks(r["client_speed"])),
                 Cell(
-                    f.toks(_paired(r, "log_gen_throughput", "client_speed_logged", "client_speed"))
+                    _beside(r["log_gen_throughput"], r["client_speed_logged"], f.toks),
+                    bold=any("gen throughput" in b for b in bad),
                 ),
-                Cell(f.toks(r["log_gen_throughput"]), bold=any("gen throughput" in b for b in bad)),
                 Cell(f.count(r["log_lines"] or 0)),
                 Cell("disagree" if bad else ""),
             ]
