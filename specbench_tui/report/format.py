@@ -87,6 +87,11 @@ def interval(lo: Any, hi: Any, fmt: Any = fnum) -> str:
 
 
 def with_ci(mean: Any, lo: Any, hi: Any, fmt: Any = fnum) -> str:
+    """A positive figure with its interval; where the interval reaches zero (two units of a
+    noisy rate), ``too few units`` instead of a bound cut at zero (``[0.0-590.5]``)."""
+    low, m = num(lo), num(mean)
+    if low is not None and low <= 0 and m is not None and m > 0:
+        return f"{fmt(mean)} ({TOO_FEW})"
     ci = interval(lo, hi, fmt)
     return f"{fmt(mean)} {ci}" if ci else fmt(mean)
 

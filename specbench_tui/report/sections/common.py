@@ -50,7 +50,10 @@ MARKS_EXPLAINED = (
     f"it is never best. '{NOT_COMPARABLE_MARK}' marks a config whose measurement differs from "
     "its baseline's in more than speculative decoding (server settings, host load, client lag, "
     "packing, GPU clocks or throttling, a foreign GPU process): the Comparability section says "
-    "why for each; it is never best."
+    "why for each; it is never best. 'too few units' stands where an interval would reach "
+    "zero: a mean's 95% interval whose lower bound is not above 0 (a noisy rate over two or "
+    "three units), or a speed-up whose either side's interval does (Fieller's interval is "
+    "then unbounded)."
 )
 
 
