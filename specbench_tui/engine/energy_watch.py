@@ -68,6 +68,7 @@ class _Server:
     started_at: float
     ready_at: float | None = None
     began: bool = False  # its first cell has started: idle floor and own processes are set
+    learned: set[int] = field(default_factory=set)  # GPUs whose own processes are known
     pids: set[int] = field(default_factory=set)
     idle: deque[PowerSample] = field(default_factory=lambda: deque(maxlen=IDLE_KEEP))
     idle_power_w: float | None = None
@@ -186,9 +187,18 @@ class EnergyWatch:
         )
         self._last[(s.host, ps.gpu)] = ps
         for srv in self._servers.values():
-            if not srv.began and srv.host == s.host and ps.gpu in srv.gpus:
+            if srv.host != s.host or ps.gpu not in srv.gpus:
+                continue
+            if not srv.began:
                 srv.pids.update(ps.pids)
                 srv.idle.append(ps)
+                if ps.pids:
+                    srv.learned.add(ps.gpu)
+            elif ps.gpu not in srv.learned:
+                # No sample of this GPU showed the server before its first cell (a fast
+                # start): its own processes there are those its first sample shows.
+                srv.pids.update(ps.pids)
+                srv.learned.add(ps.gpu)
         # The counter's reads since the last sample (the agent's energy_trace): they pin a
         # cell's edges to within a trace step.
         trace = [

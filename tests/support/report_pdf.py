@@ -58,3 +58,10 @@ def overfull_boxes(tex: Path, work: Path) -> list[str]:
         )
     log = (work / "report.log").read_text(errors="replace")
     return [line for line in log.splitlines() if line.startswith("Overfull")]
+
+
+def duplicate_destinations(work: Path) -> list[str]:
+    """After :func:`overfull_boxes` compiled in ``work``: pdfTeX's "destination with the same
+    identifier" warnings (two anchors of one name: a link that lands on the wrong table)."""
+    log = (work / "report.log").read_text(errors="replace")
+    return re.findall(r"destination with the same identifier \(name\{([^}]*)\}\)", log)

@@ -18,6 +18,7 @@ import polars as pl
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Table
+from specbench_tui.report.frames import marked
 from specbench_tui.report.sections.common import compared, names
 
 #: The answer where no speculative config decoded faster than the baseline.
@@ -72,6 +73,7 @@ def table(inp: Any) -> Table | None:
     cmp = compared(inp).filter(pl.col("kind") == "concurrency")
     scopes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in cmp.to_dicts():
+        r["label"] = marked(inp, r["config"], r["host"], [r["tp"]])  # its check mark with it
         scopes.setdefault((r["host"], r["tp"], r["workload"], r["concurrency"]), []).append(r)
     hosts = {k[0] for k in scopes}
     rows: list[list[Cell]] = []
