@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Log
+from textual.widgets._footer import FooterKey
 
 from specbench_tui.engine.commands import Command
 from specbench_tui.results.events import CellStarted, LogLine, RequestDone
@@ -77,6 +78,18 @@ async def noted(pilot: Pilot[int], app: ConsoleApp, said: Callable[[str], bool])
     return False
 
 
+async def footer_says(pilot: Pilot[int], app: ConsoleApp, word: str) -> bool:
+    """Whether the footer's pause key reads ``word``, waited for up to 10 s (it is composed
+    again after the bindings change)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        keys = [k for k in app.query(FooterKey) if k.action == "toggle_pause"]
+        if keys and keys[0].description == word:
+            return True
+        await pilot.pause(0.05)
+    return False
+
+
 def commands(control: ScriptedControl) -> list[tuple[str, str | None]]:
     return [(c.action, c.target) for c in control.commands]
 
@@ -102,10 +115,12 @@ async def test_pause_resume_and_refusal_shown() -> None:
         await settle(pilot, app)
         assert commands(control) == [("pause", None)]
         assert "PAUSED" in header_text(app)
+        assert await footer_says(pilot, app, "Resume")  # p resumes now, and says so
         await pilot.press("space")  # space toggles too, even with the tree focused
         await settle(pilot, app)
         assert commands(control)[-1] == ("resume", None)
         assert "RUNNING" in header_text(app)
+        assert await footer_says(pilot, app, "Pause")
         app.action_resume()  # from the palette: nothing to resume
         await answered(pilot, app, control, 3)
         assert control.replies[-1].ok is False

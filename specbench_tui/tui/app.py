@@ -178,6 +178,9 @@ class ConsoleFooter(Footer):
     def _view_only(self) -> bool:
         return isinstance(self.app, ConsoleApp) and self.app.view_only
 
+    def _paused(self) -> bool:
+        return isinstance(self.app, ConsoleApp) and self.app.progress.paused
+
     def compose(self) -> ComposeResult:
         for widget in super().compose():
             if isinstance(widget, FooterKey):
@@ -185,6 +188,8 @@ class ConsoleFooter(Footer):
                     continue  # a read-only view: keys that cannot act are not offered
                 if widget.action in keymap.FOOTER_WIDE_ONLY:
                     widget.add_class("-wide-only")
+                if widget.action == "toggle_pause" and self._paused():
+                    widget.description = "Resume"
             yield widget
 
 
@@ -497,8 +502,10 @@ class ConsoleApp(CampaignKeys, App[int]):
     def apply_batch(self, batch: list[Event]) -> None:
         """Apply one frame's events: the state and what to repaint first (``tui/frame.py``,
         pure), then only the widgets they name."""
-        was_ended = self.ended
+        was_ended, was_paused = self.ended, self.progress.paused
         changes = fold_batch(self.progress, batch, self._is_live)
+        if self.progress.paused != was_paused:
+            self.refresh_bindings()  # the footer's p says Resume while paused
         tree = self.main.query_one(PlanTree)
         view = ViewState(time.monotonic(), self._results_due, self._health_due, self._health_at)
         repaint = plan_repaint(
