@@ -4,6 +4,7 @@ end, read-only attach, coalesced notifications, quitting, the 80x24 layout, scre
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -924,6 +925,17 @@ def test_exit_summary_says_counts_results_and_report(tmp_path: Path) -> None:
     running.apply_all(sample_campaign())
     lines = exit_summary(running, tmp_path, 130, detached=True)
     assert "still running" in lines[0] and any("--attach" in x for x in lines)
+    # Every planned cell is in one count: the running one too (they add up to the total).
+    c = running.counts
+    assert c.running == 1
+    said = re.search(
+        r"(\d+) done, (\d+) failed, (\d+) skipped, (\d+) running, (\d+) to run of (\d+)", lines[0]
+    )
+    assert said, lines[0]
+    *parts, total = (int(x) for x in said.groups())
+    assert sum(parts) == total == c.total
+    cut = exit_summary(running, tmp_path, 130)
+    assert ", 1 cut off, " in cut[0]
 
 
 # --- 80x24 and screenshots ---------------------------------------------------------------

@@ -68,6 +68,16 @@ async def test_detach_leaves_the_run_going_and_attach_continues_it(write_plan, t
                 break
         assert len(_logged(layout)) > seen
 
+        glance = attach_control(layout.root)  # attach, look, leave: the run goes on, exit 0
+        assert isinstance(glance, AttachedControl)
+        app_glance = ConsoleApp(glance, results_source=None)
+        async with app_glance.run_test(size=(120, 40)) as pilot:
+            assert await _until(pilot, lambda: len(app_glance.progress.cells) == 6, 30)
+            await pilot.press("q")
+            await pilot.pause(0.2)
+        assert app_glance.return_value == 0
+        assert proc.poll() is None
+
         again = attach_control(layout.root)
         assert isinstance(again, AttachedControl)
         app2 = ConsoleApp(again, results_source=None)

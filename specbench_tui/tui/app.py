@@ -1139,10 +1139,11 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.exit(EXIT_DETACHED)
 
     def campaign_exit_code(self) -> int:
-        """The campaign's exit code if it finished, else 130 (interrupted)."""
+        """The campaign's exit code if it finished; 0 when leaving a campaign that goes on (an
+        attached or detached console); else 130 (interrupted)."""
         p = self.progress
-        if self._detached_by_operator:
-            return EXIT_DETACHED
+        if self._detached_by_operator or (self.control.detached and not p.finished):
+            return EXIT_DETACHED  # the campaign goes on: closing a view of it is no failure
         if self._quitting:
             return EXIT_INTERRUPTED
         if p.finished and p.exit_code is not None:

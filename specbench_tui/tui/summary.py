@@ -31,6 +31,8 @@ def exit_summary(
     else:
         how = "interrupted"
     counts = f"{c.done} done, {c.failed} failed, {c.skipped} skipped"
+    if c.running:  # every planned cell is in one count: they add up to the total
+        counts += f", {c.running} running" if detached else f", {c.running} cut off"
     if c.pending:
         counts += f", {c.pending} not run" if p.finished else f", {c.pending} to run"
     out = [f"specbench-tui: {p.campaign} {how}: {counts} of {c.total} (exit {code})"]
