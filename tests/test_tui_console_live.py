@@ -198,6 +198,54 @@ async def test_results_table_builds_live_per_tp_sortable_and_marked() -> None:
         assert next(r["config"] for r in pane.shown_rows) == "ar"
 
 
+async def test_the_speed_up_stays_in_view_at_80x24() -> None:
+    """A narrow console's results put speed-up, tok/s and accept right after the config: the
+    answer is in view without zooming, however long the workload and prompt names."""
+    long = dict(host="sim", workload="a-rather-long-workload-name", repeats=3)
+    rows = frame(
+        [
+            {
+                **long,
+                "tp": 1,
+                "config": c,
+                "prompt_set": f"humaneval-{c}-long-set",
+                "max_tokens": 1024,
+                "baseline": c == "ar",
+                "tok_s": t,
+                "speedup": t / 40.0,
+            }
+            for c, t in (("ar", 40.0), ("dflash-block-16", 90.0), ("ddtree-budget-64", 120.0))
+        ]
+        + [
+            {
+                **long,
+                "workload": "other",
+                "tp": 1,
+                "config": "ar",
+                "prompt_set": "chat",
+                "max_tokens": 64,
+                "baseline": True,
+                "tok_s": 41.0,
+                "speedup": 1.0,
+            }
+        ]
+    )
+    app, _ = make_app(results_source=CountingSource(rows))
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot, app)
+        await pilot.press("6")
+        table = app.main.query_one("#results-table", DataTable)
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if table.row_count:
+                break
+        keys = [str(c.key.value) for c in table.ordered_columns]
+        at = keys.index("speedup")
+        shown = sum(c.get_render_width(table) for c in table.ordered_columns[: at + 1])
+        assert shown <= table.content_region.width, (keys, shown, table.content_region.width)
+        assert any("3.00×" in str(table.get_row_at(i)[at]) for i in range(table.row_count))
+
+
 async def test_a_config_no_verdict_covers_is_marked_unchecked() -> None:
     base = dict(host="sim", workload="single", prompt_set="code", max_tokens=64, repeats=3)
     rows = frame(

@@ -158,7 +158,8 @@ class ResultsPane(Vertical):
             note.display = True
             return
         # with intervals if they fit; narrow (80x24) without them, prompt and length in one
-        # column and short headers, so that speed-up and accept stay in view
+        # column, short headers and speed-up, tok/s and accept right after the config, so
+        # that the answer stays in view however long the names
         room = self.content_region.width - 1  # the vertical scrollbar
         wide = True
         cols, headers, body = self._layout(rows, wide=True)
@@ -207,6 +208,8 @@ class ResultsPane(Vertical):
         cols: list[tuple[str, str]] = [("config", "config")]
         if len(hosts) > 1:
             cols.insert(0, ("host", "host"))
+        if not wide:  # the answer first: speed-up beside the config, never scrolled away
+            cols += [("speedup", "speedup"), ("tok_s", "dec tok/s"), ("accept", "acc")]
         if len(workloads) > 1:
             cols.append(("workload", "workload"))
         if wide:
@@ -217,8 +220,6 @@ class ResultsPane(Vertical):
             cols.append(("repeats", "rep"))
         if wide:
             cols += [("tok_s", "decode tok/s"), ("speedup", "speed-up"), ("accept", "accept")]
-        else:
-            cols += [("tok_s", "dec tok/s"), ("speedup", "speedup"), ("accept", "acc")]
         if any(r.get("accept_mean") is not None for r in rows):
             cols.append(("accept_mean", "acc/req" if not wide else "accept (req. mean)"))
         if any(r.get("j_per_token") is not None for r in rows):
