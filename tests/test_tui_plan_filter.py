@@ -99,3 +99,24 @@ async def test_toasts_never_cover_the_logs_last_line(size: tuple[int, int]) -> N
         for r in toasts:
             covers = r.y <= last < r.y + r.height and r.x < log.x + log.width
             assert not covers, (r, log)
+
+
+@pytest.mark.console
+async def test_the_detail_leaves_a_cell_the_filter_hides() -> None:
+    """Follow off, the operator looks at an autoregressive cell, then filters to DDTree: the
+    detail moves to a cell the tree still shows, never stays on one it hides."""
+    app, _ = frozen_app(sample_campaign())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await pilot.press("f")  # following off: the selection is the operator's
+        tree = app.main.query_one(PlanTree)
+        tree.reveal(NodeRef("cell", "ar1co64"))
+        await settle(pilot, app)
+        assert app._selected == NodeRef("cell", "ar1co64")
+        await pilot.press("ctrl+f", *"ddtree", "enter")
+        await settle(pilot, app)
+        shown = _cells_shown(tree)
+        assert app._selected is not None and app._selected.key in shown
+        detail = str(app.main.query_one("#detail-text").render())
+        assert "sim.ar.tp1" not in detail
+        assert app.progress.cells[app._selected.key].name in detail

@@ -580,6 +580,12 @@ class ConsoleApp(CampaignKeys, App[int]):
         if tree.filter.active:
             title += f" · {tree.filter.text.strip()} ({len(tree.shown_matches)})"
         self.main.query_one("#tree").border_title = title
+        if self._selected is not None and self._selected not in tree.nodes_by_ref:
+            # The detail must not stay on what the tree no longer shows: the first cell the
+            # tree keeps, or nothing.
+            kept = [r for r in tree.nodes_by_ref if r.kind == "cell"]
+            self._selected = kept[0] if kept else None
+            self._show_detail()
         if not self.follow and self._selected is not None:
             tree.reveal(self._selected)
 
