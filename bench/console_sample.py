@@ -1,17 +1,20 @@
-"""README's console sample: the demo campaign at 120x40, captured as text mid-run.
+"""The docs' console sample: the demo campaign at 120x40, captured mid-run.
 
 Runs ``plans/demo.toml`` as the console does (the engine in a child process, the console
 following it through its socket) in a temporary results directory, waits until ``--done``
 cells have finished, and prints the screen as plain text; ``--results-table`` prints the
-results pane (``6``) of the finished demo instead.
+results pane (``6``) of the finished demo instead. ``--svg FILE`` writes the screen as an SVG
+screenshot instead of text (the README's and the docs' ``docs/img/console.svg``).
 
     .venv/bin/python bench/console_sample.py [--done 59] [--size 120x40] [--results-table]
+    .venv/bin/python bench/console_sample.py --done 48 --svg docs/img/console.svg
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,7 +31,7 @@ def screen_text(app: ConsoleApp) -> str:
     return "\n".join("".join(seg.text for seg in strip).rstrip() for strip in strips)
 
 
-async def capture(done: int, size: tuple[int, int], table: bool) -> str:
+async def capture(done: int, size: tuple[int, int], table: bool, svg: bool = False) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         plan = Path(tmp) / "demo.toml"
         shutil.copy(ROOT / "plans" / "demo.toml", plan)
@@ -47,7 +50,7 @@ async def capture(done: int, size: tuple[int, int], table: bool) -> str:
                 await pilot.press("6")
                 await pilot.pause(3.0)  # the table is computed in a worker
             await pilot.pause(0.3)
-            text = screen_text(app)
+            text = app.export_screenshot(title="specbench-tui") if svg else screen_text(app)
             if not table:
                 await pilot.press("q")
                 await pilot.pause(0.2)
@@ -59,14 +62,35 @@ async def capture(done: int, size: tuple[int, int], table: bool) -> str:
         return text
 
 
+def without_checkout(svg: str) -> str:
+    """The screenshot with this checkout's path taken off the commands it shows (the
+    interpreter's path): ``.venv/bin/python`` as a reader's own clone has it, the text padded
+    so every column stays where it was."""
+    prefix = f"{ROOT}/"
+    return re.sub(
+        r">([^<]*)<",
+        lambda m: (
+            ">" + m[1].replace(prefix, "") + "&#160;" * (m[1].count(prefix) * len(prefix)) + "<"
+        ),
+        svg,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--done", type=int, default=59)
     ap.add_argument("--size", default="120x40")
     ap.add_argument("--results-table", action="store_true")
+    ap.add_argument("--svg", type=Path, help="write an SVG screenshot to this file")
     args = ap.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
-    print(asyncio.run(capture(args.done, (w, h), args.results_table)))
+    text = asyncio.run(capture(args.done, (w, h), args.results_table, svg=args.svg is not None))
+    if args.svg is None:
+        print(text)
+        return
+    args.svg.parent.mkdir(parents=True, exist_ok=True)
+    args.svg.write_text(without_checkout(text), encoding="utf-8")
+    print(f"{args.svg}: {len(text.encode())} bytes")
 
 
 if __name__ == "__main__":
