@@ -36,6 +36,20 @@ TITLE = "GPU board energy"
 MAX_LISTED = 12  # invalid cells named one by one; the rest are counted
 
 
+def _none_valid(recorded: list[Any]) -> Section:
+    """The section when no cell has a valid figure: one line with the commonest reason."""
+    notes = Counter(str(c.figures.get("energy_note") or "not valid") for c in recorded)
+    why, n = notes.most_common(1)[0]
+    return Section(TITLE).add(
+        Para(
+            text(
+                f"No cell has a valid GPU board energy ({len(recorded)} recorded; the "
+                f"most common reason, {n} of them: {why})."
+            )
+        )
+    )
+
+
 def build(inp: Inputs) -> Section | None:
     names = workload_names(inp)
     recorded = [  # real acceptance only: forced cells are never pooled with them
@@ -60,16 +74,7 @@ def build(inp: Inputs) -> Section | None:
             )
         )
     if not any(energy_valid(c.figures) for c in recorded):  # one line, not pages of dashes
-        notes = Counter(str(c.figures.get("energy_note") or "not valid") for c in recorded)
-        why, n = notes.most_common(1)[0]
-        return Section(TITLE).add(
-            Para(
-                text(
-                    f"No cell has a valid GPU board energy ({len(recorded)} recorded; the "
-                    f"most common reason, {n} of them: {why})."
-                )
-            )
-        )
+        return _none_valid(recorded)
     sec = Section(TITLE)
     sec.add(
         Para(
