@@ -36,6 +36,25 @@ TITLE = "GPU board energy"
 MAX_LISTED = 12  # invalid cells named one by one; the rest are counted
 
 
+def _not_recorded(inp: Inputs) -> Section | None:
+    """The section when no cell recorded energy: none, or why for a cluster's groups."""
+    on_batch = batch_hosts(inp)
+    if not on_batch:
+        return None
+    # Said, as the telemetry section says it, so that a cluster's report has a local
+    # run's shape and a reader does not look for figures that were never made here.
+    return Section(TITLE).add(
+        Para(
+            text(
+                f"No GPU board energy for the groups on {', '.join(on_batch)}: each ran "
+                "as a batch job, and its node recorded no GPU samples to measure it "
+                "from (a job's cell energy comes into the campaign where its node's GPUs "
+                "can be read)."
+            )
+        )
+    )
+
+
 def _none_valid(recorded: list[Any]) -> Section:
     """The section when no cell has a valid figure: one line with the commonest reason."""
     notes = Counter(str(c.figures.get("energy_note") or "not valid") for c in recorded)
@@ -58,21 +77,7 @@ def build(inp: Inputs) -> Section | None:
         if c.status == "done" and "energy_valid" in c.figures and c.config not in inp.forced
     ]
     if not recorded:
-        on_batch = batch_hosts(inp)
-        if not on_batch:
-            return None
-        # Said, as the telemetry section says it, so that a cluster's report has a local
-        # run's shape and a reader does not look for figures that were never made here.
-        return Section(TITLE).add(
-            Para(
-                text(
-                    f"No GPU board energy for the groups on {', '.join(on_batch)}: each ran "
-                    "as a batch job, and its node recorded no GPU samples to measure it "
-                    "from (a job's cell energy comes into the campaign where its node's GPUs "
-                    "can be read)."
-                )
-            )
-        )
+        return _not_recorded(inp)
     if not any(energy_valid(c.figures) for c in recorded):  # one line, not pages of dashes
         return _none_valid(recorded)
     sec = Section(TITLE)
