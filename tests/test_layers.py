@@ -32,6 +32,7 @@ FLOORS: dict[str, int] = {
     "engine": 7,
     "tui": 8,
     "cli": 9,
+    "docs_pages": 9,  # the docs' generated parts, from every package's own definitions
     "__main__": 10,
 }
 #: Packages that must not reach each other although their floors would allow it.
