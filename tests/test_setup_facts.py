@@ -1,6 +1,7 @@
-"""The set-up the README promises holds for a newcomer: the system packages it names are
-the ones ``.ci/run`` installs (python3-venv, Slurm and munge among them), and every command
-a shipped plan's header tells one to run exists after the README's install."""
+"""The set-up the README and the docs promise holds for a newcomer: the system packages the
+test tiers' page names are the ones ``.ci/run`` installs (python3-venv, Slurm and munge among
+them), and every command a shipped plan's header tells one to run exists after the README's
+install."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shlex
 from conftest import PLANS, ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+TIERS = (ROOT / "docs" / "contributing" / "tests.md").read_text(encoding="utf-8")
 CI = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
@@ -21,15 +23,16 @@ def _apt_packages(text: str) -> set[str]:
     return {w for w in m.group(1).split() if not w.startswith(("-", ">"))}
 
 
-def test_the_readme_names_every_system_package_ci_installs() -> None:
-    block = README[README.index("```sh\napt-get install") :]
-    readme = _apt_packages(block)
-    assert {"python3-venv", "slurm-wlm", "munge"} <= readme
-    assert readme == _apt_packages(CI)
+def test_the_docs_name_every_system_package_ci_installs() -> None:
+    block = TIERS[TIERS.index("```sh\napt-get install") :]
+    named = _apt_packages(block)
+    assert {"python3-venv", "slurm-wlm", "munge"} <= named
+    assert named == _apt_packages(CI)
 
 
 def test_the_readme_commands_install_into_the_venv_they_run_from() -> None:
-    two = README[README.index("## Two commands") : README.index("## The console")]
+    start = README.index("## Two commands")
+    two = README[start : README.index("\n## ", start)]
     commands = re.findall(r"^(python3 -m venv .*|\.venv/bin/.*)$", two, re.M)
     assert len(commands) >= 3
     for line in commands:
