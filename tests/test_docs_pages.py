@@ -1,10 +1,14 @@
 """The documentation cannot rot: its generated parts are what the code generates now, every
-plan in it is one the plan model takes, every page is in the site's nav, the floors it states
-are the ones the layer test enforces, and the README stays short."""
+plan in it is one the plan model takes, every shell block it marks runnable runs, every page is
+in the site's nav, the floors it states are the ones the layer test enforces, and the README
+stays short."""
 
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
 import textwrap
 import tomllib
 from pathlib import Path
@@ -15,6 +19,7 @@ from conftest import PLANS, ROOT
 from test_layers import FLOORS
 
 from specbench_tui import docs_pages
+from specbench_tui.cli import main
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.plan.model import PlanSpec
 
@@ -100,3 +105,47 @@ def test_the_architecture_page_states_the_floors_the_layer_test_enforces() -> No
         for name in re.findall(r"`([a-z_]+)`", names)
     }
     assert stated == FLOORS
+
+
+def _runnable(tier: str) -> list[tuple[str, str]]:
+    """(where, command) of every line of the shell blocks the docs mark runnable in ``tier``
+    (``<!-- runnable: TIER -->`` right above the block)."""
+    out = []
+    for page in [README, *PAGES]:
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(rf"^<!-- runnable: {tier} -->\n```sh\n(.*?)^```", text, re.M | re.S):
+            line = text.count("\n", 0, m.start()) + 3
+            for n, command in enumerate(m[1].splitlines()):
+                if command.strip() and not command.startswith("#"):
+                    out.append((f"{page.relative_to(ROOT)}:{line + n}", command))
+    return out
+
+
+def test_some_blocks_are_runnable() -> None:
+    assert _runnable("unit") and _runnable("system")
+
+
+@pytest.mark.parametrize(("where", "command"), _runnable("unit"))
+def test_a_runnable_block_of_the_unit_tier_runs(
+    where: str, command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The unit tier runs the tool in this process: a block of it holds only its calls."""
+    argv = shlex.split(command)
+    assert argv[0] == ".venv/bin/specbench-tui", f"{where}: not a call of the tool: {command}"
+    monkeypatch.chdir(ROOT)
+    assert main(argv[1:]) == 0, f"{where}: {command}: {capsys.readouterr().err}"
+
+
+@pytest.mark.system
+@pytest.mark.parametrize(("where", "command"), _runnable("system"))
+def test_a_runnable_block_of_the_system_tier_runs(where: str, command: str, tmp_path: Path) -> None:
+    """The command as a reader runs it from a clone, here in a directory of its own (the
+    plans, and the venv these tests run from, linked into it), so what it writes stays there."""
+    (tmp_path / "plans").symlink_to(PLANS)
+    (tmp_path / ".venv").symlink_to(sys.prefix)
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, (
+        f"{where}: {command}: exit {done.returncode}\n{done.stderr[-2000:]}"
+    )
