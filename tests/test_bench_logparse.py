@@ -123,13 +123,17 @@ def test_bad_pattern_is_an_input_error() -> None:
         LogParser({"broken": "(unclosed"})
 
 
+@pytest.mark.timing
 def test_fast_enough() -> None:
+    """20,000 log lines in well under a second of this process's CPU: CPU time, not the
+    wall clock, so a loaded machine (two suites side by side) does not fail it."""
     parser = LogParser()
     lines = [DECODE, "INFO: GET /health 200", PREFILL, "loading weights 50%"] * 5000
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     parsed = sum(1 for line in lines if parser.parse(line) is not None)
+    took = time.process_time() - t0
     assert parsed == 10000
-    assert time.perf_counter() - t0 < 1.0
+    assert took < 1.0, f"{took:.2f} s of CPU for 20,000 lines"
 
 
 def test_parse_line_names_the_plan_patterns_that_matched() -> None:
