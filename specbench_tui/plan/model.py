@@ -65,7 +65,7 @@ TpSize = Annotated[int, Field(ge=1, le=MAX_TP)]
 
 
 class CampaignSpec(Strict):
-    # Names the results directory (<results>/<name>/) and the servers' units.
+    # Names the results directory (`<results>/<name>/`) and the servers' units.
     name: CampaignName
     # The report's title.
     title: Annotated[str, Field(max_length=MAX_LABEL)] = ""
@@ -105,8 +105,9 @@ class ServerSpec(Strict):
     args: list[HostText] = []
     # Environment of the server process (numbers are written as strings).
     env: Env = {}
-    # The HTTP API requests use: an engine's native one or "openai" (/v1/chat/completions);
-    # default per engine.
+    # The HTTP API requests use: an engine's native one or "openai" (`/v1/completions` with the
+    # prompt rendered by the client, `/v1/chat/completions` where `chat_template_on` is
+    # "server"); default per engine.
     api: Annotated[str, OneOf("api", API_NAMES)] | None = None
     # The engine (default: the first listed): its launch template, readiness, log lines,
     # counters and version query.
@@ -150,7 +151,7 @@ class ConfigSpec(ServerSpec):
     # Expands one config into one per value: params = { budget = [16, 64] } gives NAME-16 and
     # NAME-64, with {budget} in args and label.
     params: dict[str, list[ParamValue]] = {}
-    # Forced acceptance beside the real one: a variant NAME-fa<value> per value, its engine made
+    # Forced acceptance beside the real one: a variant `NAME-fa<value>` per value, its engine made
     # to accept that many tokens per verify step (bonus included) whatever the drafter proposes
     # (each engine's own knob for it); each in [1, k + 1]
     # for the config's k drafts a step. Its cells are reported apart, their measured accept
@@ -239,7 +240,7 @@ class SingleWorkload(WorkloadBase):
     # One request at a time.
     kind: Literal["single"]
     # Prompt sets: a [prompt_sets] table (each of its categories a set of its own, or NAME/CAT),
-    # shipped (code, math, chat, summarize, translate), prompts/<name>.jsonl beside the plan, or
+    # shipped (code, math, chat, summarize, translate), `prompts/<name>.jsonl` beside the plan, or
     # a .jsonl path.
     prompts: list[str] = Field(min_length=1)
     # Prompts drawn from each set (each category of a standard set): a number, or "all" (the

@@ -1,13 +1,16 @@
 """The table a user deploys from: per host, TP size, concurrency workload and level, the
-config to run there, or "speculation off" where none beats the baseline.
+config to run there, "cannot tell", or "speculation off" where none beats the baseline. It
+is the report's Table 1 when the plan sweeps concurrency levels.
 
 Each level is its own question (speculation that pays at one client can cost at 32): the
 answer is the per-level argmax over every config of the plan, every draft length and
 budget of a parametrized one included, by the figure the report ranks with an interval
 (decode tok/s per request, ``frames.rank_decode``), among the configs that passed their
-correctness checks and compare like with like with the baseline. It is a config only where
-its speed-up's interval lies above 1 and it is told apart from the runner-up; otherwise the
-table says which configs cannot be told apart, or that nothing beat the baseline.
+correctness checks and compare like with like with the baseline. It names a config where
+that config's speed-up interval lies above 1 (saying whether it is told apart from the
+runner-up, or which configs it cannot be told apart from); "cannot tell" where the fastest
+config's interval reaches 1, too few units give none, or every config is left out;
+"speculation off" where no config decoded faster than the baseline.
 """
 
 from __future__ import annotations
