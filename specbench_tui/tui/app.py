@@ -580,7 +580,9 @@ class ConsoleApp(CampaignKeys, App[int]):
         if tree.filter.active:
             title += f" · {tree.filter.text.strip()} ({len(tree.shown_matches)})"
         self.main.query_one("#tree").border_title = title
-        if self._selected is not None and self._selected not in tree.nodes_by_ref:
+        narrowed = tree.filter.active or tree.only_failed
+        hidden = self._selected is not None and self._selected.kind != "root"
+        if narrowed and hidden and self._selected not in tree.nodes_by_ref:
             # The detail must not stay on what the tree no longer shows: the first cell the
             # tree keeps, or nothing.
             kept = [r for r in tree.nodes_by_ref if r.kind == "cell"]
