@@ -94,22 +94,21 @@ def _last_paragraph(doc: str) -> str:
 
 
 def marks_block() -> str:
-    """The marks a config's row may carry, as every table of the report explains them."""
-    marks = [
-        (common.BEST_NOTE, "bold in Markdown and LaTeX: the best config of a table"),
-        (common.TIE_NOTE, "cannot be told apart from the highest mean"),
-        (common.BASE_NOTE, "the baseline"),
-        (frames.FAILED_MARK, "failed a correctness check; never best"),
-        (frames.UNCHECKED_MARK, "no verdict covers its outputs; never best"),
-        (frames.UNTIMED_MARK, "every request came in one read: no decode rate or speed-up"),
-        (
-            frames.IMPLAUSIBLE_MARK,
-            f"speed-up more than {frames.PLAUSIBLE_MARGIN:.0%} above the accept length",
-        ),
-        (frames.NOT_COMPARABLE_MARK, "measured under other conditions than its baseline"),
+    """The marks a config's row may carry, named, then explained in the report's own words
+    (``common.MARKS_EXPLAINED``, the one text every table carries): no second description."""
+    names = [
+        common.BEST_NOTE,
+        common.TIE_NOTE,
+        common.BASE_NOTE,
+        frames.FAILED_MARK,
+        frames.UNCHECKED_MARK,
+        frames.UNTIMED_MARK,
+        frames.IMPLAUSIBLE_MARK,
+        frames.NOT_COMPARABLE_MARK,
     ]
-    lines = _table(["mark", "in short"], ([f"`{m}`", why] for m, why in marks))
-    return "\n".join([*lines, "", common.MARKS_EXPLAINED])
+    return "\n".join(
+        [f"The marks: {', '.join(f'`{m}`' for m in names)}.", "", common.MARKS_EXPLAINED]
+    )
 
 
 def _section_order() -> list[str]:
