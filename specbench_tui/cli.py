@@ -73,7 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --attach: send one command (pause, resume, skip, rerun, "
         "rerun_failed, abort, retry_group) instead of opening the console",
     )
-    p.add_argument("--json", action="store_true", help="with --dry-run: one JSON document")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --dry-run: one JSON document; with --fail-on-regression: the gate's "
+        "verdict as one JSON object",
+    )
+    p.add_argument(
+        "--fail-on-regression",
+        metavar="PCT",
+        type=float,
+        help="with --report OLD NEW: exit 1 where NEW's speed-up, accept length or decode "
+        "tok/s is below OLD's beyond noise and by more than PCT percent (a CI gate)",
+    )
     p.add_argument(
         "--check",
         action="store_true",
@@ -315,8 +327,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise InputError("--plan-schema takes no plan")
         print(json.dumps(json_schema(), indent=2))
         return EXIT_OK
-    if args.json and not args.dry_run:
-        raise InputError("--json goes with --dry-run")
+    gate_pct = args.fail_on_regression
+    if args.json and not args.dry_run and gate_pct is None:
+        raise InputError("--json goes with --dry-run or --fail-on-regression")
+    if gate_pct is not None and (args.report is None or len(args.report) != 2):
+        raise InputError("--fail-on-regression goes with --report OLD NEW (two directories)")
+    if gate_pct is not None and not gate_pct >= 0:
+        raise InputError(f"--fail-on-regression {gate_pct:g}: give a percentage of 0 or more")
     if args.check and not args.dry_run:
         raise InputError("--check goes with --dry-run")
     if args.cleanup is not None:
@@ -333,11 +350,21 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise InputError("--report takes results directories, not a plan")
         reports = args.report
         written = render_report(reports[0]) if len(reports) == 1 else render_comparison(reports)
-        for path in written:
-            print(path)
+        for path in written:  # with the gate's JSON, stdout is that object alone
+            print(path, file=sys.stderr if gate_pct is not None and args.json else sys.stdout)
         if len(reports) == 1:
             _rebuild_views(reports[0])
             _cleanup(reports[0], quiet=True)
+        if gate_pct is not None:  # last, after the comparison's files: the gate's verdict
+            from specbench_tui.report.gate import gate_dirs
+
+            verdict = gate_dirs(reports[0], reports[1], gate_pct)
+            sys.stderr.flush()
+            if args.json:
+                sys.stdout.writelines(json_lines(verdict.to_json()))
+            else:
+                print("\n".join(verdict.lines()))
+            return EXIT_FAILED if verdict.regressed else EXIT_OK
         return EXIT_OK
     if args.send and args.attach is None:
         raise InputError("--send goes with --attach RESULTS_DIR")

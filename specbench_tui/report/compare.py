@@ -43,7 +43,7 @@ from specbench_tui.report.frames import FAILED_MARK, UNCHECKED_MARK
 from specbench_tui.report.inputs import Inputs, load_inputs
 from specbench_tui.report.sections.common import compared
 from specbench_tui.report.sections.summary import cells_text, status_text
-from specbench_tui.report.stats import Mean, ratio_ci
+from specbench_tui.report.stats import Mean, Ratio, ratio_ci
 
 KEYS = ("tp", "kind", "workload", "concurrency", "config")
 
@@ -62,8 +62,8 @@ def build_comparison(roots: list[Path]) -> Report:
     inps = [load_inputs(r) for r in roots]
     frames = [compared(i) for i in inps]
     host_sets = [set(fr["host"].to_list()) for fr in frames]
-    by_host = all(h & host_sets[0] for h in host_sets[1:])
-    keys = list(KEYS) + (["host"] if by_host else [])
+    keys = match_keys(frames)
+    by_host = "host" in keys
     sec = Section("Campaigns compared")
     sec.add(
         Table(
@@ -114,7 +114,7 @@ def build_comparison(roots: list[Path]) -> Report:
     if any(i.state.simulated for i in inps):
         notes.append(text(bold("Simulated: "), "some campaigns ran on the simulated host."))
     sec.add(Bullets(notes))
-    rows, alone = _matched(frames, keys)
+    rows, alone = matched(frames, keys)
     if not rows:
         sec.add(Para(text("The campaigns have no config, TP and workload in common."), "warning"))
     for kind in ("single", "agentic", "concurrency"):
@@ -138,7 +138,15 @@ def _per_campaign(inp: Inputs, i: int) -> Section:
     return s
 
 
-def _matched(
+def match_keys(frames: list[pl.DataFrame]) -> list[str]:
+    """What rows are matched on: ``KEYS``, and the host where every campaign shares a host
+    name with the first (else configs are compared across hosts)."""
+    host_sets = [set(fr["host"].to_list()) for fr in frames]
+    by_host = all(h & host_sets[0] for h in host_sets[1:])
+    return list(KEYS) + (["host"] if by_host else [])
+
+
+def matched(
     frames: list[pl.DataFrame], keys: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The keys present in campaign A and at least one other (compared), and every other key
@@ -165,21 +173,35 @@ def _change(a: dict[str, Any], b: dict[str, Any] | None) -> tuple[str, str, Any]
     """The ratio of B's figure to A's, with its interval, and the verdict on it."""
     if b is None or a["untimed"] or b["untimed"]:
         return "—", "", None
-    ra, rb = _mean(a), _mean(b)
-    ratio = ratio_ci(rb, ra)
+    verdict, ratio = noise_verdict(a, b, _mean(a), _mean(b))
     if ratio is None:
         return "—", "", None
-    txt = f.with_ci(ratio.value, ratio.lo, ratio.hi, f.speedup)
+    return f.with_ci(ratio.value, ratio.lo, ratio.hi, f.speedup), verdict, ratio
+
+
+def noise_verdict(
+    a: dict[str, Any], b: dict[str, Any], ma: Mean, mb: Mean
+) -> tuple[str, Ratio | None]:
+    """The noise test of one figure of a matched row: ``mb`` over ``ma`` (the figure's mean
+    over the units of campaign B's row ``b`` and of A's row ``a``) with Fieller's interval,
+    and the verdict on it: "beyond noise" or "within noise" where both rows' units are runs;
+    "within-run only", "(differs within a run)" added where the interval excludes 1, where
+    either row's units lie inside one run; "too few units" below two units a side; "single
+    run" for a concurrency level of one run (one cell). No ratio where a mean is not positive.
+    """
+    ratio = ratio_ci(mb, ma)
+    if ratio is None:
+        return "", None
     across = bool(a.get("between_runs")) and bool(b.get("between_runs"))
     if a["kind"] == "concurrency" and not across:
         verdict = "single run"
-    elif a["n"] < 2 or b["n"] < 2:
+    elif ma.n < 2 or mb.n < 2:
         verdict = "too few units"
     elif not across:
         verdict = "within-run only" + (" (differs within a run)" if ratio.beyond_one else "")
     else:
         verdict = "beyond noise" if ratio.beyond_one else "within noise"
-    return txt, verdict, ratio
+    return verdict, ratio
 
 
 def _name(rows: list[dict[str, Any] | None]) -> str:
