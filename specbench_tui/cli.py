@@ -40,7 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
     from specbench_tui import __version__
 
     p.add_argument("--version", action="version", version=f"specbench-tui {__version__}")
-    p.add_argument("plan", nargs="?", type=Path, help="plan file (default: plans/demo.toml)")
+    p.add_argument(
+        "plan",
+        nargs="*",
+        metavar="PLAN | URL",
+        help="plan file (default: plans/demo.toml); or the addresses of running servers "
+        "(http://HOST:PORT ..., the first the baseline): a campaign with no plan file, whose "
+        "plan is written beside its results",
+    )
+    one = p.add_argument_group("servers by address (specbench-tui URL [URL ...])")
+    one.add_argument("--prompts", metavar="SETS", help="prompt sets, comma-separated (chat)")
+    one.add_argument("--samples", metavar="N", type=int, help="prompts per set (8)")
+    one.add_argument("--max-tokens", metavar="N,..", help="output lengths (256)")
+    one.add_argument("--repeats", metavar="N", type=int, help="repeats of each prompt (3)")
+    one.add_argument("--temperature", metavar="T", type=float, help="sampling temperature (0)")
+    one.add_argument("--tp", metavar="N", type=int, help="the servers' TP size (1)")
+    one.add_argument("--levels", metavar="N,..", help="also a concurrency sweep at these levels")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="review the plan; touch no host")
     mode.add_argument("--headless", action="store_true", help="no console: one line per event")
@@ -156,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)  # --help and --version print too
+        _plan_or_urls(args)
         code = _dispatch(args)
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
         return code
@@ -319,6 +335,79 @@ def _send(control: object, words: list[str]) -> int:
     return EXIT_OK
 
 
+_ONE_LINE = ("prompts", "samples", "max_tokens", "repeats", "temperature", "tp", "levels")
+
+
+def _plan_or_urls(args: argparse.Namespace) -> None:
+    """``plan``: one plan file (a Path, or None), or running servers' addresses (``urls``)."""
+    from specbench_tui.plan.one_line import is_url
+
+    words: list[str] = args.plan
+    args.urls = [w for w in words if is_url(w)]
+    rest = [w for w in words if not is_url(w)]
+    if args.urls and rest:
+        raise InputError(f"give a plan file or server addresses, not both ({rest[0]})")
+    if len(rest) > 1:
+        raise InputError(f"one plan file at a time (got {', '.join(rest)})")
+    args.plan = Path(rest[0]) if rest else None
+    other = [f for f in ("report", "cleanup", "attach") if getattr(args, f) is not None]
+    if args.urls and (other or args.plan_schema):
+        flag = "--" + (other[0] if other else "plan-schema")
+        raise InputError(f"{flag} takes no server addresses")
+    knobs = [k for k in _ONE_LINE if getattr(args, k) is not None]
+    if knobs and not args.urls:
+        flag = "--" + knobs[0].replace("_", "-")
+        raise InputError(f"{flag} goes with server addresses (specbench-tui URL ... {flag} ...)")
+
+
+def _one_line_plan(args: argparse.Namespace) -> Path | None:
+    """The one-line form's plan, written into the results root (``results/<name>.toml``):
+    the file this run loads, and the one to run again or edit."""
+    if not args.urls:
+        return None
+    from specbench_tui.plan.one_line import OneLine, plan_text
+
+    def numbers(text: str | None, flag: str) -> tuple[int, ...] | None:
+        if text is None:
+            return None
+        try:
+            values = tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise InputError(f"{flag} {text!r}: give whole numbers, comma-separated") from None
+        return values or None
+
+    given = {
+        "prompts": tuple(x.strip() for x in args.prompts.split(",") if x.strip())
+        if args.prompts
+        else None,
+        "samples": args.samples,
+        "max_tokens": numbers(args.max_tokens, "--max-tokens"),
+        "repeats": args.repeats,
+        "temperature": args.temperature,
+        "tp": args.tp,
+        "levels": numbers(args.levels, "--levels"),
+    }
+    root = args.results or Path("results")
+    form = OneLine(
+        urls=tuple(args.urls),
+        results=str(root),
+        **{k: v for k, v in given.items() if v is not None},
+    )
+    text = plan_text(form)
+    path = root / f"{form.name}.toml"
+    if path.exists() and path.read_text(encoding="utf-8") != text:
+        raise InputError(
+            f"{path} differs from the plan the one-line form writes (edited?): run it with "
+            f"specbench-tui {path}, or move it away"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(
+        f"specbench-tui: the plan of this run is {path} (run it again or edit it)", file=sys.stderr
+    )
+    return path
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.plan_schema:
         from specbench_tui.plan.reference import json_schema
@@ -382,7 +471,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from specbench_tui.plan.loader import load_plan
     from specbench_tui.results.layout import ResultsLayout
 
-    plan = load_plan(args.plan or _default_plan())
+    plan = load_plan(args.plan or _one_line_plan(args) or _default_plan())
     results_root = args.results or Path(plan.spec.campaign.results)
     layout = ResultsLayout.for_campaign(results_root, plan.spec.campaign.name, sim=args.sim)
     args.campaign_dir = layout.root  # where an internal error keeps its traceback
@@ -437,6 +526,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from specbench_tui.engine.job_share import JobShare
 
         share = JobShare.load(args.job)
+    elif not args.sim:  # the engines of running servers (url), read from them
+        from specbench_tui.engine.url_servers import read_running
+
+        plan = asyncio.run(read_running(plan))
     campaign = Campaign.prepare(
         plan,
         layout,

@@ -211,6 +211,23 @@ class _Runner:
         if self.counters is not None:
             await self.counters.measure()
 
+    async def warmup_rounds(self, order: list[Prompt], rounds: int, level: int) -> None:
+        """A concurrency level's warm-up: ``rounds`` times, ``level`` requests at once (the
+        level's first prompts), sent and discarded, the engine's counters paused around them,
+        so the batch size the level runs at is warm before its clock starts."""
+        if rounds <= 0 or not order:
+            return
+        if self.counters is not None:
+            await self.counters.pause()
+        for _ in range(rounds):
+            if self.should_stop():
+                break
+            await asyncio.gather(
+                *(self.send(order[i % len(order)].messages()) for i in range(level))
+            )
+        if self.counters is not None:
+            await self.counters.measure()
+
     async def mark_start(self) -> None:
         if not self.started:
             if self.counters is not None:
@@ -325,7 +342,7 @@ async def _run_concurrency(run: _Runner, pool: list[Prompt], seed: int) -> None:
     cell = run.cell
     order = list(pool)
     random.Random(f"{seed}:concurrency:{cell.workload}").shuffle(order)
-    await run.warmup(order[0].messages(), cell.warmup)
+    await run.warmup_rounds(order, cell.warmup, max(1, cell.concurrency or 1))
     total = cell.requests
     next_index = 0
     await run.mark_start()

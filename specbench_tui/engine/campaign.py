@@ -193,7 +193,8 @@ class Campaign(CampaignControl):
         group an hour in. Connections are closed again: the run opens its own."""
         kinds = {g.host: g.host_kind for g in self.groups}
         for name, kind in kinds.items():
-            mine = [g for g in self.groups if g.host == name]
+            # A running server (``url``) is not started there: nothing of it to check.
+            mine = [g for g in self.groups if g.host == name and g.url is None]
             await preflight_host(
                 self.spec.hosts[name],
                 name,

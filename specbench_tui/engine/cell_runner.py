@@ -36,7 +36,7 @@ from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
 from specbench_tui.bench.workloads import CellResult, run_cell
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.run_control import GroupHandle, StorageFailed
-from specbench_tui.engine.verdict import Verdict, judge
+from specbench_tui.engine.verdict import SERVER_DIED, Verdict, judge
 from specbench_tui.engines.acceptance import cell_acceptance
 from specbench_tui.engines.counters import CounterWindow
 from specbench_tui.engines.facts import ServerFacts
@@ -360,6 +360,9 @@ async def conclude(
         link_dropped=link_dropped,
         server_dead=server_dead,
     )
+    if verdict.outcome == "requeue" and verdict.reason == SERVER_DIED and group.url is not None:
+        # A running server is never restarted, so nothing would run the cell again.
+        verdict = Verdict("failed", svc.ended_said())
     hub = ctx.hub
     if verdict.outcome == "done":
         if cell.temperature == 0 and result.outputs:

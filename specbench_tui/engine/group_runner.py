@@ -29,6 +29,7 @@ from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.inspect import inspect_server
 from specbench_tui.errors import describe
 from specbench_tui.hosts.host import Host
+from specbench_tui.hosts.running_server import RunningServer
 from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.events import (
@@ -96,6 +97,13 @@ class GroupRunner:
                         return
                     if handle.restart:  # the operator asked for a fresh server
                         handle.restart = False
+                        if group.url is not None:
+                            ctx.hub.notice(
+                                f"{group.id}: the server at {group.url} is not this tool's to "
+                                "restart; its cells go on",
+                                "warning",
+                            )
+                            continue
                         await slot.clear()
                         failure = await self._start_or_recover(slot)
                         continue
@@ -134,8 +142,13 @@ class GroupRunner:
                         cell = None  # it died between cells, or while the host was away
                     # The server died: during the cell, or while the host was away.
                     why = death or svc.ended_said()
-                    allowed = restart_allowed(restarts, ctx.options.server_restarts)
+                    allowed = group.url is None and restart_allowed(
+                        restarts, ctx.options.server_restarts
+                    )
                     self._died(svc, why, cell, restarts + 1 if allowed else 0)
+                    if group.url is not None:  # not ours to restart
+                        self._fail_cells(svc.ended_said())
+                        return
                     if not allowed:
                         self._fail_cells(
                             f"server died ({why}) after {restarts} restart(s); "
@@ -189,7 +202,9 @@ class GroupRunner:
         published) as its ServiceFailed event."""
         ctx, host = self.ctx, self.host
         self.attempt += 1
-        group, claim_failed = await self._claim_port()
+        # A running server (``url``) is on its own port, and on GPUs that are not ours.
+        running = self.group.url is not None
+        group, claim_failed = (self.group, None) if running else await self._claim_port()
         ctx.hub.emit(
             GroupStarted(
                 group=group.id,
@@ -200,6 +215,7 @@ class GroupRunner:
                 command=list(group.command),
                 attempt=self.attempt,
                 port=group.port,
+                url=group.url,
             )
         )
         await ctx.hub.durable()  # the log says a server starts before anything stops or starts
@@ -207,9 +223,7 @@ class GroupRunner:
         try:
             if claim_failed is not None:
                 raise claim_failed
-            # The host's rule: stop_before services, and no wait it cannot verify.
-            await ctx.control.unless_aborted(host.clear_gpus(group, ctx.options.gpu_free_timeout_s))
-            svc = host.service(group, ctx.layout.log_of(group.id), ctx.log_lines.on_line(group.id))
+            svc = await self._service(group)
             slot.service = svc
             await svc.start()
             startup = await ctx.control.unless_aborted(svc.wait_ready(group.ready_timeout_s))
@@ -257,6 +271,16 @@ class GroupRunner:
         await self._idle_floor(group)
         return None
 
+    async def _service(self, group: ServiceGroup) -> Service:
+        """The group's server, not yet started: a running one (``url``) as it is; else after
+        the host's rule (``stop_before`` services, and no wait it cannot verify)."""
+        on_line = self.ctx.log_lines.on_line(group.id)
+        if group.url is not None:
+            return RunningServer(group, on_line)
+        timeout = self.ctx.options.gpu_free_timeout_s
+        await self.ctx.control.unless_aborted(self.host.clear_gpus(group, timeout))
+        return self.host.service(group, self.ctx.layout.log_of(group.id), on_line)
+
     async def _idle_floor(self, group: ServiceGroup) -> None:
         """Leave the ready server alone for ``IDLE_FLOOR_S`` (counted from its ready line),
         so its GPUs' idle power is measured before any warm-up: the floor a cell's energy
@@ -298,8 +322,8 @@ class GroupRunner:
         """Start the server; if that fails, let the host repair what it can and try once
         more. Returns the last failure, None once a server runs."""
         failure = await self._start(slot)
-        if failure is None or self.ctx.control.aborted:
-            return failure
+        if failure is None or self.ctx.control.aborted or self.group.url is not None:
+            return failure  # a running server's host is not this tool's to repair
         try:
             recovered = await self.ctx.control.unless_aborted(self.host.recover([self.group]))
         except AbortRequested:

@@ -67,7 +67,12 @@ def format_event(ev: Event) -> str | None:
     if isinstance(ev, CampaignStarted):
         return None  # said by the printer, which knows what earlier runs left (the reducer)
     if isinstance(ev, GroupStarted):
-        return f"{t} group {ev.group}: starting server on GPUs {','.join(map(str, ev.gpu_ids))}" + (
+        what = (
+            f"measuring the running server at {ev.url}"
+            if ev.url
+            else f"starting server on GPUs {','.join(map(str, ev.gpu_ids))}"
+        )
+        return f"{t} group {ev.group}: {what}" + (
             f" (attempt {ev.attempt})" if ev.attempt > 1 else ""
         )
     if isinstance(ev, ServiceReady):

@@ -8,6 +8,7 @@ stopped or started.
 
 from __future__ import annotations
 
+from specbench_tui.engine.url_servers import probe_all, running_urls
 from specbench_tui.hosts.backends import check_host
 from specbench_tui.hosts.host import HostReport
 from specbench_tui.hosts.options import HostOptions
@@ -22,14 +23,17 @@ async def check_hosts(
     """One report per host that has service groups, in plan order."""
     by_host: dict[str, list[ServiceGroup]] = {}
     for g in expand(plan, sim=sim).groups:
-        by_host.setdefault(g.host, []).append(g)
+        # A running server (``url``) is not started on its host: it is asked itself.
+        by_host.setdefault(g.host, []).extend([g] if g.url is None else [])
     campaign = plan.spec.campaign.name
-    return [
+    urls = [] if sim else running_urls(plan)
+    running = [p.report() for p in (await probe_all(urls)).values()] if urls else []
+    return running + [
         await check_host(
             plan.spec.hosts[name],
             name,
             campaign,
-            groups[0].host_kind,
+            plan.spec.hosts[name].kind if not sim else "sim",
             groups,
             options or HostOptions(),
         )

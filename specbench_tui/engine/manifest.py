@@ -153,8 +153,16 @@ def prompt_files(ctx: RunContext, group: ServiceGroup) -> dict[str, Any]:
 async def record_manifest(
     ctx: RunContext, group: ServiceGroup, host: Host, facts: ServerFacts, attempt: int
 ) -> None:
-    """Probe the group's host and record its manifest entry (see the module docstring)."""
-    probe = await probe_host(host, group)
+    """Probe the group's host and record its manifest entry (see the module docstring). A
+    running server (``url``) is not probed: this tool does not know its interpreter or its
+    machine, only what it says of itself (engine, version, settings)."""
+    if group.url is not None:
+        probe: dict[str, Any] = {
+            "error": f"not probed: the server at {group.url} was running before the campaign "
+            "(what it says of itself is recorded beside)"
+        }
+    else:
+        probe = await probe_host(host, group)
     tool = await asyncio.to_thread(tool_facts)
     entry = {
         "recorded_at": iso_utc(time.time()),
@@ -170,6 +178,7 @@ async def record_manifest(
         "gpu_ids": list(group.gpu_ids),
         "command": list(group.command),
         "env": dict(group.env),
+        "url": group.url,
         "engine": facts.engine or group.engine,
         "engine_version": facts.version,  # what the ready server itself reported
         "served_model": facts.served_model,

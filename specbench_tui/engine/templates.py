@@ -66,9 +66,10 @@ class GroupTemplates:
                 f"{group.host}:{model} has neither {TEMPLATE_FILE} nor a {TOKENIZER_CONFIG} "
                 "chat_template"
             )
-        self.hub.notice(
-            f"{why}; prompts are rendered as ChatML (the fallback). Name the model's template "
-            'with chat_template = "PATH" in [server] or the config',
-            "info" if group.host_kind == "sim" else "warning",
-        )
+        if group.chat_template_on != "server":  # where the server renders, it is its own
+            self.hub.notice(
+                f"{why}; prompts are rendered as ChatML (the fallback). Name the model's "
+                'template with chat_template = "PATH" in [server] or the config',
+                "info" if group.host_kind == "sim" else "warning",
+            )
         return fallback_template(why)

@@ -252,6 +252,12 @@ class EngineAdapter(ABC):
     speculation_flags: ClassVar[tuple[str, ...]] = ()
     #: The log lines a simulated server of this engine prints; None where none is simulated.
     log_format: ClassVar[ServerLogFormat | None] = None
+    #: What the engine's ``GET /v1/models`` says in each model's ``owned_by`` (its own
+    #: ``ModelCard`` default): how a running server says which engine it is.
+    owned_by: ClassVar[str]
+    #: The words of a launch command that start this engine: a module (``-m NAME``) or a
+    #: program's file name. How a plan that names no engine gets its launched server's.
+    programs: ClassVar[tuple[str, ...]] = ()
 
     # --- how the report words the engine's specifics ---------------------------------------
     #: Where a chunk's token count comes from (the report's ITL definition).
@@ -277,6 +283,19 @@ class EngineAdapter(ABC):
         if server_renders:
             return "OpenAI chat API (the server renders the template)"
         return "OpenAI completions API"
+
+    def starts(self, command: Sequence[str]) -> bool:
+        """Whether ``command`` starts this engine: a word that is one of its modules, or a
+        program word (not a flag, nor a flag's value) whose file name is one of its programs."""
+        for i, word in enumerate(command):
+            if word in self.programs and "." in word:
+                return True
+            prev = command[i - 1] if i else ""
+            if word.startswith("-") or (prev.startswith("-") and prev != "-m"):
+                continue
+            if word.rsplit("/", 1)[-1] in self.programs:
+                return True
+        return False
 
     def check_command(self, command: Sequence[str]) -> str | None:
         """What is wrong with a server command before anything runs (a plan error), else

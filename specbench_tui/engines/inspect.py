@@ -22,7 +22,7 @@ import httpx
 
 from specbench_tui.engines.adapter import MODELS_PATH, OPENAI_API, get_json
 from specbench_tui.engines.facts import ServerFacts
-from specbench_tui.engines.registry import adapter
+from specbench_tui.engines.registry import adapter, engine_owning
 from specbench_tui.engines.settings import PLAN_COMMAND, from_command
 from specbench_tui.results.cells import ServiceGroup
 
@@ -40,11 +40,13 @@ async def inspect_server(
         client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(20.0, connect=5.0))
     base = base_url.rstrip("/")
     facts = ServerFacts(engine=group.engine)
+    owner: str | None = None
     try:
         with contextlib.suppress(httpx.HTTPError):
             models = await get_json(client, base + MODELS_PATH)
             if isinstance(models, dict) and isinstance(models.get("data"), list):
                 facts.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict)]
+            owner = engine_owning(models)
         await adapter(group.engine).inspect(facts, client, base, log_lines)
     finally:
         if own:
@@ -53,6 +55,7 @@ async def inspect_server(
     if facts.settings is None:  # the engine reports none: what the plan started it with
         facts.settings, facts.settings_source = from_command(group.command), PLAN_COMMAND
     if group.host_kind != "sim":  # the simulator rehearses a plan; it runs no real engine
+        _engine(facts, group, owner)
         _compare(facts, group)
         _notes(facts, group)
     return facts
@@ -73,6 +76,20 @@ def _served_model(facts: ServerFacts, group: ServiceGroup) -> None:
             "GET /v1/models listed no model; requests carry no model name "
             "(set served_model_name if the server needs one)"
         )
+
+
+def _engine(facts: ServerFacts, group: ServiceGroup, owner: str | None) -> None:
+    """The engine the server says it is (its models' ``owned_by``) against the config's:
+    another engine's counters and log lines would record no acceptance at all."""
+    mine = adapter(group.engine)
+    if owner is None or owner == mine.name:
+        return
+    theirs = adapter(owner)
+    facts.problems.append(
+        f"the server is {theirs.label} (GET /v1/models: owned_by {theirs.owned_by!r}) but config "
+        f"{group.config!r} is measured as {mine.label}'s: set engine = {owner!r} on it (or leave "
+        "engine out: the launch command or the server then says it)"
+    )
 
 
 def _compare(facts: ServerFacts, group: ServiceGroup) -> None:

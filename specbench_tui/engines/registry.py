@@ -7,6 +7,8 @@ that holds a name (a group, a results row) rather than an adapter.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from specbench_tui.engines import sglang, trtllm, vllm
 from specbench_tui.engines.adapter import EngineAdapter
 from specbench_tui.engines.log_values import LogCounts
@@ -68,3 +70,21 @@ def log_window(engine: str, stats: dict[str, float], seconds: float) -> LogCount
     """What one of ``engine``'s periodic stats lines says about its stretch (tokens, steps,
     seconds), for pooling a cell's lines by their tokens (``EngineAdapter.log_window``)."""
     return adapter(engine).log_window(stats, seconds)
+
+
+def engine_starting(command: Sequence[str]) -> str | None:
+    """The engine a launch command starts (``EngineAdapter.starts``), None where no engine's
+    program is in it (a wrapper script): what a plan that names no engine runs."""
+    found = [a.name for a in _ADAPTERS.values() if a.starts(command)]
+    return found[0] if len(found) == 1 else None
+
+
+def engine_owning(models: object) -> str | None:
+    """The engine a ``GET /v1/models`` answer names in its models' ``owned_by`` (each
+    engine's own default), None where it names none this tool knows."""
+    data = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(data, list):
+        return None
+    owners = {m.get("owned_by") for m in data if isinstance(m, dict)}
+    found = [a.name for a in _ADAPTERS.values() if a.owned_by in owners]
+    return found[0] if len(found) == 1 else None

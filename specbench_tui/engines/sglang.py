@@ -231,6 +231,8 @@ class SglangAdapter(EngineAdapter):
 
     name = "sglang"
     label = "SGLang"
+    owned_by = "sglang"
+    programs = ("sglang.launch_server", "sglang")
     packages = ("sglang", "sgl_kernel", "torch", "triton", "transformers", "flashinfer")
     default_launch = (
         "{python}",

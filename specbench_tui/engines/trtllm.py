@@ -241,6 +241,8 @@ class TrtllmAdapter(EngineAdapter):
 
     name = "trtllm"
     label = "TensorRT-LLM"
+    owned_by = "tensorrt_llm"
+    programs = _PROGRAMS
     packages = ("tensorrt_llm", "tensorrt", "torch", "transformers")
     default_launch = (
         "{python}",

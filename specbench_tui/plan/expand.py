@@ -20,13 +20,14 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
 from specbench_tui.hosts.backends import batch_kind
 from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
-from specbench_tui.plan.document import Plan
+from specbench_tui.plan.document import Plan, ServerSays
 from specbench_tui.plan.model import (
     AgenticWorkload,
     CapacityWorkload,
@@ -72,10 +73,18 @@ def expand(plan: Plan, *, sim: bool = False) -> Expansion:
             for run in range(1, spec.campaign.runs + 1):
                 for cname in matrix_configs:
                     cfg = configs[cname]
-                    if _excluded(spec, host=host_name, config=cfg, tp=tp, workload=None):
+                    if excluded(spec, host=host_name, config=cfg, tp=tp, workload=None):
                         continue
                     group = _group(
-                        spec, host_name, host, cfg, tp, sim=sim, packed=pack, plan_dir=plan.dir
+                        spec,
+                        host_name,
+                        host,
+                        cfg,
+                        tp,
+                        sim=sim,
+                        packed=pack,
+                        plan_dir=plan.dir,
+                        says=plan.running,
                     )
                     if run > 1:
                         group = replace(group, id=f"{group.id}.r{run}", run=run)
@@ -114,9 +123,11 @@ def _controls(
     return out
 
 
-def _excluded(
-    spec: PlanSpec, *, host: str, config: ResolvedConfig, tp: int, workload: str | None
+def excluded(
+    spec: PlanSpec, *, host: str, config: ResolvedConfig, tp: int, workload: str | None = None
 ) -> bool:
+    """Whether the matrix's excludes take out the group (``workload`` None) or a workload of
+    it."""
     for ex in spec.matrix.exclude:
         if ex.host is not None and ex.host != host:
             continue
@@ -142,6 +153,7 @@ def _group(
     sim: bool,
     packed: bool = False,
     plan_dir: Path | None = None,
+    says: dict[str, ServerSays] | None = None,
 ) -> ServiceGroup:
     ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
     gpu_ids = tuple(sorted(ids)[-tp:])
@@ -149,6 +161,9 @@ def _group(
     batch = batch_kind(kind) is not None
     if batch:
         gpu_ids = ()  # the job's allocation decides, on whichever node the cluster picks
+    if cfg.url is not None and kind != "sim":  # measured where it runs, as it is
+        named = spec.configs[cfg.base].engine or spec.server.engine
+        return _running(host_name, kind, cfg, tp, (says or {}).get(cfg.url), named is not None)
     port = cfg.port
     values: dict[str, object] = {
         "python": cfg.python,
@@ -217,6 +232,54 @@ def _group(
     )
 
 
+def _running(
+    host_name: str,
+    kind: str,
+    cfg: ResolvedConfig,
+    tp: int,
+    says: ServerSays | None,
+    engine_named: bool,
+) -> ServiceGroup:
+    """The group of a server already running (``url``): no command, environment or GPUs of
+    its own (it is not started), on the port of its address. Its engine (where the plan
+    names none) and its speculation are what it said of itself before the run (``says``;
+    none in a dry run: off, the plan's engine); the matrix's TP size is checked against
+    what it reports when it starts."""
+    says = says or ServerSays()
+    engine = cfg.engine if engine_named or says.engine is None else says.engine
+    return ServiceGroup(
+        id=f"{host_name}.{cfg.name}.tp{tp}",
+        host=host_name,
+        host_kind=kind,
+        config=cfg.name,
+        label=cfg.label,
+        tp=tp,
+        gpu_ids=(),
+        port=url_port(cfg.url or ""),
+        command=(),
+        env=(),
+        api=cfg.api,
+        ready_timeout_s=cfg.ready_timeout_s,
+        speculative=bool(says.speculative),
+        engine=engine,
+        spec_algorithm=says.algorithm if says.speculative else None,
+        served_model_name=cfg.served_model_name,
+        chat_template=None,
+        chat_template_on=cfg.chat_template_on,
+        url=cfg.url,
+    )
+
+
+def url_port(url: str) -> int:
+    """The port of a server's address (its scheme's default where it names none)."""
+    parsed = urlsplit(url)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    return port or (443 if parsed.scheme == "https" else 80)
+
+
 def _forced(
     command: tuple[str, ...], env: dict[str, str], cfg: ResolvedConfig, *, sim: bool
 ) -> tuple[str, ...]:
@@ -254,6 +317,8 @@ def _cells(
         "env": dict(group.env),
     }
     # Only where the plan says: the ids of plans that leave the template alone stay as they were.
+    if group.url is not None:  # a running server is what its address reaches
+        server_identity["url"] = group.url
     if cfg.chat_template is not None:
         server_identity["chat_template"] = cfg.chat_template
     if cfg.chat_template_on != "client":
@@ -271,7 +336,7 @@ def _cells(
             continue
         if w.configs is not None and not any(r in (cfg.name, cfg.base) for r in w.configs):
             continue
-        if _excluded(spec, host=group.host, config=cfg, tp=group.tp, workload=wname):
+        if excluded(spec, host=group.host, config=cfg, tp=group.tp, workload=wname):
             continue
         kwargs = {**dict(cfg.chat_template_kwargs), **w.chat_template_kwargs}
         # Only what the plan sets joins a cell's identity: plans that leave these out keep
@@ -385,6 +450,8 @@ def _workload_cells(
                     max_tokens=w.max_tokens,
                     concurrency=level,
                     requests=w.requests,
+                    # Only where the plan sets it: other plans keep their cells' ids.
+                    **({"warmup": w.warmup} if w.warmup else {}),
                     **fields,
                 )
             )

@@ -91,7 +91,21 @@ class CampaignSpec(Strict):
     runs: int = Field(default=1, ge=1, le=100)
 
 
+ServerUrl = Annotated[
+    str,
+    Worded(
+        r"^https?://[A-Za-z0-9.\[\]:_-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$",
+        "{value} is not a server's address: write http://HOST:PORT (https too, and a path "
+        "prefix where the server sits behind one)",
+    ),
+]
+
+
 class ServerSpec(Strict):
+    # A server that is already running, by its address (`http://HOST:PORT`): measured as it
+    # is, never started, stopped or restarted; its engine is read from what it says where the
+    # plan names none. Its config takes no launch, python, model, port, args or env.
+    url: ServerUrl | None = None
     # The server's command template: {python} {model} {tp} {port} {host} {config} are placeholders,
     # {{ and }} literal braces; default per engine.
     launch: list[HostText] | None = None
@@ -293,6 +307,9 @@ class ConcurrencyWorkload(WorkloadBase):
     levels: list[Annotated[int, Field(ge=1, le=MAX_LEVEL)]] = Field(min_length=1)
     # Requests per level.
     requests: int = Field(default=64, ge=1, le=MAX_REQUESTS)
+    # Warm-up rounds before each level, not measured: each sends the level's number of
+    # requests at once (that batch size's CUDA graphs and memory taken before the clock runs).
+    warmup: int = Field(default=0, ge=0, le=MAX_REPEATS)
     # Prompt sets the requests are drawn from.
     prompts: list[str] = Field(default=["chat"], min_length=1)
     # Output tokens per request.

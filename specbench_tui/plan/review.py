@@ -131,7 +131,7 @@ def render_text(r: Review) -> str:
             bar = "   " if last_g else "│  "
             out.append(
                 f"{'└─' if last_g else '├─'} {g.id}  {g.label}  TP{g.tp}  GPUs "
-                f"{','.join(map(str, g.gpu_ids)) or 'from the job'}  port {g.port}  "
+                f"{','.join(map(str, g.gpu_ids)) or _no_gpus(g)}  port {g.port}  "
                 f"~{format_duration(est.per_group_s[g.id])}"
             )
             served = f", served as {g.served_model_name!r}" if g.served_model_name else ""
@@ -143,13 +143,21 @@ def render_text(r: Review) -> str:
             eng = adapter(g.engine)
             engine = ("simulated " if g.host_kind == "sim" else "") + eng.label
             api = eng.api_label(g.api, server_renders=g.chat_template_on == "server")
-            out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
-            out.append(f"{bar}   $ {shlex.join(g.command)}")
+            if g.url is not None:  # not started: what it runs is read from it
+                out.append(
+                    f"{bar}   running server at {g.url}: measured as it is, never "
+                    "started or stopped; its engine, model and speculation are read "
+                    f"from it (--dry-run --check asks it now); {api}{served}"
+                )
+            else:
+                out.append(f"{bar}   {engine}, {api}, {speculation}{served}")
+                out.append(f"{bar}   $ {shlex.join(g.command)}")
             env = " ".join(f"{k}={v}" for k, v in g.env)
             job = _job(r, g)
             if job is not None:
                 env = f"{env} CUDA_VISIBLE_DEVICES=(the job's GPUs)".strip()
-            out.append(f"{bar}   env {env}")
+            if g.url is None:
+                out.append(f"{bar}   env {env}")
             if job is not None:
                 out.append(f"{bar}   batch job (submission 1): $ {shlex.join(job.argv)}")
                 out.extend(f"{bar}     | {line}" for line in job.script.splitlines())
@@ -175,7 +183,7 @@ def render_text(r: Review) -> str:
         f"{len(exp.groups)} service groups, {len(exp.cells)} cells ("
         + ", ".join(f"{n} {k}" for k, n in kinds.items())
         + f"), {est.requests} requests, "
-        f"{len(exp.groups)} server starts"
+        + _starts(exp.groups)
         + (
             f" ({spec.campaign.runs} runs: every group {spec.campaign.runs} times, a fresh "
             "server each)"
@@ -307,3 +315,14 @@ def render_json(r: Review) -> dict[str, Any]:
         "prompt_sets": set_json(list(r.sets)),
         "prompts": prompt_json(list(r.prompts)),
     }
+
+
+def _no_gpus(g: ServiceGroup) -> str:
+    """Where a group without GPU ids runs: a running server's are not this tool's to give."""
+    return "its own" if g.url is not None else "from the job"
+
+
+def _starts(groups: list[ServiceGroup]) -> str:
+    running = sum(g.url is not None for g in groups)
+    said = f"{len(groups) - running} server starts"
+    return said + (f", {running} running servers measured as they are" if running else "")

@@ -29,6 +29,7 @@ from specbench_tui.plan.check_matrix import (
     check_workloads,
 )
 from specbench_tui.plan.check_prompts import check_prompt_sets, check_templates
+from specbench_tui.plan.check_running import check_running
 from specbench_tui.plan.configs import resolve_configs
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.job_files import check_job_files
@@ -61,6 +62,7 @@ def check_plan(plan: Plan) -> list[PlanError]:
         + check_programs(spec)
         + check_model(spec, configs)
         + check_forced(spec, configs)
+        + check_running(spec, configs)
     )
 
 

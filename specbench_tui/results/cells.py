@@ -49,6 +49,9 @@ class ServiceGroup:
     run: int = 1  # which of the plan's ``[campaign] runs`` (a fresh server each)
     # The accept length its engine is made to give (``forced_accept``; None: real acceptance).
     forced_accept: float | None = None
+    # A server already running, by its address (the config's ``url``): measured as it is,
+    # never started, stopped or restarted; None for a server this tool starts.
+    url: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow, as Cell.to_json: asdict() deep-copies, which dominates a big dry run.

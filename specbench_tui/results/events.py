@@ -209,6 +209,7 @@ class GroupStarted(Event):
     command: list[str] = field(default_factory=list)
     attempt: int = 1
     port: int = 0  # where it listens on its host (packed groups get theirs at run time)
+    url: str | None = None  # a running server's address: measured, not started
 
 
 @dataclass(kw_only=True)

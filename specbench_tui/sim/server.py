@@ -247,7 +247,7 @@ class SimServer:
             "id": self.cfg.model_name,
             "object": "model",
             "created": self._created,
-            "owned_by": adapter(self.cfg.engine).name,
+            "owned_by": adapter(self.cfg.engine).owned_by,
             "root": self.cfg.model_path,
             "max_model_len": self.cfg.context_length,
         }

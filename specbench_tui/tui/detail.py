@@ -94,7 +94,11 @@ def _figures(c: CellState) -> list[tuple[str, str]]:
 
 
 def _command(g: GroupState, pal: Palette, t: Text) -> None:
-    if g.command:
+    url = g.group.url if g.group is not None else None
+    if url:  # not started by this tool: measured where it runs
+        t.append("running server ", style=pal.muted)
+        t.append(url + "\n", style=pal.primary)
+    elif g.command:
         t.append("$ ", style=pal.muted)
         t.append(shlex.join(g.command) + "\n", style=pal.primary)
 
