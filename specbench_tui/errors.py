@@ -18,7 +18,7 @@ contract that imports nothing of the tool, so its ``StorageError`` (an OSError) 
 """
 
 EXIT_OK = 0  # every cell finished and every check passed
-EXIT_FAILED = 1  # the campaign ended with failed cells or a failed check
+EXIT_FAILED = 1  # failed cells or a failed check (the gate: a figure regressed)
 EXIT_INPUT = 2  # invalid input: plan, arguments, host key, unwritable results
 EXIT_STORAGE = 3  # the results could not be written mid-run (disk full that did not clear)
 EXIT_INTERNAL = 70  # a bug in this tool (a traceback is printed)

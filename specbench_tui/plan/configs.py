@@ -95,10 +95,11 @@ def resolve_configs(spec: PlanSpec) -> list[ResolvedConfig]:
     A config's engine is its own ``engine``, else the one its own launch command starts, else
     the ``[server]`` one (named, or started by its launch), else the default engine
     (``engines/registry.py``): a plan that launches an engine and names none gets that
-    engine's counters and log lines, not the default's. The ``[server]`` launch template and api apply
-    to configs of the ``[server]`` engine only; a config of another engine gets that engine's
-    defaults unless it sets its own. A config with a ``url`` (its own or ``[server]``'s) names
-    a running server, whose engine ``engine/url_servers.py`` reads from it before a run.
+    engine's counters and log lines, not the default's. The ``[server]`` launch template and
+    api apply to configs of the ``[server]`` engine only; a config of another engine gets that
+    engine's defaults unless it sets its own. A config with a ``url`` (its own or
+    ``[server]``'s) names a running server, whose engine ``engine/url_servers.py`` reads from
+    it before a run.
     """
     server = spec.server
     server_engine = server.engine or engine_starting(server.launch or ()) or DEFAULT_ENGINE

@@ -123,8 +123,9 @@ class ServerSpec(Strict):
     # prompt rendered by the client, `/v1/chat/completions` where `chat_template_on` is
     # "server"); default per engine.
     api: Annotated[str, OneOf("api", API_NAMES)] | None = None
-    # The engine (default: the first listed): its launch template, readiness, log lines,
-    # counters and version query.
+    # The engine: its launch template, readiness, log lines, counters and version query
+    # (default: the one the launch command starts, else the first listed; for a running
+    # server, the one it says it is).
     engine: Annotated[str, OneOf("engine", ENGINE_NAMES)] | None = None
     # The model name requests carry; default: what the server lists at /v1/models.
     served_model_name: HostText | None = Field(default=None, min_length=1)
