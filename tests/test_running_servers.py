@@ -341,3 +341,25 @@ def test_the_one_line_form_runs_writes_its_plan_and_the_gate_judges_two_runs(
     assert [(r["config"], r["figure"]) for r in regressed] == [
         (config_name(plain.url), "decode tok/s")
     ]
+
+
+@pytest.mark.system
+def test_a_concurrency_levels_warm_up_sends_rounds_of_its_size_and_measures_none(
+    tmp_path: Path,
+) -> None:
+    server = StandIn(tmp_path, "warm")
+    try:
+        plan = tmp_path / "warm.toml"
+        plan.write_text(
+            PLAN.split("[configs.plain]")[0].format(campaign="")
+            + f'[configs.plain]\nurl = "{server.url}"\n\n[matrix]\nconfigs = ["plain"]\n'
+            'tp = [1]\n\n[workloads.load]\nkind = "concurrency"\nlevels = [3]\n'
+            "requests = 6\nwarmup = 2\nmax_tokens = 16\n"
+        )
+        run = tool(str(plan), "--headless", cwd=tmp_path)
+        assert run.returncode == 0, run.stdout + run.stderr
+        stored = pl.read_parquet(tmp_path / "results" / "running" / "requests.parquet")
+        assert stored.height == 6  # the measured ones
+        assert server.requests() == 6 + 2 * 3  # and two rounds of three before them
+    finally:
+        server.kill()

@@ -23,7 +23,7 @@ import httpx
 from specbench_tui.engines.adapter import MODELS_PATH, OPENAI_API, get_json
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.registry import adapter, engine_owning
-from specbench_tui.engines.settings import PLAN_COMMAND, from_command
+from specbench_tui.engines.settings import NOT_REPORTED, PLAN_COMMAND, from_command
 from specbench_tui.results.cells import ServiceGroup
 
 
@@ -52,7 +52,9 @@ async def inspect_server(
         if own:
             await client.aclose()
     _served_model(facts, group)
-    if facts.settings is None:  # the engine reports none: what the plan started it with
+    if facts.settings is None and group.url is not None:  # no command of the plan started it
+        facts.settings_source = NOT_REPORTED
+    elif facts.settings is None:  # the engine reports none: what the plan started it with
         facts.settings, facts.settings_source = from_command(group.command), PLAN_COMMAND
     if group.host_kind != "sim":  # the simulator rehearses a plan; it runs no real engine
         _engine(facts, group, owner)

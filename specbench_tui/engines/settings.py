@@ -27,6 +27,9 @@ from typing import Any
 SERVER_INFO = "/server_info"
 NON_DEFAULT_ARGS = "start-up log: non-default args"
 PLAN_COMMAND = "the plan's command"
+#: A running server (a config's ``url``) that lists no settings: no command of the plan
+#: started it, so nothing says them, and its comparisons are not judged key by key.
+NOT_REPORTED = "not reported: a running server that does not list its settings"
 
 #: Where the settings come from, in words (the report's Comparability section).
 SOURCES_SAID = (
