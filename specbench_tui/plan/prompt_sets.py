@@ -57,13 +57,6 @@ def find_prompt_set(name: str, plan_dir: Path) -> Path | None:
     return None
 
 
-@lru_cache(maxsize=256)
-def count_prompts(path: Path) -> int:
-    """Non-blank lines: the number of prompts, without parsing them (all the estimate needs)."""
-    with path.open("rb") as f:
-        return sum(1 for line in f if line.strip())
-
-
 @dataclass(frozen=True)
 class Prompt:
     """One prompt; ``set_name`` travels with it because agentic and concurrency cells mix sets

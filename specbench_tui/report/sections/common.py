@@ -147,14 +147,3 @@ def batch_hosts(inp: Inputs) -> list[str]:
     return sorted(
         {g.group.host for gid, g in inp.state.groups.items() if g.group and gid in inp.state.jobs}
     )
-
-
-def hosts_of(df: pl.DataFrame) -> list[str]:
-    if df.height == 0 or "host" not in df.columns:
-        return []
-    return sorted({str(h) for h in df["host"].to_list() if h is not None})
-
-
-def sorted_unique(df: pl.DataFrame, col: str) -> list[Any]:
-    vals = [v for v in df[col].unique().to_list() if v is not None]
-    return sorted(vals, key=lambda v: (isinstance(v, str), v))
