@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--results", metavar="DIR", type=Path, help="results root instead of the plan's")
     p.add_argument(
+        "--estimate-from",
+        metavar="DIR",
+        type=Path,
+        help="take the estimate's constants (server start-ups, cell times) from the finished "
+        "cells of this results directory (default: the newest results of this campaign)",
+    )
+    p.add_argument(
         "--fresh",
         action="store_true",
         help="start over; the old results directory is moved aside, never deleted",
@@ -425,6 +432,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise InputError(f"--fail-on-regression {gate_pct:g}: give a percentage of 0 or more")
     if args.check and not args.dry_run:
         raise InputError("--check goes with --dry-run")
+    if args.estimate_from is not None and (args.report or args.attach or args.cleanup):
+        raise InputError("--estimate-from goes with a plan (a run or --dry-run)")
     if args.cleanup is not None:
         if args.plan is not None:
             raise InputError("--cleanup takes a results directory, not a plan")
@@ -475,6 +484,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     results_root = args.results or Path(plan.spec.campaign.results)
     layout = ResultsLayout.for_campaign(results_root, plan.spec.campaign.name, sim=args.sim)
     args.campaign_dir = layout.root  # where an internal error keeps its traceback
+    measured = None
+    if args.dry_run or (args.headless and args.job is None):
+        from specbench_tui.plan.estimate import host_speeds
+        from specbench_tui.plan.measured import find_measured
+
+        speeds = host_speeds(plan.spec, sim=args.sim)
+        measured = find_measured(layout, args.estimate_from, speeds)
 
     if args.dry_run:
         from specbench_tui.engine.selection import matches
@@ -483,7 +499,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         only = args.only
         select = (lambda cell: matches(cell, only)) if only else None
-        r = review(plan, layout.root, sim=args.sim, select=select, only=only or "")
+        r = review(
+            plan, layout.root, sim=args.sim, select=select, only=only or "", measured=measured
+        )
         if r.selected is not None and not r.selected:
             raise InputError(
                 f"--only {only!r} matches no cell id or name; see the names with --dry-run"
@@ -545,6 +563,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             write_views=share is None,
             report=write_report if share is None else None,
             audit=unlike,
+            measured=measured,
         ),
     )
     if campaign.moved_aside is not None:
@@ -597,6 +616,7 @@ def _console(
         rerun_failed=args.rerun_failed,
         rerun=rerun,
         hosts=HostOptions.from_args(args),
+        estimate_from=args.estimate_from,
     )
     # the console draws at once; the child loads and checks its hosts meanwhile (its
     # error before the run, if any, is raised by run_console once the terminal is back)

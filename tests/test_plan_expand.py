@@ -93,7 +93,8 @@ def test_dry_run_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert "24 service groups, 480 cells" in out
     assert "ddtree-qwen.service" in out
     assert "--speculative-ddtree-budget 256" in out
-    assert "estimated wall time" in out and "assuming server start-up" in out
+    assert "estimated wall time" in out and "server start-up" in out
+    assert "assumed (default)" in out or "measured (from " in out
 
 
 def test_dry_run_json_contract(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,9 +3,12 @@ for cells like it (TP, kind, tokens, level), with its range; pure, no textual.""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from specbench_tui.results.cells import Cell, ServiceGroup
+from specbench_tui.results.eta import DRIFT, UNMEASURED, Z, campaign_left, group_left
 from specbench_tui.results.events import (
     CampaignStarted,
     CellFinished,
@@ -16,7 +19,6 @@ from specbench_tui.results.events import (
     ServiceReady,
 )
 from specbench_tui.results.progress import CampaignProgress
-from specbench_tui.tui.eta import UNMEASURED, campaign_left, group_left
 from tests.support.scripted import T0
 
 #: (tp, kind, max_tokens, level) of each cell, in run order: TP1 first, TP4 after, as the
@@ -160,9 +162,10 @@ def test_tp_sizes_are_corrected_apart() -> None:
     left = group_left(p, "h.ar.tp4", t)
     assert left is not None and left.measured == 6
     assert left.seconds == pytest.approx(0.5 * (ESTIMATE[6] + ESTIMATE[7]))
-    # the range is the spread of the TP4 ratios, at least ±10 %
-    assert left.low == pytest.approx(0.45 * (ESTIMATE[6] + ESTIMATE[7]))
-    assert left.high == pytest.approx(0.55 * (ESTIMATE[6] + ESTIMATE[7]))
+    # the range: at least the drift either side, far narrower than the unmeasured x0.5-x2
+    mid = left.seconds
+    assert left.low <= mid * (1 - DRIFT) and left.high >= mid * (1 + DRIFT)
+    assert left.low > mid * 0.7 and left.high < mid * 1.4
     # a running cell counts what it has had
     p.apply(CellStarted(cell_id="c6", ts=t))
     during = group_left(p, "h.ar.tp4", t + 4.0)
@@ -264,8 +267,9 @@ async def test_a_wide_header_shows_the_hosts_and_the_etas_range() -> None:
     async with app.run_test(size=(140, 40)) as pilot:
         await settle(pilot, app)
         text = str(app.main.query_one(CampaignHeader).render())
-    # 239 cells of 5 s estimated, measured at 6 s each: 1.2x, range at least ±10 %
+    # 239 cells of 5 s estimated, measured at 6 s each: 1.2x with no scatter, so the range
+    # is the drift alone either side
     left = 239 * 6.0 - 0  # the running cell just started
-    low, high = left * 0.9 / 60, left * 1.1 / 60
+    low, high = left * math.exp(-Z * DRIFT) / 60, left * math.exp(Z * DRIFT) / 60
     assert "@ h100-node-a,h100-node-b" in text, text
     assert f"({int(low)}:" in text and f"–{int(high)}:" in text, text

@@ -366,6 +366,7 @@ class Campaign(CampaignControl):
                 list(self.groups),
                 list(self.cells.values()),
                 sim=self.ctx.simulated,
+                measured=self.options.measured,
             )
         except (KeyError, ValueError) as exc:
             self.hub.notice(f"the dry-run estimate cannot be recorded: {exc}", "warning")

@@ -213,9 +213,12 @@ def engine_argv(
     rerun_failed: bool = False,
     rerun: Sequence[str] = (),
     hosts: HostOptions | None = None,
+    estimate_from: Path | None = None,
 ) -> list[str]:
     """The command line of a child run, from what the console was asked for."""
     argv = [str(plan), "--results", str(results_root)]
+    if estimate_from is not None:
+        argv += ["--estimate-from", str(estimate_from)]
     if sim:
         argv.append("--sim")
     if only:

@@ -17,6 +17,7 @@ from specbench_tui.engine.store import ResultsStore
 from specbench_tui.engine.templates import GroupTemplates
 from specbench_tui.hosts.options import HostOptions
 from specbench_tui.plan.document import Plan
+from specbench_tui.plan.measured import Measured
 from specbench_tui.results.cells import Cell, ServiceGroup
 from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.state import CampaignState
@@ -55,6 +56,9 @@ class CampaignOptions:
     # the command line passes report/comparisons.py's ``unlike`` (the engine cannot import
     # the report); None says nothing until the report.
     audit: Callable[[Path], list[tuple[tuple[Any, ...], str]]] | None = None
+    # An earlier run's times: the constants of the estimate this run records (the command
+    # line finds them, plan/measured.py); None: the plan's [estimate] and defaults.
+    measured: Measured | None = None
 
 
 @dataclass

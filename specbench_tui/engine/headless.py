@@ -13,6 +13,7 @@ from specbench_tui.engine.campaign import Campaign
 from specbench_tui.engine.commands import Command
 from specbench_tui.errors import EXIT_PIPE
 from specbench_tui.printable import printable
+from specbench_tui.results.eta import eta_words
 from specbench_tui.results.events import (
     Aborted,
     BatchJobChanged,
@@ -163,7 +164,8 @@ def campaign_line(ev: CampaignStarted, state: CampaignState) -> str:
 
 async def print_events(campaign: Campaign, out: TextIO) -> bool:
     """One line per lifecycle event of this run (the replay of earlier runs is folded in
-    silently, so the opening line can say what they left). When the reader of ``out`` goes
+    silently, so the opening line can say what they left); a done line ends with the time
+    left and its range (results/eta.py), as the console shows them. When the reader of ``out`` goes
     away (``--headless | head``) the campaign is aborted as SIGPIPE would end any Unix tool,
     but cleanly: servers stopped, what was measured kept, a rerun resumes. True then."""
     state = CampaignState(campaign.layout.rows_exist)  # as the engine's: rows set aside count
@@ -176,6 +178,8 @@ async def print_events(campaign: Campaign, out: TextIO) -> bool:
             line: str | None = campaign_line(ev, state)
         else:
             line = format_event(ev) if this_run else None
+            if line is not None and isinstance(ev, CellFinished):
+                line += eta_words(state, ev.ts)  # the console's ETA, as the cell ended
         if line is None or reader_left:
             continue
         try:

@@ -4,10 +4,11 @@ speculative configs, a share of max_tokens actually generated, prefill rate, ser
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specbench_tui.hosts.backends import batch_kind
 from specbench_tui.plan.capacity import search
+from specbench_tui.plan.measured import Learned, Measured
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
 from specbench_tui.plan.packing import Schedule, simulate
 from specbench_tui.plan.probes import (
@@ -35,6 +36,15 @@ class Estimate:
     per_cell_s: dict[str, float]
     per_cell_requests: dict[str, int]  # measured requests (warm-up left out)
     assumptions: list[str]
+    # For the ETA (results/eta.py): each group's start-up and tail, each host's wall time,
+    # the time after the last group, the measured constants' scatter and where they came
+    # from ("" and 0: assumed).
+    group_startup_s: dict[str, float] = field(default_factory=dict)
+    group_tail_s: dict[str, float] = field(default_factory=dict)
+    host_wall_s: dict[str, float] = field(default_factory=dict)
+    end_s: float = 0.0
+    spread: float = 0.0
+    measured_from: str = ""
 
 
 def host_speeds(spec: PlanSpec, *, sim: bool) -> dict[str, float]:
@@ -123,6 +133,60 @@ def cell_requests(cell: Cell, prompts: PromptLibrary) -> tuple[int, int]:
     return measured, measured // cell.repeats * cell.warmup
 
 
+def cell_model_s(est: EstimateSpec, c: Cell, speculative: bool, prompts: PromptLibrary) -> float:
+    """Real seconds the model gives a cell with the plan's constants (no host speed, nothing
+    measured)."""
+    return _cell_model(est, c, speculative, prompts)[0]
+
+
+def _cell_model(
+    est: EstimateSpec, c: Cell, speculative: bool, prompts: PromptLibrary
+) -> tuple[float, int]:
+    """(real seconds, measured requests) of a cell by the model."""
+    frac = est.output_fraction
+    rate = _rate(est, c.tp) * (est.spec_speedup if speculative else 1.0)
+    measured, warm = cell_requests(c, prompts)
+    n = measured + warm
+    if c.kind == "agentic":
+        decode = c.max_tokens * frac / rate
+        prefill = PROMPT_TOKENS / (est.prefill_tok_s * c.tp**0.5)
+        ctx = sum(t * (c.tool_output_tokens + c.max_tokens * frac) for t in range(c.turns))
+        prefill_total = c.sessions * (c.turns * prefill + ctx / est.prefill_tok_s)
+        return n * (decode + est.request_overhead) + prefill_total, measured
+    if c.kind == "capacity":
+        points = capacity_points(c)
+        t = sum(
+            _batch_s(est, rate, c.tp, c.requests + c.warmup * lv, lv, c.max_tokens) for lv in points
+        )
+        return t, len(points) * c.requests
+    level = (c.concurrency or 1) if c.kind == "concurrency" else 1
+    return _batch_s(est, rate, c.tp, n, level, c.max_tokens), measured
+
+
+def _source(est: EstimateSpec, key: str) -> str:
+    return "assumed (the plan's [estimate])" if key in est.model_fields_set else "assumed (default)"
+
+
+def _group_times(
+    spec: PlanSpec, g: ServiceGroup, learned: Learned | None
+) -> tuple[float, float, bool]:
+    """(start-up, tail, fails) of a group in real seconds: measured where ``learned`` has
+    them, else the plan's start-up and the model's probes."""
+    started = g.url is None  # a running server (url) is not started
+    if learned is None:
+        return spec.estimate.startup * started, _probes_s(spec, g), False
+    fails = learned.fails_s(g)
+    if fails is not None:
+        return fails, 0.0, True
+    up = learned.startup_s(g)
+    tail = learned.tail_s(g)
+    return (
+        (spec.estimate.startup if up is None else up) * started,
+        _probes_s(spec, g) if tail is None else tail,
+        False,
+    )
+
+
 def estimate(
     spec: PlanSpec,
     prompts: PromptLibrary,
@@ -130,97 +194,135 @@ def estimate(
     cells: list[Cell],
     *,
     speed: dict[str, float] | None = None,
+    measured: Measured | None = None,
 ) -> Estimate:
-    """``speed``: per host, how much faster than real time it runs (simulated hosts)."""
+    """``speed``: per host, how much faster than real time it runs (simulated hosts);
+    ``measured``: an earlier run's times (plan/measured.py), the constants they replace."""
     est = spec.estimate
-    frac = est.output_fraction
+    speed = speed or {}
     by_group = {g.id: g for g in groups}
+    learned = (
+        measured.learn(lambda c, sp: cell_model_s(est, c, sp, prompts))
+        if measured is not None
+        else None
+    )
+    times = {g.id: _group_times(spec, g, learned) for g in groups}
     per_cell: dict[str, float] = {}
     per_cell_requests: dict[str, int] = {}
-    requests = 0
+    borrowed = 0
     for c in cells:
         g = by_group[c.group]
-        rate = _rate(est, c.tp) * (est.spec_speedup if g.speculative else 1.0)
-        measured, warm = cell_requests(c, prompts)
-        requests += measured
-        per_cell_requests[c.id] = measured
-        n = measured + warm
-        if c.kind == "agentic":
-            decode = c.max_tokens * frac / rate
-            prefill = PROMPT_TOKENS / (est.prefill_tok_s * c.tp**0.5)
-            ctx = sum(t * (c.tool_output_tokens + c.max_tokens * frac) for t in range(c.turns))
-            prefill_total = c.sessions * (c.turns * prefill + ctx / est.prefill_tok_s)
-            t = n * (decode + est.request_overhead) + prefill_total
-        elif c.kind == "capacity":
-            points = capacity_points(c)
-            measured = len(points) * c.requests
-            requests += measured - per_cell_requests[c.id]
-            per_cell_requests[c.id] = measured
-            t = sum(
-                _batch_s(est, rate, c.tp, c.requests + c.warmup * lv, lv, c.max_tokens)
-                for lv in points
-            )
-        else:
-            level = (c.concurrency or 1) if c.kind == "concurrency" else 1
-            t = _batch_s(est, rate, c.tp, n, level, c.max_tokens)
-        per_cell[c.id] = t / (speed or {}).get(c.host, 1.0)
-    started = [g for g in groups if g.url is None]  # a running server (url) is not started
-    per_group = {
-        g.id: (est.startup * (g.url is None) + _probes_s(spec, g)) / (speed or {}).get(g.host, 1.0)
-        for g in groups
-    }
+        t, per_cell_requests[c.id] = _cell_model(est, c, g.speculative, prompts)
+        if learned is not None:
+            factor, own = learned.cell_factor(c)
+            borrowed += not own
+            t = 0.0 if times[g.id][2] else t * factor
+        per_cell[c.id] = t / speed.get(c.host, 1.0)
+    startups = {g.id: times[g.id][0] / speed.get(g.host, 1.0) for g in groups}
+    tails = {g.id: times[g.id][1] / speed.get(g.host, 1.0) for g in groups}
+    per_group = {g.id: startups[g.id] + tails[g.id] for g in groups}
     for c in cells:
         per_group[c.group] += per_cell[c.id]
-    startup = sum(est.startup / (speed or {}).get(g.host, 1.0) for g in started)
-    rates = ", ".join(
-        f"TP{k} {v:g}" for k, v in sorted(est.tok_s.items(), key=lambda kv: int(kv[0]))
-    )
-    assumptions = [
-        f"server start-up {est.startup:g} s per group",
-        f"autoregressive decode tok/s per request: {rates}",
-        f"speculative configs x{est.spec_speedup:g}",
-        f"outputs use {est.output_fraction:.0%} of max_tokens on average",
-        f"prefill {est.prefill_tok_s:g} tok/s; concurrency throughput grows as level^"
-        f"{est.batch_scaling:g}",
-    ]
-    if speed and any(v != 1.0 for v in speed.values()):
-        assumptions.append(
-            "simulated hosts run faster than real time: "
-            + ", ".join(f"{h} x{v:g}" for h, v in speed.items())
-        )
-    probes = _probes_said(spec, groups)
-    if probes:
-        assumptions.append(probes)
-    assumptions.append("override any of these in the plan's [estimate] table")
+    assumptions = _assumptions(spec, groups, speed, learned, borrowed)
     host_gpus = {
         name: h.gpu_ids if h.gpu_ids is not None else list(range(h.gpus))
         for name, h in spec.hosts.items()
     }
     jobs: dict[str, int] = {}
-    said: set[str] = set()
     for g in groups:
         if (bk := batch_kind(g.host_kind)) is not None:
             jobs[g.host] = bk.max_jobs(spec.hosts[g.host])
-            said.add(bk.assumption)
-    for line in sorted(said):
-        assumptions.insert(-1, line)
     schedule = simulate(groups, per_group, host_gpus, pack=spec.campaign.pack, jobs=jobs)
     unpacked = (
         simulate(groups, per_group, host_gpus, pack=False, jobs=jobs)
         if spec.campaign.pack
         else schedule
     )
+    end = learned.end_s / max(speed.values(), default=1.0) if learned is not None else 0.0
+    host_wall: dict[str, float] = {}
+    for slot in schedule.slots:
+        host_wall[slot.host] = max(host_wall.get(slot.host, 0.0), slot.end_s)
     return Estimate(
-        total_s=schedule.wall_s,
-        unpacked_s=unpacked.wall_s,
+        total_s=schedule.wall_s + end,
+        unpacked_s=unpacked.wall_s + end,
         schedule=schedule,
-        startup_s=startup,
-        requests=requests,
+        startup_s=sum(startups.values()),
+        requests=sum(per_cell_requests.values()),
         per_group_s=per_group,
         per_cell_s=per_cell,
         per_cell_requests=per_cell_requests,
         assumptions=assumptions,
+        group_startup_s=startups,
+        group_tail_s=tails,
+        host_wall_s=host_wall,
+        end_s=end,
+        spread=learned.spread if learned is not None else 0.0,
+        measured_from=str(learned.source) if learned is not None else "",
     )
+
+
+def _assumptions(
+    spec: PlanSpec,
+    groups: list[ServiceGroup],
+    speed: dict[str, float],
+    learned: Learned | None,
+    borrowed: int,
+) -> list[str]:
+    """The estimate's constants in words, each measured (from where, on how many cells or
+    groups) or assumed (the plan's ``[estimate]`` or the default)."""
+    est = spec.estimate
+    rates = ", ".join(
+        f"TP{k} {v:g}" for k, v in sorted(est.tok_s.items(), key=lambda kv: int(kv[0]))
+    )
+    out: list[str] = []
+    if learned is not None:
+        where = f"measured (from {learned.source}"
+        n = learned.startups.count
+        out.append(
+            f"server start-up per host, config and TP: {where}, {n} group{'s' * (n != 1)})"
+            + (f"; elsewhere {est.startup:g} s, {_source(est, 'startup')}" if n == 0 else "")
+        )
+        lo, hi = learned.ratios.range()
+        out.append(
+            f"cell times per config, TP and workload: {where}, {learned.cells} cells): the "
+            f"model below times x{lo:.2g} to x{hi:.2g} (its measured/modelled ratios, "
+            f"scatter {learned.spread:.0%})"
+            + (f"; {borrowed} cells have no like cell there and borrow it" if borrowed else "")
+        )
+        if learned.tails.count:
+            out.append(
+                f"group tails after their cells (probes, server stop): {where}, "
+                f"{learned.tails.count} groups)"
+            )
+        failing = [g.id for g in groups if learned.fails_s(g) is not None]
+        if failing:
+            out.append(
+                f"failing to start again, as they did there with the same command: "
+                f"{', '.join(failing)}"
+            )
+    else:
+        out.append(f"server start-up {est.startup:g} s per group: {_source(est, 'startup')}")
+    out += [
+        f"autoregressive decode tok/s per request: {rates}: {_source(est, 'tok_s')}",
+        f"speculative configs x{est.spec_speedup:g}: {_source(est, 'spec_speedup')}",
+        f"outputs use {est.output_fraction:.0%} of max_tokens on average: "
+        + _source(est, "output_fraction"),
+        f"prefill {est.prefill_tok_s:g} tok/s: {_source(est, 'prefill_tok_s')}",
+        f"concurrency throughput grows as level^{est.batch_scaling:g}: "
+        + _source(est, "batch_scaling"),
+        f"{est.request_overhead:g} s per request: {_source(est, 'request_overhead')}",
+    ]
+    if speed and any(v != 1.0 for v in speed.values()):
+        out.append(
+            "simulated hosts run faster than real time: "
+            + ", ".join(f"{h} x{v:g}" for h, v in speed.items())
+        )
+    probes = _probes_said(spec, groups)
+    if probes and (learned is None or not learned.tails.count):
+        out.append(probes)
+    said = {bk.assumption for g in groups if (bk := batch_kind(g.host_kind)) is not None}
+    out.extend(sorted(said))
+    return out
 
 
 def recorded_estimate(
@@ -230,15 +332,26 @@ def recorded_estimate(
     cells: list[Cell],
     *,
     sim: bool,
+    measured: Measured | None = None,
 ) -> EstimateRecorded:
     """The estimate a run records when it starts (its hosts at their simulator speeds), for
-    the report to hold against what the cells took. Raises KeyError or ValueError as
-    :func:`estimate` does."""
+    the report to hold against what the cells took and for the ETA. Raises KeyError or
+    ValueError as :func:`estimate` does."""
     speeds = host_speeds(spec, sim=sim)
-    est = estimate(spec, prompts, groups, cells, speed=speeds)
+    est = estimate(spec, prompts, groups, cells, speed=speeds, measured=measured)
+
+    def rounded(d: dict[str, float]) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in d.items()}
+
     return EstimateRecorded(
         total_s=round(est.total_s, 3),
         startup_s=round(est.startup_s, 3),
-        per_cell_s={k: round(v, 3) for k, v in est.per_cell_s.items()},
+        per_cell_s=rounded(est.per_cell_s),
         host_speeds=speeds,
+        group_startup_s=rounded(est.group_startup_s),
+        group_tail_s=rounded(est.group_tail_s),
+        host_wall_s=rounded(est.host_wall_s),
+        end_s=round(est.end_s, 3),
+        spread=round(est.spread, 4),
+        measured_from=est.measured_from,
     )

@@ -21,6 +21,7 @@ from specbench_tui.plan.document import Plan
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
 from specbench_tui.plan.expand import Expansion, expand
 from specbench_tui.plan.lint import acceptance_warnings
+from specbench_tui.plan.measured import Measured
 from specbench_tui.plan.packing import Schedule
 from specbench_tui.plan.prompt_review import (
     Shown,
@@ -75,11 +76,13 @@ def review(
     sim: bool = False,
     select: Callable[[Cell], bool] | None = None,
     only: str = "",
+    measured: Measured | None = None,
 ) -> Review:
-    """``select`` (``--only``): which cells a run would take; the tree marks them."""
+    """``select`` (``--only``): which cells a run would take; the tree marks them.
+    ``measured``: an earlier run's times, the estimate's constants (plan/measured.py)."""
     exp = expand(plan, sim=sim)
     speed = host_speeds(plan.spec, sim=sim)
-    est = estimate(plan.spec, plan.prompts, exp.groups, exp.cells, speed=speed)
+    est = estimate(plan.spec, plan.prompts, exp.groups, exp.cells, speed=speed, measured=measured)
     selected = frozenset(c.id for c in exp.cells if select(c)) if select is not None else None
     return Review(
         plan=plan,
@@ -206,7 +209,8 @@ def render_text(r: Review) -> str:
             f"{format_duration(est.unpacked_s)} ({ratio:.0%} of that)"
         )
         out.extend(_schedule_text(est.schedule))
-    out.append("  assuming " + "; ".join(est.assumptions))
+    out.append("  constants (override any in the plan's [estimate] table):")
+    out.extend(f"    {line}" for line in est.assumptions)
     if r.warnings:
         out.append("")
         out.extend(f"warning: {w}" for w in r.warnings)
@@ -292,6 +296,7 @@ def render_json(r: Review) -> dict[str, Any]:
         },
         "estimate_s": round(est.total_s, 1),
         "estimate_unpacked_s": round(est.unpacked_s, 1),
+        "estimate_from": est.measured_from or None,  # where measured constants came from
         "schedule": [
             {
                 "group": s.group,

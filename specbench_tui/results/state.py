@@ -134,6 +134,7 @@ class GroupState:
     attempt: int = 0
     started_at: float | None = None  # server start requested
     ready_at: float | None = None
+    ended_at: float | None = None  # group_finished of its latest start (None while it runs)
     startup_s: float | None = None
     status: str = "pending"  # pending | running | done | failed | skipped
     reason: str = ""
@@ -363,7 +364,7 @@ class CampaignState:
         if ev.port:
             g.port = ev.port
         g.server, g.status, g.attempt = "starting", "running", ev.attempt
-        g.started_at, g.ready_at, g.reason = ev.ts, None, ""
+        g.started_at, g.ready_at, g.ended_at, g.reason = ev.ts, None, None, ""
         g.log_tail.clear()
         self.current_group = ev.group
         self.running_groups.pop(ev.group, None)  # a restart moves it to the end
@@ -393,7 +394,7 @@ class CampaignState:
 
     def _group_finished(self, ev: GroupFinished) -> None:
         g = self._group(ev.group)
-        g.status, g.gpu_wait = ev.status, None
+        g.status, g.gpu_wait, g.ended_at = ev.status, None, ev.ts
         if g.server != "failed":
             g.server = "stopped"
         g.ready_at = None

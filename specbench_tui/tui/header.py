@@ -11,8 +11,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
+from specbench_tui.results.eta import campaign_left, eta_text
 from specbench_tui.results.progress import CampaignProgress, format_clock
-from specbench_tui.tui.eta import campaign_left, eta_text
 from specbench_tui.tui.look import MARKS, Palette, palette_for, stacked_bar
 
 

@@ -17,9 +17,9 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from specbench_tui.results.eta import group_left
 from specbench_tui.results.events import TelemetryChosen
 from specbench_tui.results.progress import CampaignProgress, GpuState, GroupState, format_clock
-from specbench_tui.tui.eta import group_left
 from specbench_tui.tui.gpu_history import GpuHistory, sparkline
 from specbench_tui.tui.look import SERVER_MARKS, Palette, bar, palette_for
 
@@ -40,7 +40,7 @@ def _telemetry_line(ev: TelemetryChosen, pal: Palette) -> Text:
 
 def group_eta_s(p: CampaignProgress, gid: str, now: float) -> float | None:
     """Seconds the group still needs: the plan's estimate of each cell still to run,
-    corrected by what this run measured (tui/eta.py); where no estimate was recorded, the
+    corrected by what this run measured (results/eta.py); where no estimate was recorded, the
     mean measured duration of its kind (of all kinds before its kind has one), less what
     the running cell has had. None before anything can be said."""
     left = group_left(p, gid, now)
