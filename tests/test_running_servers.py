@@ -363,3 +363,26 @@ def test_a_concurrency_levels_warm_up_sends_rounds_of_its_size_and_measures_none
         assert server.requests() == 6 + 2 * 3  # and two rounds of three before them
     finally:
         server.kill()
+
+
+async def test_a_server_of_another_engine_than_the_configs_fails_naming_the_engine(
+    tmp_path: Path,
+) -> None:
+    """A plan that says SGLang (or says nothing) before a vLLM server: one line naming the
+    engine to set, from the server's own /v1/models, instead of a run with no acceptance."""
+    from dataclasses import replace
+
+    from specbench_tui.engines.inspect import inspect_server
+
+    models = (CAPTURES / "vllm-0.32-cpu" / "nospec.models.body").read_bytes()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, content=models)
+        return httpx.Response(404)
+
+    plan = load_plan(write_plan(tmp_path))
+    group = replace(expand(plan).groups[0], engine="sglang")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        facts = await inspect_server(group, "http://server", client=client)
+    assert any("set engine = 'vllm'" in p for p in facts.problems), facts.problems
