@@ -6,9 +6,10 @@ The simulator's decode step is 28 ms at TP1, 1.2% slower per extra running reque
 yields one token a step, so its TPOT at ``c`` concurrent clients is the step at batch ``c``
 (the prompts are short and run to max_tokens, so a level's clients stay in step). The limit is
 put halfway between the steps at batch 12 and 13, so the known capacity is 12; the search,
-bisecting [4, 24] to a closed bracket (a resolution of one level), must find 12, or one level
-lower where what the model leaves out (a stray prefill, a late wake-up on a loaded machine)
-pushes a request over; nothing makes a request faster than the model, so never more than 12.
+bisecting [4, 24] to a closed bracket (a resolution of one level), never finds more than 12
+(nothing makes a request faster than the model); that it finds 12, or one level lower where
+what the model leaves out (a stray prefill, a late wake-up) pushes a request over, holds on
+a quiet machine only (the limit is 0.5% above level 12's step): the timing tier asserts it.
 Each client's first request at a level is its warm-up: the burst of first requests, admitted
 over a few prefill steps that the first decodes wait on, is not measured.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -99,10 +101,21 @@ def short_prompts(n: int) -> list[dict[str, str]]:
     return out
 
 
-def test_the_search_finds_the_simulators_tpot_limit(tmp_path: Path) -> None:
+@dataclass
+class Search:
+    proc: subprocess.CompletedProcess[str]
+    cells: pl.DataFrame
+    rows: pl.DataFrame
+    limit_s: float
+    known: int
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory: pytest.TempPathFactory) -> Search:
+    """One headless campaign with the capacity search, for both tests below (they share a
+    worker: one file, one group)."""
+    tmp_path = tmp_path_factory.mktemp("capacity")
     limit_s = (step_s(12) + step_s(13)) / 2
-    known = known_capacity(limit_s)
-    assert known == 12
     plan = tmp_path / "plan.toml"
     plan.write_text(PLAN.format(speed=SPEED, tpot_ms=limit_s * 1000))
     (tmp_path / "prompts").mkdir()
@@ -115,7 +128,27 @@ def test_the_search_finds_the_simulators_tpot_limit(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     root = tmp_path / "res" / "capacity"
-    cells = pl.read_parquet(root / "cells.parquet")
+    return Search(
+        proc,
+        pl.read_parquet(root / "cells.parquet"),
+        pl.read_parquet(root / "requests.parquet"),
+        limit_s,
+        known_capacity(limit_s),
+    )
+
+
+@pytest.mark.timing
+def test_the_search_finds_the_simulators_tpot_limit_within_one_level(search: Search) -> None:
+    """The search's accuracy rests on the simulator keeping its steps' times: a loaded machine
+    (another suite beside it) made every level miss the SLO's 0.5% margin from 4 clients on."""
+    cell = search.cells.filter(pl.col("kind") == "capacity").row(0, named=True)
+    found = cell["max_concurrency_under_slo"]
+    assert search.known - 1 <= found <= search.known, cell["capacity_levels"]
+
+
+def test_the_search_brackets_the_simulators_tpot_limit(search: Search) -> None:
+    proc, cells, limit_s, known = search.proc, search.cells, search.limit_s, search.known
+    assert known == 12
     cell = cells.filter(pl.col("kind") == "capacity").row(0, named=True)
     found, fails = cell["max_concurrency_under_slo"], cell["capacity_fail_level"]
     print(
@@ -124,11 +157,11 @@ def test_the_search_finds_the_simulators_tpot_limit(tmp_path: Path) -> None:
         f"shares {[round(s, 2) for s in cell['capacity_shares']]}"
     )
     assert fails == found + 1, cell["capacity_note"]  # the bracket closed
-    assert known - 1 <= found <= known
+    assert found <= known  # nothing makes a request faster than the model; load slows it
     assert cell["capacity_levels"][:2] == [4, 24]
     assert len(cell["capacity_levels"]) <= 8
     # Each level's rows carry it, and the share recorded for a level is its rows' share.
-    rows = pl.read_parquet(root / "requests.parquet")
+    rows = search.rows
     per_level = rows.filter(pl.col("kind") == "capacity").group_by("concurrency").len()
     assert sorted(per_level["concurrency"].to_list()) == sorted(cell["capacity_levels"])
     assert set(per_level["len"].to_list()) == {24}

@@ -25,6 +25,8 @@ from specbench_tui.sim.config import SimConfig
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition (simulated)"
 TOTAL_MIB = 97887.0
 WRITE_INTERVAL_S = 0.25
+#: How long one look at the neighbours' files holds (a step asks before each decode).
+NEIGHBOURS_CHECK_S = 0.05
 _TARGET_PARAMS = 27e9
 _DRAFT_PARAMS = {"DFLASH": 1.7e9, "DDTREE": 1.7e9, "EAGLE": 0.5e9, "EAGLE3": 0.6e9, "NEXTN": 0.8e9}
 # Only the full-attention layers of the hybrid model keep a KV cache: 16 layers x 4 KV heads
@@ -131,9 +133,10 @@ class SimGpus:
     def neighbours(self) -> bool:
         """Whether another live simulated server occupies GPUs of this host (its GPU files,
         written within the last few seconds, in the same state directory); checked at most
-        once a second."""
+        every ``NEIGHBOURS_CHECK_S``, so a neighbour that starts is felt from its first files
+        on (a look held for a second missed it for a whole short cell)."""
         now = time.monotonic()
-        if now - self._seen_at < 1.0:
+        if now - self._seen_at < NEIGHBOURS_CHECK_S:
             return self._seen
         self._seen_at, self._seen = now, False
         if self.directory is None or not self.directory.is_dir():
