@@ -36,12 +36,12 @@ class Estimate:
     per_cell_s: dict[str, float]
     per_cell_requests: dict[str, int]  # measured requests (warm-up left out)
     assumptions: list[str]
-    # For the ETA (results/eta.py): each group's start-up and tail, each host's wall time,
+    # For the ETA (results/eta.py): each group's start-up and tail, its start in the schedule,
     # the time after the last group, the measured constants' scatter and where they came
     # from ("" and 0: assumed).
     group_startup_s: dict[str, float] = field(default_factory=dict)
     group_tail_s: dict[str, float] = field(default_factory=dict)
-    host_wall_s: dict[str, float] = field(default_factory=dict)
+    group_at_s: dict[str, float] = field(default_factory=dict)
     end_s: float = 0.0
     spread: float = 0.0
     measured_from: str = ""
@@ -239,9 +239,6 @@ def estimate(
         else schedule
     )
     end = learned.end_s / max(speed.values(), default=1.0) if learned is not None else 0.0
-    host_wall: dict[str, float] = {}
-    for slot in schedule.slots:
-        host_wall[slot.host] = max(host_wall.get(slot.host, 0.0), slot.end_s)
     return Estimate(
         total_s=schedule.wall_s + end,
         unpacked_s=unpacked.wall_s + end,
@@ -254,7 +251,7 @@ def estimate(
         assumptions=assumptions,
         group_startup_s=startups,
         group_tail_s=tails,
-        host_wall_s=host_wall,
+        group_at_s={slot.group: slot.start_s for slot in schedule.slots},
         end_s=end,
         spread=learned.spread if learned is not None else 0.0,
         measured_from=str(learned.source) if learned is not None else "",
@@ -291,7 +288,7 @@ def _assumptions(
         )
         if learned.tails.count:
             out.append(
-                f"group tails after their cells (probes, server stop): {where}, "
+                f"group time besides start-up and cells (probes, stop): {where}, "
                 f"{learned.tails.count} groups)"
             )
         failing = [g.id for g in groups if learned.fails_s(g) is not None]
@@ -350,7 +347,7 @@ def recorded_estimate(
         host_speeds=speeds,
         group_startup_s=rounded(est.group_startup_s),
         group_tail_s=rounded(est.group_tail_s),
-        host_wall_s=rounded(est.host_wall_s),
+        group_at_s=rounded(est.group_at_s),
         end_s=round(est.end_s, 3),
         spread=round(est.spread, 4),
         measured_from=est.measured_from,

@@ -12,8 +12,9 @@ What is measured, in real seconds (a simulated host's seconds times its speed th
   ETA corrects by the same classes, so the dry run and the ETA agree;
 - each group's server start-up, from its start until ready (GPU wait included), by host,
   config and TP, else config and TP, else TP, else any group;
-- each group's tail, after its last cell until it finished (the checks' probes, the stop),
-  by host, config and TP, else config and TP (a tail with probes is nothing like one without);
+- each group's tail, its time besides its start-up and its cells (the gaps between cells, the
+  checks' probes, the stop), by host, config and TP, else config and TP (a tail with probes
+  is nothing like one without);
 - each group that failed to start: with the same command it is counted as failing again
   after the same time (fixing its config changes its command: then it is estimated like any);
 - the end, after the last group until the campaign finished (the last checks).
@@ -52,7 +53,7 @@ class MeasuredGroup:
     tp: int
     command: tuple[str, ...]
     startup_s: float | None = None  # start until ready
-    tail_s: float | None = None  # after its last cell until it finished
+    tail_s: float | None = None  # besides its start-up and cells until it finished
     failed_s: float | None = None  # start until it failed, where it never got ready
 
 

@@ -1,12 +1,15 @@
 """Time left, and its range, from the estimate a run recorded corrected by what it measured.
 
 The engine records the dry-run estimate when a run starts (``estimate_recorded``: each cell's
-predicted seconds from plan/estimate.py, each group's start-up and tail, each host's wall
-time). What is left is a list of items, each with the estimate's seconds: every cell still to
-run, the start-up of every server still to start, the tail of every group still running (its
-probes and its stop) and the campaign's end. The console (header, health pane) and the headless
-printer (its done lines) show the same figures: pure arithmetic on the reducer's state, no
-clock of its own, no textual import.
+predicted seconds from plan/estimate.py, each group's start-up, tail and start in the
+schedule). What is left is a list of items, each with the estimate's seconds: every cell still
+to run, the start-up of every server still to start, the tail of every group still running
+(its time besides start-up and cells: gaps between cells, probes, stop; what this run's
+finished groups took beyond the estimate's tails is added to each) and the campaign's end
+(its last checks, each host closed: as measured in an earlier run, else a group's tail on
+each host). The console (header, health pane) and the headless printer (its done lines) show
+the same figures: pure arithmetic on the reducer's state, no clock of its own, no textual
+import.
 
 **Correction.** A cell is predicted at its estimate times the geometric mean of measured over
 estimated of the cells finished in this run that are most like it (``cell_keys``): same
@@ -31,9 +34,10 @@ never below the drift, and moves only when the work left moves: a group that fai
 cells with it, a rerun queued adds one.
 
 **Parallelism.** Groups run side by side (packed, several hosts), so the items' seconds are
-not wall time: a host's sum is divided by the parallelism its schedule predicted (its groups'
-seconds over its wall time), never less than its longest group's own remainder; the campaign
-ends with its slowest host.
+not wall time: a host's sum is divided by the parallelism the schedule predicted for the
+groups it has left (their seconds over the span of their slots: a packed host's last groups
+may run fewer at a time than its first), never less than its longest group's own remainder;
+the campaign ends with its slowest host.
 """
 
 from __future__ import annotations
@@ -104,12 +108,14 @@ class ClassLogs:
     logs: dict[Key, list[float]] = field(default_factory=dict)
     finest: set[Key] = field(default_factory=set)
     count: int = 0  # values added
+    _scatter: tuple[float | None] | None = field(default=None, repr=False)  # cached
 
     def add(self, keys: Sequence[Key], value: float) -> None:
         if value <= 0 or not keys:
             return
         x = math.log(value)
         self.count += 1
+        self._scatter = None
         self.finest.add(keys[0])
         for k in keys:
             self.logs.setdefault(k, []).append(x)
@@ -125,6 +131,11 @@ class ClassLogs:
     def scatter(self) -> float | None:
         """The pooled standard deviation around the finest classes' means (None: no class
         holds two values yet)."""
+        if self._scatter is None:
+            self._scatter = (self._pooled(),)
+        return self._scatter[0]
+
+    def _pooled(self) -> float | None:
         ss, dof = 0.0, 0
         for k in self.finest:
             xs = self.logs[k]
@@ -178,6 +189,7 @@ class _Context:
     cells: ClassLogs
     startups: ClassLogs
     tail_extra: float  # what finished groups' tails took beyond the estimate's, on average
+    tail_mean: float  # what finished groups' tails took, on average
     startup_each: float  # a log without per-group start-ups: its total over the groups
     prior_shared: float  # before anything like an item was measured in this run
     prior_own: float
@@ -192,7 +204,8 @@ class _Context:
                 cells.add(state_keys(c), c.duration_s / e)
         each = est.startup_s / max(len(p.groups), 1)
         startups = ClassLogs()
-        extra: list[float] = []
+        extra: list[float] = []  # each finished group's tail beyond the estimate's
+        tails: list[float] = []
         for g in p.groups.values():
             up, tail = group_took(p, g)
             e = est.group_startup_s.get(g.id, each)
@@ -202,11 +215,12 @@ class _Context:
                 hit = cells.look([(g.config, g.tp), ()], 1)
                 f = math.exp(hit.mean) if hit is not None else 1.0
                 extra.append(tail - est.group_tail_s.get(g.id, 0.0) * f)
-        tail_extra = sum(extra) / len(extra) if extra else 0.0
+                tails.append(tail)
+        mean = (sum(extra) / len(extra), sum(tails) / len(tails)) if tails else (0.0, 0.0)
         if est.measured_from:
             spread = max(est.spread, DRIFT)
-            return cls(est, cells, startups, tail_extra, each, RUN_TO_RUN, spread, spread)
-        return cls(est, cells, startups, tail_extra, each, ASSUMED_SD, 0.0, ASSUMED_SD)
+            return cls(est, cells, startups, *mean, each, RUN_TO_RUN, spread, spread)
+        return cls(est, cells, startups, *mean, each, ASSUMED_SD, 0.0, ASSUMED_SD)
 
     def add(
         self,
@@ -231,8 +245,8 @@ class _Context:
 
 def group_took(p: CampaignState, g: GroupState) -> tuple[float | None, float | None]:
     """(start-up, tail) of a group's latest start: from its start until its server was ready,
-    and after its cells until it finished (their seconds in this run taken out); None for
-    what it has not done (a server never ready has neither)."""
+    and from then until it finished less its cells' seconds in this run; None for what it has
+    not done (a server never ready has neither)."""
     if g.started_at is None or not g.windows or g.windows[-1][0] < g.started_at:
         return None, None
     ready = g.windows[-1][0]
@@ -293,10 +307,21 @@ def group_left(p: CampaignState, gid: str, now: float) -> Eta | None:
     return _eta(s, s.seconds, ctx.cells.count)
 
 
-def _serial(p: CampaignState, est: EstimateRecorded, g: GroupState, each: float) -> float:
+def _serial(est: EstimateRecorded, g: GroupState, each: float) -> float:
     """A group's seconds in the estimate: start-up, cells and tail."""
     cells = sum(est.per_cell_s.get(cid, 0.0) for cid in g.cells)
     return est.group_startup_s.get(g.id, each) + cells + est.group_tail_s.get(g.id, 0.0)
+
+
+def _parallel(est: EstimateRecorded, left: list[tuple[str, float]], serial: float) -> float:
+    """How many of the groups ``left`` (id, estimated seconds) the schedule runs at once: their
+    seconds over the span of their slots (a packed host's last groups may run fewer at a time
+    than its first). A log without the schedule: the whole plan's ``serial`` over its wall."""
+    at = est.group_at_s
+    if all(gid in at for gid, _ in left):
+        span = max(at[g] + d for g, d in left) - min(at[g] for g, _ in left)
+        return max(sum(d for _, d in left) / span, 1.0) if span > 0 else 1.0
+    return max(serial / est.total_s, 1.0) if est.total_s > 0 else 1.0
 
 
 def campaign_left(p: CampaignState, now: float) -> Eta | None:
@@ -308,25 +333,28 @@ def campaign_left(p: CampaignState, now: float) -> Eta | None:
     if est is None or not est.per_cell_s:
         return None
     ctx = _Context.of(p, est)
-    # A log without hosts' wall times: every group in one pool, parallel as the whole plan.
-    by_host = bool(est.host_wall_s)
-    pools: dict[str, list[tuple[float, _Sum]]] = {}
+    # Hosts run side by side; a log without the schedule: every group in one pool.
+    pools: dict[str, list[tuple[str, float, _Sum]]] = {}
     for g in p.groups.values():
-        pool = pools.setdefault(g.host if by_host else "", [])
-        pool.append((_serial(p, est, g, ctx.startup_each), _group_sum(p, g, ctx, now)))
+        pool = pools.setdefault(g.host if est.group_at_s else "", [])
+        pool.append((g.id, _serial(est, g, ctx.startup_each), _group_sum(p, g, ctx, now)))
     total = _Sum()
     seconds = 0.0
-    for host, pool in pools.items():
-        wall = est.host_wall_s.get(host, 0.0) if by_host else est.total_s
-        serial = sum(s for s, _ in pool)
-        parallel = max(serial / wall, 1.0) if wall > 0 else 1.0
-        left = sum(s.seconds for _, s in pool)
-        seconds = max(seconds, left / parallel, *(s.seconds for _, s in pool))
-        for _, s in pool:
+    for pool in pools.values():
+        left = [(gid, d) for gid, d, s in pool if s.seconds > 0]
+        if not left:
+            continue
+        parallel = _parallel(est, left, sum(d for _, d, _ in pool))
+        sums = [s for _, _, s in pool]
+        seconds = max(seconds, sum(s.seconds for s in sums) / parallel, *(s.seconds for s in sums))
+        for s in sums:
             total.merge(s)
-    if est.end_s > 0:
-        total.add(est.end_s, ctx.prior_shared, 0.0)
-        seconds += est.end_s
+    # The end (the last checks, each host closed): as measured in an earlier run, else a
+    # group's tail on each host; what the checks judge and the load make it vary 2x either way.
+    end = est.end_s or ctx.tail_mean * len(pools)
+    if end > 0:
+        total.add(end, ASSUMED_SD, 0.0)
+        seconds += end
     return _eta(total, seconds, ctx.cells.count)
 
 

@@ -149,10 +149,11 @@ class EstimateRecorded(Event):
     together, ``per_cell_s`` each cell's time, ``host_speeds`` how much faster than real
     time each host ran (a simulator; 1.0 on a real host). For the ETA (results/eta.py), where
     the log has them: ``group_startup_s`` each group's start until ready (or until it fails,
-    where an earlier run saw it fail), ``group_tail_s`` its time after its last cell (probes,
-    stop), ``host_wall_s`` each host's predicted wall time, ``end_s`` the time after the last
-    group, ``spread`` the scatter (sd of log measured/modelled) of the measured constants (0:
-    assumed, not measured) and ``measured_from`` the results directory they came from."""
+    where an earlier run saw it fail), ``group_tail_s`` its time besides start-up and cells
+    (gaps between cells, probes, stop), ``group_at_s`` its start in the predicted schedule,
+    ``end_s`` the time after the last group, ``spread`` the scatter (sd of log
+    measured/modelled) of the measured constants (0: assumed, not measured) and
+    ``measured_from`` the results directory they came from."""
 
     name: ClassVar[str] = "estimate_recorded"
     total_s: float = 0.0
@@ -161,7 +162,7 @@ class EstimateRecorded(Event):
     host_speeds: dict[str, float] = field(default_factory=dict)
     group_startup_s: dict[str, float] = field(default_factory=dict)
     group_tail_s: dict[str, float] = field(default_factory=dict)
-    host_wall_s: dict[str, float] = field(default_factory=dict)
+    group_at_s: dict[str, float] = field(default_factory=dict)
     end_s: float = 0.0
     spread: float = 0.0
     measured_from: str = ""
