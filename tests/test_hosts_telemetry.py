@@ -390,6 +390,8 @@ def test_agent_in_nvidia_smi_mode(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     rows = [json.loads(x) for x in out.stdout.splitlines()]
     assert out.returncode == 0 and len(rows) == 2
     assert rows[0]["util_pct"] == 99 and rows[0]["processes"][0]["pid"] == 564
+    # The conditions query, as a real GPU under load answered it (power cap: bit 0x4).
+    assert rows[0]["mem_clock_mhz"] == 2619 and rows[0]["throttle_reasons"] == 0x4
 
 
 @pytest.mark.system

@@ -47,8 +47,9 @@ from specbench_tui.report.inputs import Inputs
 LOAD_GAP = 0.25
 #: How far apart (relative) the two sides' median SM clocks may be. On an H100 under one
 #: load run three times (bench/gpu_conditions_check.py) the runs' median SM clocks were equal
-#: (1357.5 MHz) and single samples ranged 1305-1425 MHz (within 4.5% of the median); NVML
-#: steps clocks by 15 MHz.
+#: (1357.5 MHz) and single samples ranged 1305-1425 MHz (within 4.5% of the median); on
+#: another H100 (same driver) they were 1342.5, 1335 and 1335 MHz (0.56% apart), every load
+#: sample at the power cap (reason 0x4, 698 W of 700); NVML steps clocks by 15 MHz.
 CLOCK_GAP = 0.05
 #: The power-cap bit of the clocks-event reasons. Under the same power limit, a side whose
 #: own draw reaches the cap (a dense load on an H100 does, at 698 W of 700) runs at lower
