@@ -415,14 +415,8 @@ def _one_line_plan(args: argparse.Namespace) -> Path | None:
     return path
 
 
-def _dispatch(args: argparse.Namespace) -> int:
-    if args.plan_schema:
-        from specbench_tui.plan.reference import json_schema
-
-        if args.plan is not None:
-            raise InputError("--plan-schema takes no plan")
-        print(json.dumps(json_schema(), indent=2))
-        return EXIT_OK
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flags that go only with others: one line (exit 2) before anything runs."""
     gate_pct = args.fail_on_regression
     if args.json and not args.dry_run and gate_pct is None:
         raise InputError("--json goes with --dry-run or --fail-on-regression")
@@ -434,6 +428,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise InputError("--check goes with --dry-run")
     if args.estimate_from is not None and (args.report or args.attach or args.cleanup):
         raise InputError("--estimate-from goes with a plan (a run or --dry-run)")
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.plan_schema:
+        from specbench_tui.plan.reference import json_schema
+
+        if args.plan is not None:
+            raise InputError("--plan-schema takes no plan")
+        print(json.dumps(json_schema(), indent=2))
+        return EXIT_OK
+    _check_flags(args)
+    gate_pct = args.fail_on_regression
     if args.cleanup is not None:
         if args.plan is not None:
             raise InputError("--cleanup takes a results directory, not a plan")

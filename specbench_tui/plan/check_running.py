@@ -25,6 +25,11 @@ def check_running(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanErr
     running = [c for c in configs if c.url is not None]
     if not running:
         return []
+    return _tables(spec, running) + _around(spec, running)
+
+
+def _tables(spec: PlanSpec, running: list[ResolvedConfig]) -> list[PlanError]:
+    """The running servers' own tables: nothing in them that starts a server."""
     errs: list[PlanError] = []
     if spec.server.url is not None:
         errs += _launch_keys(("server",), spec.server)
@@ -37,6 +42,13 @@ def check_running(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanErr
             errs.append(
                 _said(("configs", base, "forced_accept"), base, "forced_accept restarts it forced")
             )
+    return errs
+
+
+def _around(spec: PlanSpec, running: list[ResolvedConfig]) -> list[PlanError]:
+    """The campaign, hosts and matrix around them: nothing the tool would do to its own
+    servers that it cannot do to these."""
+    errs: list[PlanError] = []
     where = ("configs", running[0].base, "url")
     if spec.campaign.pack:
         errs.append(
