@@ -17,7 +17,9 @@ first run's directory. For each run it prints:
   not overlap the previous reading's, and how many of those follow a failure or a rerun
   printed between them (a reason the range can name).
 
-    python bench/eta_coverage.py [--results DIR] [--only demo,packed,failing]
+    python bench/eta_coverage.py [--results DIR] [--only demo,packed,failing] [--busy N]
+
+``--busy N`` keeps N CPU burners running through all the runs (two busy cores: ``--busy 2``).
 
 Prints figures, asserts nothing; says the machine's load before and after each run.
 """
@@ -157,20 +159,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, help="where the runs go (default: a temporary dir)")
     ap.add_argument("--only", default=",".join(PLANS), help="comma-separated: " + ", ".join(PLANS))
+    ap.add_argument("--busy", type=int, default=0, help="CPU burners running meanwhile")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each line as it comes
     base = args.results or Path(tempfile.mkdtemp(prefix="eta-coverage-"))
-    for name in args.only.split(","):
-        where = base / name
-        shutil.rmtree(where, ignore_errors=True)
-        where.mkdir(parents=True)
-        plan = where / f"{name}.toml"
-        plan.write_text(PLANS[name]())
-        print(f"{name} ({plan}):")
-        first = _run("assumed constants", plan, where / "first", None)
-        _run(f"measured from {first}", plan, where / "second", first)
-    if args.results is None:
-        shutil.rmtree(base, ignore_errors=True)
+    burn = [sys.executable, "-c", "while True: pass"]
+    burners = [subprocess.Popen(burn) for _ in range(args.busy)]
+    try:
+        for name in args.only.split(","):
+            where = base / name
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir(parents=True)
+            plan = where / f"{name}.toml"
+            plan.write_text(PLANS[name]())
+            print(f"{name} ({plan}){f', {args.busy} CPU burners' if burners else ''}:")
+            first = _run("assumed constants", plan, where / "first", None)
+            _run(f"measured from {first}", plan, where / "second", first)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+        if args.results is None:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -215,8 +215,9 @@ def estimate(
         t, per_cell_requests[c.id] = _cell_model(est, c, g.speculative, prompts)
         if learned is not None:
             factor, own = learned.cell_factor(c)
-            borrowed += not own
-            t = 0.0 if times[g.id][2] else t * factor
+            fails = times[g.id][2]  # its server is counted as failing to start again
+            borrowed += not (own or fails)
+            t = 0.0 if fails else t * factor
         per_cell[c.id] = t / speed.get(c.host, 1.0)
     startups = {g.id: times[g.id][0] / speed.get(g.host, 1.0) for g in groups}
     tails = {g.id: times[g.id][1] / speed.get(g.host, 1.0) for g in groups}
