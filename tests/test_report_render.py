@@ -413,6 +413,15 @@ def test_server_view_beside_the_client_view(tmp_path: Path, no_tex: None) -> Non
         for dt in (2.0, 5.0):
             text += line.format(t=_log_time(c.started_at + dt + ahead), a=accept, g=gen)
         (logs / f"{gid}.log").write_text(text)
+        # The cell's requests decode inside the lines' stretch (2 s to 5 s into the cell).
+        for part in (root / "parts").glob(f"{c.id}.a*.parquet"):
+            rows = pl.read_parquet(part)
+            sent = [c.started_at + 2.5 + 0.1 * i for i in range(rows.height)]
+            rows.with_columns(
+                pl.Series("started_at", sent),
+                pl.lit(0.0).alias("ttft_s"),
+                pl.lit(0.5).alias("e2e_s"),
+            ).write_parquet(part)
     render_report(root)
     md = (root / "report.md").read_text()
     assert "Server and client figures, TP 1 on sim" in md
@@ -679,3 +688,74 @@ def test_a_speculative_config_without_accept_length_says_why(tmp_path: Path, no_
     assert "eagle-openai (TP 1 on sim): no per-request accept length" in section
     assert "OpenAI-compatible stream carries no meta\\_info" in section  # Markdown-escaped
     assert "eagle (TP 1 on sim): no per-request" not in section
+
+
+def test_server_view_compares_the_log_with_the_same_stretches(tmp_path: Path, no_tex: None) -> None:
+    """The log's lines describe the cell's second half only, where the server accepted more and
+    ran faster: the client's figure beside them is taken over the requests' decode inside those
+    stretches, not over the whole cell (one 10 s window beside a whole cell gave a false
+    disagreement on the real vLLM plan: accept length 2.35 against 1.99)."""
+    b = ResultsBuilder(tmp_path / "st")
+    b.group("dflash", 1)
+    b.cell("c", "dflash", 1, "single", "single")
+    start = b.now() + 10.0  # the cell's CellStarted stamp; it ends 10 s later
+    rows = []
+    for i in range(16):  # one request every 0.5 s from start + 1 to start + 9
+        sent = start + 1.0 + 0.5 * i
+        late = sent >= start + 5.0
+        tokens, accept = (100, 4.0) if late else (50, 2.0)
+        rows.append(
+            dict(
+                prompt_id=f"p{i}",
+                repeat=0,
+                started_at=sent,
+                ttft_s=0.0,
+                e2e_s=0.5,
+                output_tokens=tokens,
+                spec_verify_ct=int(tokens / accept),
+                accept_length=accept,
+            )
+        )
+    b.finished("c", rows, figures={"throughput_tok_s": 1200 / 10.0})
+    root = b.write()
+    logs = root / "logs"
+    logs.mkdir()
+    line = (
+        "[{t} TP0] Decode batch, #running-req: 1, #token: 741, token usage: 0.00, "
+        "accept len: 4.00, accept rate: 0.75, cuda graph: True, gen throughput (token/s): "
+        "200.00, #queue-req: 0, \n"
+    )
+    text = f"----- {datetime.fromtimestamp(start - 5, UTC).isoformat()} starting sim.dflash.tp1\n"
+    text += f"[{_log_time(start - 4)} TP0] Load weight begin.\n"
+    for dt in (-1.0, 5.0, 7.0, 9.0):  # stretches (5, 7) and (7, 9) lie inside the cell
+        text += line.format(t=_log_time(start + dt))
+    (logs / "sim.dflash.tp1.log").write_text(text)
+    inp = load_inputs(root)
+    r = view_frame(inp).to_dicts()[0]
+    assert r["log_accept_len"] == pytest.approx(4.0)
+    assert r["accept_len_weighted"] == pytest.approx(1200 / 400)  # the whole cell's
+    assert r["accept_len_logged"] == pytest.approx(4.0)  # the requests from start + 5 on
+    assert r["client_speed"] == pytest.approx(120.0)
+    assert r["client_speed_logged"] == pytest.approx(800 / 4.0)  # 8 requests in (5, 9)
+    render_report(root)
+    view_md = (root / "report.md").read_text().split("Server and client figures, TP 1")[1]
+    assert "No disagreement beyond tolerance." in view_md
+    assert "4.00 (4.00)" in view_md and "200.0 (200.0)" in view_md
+
+
+def test_a_vllm_window_that_accepted_nothing_is_pooled() -> None:
+    """vLLM's line for a 10 s window that accepted no draft says a mean of 1.00: its steps
+    come from its drafted tokens over the draft length, so it pulls the log's accept length
+    down as the counters would instead of dropping out."""
+    from specbench_tui.engines.vllm import log_window, parse_stats_line
+
+    none = parse_stats_line(
+        "INFO 12-01 08:05:24 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
+        "1.00, Accepted throughput: 0.00 tokens/s, Drafted throughput: 9.00 tokens/s, "
+        "Accepted: 0 tokens, Drafted: 90 tokens, Per-position acceptance rate: 0.000, "
+        "0.000, 0.000, Avg Draft acceptance rate: 0.0%"
+    )
+    assert none is not None
+    counts = log_window(none, 10.0)
+    assert counts is not None and counts.steps == pytest.approx(30.0)
+    assert counts.tokens == pytest.approx(30.0)

@@ -89,12 +89,21 @@ def accept_length(
 def log_window_steps(stats: dict[str, float]) -> float | None:
     """Verify steps behind one ``SpecDecoding metrics`` line (its 10 s window), from its
     accepted tokens and its mean acceptance length (1 + accepted / steps): the weight that
-    pools the windows as the counters would. None where the line cannot say (no accepted
-    tokens, or a mean of 1.00 with nothing accepted)."""
+    pools the windows as the counters would. A window that accepted nothing (mean 1.00) still
+    counts: its steps are taken as its drafted tokens over the draft length, which the line's
+    per-position rates say (one per position); a lower bound where some drafts came short
+    (the capture in tests/test_vllm_parse.py: 225 drafted in 79 steps of k = 3). None where
+    the line cannot say."""
     accepted, mean = stats.get("accepted_tokens"), stats.get("accept_len")
-    if accepted is None or mean is None or accepted <= 0 or mean <= 1.0:
+    if accepted is None or mean is None:
         return None
-    return accepted / (mean - 1.0)
+    if accepted > 0 and mean > 1.0:
+        return accepted / (mean - 1.0)
+    positions = sum(1 for k in stats if k.startswith("accept_rate_pos"))
+    drafted = stats.get("drafted_tokens")
+    if accepted == 0 and positions and drafted:
+        return drafted / positions
+    return None
 
 
 def log_window(stats: dict[str, float], seconds: float) -> LogCounts | None:

@@ -62,6 +62,15 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Spans:
+    """The stretches (UTC start, end) of a cell's pooled log lines: those that gave verify
+    steps (``accept``) and those that gave seconds of generation (``speed``)."""
+
+    accept: list[tuple[float, float]]
+    speed: list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
 class StatsLine:
     """One stats line on the UTC clock: the stretch it describes runs from ``since`` (the
     previous line of its kind; None for the first after a start) to ``at``, each stamp good
@@ -218,6 +227,7 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
     if "server_log" in inp.cache:
         return inp.cache["server_log"]
     rows: list[dict[str, object]] = []
+    every_span: dict[str, Spans] = {}
     read = 0  # stats lines in the kept logs, given to a cell or not
     for gid, g in inp.state.groups.items():
         path = inp.layout.log_of(gid)
@@ -230,6 +240,7 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
         engine = g.engine or (g.group.engine if g.group is not None else "")
         pooled: dict[str, list[float]] = {}
         kinds: dict[str, str] = {}
+        spans: dict[str, Spans] = {}
         own = adapter(engine).ready_line if engine else None
         lines = read_log(path, stats_parser(engine), ready, own)
         read += len(lines)
@@ -240,12 +251,17 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
             acc[4] += 1
             if counts is None:
                 continue
+            stretch = (ln.since if ln.since is not None else ln.at, ln.at)
+            own = spans.setdefault(w.cell_id, Spans([], []))
             if counts.steps:
                 acc[0] += counts.tokens
                 acc[1] += counts.steps
+                own.accept.append(stretch)
             if counts.seconds:
                 acc[2] += counts.tokens
                 acc[3] += counts.seconds
+                own.speed.append(stretch)
+        every_span.update(spans)
         for cid, (atok, steps, ttok, secs, n) in pooled.items():
             rows.append(
                 {
@@ -276,7 +292,15 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
     out = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     inp.cache["server_log"] = out
     inp.cache["server_log_read"] = read
+    inp.cache["server_log_spans"] = every_span
     return out
+
+
+def log_spans(inp: Inputs) -> dict[str, Spans]:
+    """Per cell: the stretches its pooled log lines describe (:func:`log_figures` keeps
+    them), so that the client's figures can be taken over the same stretches."""
+    log_figures(inp)
+    return dict(inp.cache.get("server_log_spans", {}))
 
 
 def stats_lines_read(inp: Inputs) -> int:
@@ -284,3 +308,13 @@ def stats_lines_read(inp: Inputs) -> int:
     cell got them (:func:`log_figures` counts them)."""
     log_figures(inp)
     return int(inp.cache.get("server_log_read", 0))
+
+
+def share_inside(start: float, end: float, stretches: Sequence[tuple[float, float]]) -> float:
+    """The share (0 to 1) of ``start``..``end`` that lies inside the stretches (which do not
+    overlap: a cell's lines of one kind follow each other). A zero-length window counts as
+    inside when its instant is."""
+    if end <= start:
+        return 1.0 if any(a <= start <= b for a, b in stretches) else 0.0
+    inside = sum(max(0.0, min(end, b) - max(start, a)) for a, b in stretches)
+    return min(1.0, inside / (end - start))

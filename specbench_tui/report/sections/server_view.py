@@ -5,11 +5,13 @@ recorded them, and the client's figures; a disagreement beyond a tolerance is ca
 Every figure of a row is pooled over the cells of its group and kind as the rest of the report
 pools (a ratio of sums: tokens over verify steps, tokens over seconds), so the client's accept
 length here is the one the per-TP and per-dataset tables print for the same requests. Each log
-figure is set against the client's figure over the same cells: a cell the log says nothing
-about (no stats line fell wholly inside it, report/server_log.py) is left out of that
-comparison, not compared with its neighbours' lines. The client's speed is all output tokens
-over all measured windows, which is what a server's generation throughput over stretches of
-those cells counts too.
+figure is set against the client's figure over the same stretches: the stats lines a cell
+pooled (each wholly inside it, report/server_log.py) describe parts of it, and the client's
+figure beside them counts each request by the share of its decode (first token to last) that
+lies inside those parts; a cell the log says nothing about is left out of that comparison,
+not compared with its neighbours' lines. The client's speed is all output tokens over all
+measured windows; beside the log's, the client's tokens inside the lines' stretches over
+their seconds.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from specbench_tui.report.frames import (
     requests,
 )
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.server_log import log_figures, stats_lines_read
+from specbench_tui.report.server_log import log_figures, log_spans, share_inside, stats_lines_read
 
 #: Relative differences beyond which the two views disagree. The log's accept length is a
 #: rolling figure over a window of decode steps, and its throughput counts idle time within its
@@ -87,10 +89,51 @@ def _kind_per_temperature(req: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+#: The request counts an accept length pools; scaled by a request's share inside the log's
+#: stretches when the client's figure is taken over those stretches.
+_COUNTS = ("output_tokens", "spec_verify_ct", "spec_accepted_tokens", "spec_draft_tokens")
+
+
+def _on_stretches(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
+    """Each request's share of its decode window (first token to last, the stretch a
+    server's stats line counts it in) inside its cell's pooled log stretches: ``_in_accept``
+    over the lines that gave verify steps, ``_in_speed`` over those that gave seconds; 0
+    where its cell has no such line."""
+    spans = log_spans(inp)
+
+    def share(kind: str) -> pl.Expr:
+        def one(r: dict[str, Any]) -> float:
+            own = spans.get(r["cell_id"])
+            stretches = getattr(own, kind) if own is not None else []
+            if not stretches or r["started_at"] is None or r["e2e_s"] is None:
+                return 0.0
+            first = r["started_at"] + (r["ttft_s"] or 0.0)
+            return share_inside(first, r["started_at"] + r["e2e_s"], stretches)
+
+        return (
+            pl.struct("cell_id", "started_at", "ttft_s", "e2e_s")
+            .map_elements(one, return_dtype=pl.Float64)
+            .alias(f"_in_{kind}")
+        )
+
+    if not spans:
+        return req.with_columns(pl.lit(0.0).alias("_in_accept"), pl.lit(0.0).alias("_in_speed"))
+    return req.with_columns(share("accept"), share("speed"))
+
+
+def _stretch_seconds(inp: Inputs) -> pl.DataFrame:
+    """Per cell: the seconds its pooled throughput lines cover (what the client's tokens
+    inside them are divided by, as the server's are)."""
+    rows = [(cid, sum(b - a for a, b in s.speed)) for cid, s in log_spans(inp).items() if s.speed]
+    return pl.DataFrame(
+        rows, schema={"cell_id": pl.String, "_span_seconds": pl.Float64}, orient="row"
+    )
+
+
 def view_frame(inp: Inputs) -> pl.DataFrame:
     """Per group and kind: client and server figures pooled over the group's cells (the
-    client's beside each log or counter figure pooled over the same cells: ``*_logged``,
-    ``accept_len_countered``).
+    client's beside each log figure over the same stretches, ``*_logged``, and beside the
+    counters' over the same cells, ``accept_len_countered``).
 
     Each figure is a ratio of sums: the client's accept length the engine's own definition
     over the counts of the requests (``frames.accept_frame``), the log's over the tokens and
@@ -101,10 +144,13 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
     if req.height == 0:
         return pl.DataFrame()
     req = _kind_per_temperature(req.with_columns(pl.col("cell_id").cast(pl.String)))
+    req = _on_stretches(inp, req)
     keys = ["group", "kind"]
     per_cell = req.group_by("group", "cell_id", "kind").agg(
-        pl.col("output_tokens").sum().cast(pl.Float64).alias("_tokens")
+        pl.col("output_tokens").sum().cast(pl.Float64).alias("_tokens"),
+        (pl.col("output_tokens") * pl.col("_in_speed")).sum().alias("_span_tokens"),
     )
+    per_cell = per_cell.join(_stretch_seconds(inp), on="cell_id", how="left")
     cells = cell_figures(inp)
     wanted = ("throughput_tok_s", ACCEPTANCE_CHECK, *_COUNTER_SUMS)
     extra = [c for c in wanted if c in cells.columns]
@@ -129,7 +175,7 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
         _pooled("log_accept_tokens", "log_steps").alias("log_accept_len"),
         _pooled("log_speed_tokens", "log_seconds").alias("log_gen_throughput"),
         _pooled("_tokens", "_seconds").alias("client_speed"),
-        _pooled("_tokens", "_seconds", has_speed).alias("client_speed_logged"),
+        _pooled("_span_tokens", "_span_seconds", has_speed).alias("client_speed_logged"),
         *(pl.col(c).filter(countered).sum().alias(c) for c in _COUNTER_SUMS),
         pl.col("counter_accepted_tokens").filter(countered).is_null().any().alias("_no_acc"),
         pl.col("log_lines").sum(),
@@ -166,19 +212,28 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
             *keys, pl.col("accept_len_weighted").alias(name)
         )
 
+    # The log's accept length against the client's over the same stretches: each request's
+    # counts in the share of its decode that lay inside the cell's pooled lines.
+    inside = req.filter(pl.col("_in_accept") > 0).with_columns(
+        *((pl.col(c) * pl.col("_in_accept")).alias(c) for c in _COUNTS)
+    )
+    logged = accept_frame(inside.select(*keys, "cell_id", *ACCEPT_COLUMNS), keys).select(
+        *keys, pl.col("accept_len_weighted").alias("accept_len_logged")
+    )
+
     every = accept_frame(req.select(*keys, "cell_id", *ACCEPT_COLUMNS), keys).select(
         *keys, "accept_len_mean", "accept_len_weighted"
     )
     return (
         view.join(every, on=keys, how="left")
-        .join(client_accept(has_accept, "accept_len_logged"), on=keys, how="left")
+        .join(logged, on=keys, how="left")
         .join(client_accept(countered, "accept_len_countered"), on=keys, how="left")
     )
 
 
 def _beside(log: Any, client: Any, fmt: Any) -> str:
-    """A log figure with the client's over the same cells beside it: each label keeps one
-    definition (the client's columns are over every cell, as in the other tables)."""
+    """A log figure with the client's over the same stretches beside it: each label keeps
+    one definition (the client's columns are over every cell, as in the other tables)."""
     if log is None:
         return fmt(None)
     return f"{fmt(log)} ({fmt(client)})"
@@ -251,7 +306,9 @@ def build(inp: Inputs) -> Section | None:
                 "logging interval may have no line of its own: it is left out of the log "
                 "comparison (the cells compared are counted). The client's columns are over "
                 "every cell, as in the other tables; a log figure has the client's over the "
-                "same cells beside it, in brackets. "
+                "same stretches beside it, in brackets: each request counted by the share of "
+                "its decode (first token to last) inside the lines' stretches, and the "
+                "client's tokens there over the stretches' seconds. "
                 + (
                     "Counter accept length is from the engine's Prometheus counter deltas over "
                     "the cells' measured windows, summed. "
@@ -294,13 +351,13 @@ def build(inp: Inputs) -> Section | None:
             Column("Cells (logged)"),
             Column("Client accept (req. mean)"),
             Column("Client accept"),
-            Column("Log accept len (client, same cells)"),
+            Column("Log accept len (client, same stretches)"),
         ]
         if has_counters:
             cols.append(Column("Counter accept len"))
         cols += [
             Column("Client cell tok/s"),
-            Column("Log gen tok/s (client, same cells)"),
+            Column("Log gen tok/s (client, same stretches)"),
             Column("Log lines"),
             Column("", "l"),
         ]
