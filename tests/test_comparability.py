@@ -269,11 +269,13 @@ def test_the_headless_line_says_when_a_finished_group_is_not_like_its_baseline(
     assert [e["level"] for e in warned] == ["warning"]
 
 
-# The baseline has a long workload of its own, so its server outlives the speculative
-# group's packed cells: they always run beside it.
+# The baseline has a long workload of its own, first, so its server is measuring while the
+# speculative group's packed cells run: they always run beside a busy neighbour. Their
+# control then runs on the same server with no other group measuring.
 PACKED = (
     MINIMAL_PLAN.replace('baseline = "ar"', 'baseline = "ar"\npack = true\ninterference_check = 1')
-    .replace("samples = 2", "samples = 2\nrepeats = 3")
+    # Warm-up requests first: the measured requests start once both servers measure.
+    .replace("samples = 2", "samples = 2\nrepeats = 3\nwarmup = 2")
     .replace(
         '"--speculative-num-draft-tokens", "8"]',
         '"--speculative-num-draft-tokens", "8", "--sim-fault", "neighbours:{slow}"]',
@@ -299,8 +301,9 @@ async def _packed(write_plan, tmp_path: Path, slow: float) -> dict[str, Any]:
 
 @pytest.mark.system
 async def test_a_packed_campaign_measures_what_packing_did(write_plan, tmp_path) -> None:
-    """interference_check = 1 runs one cell of each packed group again alone; where the
-    simulator slows a server beside another (``neighbours:10``), the packed speed-up is not
+    """interference_check = 1 runs one cell of each packed group again alone, on the same
+    server once no other group measures; where the simulator slows a server beside a busy
+    one (``neighbours:10``), the packed speed-up is not
     comparable and says by how much packing changed the config's rate. The baseline's long
     workload outlasts the slowed cells, so every packed request runs beside it: a cell that
     outlived its neighbour had its last repeats fast, and Welch's test (three repeats a side)

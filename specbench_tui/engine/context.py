@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specbench_tui.engine.energy_watch import EnergyWatch
+from specbench_tui.engine.host_quiet import HostQuiet
 from specbench_tui.engine.hub import EventHub
 from specbench_tui.engine.log_lines import LogLineWorker
 from specbench_tui.engine.run_control import RunControl
@@ -75,6 +76,8 @@ class RunContext:
     energy: EnergyWatch = field(init=False)  # each finished cell's GPU board energy
     # The unlike comparisons said so far (checks.say_unlike), by their audit key.
     said_unlike: set[tuple[Any, ...]] = field(init=False, default_factory=set)
+    # Each packed host's measuring, by host name (engine/host_quiet.py).
+    quiet: dict[str, HostQuiet] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.templates = GroupTemplates(self.hub)
@@ -90,6 +93,16 @@ class RunContext:
     @property
     def spec(self):
         return self.plan.spec
+
+    def quiet_of(self, host: str) -> HostQuiet:
+        return self.quiet.setdefault(host, HostQuiet())
+
+    def rider(self, group: ServiceGroup) -> ServiceGroup | None:
+        """The group that runs its cells on ``group``'s server (``rides``), if any."""
+        for g in self.state.groups.values():
+            if g.group is not None and g.group.rides == group.id:
+                return g.group
+        return None
 
     def pending(self, group: ServiceGroup) -> list[Cell]:
         """The group's cells this run still has to run, in plan order."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Literal
 
 from specbench_tui.bench.prompting import Prompting
@@ -23,7 +24,7 @@ from specbench_tui.engine.checks import after_group, probe_noise_floor, probe_st
 from specbench_tui.engine.context import RunContext
 from specbench_tui.engine.energy_watch import IDLE_FLOOR_S
 from specbench_tui.engine.manifest import record_manifest
-from specbench_tui.engine.run_control import AbortRequested
+from specbench_tui.engine.run_control import AbortRequested, GroupHandle
 from specbench_tui.engine.verdict import restart_allowed
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.inspect import inspect_server
@@ -81,6 +82,7 @@ class GroupRunner:
         self.facts = ServerFacts(engine=group.engine)  # what the ready server said of itself
         self.prompting: Prompting | None = None  # how its requests carry their prompts
         self.drops_seen = 0  # the server's link drops already ridden out
+        self.riding: ServiceGroup | None = None  # the group riding on this server, once begun
 
     async def run(self) -> None:
         ctx, group = self.ctx, self.group
@@ -117,7 +119,9 @@ class GroupRunner:
                             await slot.clear()
                             failure = await self._start_or_recover(slot)
                             continue
-                    pending = ctx.pending(group)
+                    on, pending = group, ctx.pending(group)
+                    if not pending and svc.alive():  # then the cells that ride on this server
+                        on, pending = self._riding(svc)
                     if not pending:
                         if svc.alive() and not ctx.control.aborted:
                             await probe_noise_floor(ctx, group, svc, self.facts, self.prompting)
@@ -127,9 +131,7 @@ class GroupRunner:
                     death: str | None = None
                     cell = pending[0]
                     if svc.alive():
-                        death = await run_one(
-                            ctx, cell, group, svc, handle, self.facts, self.prompting, self.host
-                        )
+                        death = await self._measure(cell, on, svc, handle)
                         if svc.link_drops != self.drops_seen:
                             continue  # the cell was set aside; ride the outage out first
                         if ctx.control.aborted:
@@ -169,6 +171,9 @@ class GroupRunner:
         finally:
             self.host.release_port(group)  # the slot stopped the server: its port is free
             ctx.control.leave(group)
+            if self.riding is not None:
+                ctx.control.leave(self.riding)
+                ctx.hub.emit(GroupFinished(group=self.riding.id, status=self._status(self.riding)))
             ctx.hub.emit(GroupFinished(group=group.id, status=self._status()))
         if not ctx.control.aborted:
             await after_group(ctx, group.host, [group.tp])
@@ -188,8 +193,61 @@ class GroupRunner:
             )
         )
 
-    def _status(self) -> str:
-        g = self.ctx.state.groups.get(self.group.id)
+    # --- measuring: beside the host's other groups, or alone on it ----------------------------
+
+    async def _measure(
+        self, cell: Cell, on: ServiceGroup, svc: Service, handle: GroupHandle
+    ) -> str | None:
+        """One cell of this group, or of the group riding on its server (measured with no
+        other group of the host measuring: engine/host_quiet.py); what ``run_one`` returns."""
+        ctx = self.ctx
+        quiet = ctx.quiet_of(self.group.host)
+        gate = quiet.alone() if on is not self.group else quiet.cell()
+        if on is not self.group:
+            handle = ctx.control.groups.get(on.id) or ctx.control.enter(on)
+        async with gate:
+            if ctx.control.aborted:  # while it waited: the loop's gate ends the group
+                return None
+            return await run_one(ctx, cell, on, svc, handle, self.facts, self.prompting, self.host)
+
+    def _riding(self, svc: Service) -> tuple[ServiceGroup, list[Cell]]:
+        """The group riding on this server (an interference check's ``.solo``) and its
+        cells still to run; it is said to start on this server the first time."""
+        ctx = self.ctx
+        rider = ctx.rider(self.group)
+        pending = ctx.pending(rider) if rider is not None else []
+        if rider is None or not pending:
+            return self.group, []
+        rider = replace(
+            rider, gpu_ids=self.group.gpu_ids, port=self.group.port, command=self.group.command
+        )
+        if self.riding is None:
+            self.riding = rider
+            ctx.hub.emit(
+                GroupStarted(
+                    group=rider.id,
+                    host=rider.host,
+                    config=rider.config,
+                    tp=rider.tp,
+                    gpu_ids=list(rider.gpu_ids),
+                    command=list(rider.command),
+                    port=rider.port,
+                )
+            )
+            ctx.hub.emit(
+                ServiceReady(
+                    group=rider.id,
+                    engine=self.facts.engine,
+                    engine_version=self.facts.version,
+                    served_model=self.facts.served_model,
+                    speculative=self.facts.speculative,
+                    algorithm=self.facts.algorithm,
+                )
+            )
+        return self.riding, pending
+
+    def _status(self, group: ServiceGroup | None = None) -> str:
+        g = self.ctx.state.groups.get((group or self.group).id)
         states = {self.ctx.state.cells[c].status for c in (g.cells if g else [])}
         if "failed" in states:
             return "failed"
@@ -362,12 +420,14 @@ class GroupRunner:
     # --- giving up ----------------------------------------------------------------------------
 
     def _fail_cells(self, reason: str, tail: list[str] | None = None) -> None:
-        for cell in self.ctx.pending(self.group):
+        rider = self.ctx.rider(self.group)
+        cells = self.ctx.pending(self.group) + (self.ctx.pending(rider) if rider else [])
+        for cell in cells:
             attempt = self.ctx.state.cells[cell.id].attempt + 1
             self.ctx.hub.emit(
                 CellFailed(
                     cell_id=cell.id,
-                    group=self.group.id,
+                    group=cell.group,
                     cell=cell.name,
                     attempt=attempt,
                     reason=reason,

@@ -40,7 +40,7 @@ class HostScheduler:
     async def run(self) -> None:
         ctx = self.ctx
         running: dict[asyncio.Task[None], tuple[ServiceGroup, int]] = {}
-        keep = {g.id for g in self.groups if ctx.pending(g)}
+        keep = {g.id for g in self.groups if self._pending(g)}
         remote = bool(self.groups) and backend(self.groups[0].host_kind).remote
         if self.groups and (keep or remote or self._left_here()):
             # Servers a crashed run left there: kept for the groups about to run (a remote
@@ -50,7 +50,7 @@ class HostScheduler:
             while not ctx.control.aborted:
                 await ctx.control.gate()
                 busy = {g.id for g, _ in running.values()}
-                queue = [g for g in self.groups if g.id not in busy and ctx.pending(g)]
+                queue = [g for g in self.groups if g.id not in busy and self._pending(g)]
                 avoid = await self._held_elsewhere() if queue and self.placer else set()
                 for group in queue:
                     started = self._start(group, running, avoid)
@@ -69,6 +69,14 @@ class HostScheduler:
         finally:
             if running:  # an abort or a failure elsewhere: let each group stop its server
                 await asyncio.gather(*running, return_exceptions=True)
+
+    def _pending(self, group: ServiceGroup) -> bool:
+        """Whether the group has cells to run: its own, or those of the group riding on its
+        server (``rides``: an interference check's), which never starts a server itself."""
+        if group.rides is not None:
+            return False
+        rider = self.ctx.rider(group)
+        return bool(self.ctx.pending(group) or (rider and self.ctx.pending(rider)))
 
     def _left_here(self) -> bool:
         """Whether a crashed run left a server of this local or simulated host running (a

@@ -172,7 +172,8 @@ def _group_times(
 ) -> tuple[float, float, bool]:
     """(start-up, tail, fails) of a group in real seconds: measured where ``learned`` has
     them, else the plan's start-up and the model's probes."""
-    started = g.url is None  # a running server (url) is not started
+    # A running server (url) is not started, nor is one an interference check rides on.
+    started = g.url is None and g.rides is None
     if learned is None:
         return spec.estimate.startup * started, _probes_s(spec, g), False
     fails = learned.fails_s(g)
@@ -233,12 +234,21 @@ def estimate(
     for g in groups:
         if (bk := batch_kind(g.host_kind)) is not None:
             jobs[g.host] = bk.max_jobs(spec.hosts[g.host])
-    schedule = simulate(groups, per_group, host_gpus, pack=spec.campaign.pack, jobs=jobs)
+    # A group riding on another's server (an interference check) runs inside that group's
+    # time, after its cells: scheduled as part of it.
+    served = [g for g in groups if g.rides is None]
+    held = dict(per_group)
+    for g in groups:
+        if g.rides is not None and g.rides in held:
+            held[g.rides] += per_group[g.id]
+    schedule = simulate(served, held, host_gpus, pack=spec.campaign.pack, jobs=jobs)
     unpacked = (
-        simulate(groups, per_group, host_gpus, pack=False, jobs=jobs)
-        if spec.campaign.pack
-        else schedule
+        simulate(served, held, host_gpus, pack=False, jobs=jobs) if spec.campaign.pack else schedule
     )
+    group_at = {slot.group: slot.start_s for slot in schedule.slots}
+    for g in groups:
+        if g.rides is not None and g.rides in group_at:
+            group_at[g.id] = group_at[g.rides] + held[g.rides] - per_group[g.id]
     end = learned.end_s / max(speed.values(), default=1.0) if learned is not None else 0.0
     return Estimate(
         total_s=schedule.wall_s + end,
@@ -252,7 +262,7 @@ def estimate(
         assumptions=assumptions,
         group_startup_s=startups,
         group_tail_s=tails,
-        group_at_s={slot.group: slot.start_s for slot in schedule.slots},
+        group_at_s=group_at,
         end_s=end,
         spread=learned.spread if learned is not None else 0.0,
         measured_from=str(learned.source) if learned is not None else "",

@@ -109,15 +109,18 @@ def _controls(
     lib: PromptLibrary,
 ) -> list[tuple[ServiceGroup, list[Cell]]]:
     """A packed host's controls: groups once more, alone on the host. Every cell of the
-    host's first group under ``pack_control``; the first ``interference_check`` of each
-    group otherwise."""
+    host's first group under ``pack_control``, on a server of its own started with every GPU
+    free; the first ``interference_check`` of each group otherwise, on the group's own server
+    once its packed cells are done (``rides``), with no other group measuring meanwhile: the
+    same server, so packing is all that differs."""
     check = spec.campaign.interference_check
     out = []
     for i, group in enumerate(host_groups):
         whole = spec.campaign.pack_control and i == 0
         if not (whole or check):
             continue
-        solo = replace(group, id=f"{group.id}.solo", packed=False, exclusive=True)
+        rides = None if whole else group.id
+        solo = replace(group, id=f"{group.id}.solo", packed=False, exclusive=True, rides=rides)
         solo_cells = _cells(spec, solo, configs_of[group.id], lib)
         out.append((solo, solo_cells if whole else solo_cells[:check]))
     return out

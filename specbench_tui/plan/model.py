@@ -82,9 +82,9 @@ class CampaignSpec(Strict):
     pack: bool = False
     # With pack: run each host's first group once more alone, so the report can compare.
     pack_control: bool = False
-    # With pack: run this many cells of each packed group once more alone on the host (its
-    # server alone, after the packed runs), so the report measures what packing did to each
-    # config and flags a packed comparison it changed.
+    # With pack: run this many cells of each packed group once more on its own server after
+    # its packed cells, with no other group of the host measuring meanwhile, so the report
+    # measures what packing did to each config and flags a packed comparison it changed.
     interference_check: int = Field(default=0, ge=0, le=10000)
     # Each group run this many times, its server started afresh each time: the report's
     # intervals then span run-to-run variation, not only the repeats inside one run.

@@ -146,7 +146,12 @@ def render_text(r: Review) -> str:
             eng = adapter(g.engine)
             engine = ("simulated " if g.host_kind == "sim" else "") + eng.label
             api = eng.api_label(g.api, server_renders=g.chat_template_on == "server")
-            if g.url is not None:  # not started: what it runs is read from it
+            if g.rides is not None:  # not started: it runs on another group's server
+                out.append(
+                    f"{bar}   {engine}, {api}, {speculation}{served}: on {g.rides}'s server, "
+                    "after its cells, while no other group of the host measures"
+                )
+            elif g.url is not None:  # not started: what it runs is read from it
                 out.append(
                     f"{bar}   running server at {g.url}: measured as it is, never "
                     "started or stopped; its engine, model and speculation are read "
@@ -159,7 +164,7 @@ def render_text(r: Review) -> str:
             job = _job(r, g)
             if job is not None:
                 env = f"{env} CUDA_VISIBLE_DEVICES=(the job's GPUs)".strip()
-            if g.url is None:
+            if g.url is None and g.rides is None:
                 out.append(f"{bar}   env {env}")
             if job is not None:
                 out.append(f"{bar}   batch job (submission 1): $ {shlex.join(job.argv)}")
@@ -329,5 +334,6 @@ def _no_gpus(g: ServiceGroup) -> str:
 
 def _starts(groups: list[ServiceGroup]) -> str:
     running = sum(g.url is not None for g in groups)
-    said = f"{len(groups) - running} server starts"
+    riding = sum(g.rides is not None for g in groups)
+    said = f"{len(groups) - running - riding} server starts"
     return said + (f", {running} running servers measured as they are" if running else "")

@@ -52,6 +52,10 @@ class ServiceGroup:
     # A server already running, by its address (the config's ``url``): measured as it is,
     # never started, stopped or restarted; None for a server this tool starts.
     url: str | None = None
+    # The group whose server runs this one's cells (an interference check's ``.solo``: its
+    # cells once more on the same server, measured with no other group of the host
+    # measuring); None for a group with a server of its own.
+    rides: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow, as Cell.to_json: asdict() deep-copies, which dominates a big dry run.

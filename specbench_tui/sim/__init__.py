@@ -44,8 +44,9 @@ multiplies step times by X):
   differ across TP sizes); ``--sim-fault leak:N`` makes the request that follows one of
   N tokens or more (prompt and output) diverge a few tokens in, as recurrent state leaking
   between requests does, for the state-leak probe; ``--sim-fault neighbours:X`` runs X times
-  slower while another simulated server's GPUs are busy on the host (its GPU state files),
-  as packed servers that disturb each other do.
+  slower while another simulated server of the host has decoded within the last second (its
+  GPU state files say when), as packed servers that disturb each other do; an idle neighbour
+  that is up disturbs none.
 
 Reported times (``e2e_latency``, log throughputs, DDTree draft/verify ms) are wall-clock, i.e.
 what a client of this process experiences at the chosen ``--speed``.

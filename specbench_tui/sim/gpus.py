@@ -25,6 +25,10 @@ from specbench_tui.sim.config import SimConfig
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition (simulated)"
 TOTAL_MIB = 97887.0
 WRITE_INTERVAL_S = 0.25
+#: How long a server counts as busy after its last decode step, for its neighbours: longer
+#: than a single stream's gap between two requests, so a neighbour measuring a cell is busy
+#: throughout it, and one whose cells are done is idle a second later.
+BUSY_HOLD_S = 1.0
 #: How long one look at the neighbours' files holds (a step asks before each decode).
 NEIGHBOURS_CHECK_S = 0.05
 _TARGET_PARAMS = 27e9
@@ -77,8 +81,11 @@ def memory_plan(cfg: SimConfig) -> MemoryPlan:
 class SimGpus:
     """The GPUs one server process occupies, and the task that publishes them."""
 
-    def __init__(self, cfg: SimConfig, load: Callable[[], float]) -> None:
+    def __init__(
+        self, cfg: SimConfig, load: Callable[[], float], busy_at: Callable[[], float]
+    ) -> None:
         self.ids = cfg.gpu_ids
+        self._busy_at = busy_at
         self.directory = Path(cfg.gpu_state_dir) if cfg.gpu_state_dir else None
         self._load = load
         self._pid = os.getpid()
@@ -128,13 +135,14 @@ class SimGpus:
             "power_w": round(power, 1),
             "temp_c": round(self._temp[gpu], 1),
             "updated": time.time(),
+            "busy_at": self._busy_at(),
         }
 
     def neighbours(self) -> bool:
-        """Whether another live simulated server occupies GPUs of this host (its GPU files,
-        written within the last few seconds, in the same state directory); checked at most
-        every ``NEIGHBOURS_CHECK_S``, so a neighbour that starts is felt from its first files
-        on (a look held for a second missed it for a whole short cell)."""
+        """Whether another live simulated server is busy on GPUs of this host: its GPU files
+        (written within the last few seconds, in the same state directory) say it decoded
+        within ``BUSY_HOLD_S``; an idle server that is up disturbs none. Checked at most every
+        ``NEIGHBOURS_CHECK_S``, so a neighbour that starts is felt from its first step on."""
         now = time.monotonic()
         if now - self._seen_at < NEIGHBOURS_CHECK_S:
             return self._seen
@@ -150,6 +158,7 @@ class SimGpus:
                 isinstance(data, dict)
                 and data.get("pid") != self._pid
                 and time.time() - float(data.get("updated") or 0) < 5.0
+                and time.time() - float(data.get("busy_at") or 0) < BUSY_HOLD_S
             ):
                 self._seen = True
                 break

@@ -120,7 +120,7 @@ class PerfModel:
         self.algorithm = cfg.algorithm
         slow = cfg.fault("slow")
         self._slow = slow.value if slow else 1.0
-        # ``neighbours:X``: X times slower while another simulated server runs on the host
+        # ``neighbours:X``: X times slower while another simulated server is busy on the host
         # (shared CPUs, PCIe and power), as ``crowded`` tells (the server sets it).
         near = cfg.fault("neighbours")
         self._crowded_by = near.value if near else 1.0

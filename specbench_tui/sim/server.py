@@ -146,7 +146,7 @@ class SimServer:
         self.model = PerfModel(cfg)
         self.plan: MemoryPlan = memory_plan(cfg)
         self.scheduler = Scheduler(cfg, self.model, log, self.plan.max_total_tokens)
-        self.gpus = SimGpus(cfg, self._load)
+        self.gpus = SimGpus(cfg, self._load, self._busy_at)
         self.model.crowded = self.gpus.neighbours
         self.ready = False
         self.draining = False
@@ -173,6 +173,15 @@ class SimServer:
         if not sched.busy and time.perf_counter() - sched.last_step_end > 0.3:
             return 0.0
         return min(1.0, 0.3 + 0.7 * len(sched.running) / max(sched.cap, 1) * 4)
+
+    def _busy_at(self) -> float:
+        """The wall time of the last decode step (0 before the first), for the neighbours."""
+        sched = self.scheduler
+        if sched.busy:
+            return time.time()
+        if not sched.last_step_end:
+            return 0.0
+        return time.time() - (time.perf_counter() - sched.last_step_end)
 
     def _s(self, simulated_s: float) -> float:
         return simulated_s / self.cfg.speed
