@@ -294,7 +294,7 @@ def _module_comments(module: types.ModuleType) -> dict[str, str]:
 
 def cell_columns_block() -> str:
     """The column groups of ``cells.parquet``: identity, the summary of the cell's requests
-    (``bench/metrics.py``), then energy, GPU conditions, SLO and capacity
+    (``bench/metrics.py``), then energy, GPU conditions, SLO, capacity and warm-up
     (``results/records.py``)."""
     said = _module_comments(records)
     stats = "{" + ",".join(metrics.STATS) + "}"
@@ -304,7 +304,8 @@ def cell_columns_block() -> str:
         ("identity", schema.CELL_IDENTITY, "which cell: its id, name, group and slice"),
         ("the cell's requests", tuple(summary), markdown(metrics.__doc__ or "").split("\n\n")[-1]),
     ]
-    for name in ("ENERGY_COLUMNS", "GPU_CONDITION_COLUMNS", "SLO_COLUMNS", "CAPACITY_COLUMNS"):
+    names = ("ENERGY_COLUMNS", "GPU_CONDITION_COLUMNS", "SLO_COLUMNS", "CAPACITY_COLUMNS")
+    for name in (*names, "WARMUP_COLUMNS"):
         label = name.removesuffix("_COLUMNS").replace("_", " ").lower()
         groups.append((label, getattr(records, name), markdown(said.get(name, ""))))
     return "\n".join(_table(["group", "columns", "what"], ([g, _code(c), w] for g, c, w in groups)))

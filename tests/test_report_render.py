@@ -699,11 +699,14 @@ def test_server_view_compares_the_log_with_the_same_stretches(tmp_path: Path, no
     b.group("dflash", 1)
     b.cell("c", "dflash", 1, "single", "single")
     start = b.now() + 10.0  # the cell's CellStarted stamp; it ends 10 s later
-    rows = []
+    rows, warmups = [], []
     for i in range(16):  # one request every 0.5 s from start + 1 to start + 9
         sent = start + 1.0 + 0.5 * i
         late = sent >= start + 5.0
         tokens, accept = (100, 4.0) if late else (50, 2.0)
+        if late and i % 2:  # a warm-up: sent, not measured, counted by the server's log
+            warmups.append([sent, 0.5, tokens, int(tokens / accept), int(tokens - tokens / accept)])
+            continue
         rows.append(
             dict(
                 prompt_id=f"p{i}",
@@ -716,7 +719,8 @@ def test_server_view_compares_the_log_with_the_same_stretches(tmp_path: Path, no
                 accept_length=accept,
             )
         )
-    b.finished("c", rows, figures={"throughput_tok_s": 1200 / 10.0})
+    figures = {"throughput_tok_s": 800 / 10.0, "warmup_requests": warmups}
+    b.finished("c", rows, figures=figures)
     root = b.write()
     logs = root / "logs"
     logs.mkdir()
@@ -733,10 +737,11 @@ def test_server_view_compares_the_log_with_the_same_stretches(tmp_path: Path, no
     inp = load_inputs(root)
     r = view_frame(inp).to_dicts()[0]
     assert r["log_accept_len"] == pytest.approx(4.0)
-    assert r["accept_len_weighted"] == pytest.approx(1200 / 400)  # the whole cell's
+    assert r["accept_len_weighted"] == pytest.approx(800 / 300)  # the measured requests'
     assert r["accept_len_logged"] == pytest.approx(4.0)  # the requests from start + 5 on
-    assert r["client_speed"] == pytest.approx(120.0)
-    assert r["client_speed_logged"] == pytest.approx(800 / 4.0)  # 8 requests in (5, 9)
+    assert r["client_speed"] == pytest.approx(80.0)
+    # 8 requests in (5, 9), four of them warm-ups: the log counted them, and so does this.
+    assert r["client_speed_logged"] == pytest.approx(800 / 4.0)
     render_report(root)
     view_md = (root / "report.md").read_text().split("Server and client figures, TP 1")[1]
     assert "No disagreement beyond tolerance." in view_md

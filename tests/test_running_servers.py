@@ -361,6 +361,11 @@ def test_a_concurrency_levels_warm_up_sends_rounds_of_its_size_and_measures_none
         stored = pl.read_parquet(tmp_path / "results" / "running" / "requests.parquet")
         assert stored.height == 6  # the measured ones
         assert server.requests() == 6 + 2 * 3  # and two rounds of three before them
+        # Each warm-up is kept with the cell (for what the server's log counts), sent first.
+        cells = pl.read_parquet(tmp_path / "results" / "running" / "cells.parquet")
+        warm = cells["warmup_requests"].to_list()[0]
+        assert len(warm) == 2 * 3 and all(w[2] and w[2] > 0 for w in warm)
+        assert max(w[0] for w in warm) < stored["started_at"].min()
     finally:
         server.kill()
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,9 @@ class CellResult:
     prefix_cache: str = "warm"
     # Figures the workload itself found (a capacity search's result: CAPACITY_COLUMNS).
     figures: dict[str, Any] = field(default_factory=dict)
+    # The warm-up requests, not measured: [sent (UTC s), e2e s, output tokens, verify steps,
+    # accepted drafts] each (``warmup_row``), for what the server's log counts beside them.
+    warmups: list[list[float | None]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -86,6 +89,20 @@ class CellResult:
     @property
     def errors(self) -> int:
         return sum(1 for r in self.records if r.error is not None)
+
+
+def warmup_row(done: Completion) -> list[float | None]:
+    """A warm-up request as ``CellResult.warmups`` keeps it: when it was sent (UTC seconds),
+    how long it took, what it generated and in how many verify steps (None where the server
+    did not say)."""
+    said = (
+        done.started_at,
+        done.e2e_s,
+        done.output_tokens,
+        done.spec_verify_ct,
+        done.spec_accepted_tokens,
+    )
+    return [None if v is None else float(v) for v in said]  # one type: a parquet list
 
 
 def tool_output(tokens: int, seed: int | str) -> str:
@@ -196,35 +213,23 @@ class _Runner:
             self.counters.expect(done.output_tokens)
         return done
 
-    async def warmup(self, messages: list[Message] | str, n: int) -> None:
-        """Requests that are sent and discarded: they take CUDA graph capture, JIT and
-        allocator growth out of the first measured request. The engine's counters are read
-        around them so that they stay out of the cell's acceptance too."""
-        if n <= 0:
-            return
-        if self.counters is not None:
-            await self.counters.pause()
-        for _ in range(n):
-            if self.should_stop():
-                break
-            await self.send(messages)
-        if self.counters is not None:
-            await self.counters.measure()
-
-    async def warmup_rounds(self, order: list[Prompt], rounds: int, level: int) -> None:
-        """A concurrency level's warm-up: ``rounds`` times, ``level`` requests at once (the
-        level's first prompts), sent and discarded, the engine's counters paused around them,
-        so the batch size the level runs at is warm before its clock starts."""
-        if rounds <= 0 or not order:
+    async def warmup(self, batch: Sequence[list[Message] | str], rounds: int) -> None:
+        """Requests that are sent and not measured: ``rounds`` times the ``batch``, all its
+        requests at once (one for a single stream, a level's worth for a concurrency level).
+        They take CUDA graph capture, JIT and allocator growth out of the first measured
+        request, and warm the batch size a level runs at. The engine's counters are read
+        around them so that they stay out of the cell's acceptance; each is kept in
+        ``result.warmups`` (when and what it generated), because the server's own log counts
+        it."""
+        if rounds <= 0 or not batch:
             return
         if self.counters is not None:
             await self.counters.pause()
         for _ in range(rounds):
             if self.should_stop():
                 break
-            await asyncio.gather(
-                *(self.send(order[i % len(order)].messages()) for i in range(level))
-            )
+            done = await asyncio.gather(*(self.send(messages) for messages in batch))
+            self.result.warmups += [warmup_row(d) for d in done]
         if self.counters is not None:
             await self.counters.measure()
 
@@ -293,7 +298,7 @@ async def _run_single(run: _Runner, prompts: list[Prompt], cold: str | None) -> 
     }.get(cold or "", "warm")
     for prompt in prompts:
         msgs = prompt.messages()
-        await run.warmup(msgs, cell.warmup)
+        await run.warmup([msgs], cell.warmup)
         await run.mark_start()
         for rep in range(cell.repeats):
             if run.should_stop():
@@ -313,7 +318,7 @@ async def _run_agentic(run: _Runner, pool: list[Prompt], seed: int) -> None:
     session of those turns, each sent after the previous answer; any other prompt starts a
     coding agent's session, each later turn a tool's output and an instruction."""
     cell = run.cell
-    await run.warmup(_WARMUP_PROMPT, cell.warmup)
+    await run.warmup([_WARMUP_PROMPT], cell.warmup)
     await run.mark_start()
     for s, task in enumerate(session_tasks(pool, cell.sessions, cell.workload, seed)):
         msgs: list[Message] = task.messages()
@@ -342,7 +347,8 @@ async def _run_concurrency(run: _Runner, pool: list[Prompt], seed: int) -> None:
     cell = run.cell
     order = list(pool)
     random.Random(f"{seed}:concurrency:{cell.workload}").shuffle(order)
-    await run.warmup_rounds(order, cell.warmup, max(1, cell.concurrency or 1))
+    level = max(1, cell.concurrency or 1)
+    await run.warmup([order[i % len(order)].messages() for i in range(level)], cell.warmup)
     total = cell.requests
     next_index = 0
     await run.mark_start()

@@ -380,6 +380,7 @@ async def conclude(
             **result.acceptance,
             **(result.client.figures() if result.client else {}),
             "prefix_cache": result.prefix_cache,
+            "warmup_requests": result.warmups or None,
         }
         check = figures.get("acceptance_check") or ""
         if check.startswith("disagree"):

@@ -156,3 +156,8 @@ CAPACITY_COLUMNS: tuple[str, ...] = (
     "capacity_throughput_tok_s",
     "capacity_decode_tok_s",
 )
+
+#: A cell's warm-up requests, sent and not measured (``bench/workloads.py warmup_row``): one
+#: list each, [sent (UTC seconds), e2e seconds, output tokens, verify steps, accepted drafts],
+#: so that what the server's log counts beside the measured requests can be rebuilt.
+WARMUP_COLUMNS: tuple[str, ...] = ("warmup_requests",)

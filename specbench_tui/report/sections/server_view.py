@@ -7,7 +7,7 @@ pools (a ratio of sums: tokens over verify steps, tokens over seconds), so the c
 length here is the one the per-TP and per-dataset tables print for the same requests. Each log
 figure is set against the client's figure over the same stretches: the stats lines a cell
 pooled (each wholly inside it, report/server_log.py) describe parts of it, and the client's
-figure beside them counts each request by the share of its decode (first token to last) that
+figure beside them counts each request by the share of its time (sent to last token) that
 lies inside those parts; a cell the log says nothing about is left out of that comparison,
 not compared with its neighbours' lines. The client's speed is all output tokens over all
 measured windows; beside the log's, the client's tokens inside the lines' stretches over
@@ -95,10 +95,11 @@ _COUNTS = ("output_tokens", "spec_verify_ct", "spec_accepted_tokens", "spec_draf
 
 
 def _on_stretches(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
-    """Each request's share of its decode window (first token to last, the stretch a
-    server's stats line counts it in) inside its cell's pooled log stretches: ``_in_accept``
-    over the lines that gave verify steps, ``_in_speed`` over those that gave seconds; 0
-    where its cell has no such line."""
+    """Each request's share of its time (sent to last token: the server did all its work
+    within it) inside its cell's pooled log stretches: ``_in_accept`` over the lines that
+    gave verify steps, ``_in_speed`` over those that gave seconds; 0 where its cell has no
+    such line. Not the decode window alone: a client that read a stream in one burst (a
+    lagging one) puts it in the last milliseconds, after the server had decoded it."""
     spans = log_spans(inp)
 
     def share(kind: str) -> pl.Expr:
@@ -107,11 +108,10 @@ def _on_stretches(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
             stretches = getattr(own, kind) if own is not None else []
             if not stretches or r["started_at"] is None or r["e2e_s"] is None:
                 return 0.0
-            first = r["started_at"] + (r["ttft_s"] or 0.0)
-            return share_inside(first, r["started_at"] + r["e2e_s"], stretches)
+            return share_inside(r["started_at"], r["started_at"] + r["e2e_s"], stretches)
 
         return (
-            pl.struct("cell_id", "started_at", "ttft_s", "e2e_s")
+            pl.struct("cell_id", "started_at", "e2e_s")
             .map_elements(one, return_dtype=pl.Float64)
             .alias(f"_in_{kind}")
         )
@@ -119,6 +119,35 @@ def _on_stretches(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
     if not spans:
         return req.with_columns(pl.lit(0.0).alias("_in_accept"), pl.lit(0.0).alias("_in_speed"))
     return req.with_columns(share("accept"), share("speed"))
+
+
+def _warmups(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
+    """The finished cells' warm-up requests (``warmup_requests``, sent and not measured) as
+    request rows, keyed as the cell's measured rows are (group, kind, engine): the server's
+    log counts them, so the client's figure over the log's stretches must too."""
+    rows = []
+    for cid, c in inp.state.cells.items():
+        kept = c.figures.get("warmup_requests") if c.status == "done" else None
+        for w in kept or []:
+            sent, e2e, tokens, steps, accepted = (list(w) + [None] * 5)[:5]
+            rows.append((cid, sent, e2e, tokens, steps, accepted))
+    schema = {
+        "cell_id": pl.String,
+        "started_at": pl.Float64,
+        "e2e_s": pl.Float64,
+        "output_tokens": pl.Int64,
+        "spec_verify_ct": pl.Int64,
+        "spec_accepted_tokens": pl.Int64,
+    }
+    warm = pl.DataFrame(rows, schema=schema, orient="row")
+    if warm.height == 0:
+        return warm
+    keys = req.group_by("cell_id").agg(pl.col("group", "kind", "engine").first())
+    return warm.join(keys, on="cell_id", how="inner").with_columns(
+        pl.when(pl.col("spec_verify_ct") > 0)
+        .then(pl.col("output_tokens") / pl.col("spec_verify_ct"))
+        .alias("accept_length")
+    )
 
 
 def _stretch_seconds(inp: Inputs) -> pl.DataFrame:
@@ -144,13 +173,19 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
     if req.height == 0:
         return pl.DataFrame()
     req = _kind_per_temperature(req.with_columns(pl.col("cell_id").cast(pl.String)))
-    req = _on_stretches(inp, req)
+    # Beside the log, every request the client sent counts, its warm-ups too (the log
+    # counts them), each by its share inside the cell's pooled lines.
+    sent = _on_stretches(inp, pl.concat([req, _warmups(inp, req)], how="diagonal_relaxed"))
     keys = ["group", "kind"]
     per_cell = req.group_by("group", "cell_id", "kind").agg(
-        pl.col("output_tokens").sum().cast(pl.Float64).alias("_tokens"),
-        (pl.col("output_tokens") * pl.col("_in_speed")).sum().alias("_span_tokens"),
+        pl.col("output_tokens").sum().cast(pl.Float64).alias("_tokens")
     )
-    per_cell = per_cell.join(_stretch_seconds(inp), on="cell_id", how="left")
+    span_tokens = sent.group_by("cell_id").agg(
+        (pl.col("output_tokens") * pl.col("_in_speed")).sum().alias("_span_tokens")
+    )
+    per_cell = per_cell.join(span_tokens, on="cell_id", how="left").join(
+        _stretch_seconds(inp), on="cell_id", how="left"
+    )
     cells = cell_figures(inp)
     wanted = ("throughput_tok_s", ACCEPTANCE_CHECK, *_COUNTER_SUMS)
     extra = [c for c in wanted if c in cells.columns]
@@ -214,7 +249,7 @@ def view_frame(inp: Inputs) -> pl.DataFrame:
 
     # The log's accept length against the client's over the same stretches: each request's
     # counts in the share of its decode that lay inside the cell's pooled lines.
-    inside = req.filter(pl.col("_in_accept") > 0).with_columns(
+    inside = sent.filter(pl.col("_in_accept") > 0).with_columns(
         *((pl.col(c) * pl.col("_in_accept")).alias(c) for c in _COUNTS)
     )
     logged = accept_frame(inside.select(*keys, "cell_id", *ACCEPT_COLUMNS), keys).select(
@@ -307,7 +342,7 @@ def build(inp: Inputs) -> Section | None:
                 "comparison (the cells compared are counted). The client's columns are over "
                 "every cell, as in the other tables; a log figure has the client's over the "
                 "same stretches beside it, in brackets: each request counted by the share of "
-                "its decode (first token to last) inside the lines' stretches, and the "
+                "its time (sent to last token) inside the lines' stretches, and the "
                 "client's tokens there over the stretches' seconds. "
                 + (
                     "Counter accept length is from the engine's Prometheus counter deltas over "
