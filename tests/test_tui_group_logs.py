@@ -11,12 +11,19 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Log
 
-from specbench_tui.results.events import GroupFinished, LogLine, RequestDone
+from specbench_tui.results.events import (
+    CellFinished,
+    CellStarted,
+    GroupFinished,
+    LogLine,
+    RequestDone,
+)
 from specbench_tui.tui.app import ConsoleApp
 from specbench_tui.tui.group_logs import GroupLogs, stored_log_tail
 from specbench_tui.tui.log_pane import LogPane
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.plots import LivePlot
+from specbench_tui.tui.screens import ConfirmScreen
 from tests.conftest import MINIMAL_PLAN
 from tests.support.console_pilot import frozen_app, settle
 from tests.support.scripted import ScriptedControl, packed_campaign
@@ -174,3 +181,42 @@ async def test_a_real_packed_two_host_run_shows_each_groups_log_and_series(
                 break
         await pilot.press("q")
         await pilot.pause(0.2)
+
+
+async def test_following_stays_on_its_group_and_a_key_right_after_a_move_asks() -> None:
+    """Packed groups start cells in turn: following stays on the group it shows while that
+    group runs a cell, so a key pressed on what the operator reads acts on it; a key that
+    lands right after following moved asks first, naming its target, even for one cell."""
+    app, control = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        shown = app.selected_ref()
+        assert shown is not None and shown.kind == "cell"
+        group = app.progress.cells[shown.key].group
+        others = [g for g in RUNNING if g != group and g != "sim.ddtree-16.tp4"]
+        for gid in others:  # another group finishes its cell and starts its next one
+            cells = app.progress.groups[gid].cells
+            now = next(c for c in cells if app.progress.cells[c].status == "running")
+            nxt = next(c for c in cells if app.progress.cells[c].status == "pending")
+            control.publish(CellFinished(cell_id=now, group=gid, cell=now, requests=8))
+            control.publish(CellStarted(cell_id=nxt, group=gid, cell=nxt, requests=8))
+            await settle(pilot, app)
+            assert app.selected_ref() == shown  # not hopped to the group that started last
+        # The followed cell ends: following moves on, and an s right then asks.
+        control.publish(CellFinished(cell_id=shown.key, group=group, cell=shown.key, requests=8))
+        await settle(pilot, app)
+        moved = app.selected_ref()
+        assert moved is not None and moved != shown
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen), "a one-cell skip right after a move asks"
+        assert "Following moved to it a moment ago" in app.screen.question
+        await pilot.press("n")
+        await settle(pilot, app)
+        assert not [c for c in control.commands if c.action == "skip"]
+        app.followed_at = float("-inf")  # long after the move: the cell pointed at, at once
+        await pilot.press("s")
+        await settle(pilot, app)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert [(c.action, c.target) for c in control.commands if c.action == "skip"] == [
+            ("skip", moved.key)
+        ]

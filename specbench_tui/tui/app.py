@@ -240,6 +240,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.plot_draws = 0
         self.results_computed = 0  # results tables computed (tests read it)
         self._followed: str | None = None
+        self.followed_at = float("-inf")  # monotonic time following last moved the selection
         self._selected: NodeRef | None = None
         self._auto_hidden: set[str] = set()
         self._request_cells: set[str] = set()
@@ -753,17 +754,31 @@ class ConsoleApp(CampaignKeys, App[int]):
 
     # --- the tree -------------------------------------------------------------------------------
 
-    def _follow_current(self) -> None:
+    def _follow_target(self) -> NodeRef | None:
+        """What following shows: the running cell of the group it shows while that group
+        runs one (packed groups start cells in turn: hopping between them every second or
+        two left no time to act on one), else the running cell started last, else the
+        current group."""
         p = self.progress
+        shown = self._selected.key if self._selected is not None else None
+        group = p.cells[shown].group if shown in p.cells else None
+        if group is not None:
+            own = [c for c in p.cells.values() if c.group == group and c.status == "running"]
+            if own:
+                return NodeRef("cell", max(own, key=lambda c: c.started_at or 0.0).id)
+        if p.current_cell:
+            return NodeRef("cell", p.current_cell)
+        return NodeRef("group", p.current_group) if p.current_group else None
+
+    def _follow_current(self) -> None:
         tree = self.main.query_one(PlanTree)
-        target = p.current_cell
-        ref = NodeRef("cell", target) if target else None
-        if ref is None and p.current_group:
-            ref = NodeRef("group", p.current_group)
+        ref = self._follow_target()
         if ref is None or ref.key == self._followed:
             return
         if tree.reveal(ref, collapse_others=True) is None:
             return  # not in the tree (filtered out)
+        if self._followed is not None:  # a move from one shown target to another
+            self.followed_at = self.now_mono()
         self._followed = ref.key
         self._selected = ref
         self._show_detail()

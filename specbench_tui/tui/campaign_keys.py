@@ -25,6 +25,9 @@ from specbench_tui.tui.toasts import ToastBatcher
 
 #: How long after a skip ``u`` takes it back.
 UNDO_S = 60.0
+#: How long after following moved the selection a key that acts asks first even for one cell
+#: (what the operator saw when deciding may be what was shown before).
+FOLLOW_SETTLE_S = 2.0
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,6 +46,8 @@ class CampaignKeys(_Base):
     toasts: ToastBatcher
     _restarting: bool = False
     _last_skip: tuple[list[str], float] | None = None  # cells the last skip took, and when
+    follow: bool = True
+    followed_at: float = float("-inf")  # when following last moved the selection
 
     if TYPE_CHECKING:  # provided by the app
 
@@ -182,7 +187,7 @@ class CampaignKeys(_Base):
         if not running and not pending:
             self._say(f"nothing to skip in {self._describe(ref)}: its cells have ended", timeout=4)
             return
-        if len(running) + len(pending) <= 1:
+        if len(running) + len(pending) <= 1 and not self._just_followed():
             self._skip(target, running + pending)  # the one cell pointed at: no question
             return
         ended = len(cells) - len(running) - len(pending)
@@ -190,12 +195,20 @@ class CampaignKeys(_Base):
         if pending:
             parts.append(f"{len(pending)} not run yet")
         kept = f" Its {ended} finished or failed cells stay as they are." if ended else ""
+        n = len(running) + len(pending)
+        moved = " Following moved to it a moment ago." if n == 1 else ""
         self._confirm(
-            f"Skip {self._describe(ref)}? {_cells(len(running) + len(pending))} are skipped: "
-            f"{', '.join(parts)}.{kept} u undoes it for a minute; r queues them again later.",
+            f"Skip {self._describe(ref)}? {_cells(n)} {'is' if n == 1 else 'are'} skipped: "
+            f"{', '.join(parts)}.{kept}{moved} u undoes it for a minute; r queues them "
+            "again later.",
             "Skip",
             lambda: self._skip(target, running + pending),
         )
+
+    def _just_followed(self) -> bool:
+        """Whether following moved the selection so lately that a key may have been meant
+        for what was shown before: then a key that acts asks first, naming its target."""
+        return self.follow and self.now_mono() - self.followed_at < FOLLOW_SETTLE_S
 
     # --- an undo-able skip ------------------------------------------------------------------
 
@@ -288,7 +301,7 @@ class CampaignKeys(_Base):
     def _confirm_rerun(self, ref: NodeRef, cells: list[str], done: list[str], go: Any) -> None:
         """Re-measuring finished cells replaces the figures that count: several at once
         only after a yes. One cell the operator pointed at needs no question."""
-        if len(cells) <= 1 or not done:
+        if (len(cells) <= 1 or not done) and not self._just_followed():
             go()
             return
 
@@ -296,16 +309,20 @@ class CampaignKeys(_Base):
             if yes:
                 go()
 
+        if not done:
+            said = "Following moved to it a moment ago."
+        else:
+            said = (
+                f"All {len(cells)} of its cells have"
+                if len(done) == len(cells)
+                else f"{len(done)} of its {len(cells)} cells have"
+            ) + (
+                " finished: they are measured again as a new attempt, which then counts "
+                "(the earlier rows stay on disk)."
+            )
         self.push_screen(
             ConfirmScreen(
-                f"Rerun {self._describe(ref)}? "
-                + (
-                    f"All {len(cells)} of its cells have"
-                    if len(done) == len(cells)
-                    else f"{len(done)} of its {len(cells)} cells have"
-                )
-                + " finished: they are measured again as a new attempt, which then counts "
-                "(the earlier rows stay on disk).",
+                f"Rerun {self._describe(ref)}? {said}",
                 yes="Rerun",
                 no="Cancel",
             ),
