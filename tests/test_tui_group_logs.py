@@ -26,7 +26,7 @@ from specbench_tui.tui.plots import LivePlot
 from specbench_tui.tui.screens import ConfirmScreen
 from tests.conftest import MINIMAL_PLAN
 from tests.support.console_pilot import frozen_app, settle
-from tests.support.scripted import ScriptedControl, packed_campaign
+from tests.support.scripted import T0, ScriptedControl, packed_campaign
 
 pytestmark = pytest.mark.console
 
@@ -220,3 +220,36 @@ async def test_following_stays_on_its_group_and_a_key_right_after_a_move_asks() 
         assert [(c.action, c.target) for c in control.commands if c.action == "skip"] == [
             ("skip", moved.key)
         ]
+
+
+async def test_an_attached_console_shows_a_running_groups_newest_server_run(
+    tmp_path: Path,
+) -> None:
+    """The stream an attached console replays holds only the campaign's last events: for a
+    running group it may end on an earlier server's crash. The group's stored log, which
+    holds every server run, is read when the group is first shown; the stream's lines from
+    before that read are not shown twice, and the lines that come after it are added."""
+    events = packed_campaign()
+    events[0].results_dir = str(tmp_path / "packed")  # type: ignore[attr-defined]
+    gid = "sim.dflash.tp1"
+    crash = LogLine(group=gid, line="RuntimeError: CUDA error (the first server)", ts=T0 + 5)
+    (tmp_path / "packed" / "logs").mkdir(parents=True)
+    (tmp_path / "packed" / "logs" / f"{gid}.log").write_text(
+        "RuntimeError: CUDA error (the first server)\n"
+        "----- 2026-01-01T00:01:00Z starting sim.dflash.tp1 (restart 1)\n"
+        "The server is fired up and ready to roll! (the second)\n"
+        "----- 2026-01-01T00:02:00Z starting sim.dflash.tp1 (restart 2)\n"
+        "The server is fired up and ready to roll! (the third)\n"
+    )
+    app, control = frozen_app([*events, crash])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await select(pilot, app, NodeRef("group", gid))
+        assert title(app).startswith(f"Log · {gid} · running")
+        assert log_text(app)[-1] == "The server is fired up and ready to roll! (the third)"
+        assert sum("CUDA error" in x for x in log_text(app)) == 1
+        control.publish(LogLine(group=gid, line="Decode batch (after attaching)"))
+        control.publish(crash)  # a replayed line from before the read: in the file already
+        await settle(pilot, app)
+        assert log_text(app)[-1] == "Decode batch (after attaching)"
+        assert sum("CUDA error" in x for x in log_text(app)) == 1

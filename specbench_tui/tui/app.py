@@ -245,6 +245,9 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._auto_hidden: set[str] = set()
         self._request_cells: set[str] = set()
         self._seeded: set[str] = set()  # groups whose stored log was read into ``group_logs``
+        # An attached console's groups whose stored log it read, and when (the stream's lines
+        # from before are in it: fold_batch drops them).
+        self._log_read: dict[str, float] = {}
         self._noted: str | None = None  # the group whose missing stored log was said
         self._quitting = False
         self._health_due = False  # GPU samples came in that the health pane does not show yet
@@ -483,6 +486,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.gpu_history.clear()
         self.group_logs.clear()
         self._seeded.clear()
+        self._log_read.clear()
         self.inbox = EventInbox()
         self.stream_ended = False
         self.engine_exit_code = None
@@ -504,7 +508,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         """Apply one frame's events: the state and what to repaint first (``tui/frame.py``,
         pure), then only the widgets they name."""
         was_ended, was_paused = self.ended, self.progress.paused
-        changes = fold_batch(self.progress, batch, self._is_live)
+        changes = fold_batch(self.progress, batch, self._is_live, self._log_read)
         if self.progress.paused != was_paused:
             self.refresh_bindings()  # the footer's p says Resume while paused
         tree = self.main.query_one(PlanTree)
@@ -837,8 +841,22 @@ class ConsoleApp(CampaignKeys, App[int]):
     def _group_lines(self, gid: str) -> list[str]:
         """What is kept of a group's log; a group the console has no lines of and that no
         longer runs (it ran before the console attached, or nothing runs the campaign) is
-        read from its stored log, once. A running one waits for its lines: they are on
-        their way in the event stream, and reading its file too would show them twice."""
+        read from its stored log, once. In the console that runs the campaign a running
+        group waits for its lines: they are on their way in the event stream, and reading
+        its file too would show them twice. An attached console reads the file of every
+        group it shows, running or not, once: the stream replays only the campaign's last
+        events, which may hold an earlier server's crash and none of the newer runs' lines;
+        the stream's lines from before the read are dropped (they are in the file)."""
+        attached = not self.control.owns_engine and not self.read_only
+        if attached and gid not in self._seeded:
+            self._seeded.add(gid)
+            read_at = time.time()
+            root = self.results_root()
+            stored = stored_log_tail(ResultsLayout(root).log_of(gid)) if root else None
+            if stored is not None:  # else the stream's lines are all there is
+                self._log_read[gid] = read_at
+                self.group_logs.seed(gid, stored, replace=True)
+            return self.group_logs.lines(gid)
         if (
             not self.group_logs.has(gid)
             and gid not in self._seeded

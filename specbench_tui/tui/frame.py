@@ -163,9 +163,11 @@ def fold_batch(
     progress: CampaignProgress,
     batch: Sequence[Event],
     is_live: Callable[[Event], bool],
+    log_read: Mapping[str, float] | None = None,
 ) -> FrameChanges:
     """Apply ``batch`` to ``progress`` and say what it changed. ``is_live``: whether an event
-    is news, not replayed history (only news raises notifications)."""
+    is news, not replayed history (only news raises notifications). ``log_read``: per group,
+    when its stored log was read into the console: its lines from before are in it already."""
     out = FrameChanges()
     for ev in batch:
         if isinstance(ev, HostState):
@@ -180,6 +182,8 @@ def fold_batch(
             continue
         progress.apply(ev)
         if isinstance(ev, LogLine):
+            if log_read and ev.ts <= log_read.get(ev.group, float("-inf")):
+                continue
             lines = out.log.get(ev.group)
             if lines is None:
                 lines = out.log[ev.group] = []

@@ -51,10 +51,12 @@ class GroupLogs:
     def lines(self, group: str) -> list[str]:
         return list(self._lines.get(group, ()))
 
-    def seed(self, group: str, lines: Iterable[str]) -> None:
-        """Lines from before the console saw the group (its stored log): put first."""
+    def seed(self, group: str, lines: Iterable[str], *, replace: bool = False) -> None:
+        """Lines from before the console saw the group (its stored log): put first, or in
+        place of what is kept (``replace``: the stored log holds those lines too)."""
         old = self._lines.pop(group, deque())
-        self._lines[group] = deque(list(lines) + list(old), maxlen=self.keep_lines)
+        kept = [] if replace else list(old)
+        self._lines[group] = deque(list(lines) + kept, maxlen=self.keep_lines)
 
     def clear(self) -> None:
         self._lines.clear()
