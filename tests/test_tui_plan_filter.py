@@ -81,24 +81,33 @@ async def test_ctrl_f_filters_the_tree_and_follows_status_changes() -> None:
 
 @pytest.mark.console
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
-async def test_toasts_never_cover_the_logs_last_line(size: tuple[int, int]) -> None:
+async def test_messages_cover_no_pane_and_no_dialog(size: tuple[int, int]) -> None:
+    """Notifications are said on the message line above the footer: the newest, with how
+    many more are live; no toast floats over the Service & GPUs pane, the log or the help
+    screen."""
     from textual.widgets._toast import Toast
 
-    from specbench_tui.tui.log_pane import LogPane
+    from specbench_tui.tui.messages import MessageBar
+    from specbench_tui.tui.screens import HelpScreen
 
     app, _ = frozen_app(sample_campaign())
     async with app.run_test(size=size, notifications=True) as pilot:
         await settle(pilot, app)
-        for i in range(4):  # more than the batcher ever shows at once
+        for i in range(4):
             app.notify(f"notice {i}: " + "a long message that wraps " * 4, timeout=30)
+        app.notify("no GPU telemetry on sim", severity="warning", timeout=30)
         await pilot.pause(0.3)
-        log = app.main.query_one(LogPane).log_widget.region
-        last = log.y + log.height - 1  # the log's last line on screen
-        toasts = [t.region for t in app.screen.query(Toast)]
-        assert len(toasts) == min(4, (size[1] - 4) // 7)  # at 80x24 the oldest gave way
-        for r in toasts:
-            covers = r.y <= last < r.y + r.height and r.x < log.x + log.width
-            assert not covers, (r, log)
+        bar = app.main.query_one(MessageBar)
+        said = str(bar.render())
+        assert "no GPU telemetry on sim" in said and "(+4 more)" in said
+        assert bar.has_class("-warning")
+        assert not [t for t in app.screen.query(Toast) if t.region.area]  # none drawn
+        panes = [w.region for w in app.main.query(".pane") if w.display]
+        assert panes and all(r.y + r.height <= bar.region.y for r in panes)
+        await pilot.press("question_mark")
+        await settle(pilot, app)
+        assert isinstance(app.screen, HelpScreen)
+        assert not [t for t in app.screen.query(Toast) if t.region.area]
 
 
 @pytest.mark.console

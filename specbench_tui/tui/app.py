@@ -65,6 +65,8 @@ from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.health import HealthPane
 from specbench_tui.tui.inbox import EventInbox
 from specbench_tui.tui.log_pane import LogPane
+from specbench_tui.tui.look import palette_for
+from specbench_tui.tui.messages import MessageBar
 from specbench_tui.tui.palette import ConsoleCommands
 from specbench_tui.tui.plan_filter import FilterSet, PlanFilter, PlanFilterInput
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
@@ -81,8 +83,8 @@ from specbench_tui.tui.toasts import Toast, ToastBatcher
 EXIT_INTERRUPTED = 130
 #: Exit status of a console detached from the campaign it started (which goes on running).
 EXIT_DETACHED = 0
-#: Rows a toast takes at most, with the gap above it (app.tcss: Toast max-height 6).
-TOAST_ROWS = 7
+#: Terminals shorter than this give the message line a row only while it has a message.
+SHORT_H = 24
 #: Longest the console waits for a child to take the abort when the operator quits.
 LEAVE_S = 2.0
 #: ``--refresh HZ``: how often the console applies what arrived and repaints (frames). The
@@ -348,6 +350,7 @@ class ConsoleApp(CampaignKeys, App[int]):
                 yield PlotsPane(id="plots")
                 yield ResultsPane(id="results")
                 yield LogPane(id="logpane")
+        yield MessageBar(id="messages", classes="-empty")
         yield ConsoleFooter(compact=True)
 
     def _banner_text(self) -> str:
@@ -393,6 +396,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         back) so that the tree, the health lines and the log keep room to be read at 80x24."""
         compact = width < 100 or height < 32
         self.main.set_class(compact, "-compact")
+        self.main.set_class(height < SHORT_H, "-short")  # the message line only when it speaks
         self.main.set_class(width >= 180 and height >= 45, "-wide")
         self._auto_hidden = {"plots", "results"} if compact else self._slot_default()
         if self._user_wrap is None:  # a narrow log is unreadable cut: it wraps there
@@ -652,6 +656,7 @@ class ConsoleApp(CampaignKeys, App[int]):
     def _tick(self) -> None:
         self._paint()
         self._results_tick()
+        self._paint_messages()  # an expired message goes
 
     @_while_mounted
     def _redraw_plots(self, force: bool = False) -> None:
@@ -908,17 +913,18 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._redraw_plots(force=True)
 
     def _on_notify(self, event: Any) -> None:
-        """Textual's handler of a notification, keeping no more toasts than fit between the
-        header and the log's last line (toasts stack down from the top right, each at most
-        ``TOAST_ROWS`` high with its gap): the oldest gives way, so the newest log line is
-        never covered."""
+        """Textual's handler of a notification (it keeps it, with its timeout); the console
+        says it on its message line (tui/messages.py), never in a toast over a pane."""
         super()._on_notify(event)
-        keep = max(1, (self.size.height - 4) // TOAST_ROWS)
-        live = list(self._notifications)
-        for old in live[:-keep]:
-            self._unnotify(old, refresh=False)
-        if len(live) > keep:
-            self._refresh_notifications()
+        self._paint_messages()
+
+    def _paint_messages(self) -> None:
+        """The message line: the newest live notification (expired ones gone)."""
+        if not self.screen_stack:
+            return
+        live = [n for n in self._notifications if not n.has_expired]
+        with contextlib.suppress(NoMatches):
+            self.main.query_one(MessageBar).show(live, palette_for(self))
 
     def _say_view(self, text: str, timeout: float = 3) -> None:
         self.notify(text, timeout=timeout, markup=False)
