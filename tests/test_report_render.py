@@ -764,3 +764,14 @@ def test_a_vllm_window_that_accepted_nothing_is_pooled() -> None:
     counts = log_window(none, 10.0)
     assert counts is not None and counts.steps == pytest.approx(30.0)
     assert counts.tokens == pytest.approx(30.0)
+
+
+def test_a_charts_caption_says_what_its_error_bars_are(results: Path, no_tex: None) -> None:
+    """A chart with intervals says their kind and over how many units each bar stands."""
+    render_report(results)
+    md = (results / "report.md").read_text()
+    figures = [x for x in md.splitlines() if x.startswith("- _Figure (in report.pdf): Speed-up")]
+    assert figures
+    for line in figures:
+        assert "error bars: Fieller's 95% interval of the ratio of means, over" in line, line
+        assert re.search(r"over \d+(-\d+)? units? a bar", line), line

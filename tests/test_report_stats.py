@@ -66,3 +66,22 @@ def test_ratio_whose_numerator_reaches_zero_says_too_few_units() -> None:
     assert r.too_few and r.lo is None and r.hi is None and not r.beyond_one
     fine = ratio_ci(mean_ci([190.0, 210.0, 200.0]), mean_ci([10.0, 10.2, 10.1]))  # type: ignore[arg-type]
     assert fine is not None and not fine.too_few and fine.lo is not None and fine.lo > 1
+
+
+def test_a_precise_config_never_loses_the_interval_a_noisy_one_keeps() -> None:
+    """Against one baseline of three noisy repeats, a config measured to the digit and a
+    noisy one: Welch's degrees of freedom are the baseline's alone for the first (t = 4.30)
+    and nearly both sides' for the second (t near 3), so Fieller's interval at those
+    degrees of freedom bounded the noisy config's speed-up (1.34x-24.71x) and not the
+    precise one's. 'Too few units' is decided from the means' own intervals: both, or
+    neither."""
+    base = from_moments(100.0, 45.0, 3)  # its own interval: 100 +- 112, reaching zero
+    precise = from_moments(300.0, 0.01, 3)
+    noisy = from_moments(300.0, 60.0, 3)
+    for config in (precise, noisy):
+        r = ratio_ci(config, base)
+        assert r is not None and r.too_few, config
+    steady = from_moments(100.0, 20.0, 3)  # its interval excludes zero: both get one
+    for config in (precise, from_moments(300.0, 60.0, 3)):
+        r = ratio_ci(config, steady)
+        assert r is not None and not r.too_few and r.lo is not None and r.lo > 1, config

@@ -132,6 +132,9 @@ class Chart:
     ylabel_right: str = ""
     ymin: float | None = None
     wide: bool = False  # the full line width instead of half
+    # What an error bar is, said in the caption where any point has one ("95% Fieller
+    # intervals, 3 repeats a config"): a reader must not guess the interval's kind or n.
+    bars: str = ""
 
     @property
     def has_points(self) -> bool:
@@ -162,7 +165,12 @@ class Chart:
 
     @property
     def caption(self) -> str:
-        return self.title + (" (intervals reaching beyond the top are cut)" if self.y_cap else "")
+        said = []
+        if self.bars and any(p.lo is not None for s in self.series for p in s.points):
+            said.append(f"error bars: {self.bars}")
+        if self.y_cap:
+            said.append("intervals reaching beyond the top are cut")
+        return self.title + (f" ({'; '.join(said)})" if said else "")
 
 
 @dataclass

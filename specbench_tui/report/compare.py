@@ -41,7 +41,7 @@ from specbench_tui.report.blocks import (
 from specbench_tui.report.build import Report, title_of
 from specbench_tui.report.frames import FAILED_MARK, UNCHECKED_MARK
 from specbench_tui.report.inputs import Inputs, load_inputs
-from specbench_tui.report.sections.common import compared
+from specbench_tui.report.sections.common import FIELLER_BARS, compared
 from specbench_tui.report.sections.summary import cells_text, status_text
 from specbench_tui.report.stats import Mean, Ratio, ratio_ci
 
@@ -183,11 +183,12 @@ def noise_verdict(
     a: dict[str, Any], b: dict[str, Any], ma: Mean, mb: Mean
 ) -> tuple[str, Ratio | None]:
     """The noise test of one figure of a matched row: ``mb`` over ``ma`` (the figure's mean
-    over the units of campaign B's row ``b`` and of A's row ``a``) with Fieller's interval,
-    and the verdict on it: "beyond noise" or "within noise" where both rows' units are runs;
-    "within-run only", "(differs within a run)" added where the interval excludes 1, where
-    either row's units lie inside one run; "too few units" below two units a side; "single
-    run" for a concurrency level of one run (one cell). No ratio where a mean is not positive.
+        over the units of campaign B's row ``b`` and of A's row ``a``) with Fieller's interval,
+        and the verdict on it: "beyond noise" or "within noise" where both rows' units are runs;
+        "within-run only", "(differs within a run)" added where the interval excludes 1, where
+        either row's units lie inside one run; "too few units" where the ratio has no interval
+    (one unit a side, or a mean's interval reaching zero: report/stats.py); "single
+        run" for a concurrency level of one run (one cell). No ratio where a mean is not positive.
     """
     ratio = ratio_ci(mb, ma)
     if ratio is None:
@@ -195,7 +196,7 @@ def noise_verdict(
     across = bool(a.get("between_runs")) and bool(b.get("between_runs"))
     if a["kind"] == "concurrency" and not across:
         verdict = "single run"
-    elif ma.n < 2 or mb.n < 2:
+    elif ratio.lo is None:  # one unit a side, or an interval too wide to bound (stats.py)
         verdict = "too few units"
     elif not across:
         verdict = "within-run only" + (" (differs within a run)" if ratio.beyond_one else "")
@@ -332,6 +333,7 @@ def _kind_blocks(kind: str, rows: list[dict[str, Any]], n: int) -> list[Any]:
             hline=1.0,
             ymin=0.0,
             wide=True,
+            bars=FIELLER_BARS,
         )
         if chart.has_points:
             charts.append(chart)

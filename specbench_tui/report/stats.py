@@ -132,13 +132,21 @@ def ratio_ci(a: Mean, b: Mean) -> Ratio | None:
     Fieller's interval holds every ratio r for which ``a - r*b = 0`` is not rejected by a t-test
     (Welch-Satterthwaite degrees of freedom at the estimate), so "the interval excludes 1" and
     "the two means differ" are the same statement. Where either mean's interval reaches zero
-    the interval is unbounded or starts at zero: the ratio is ``too_few`` instead.
+    the interval is unbounded or starts at zero: the ratio is ``too_few`` instead; that is
+    decided first from each mean's own interval (it reaches zero), the same for every config
+    set against one baseline, then from Fieller's.
     """
     if a.mean <= 0 or b.mean <= 0:
         return None
     r = a.mean / b.mean
     if a.sd is None or b.sd is None:
         return Ratio(r, None, None)
+    if any(m.lo is not None and m.lo <= 0 for m in (a, b)):
+        # Decided from each mean's own interval, so that the same baseline gives every
+        # config the same answer: Welch's degrees of freedom grow with the config's own
+        # noise, and a precise config (fewer of them, a larger t) lost its interval where a
+        # noisy one kept it.
+        return Ratio(r, None, None, too_few=True)
     va, vb = a.sd**2 / a.n, b.sd**2 / b.n
     if va == 0 and vb == 0:
         return Ratio(r, r, r)

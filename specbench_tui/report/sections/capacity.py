@@ -30,6 +30,7 @@ from specbench_tui.report.blocks import (
 )
 from specbench_tui.report.frames import baseline, config_rank, marked, workload_names
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import WILSON_BARS
 
 
 @dataclass(frozen=True)
@@ -304,6 +305,7 @@ def build(inp: Inputs) -> Section | None:
                         xlog=True,
                         hline=target,
                         ymin=0.0,
+                        bars=WILSON_BARS + ", over each level's requests",
                     )
                 ]
             )

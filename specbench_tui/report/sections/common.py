@@ -3,6 +3,7 @@ table, and the columns of a comparison row."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
@@ -147,3 +148,20 @@ def batch_hosts(inp: Inputs) -> list[str]:
     return sorted(
         {g.group.host for gid, g in inp.state.groups.items() if g.group and gid in inp.state.jobs}
     )
+
+
+#: The kinds of interval a chart's error bar can be (report/stats.py computes them).
+FIELLER_BARS = "Fieller's 95% interval of the ratio of means"
+MEAN_BARS = "Student-t 95% interval of the mean"
+WILSON_BARS = "Wilson 95% interval of the share"
+
+
+def interval_bars(kind: str, counts: Iterable[Any]) -> str:
+    """What a chart's error bars are, for its caption: the interval's ``kind`` ("Fieller's
+    95% interval of the ratio", "Student-t 95% interval of the mean") and over how many
+    units each bar stands (``counts``: each bar's n)."""
+    ns = sorted({int(n) for n in counts if n is not None})
+    if not ns:
+        return kind
+    span = str(ns[0]) if ns[0] == ns[-1] else f"{ns[0]}-{ns[-1]}"
+    return f"{kind}, over {span} unit{'s' * (ns[-1] != 1)} a bar"

@@ -317,7 +317,8 @@ def build(inp: Inputs) -> Section | None:
                             ymin=0.0,
                         ),
                         Chart(
-                            f"{itl_long.capitalize()} p50 (solid) and p99 (dashed), {where}",
+                            f"{itl_long[:1].upper()}{itl_long[1:]} p50 (solid) and p99 (dashed), "
+                            f"{where}",
                             "lines",
                             "clients",
                             f"{itl_short} (ms)",

@@ -38,6 +38,7 @@ from specbench_tui.report.blocks import (
 )
 from specbench_tui.report.frames import comparison, label, ran_adapters
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections.common import FIELLER_BARS, interval_bars
 
 TITLE = "Forced acceptance: where the speed-up comes from"
 #: Scope of one curve: a workload at one level on one host and TP size.
@@ -319,6 +320,11 @@ def _chart(
                 series=series,
                 hline=1.0,
                 wide=True,
+                bars=interval_bars(
+                    FIELLER_BARS,
+                    [p.get("n") for k in keys for p in curves[k]]
+                    + [r.get("n") for r in real.values()],
+                ),
             )
         ]
     )

@@ -34,12 +34,15 @@ from specbench_tui.report.frames import (
 from specbench_tui.report.inputs import Inputs
 from specbench_tui.report.sections.common import (
     DECODE_DEFINITION,
+    FIELLER_BARS,
     MARKS_EXPLAINED,
+    MEAN_BARS,
     compared,
     config_cell,
     decode_cell,
     energy_cells,
     energy_columns,
+    interval_bars,
     note,
     speedup_cell,
     workload_section,
@@ -132,6 +135,7 @@ def speedup_chart(rows: list[dict[str, Any]], title: str, inp: Inputs) -> Chart:
         hline=1.0,
         ymin=0.0,
         wide=True,
+        bars=interval_bars(FIELLER_BARS, (r.get("n") for r in rows)),
     )
 
 
@@ -253,6 +257,7 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
                 "accept length",
                 al,
                 xlog=True,
+                bars=interval_bars(MEAN_BARS, (m.n for m in acc.values())),
             )
         )
         charts.append(
@@ -264,6 +269,9 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
                 sp,
                 xlog=True,
                 hline=1.0,
+                bars=interval_bars(
+                    FIELLER_BARS, (r.get("n") for r in rows if r["config"] in members)
+                ),
             )
         )
     return [c for c in charts if c.has_points]
