@@ -16,7 +16,8 @@ from specbench_tui.engine.child import EngineProcess, OwnedControl, engine_argv
 from specbench_tui.engine.control_socket import AttachedControl, attach_control
 from specbench_tui.errors import InputError
 from specbench_tui.results.layout import ResultsLayout
-from specbench_tui.tui.app import EXIT_INTERRUPTED, ConsoleApp
+from specbench_tui.tui.app import ConsoleApp
+from specbench_tui.tui.console_exit import EXIT_INTERRUPTED
 from specbench_tui.tui.screens import ConfirmScreen
 from tests.conftest import MINIMAL_PLAN
 

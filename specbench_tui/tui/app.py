@@ -17,10 +17,7 @@ table is computed from the results directory in a worker thread, after cells fin
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import os
-import signal
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -32,61 +29,54 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static, Tree
+from textual.widgets import Footer, Static
 from textual.widgets._footer import FooterKey
-from textual.widgets.tree import TreeNode
 
-from specbench_tui.engine.commands import CampaignControl, ChildEngine, Command
+from specbench_tui.engine.commands import CampaignControl
 from specbench_tui.errors import InputError
 from specbench_tui.results.events import (
     CampaignFinished,
     Event,
 )
-from specbench_tui.results.layout import ResultsLayout
 from specbench_tui.results.progress import CampaignProgress
 from specbench_tui.tui import keymap
 from specbench_tui.tui.campaign_keys import CampaignKeys
+from specbench_tui.tui.console_exit import Leaving
+from specbench_tui.tui.console_layout import PANE_TITLES, PaneLayout
+from specbench_tui.tui.console_log import LogView
+from specbench_tui.tui.console_messages import MessagesView
+from specbench_tui.tui.console_results import ResultsView
+from specbench_tui.tui.console_tree import PlanNavigated, TreeView
 from specbench_tui.tui.detail import DetailPane
 from specbench_tui.tui.frame import (
     HEALTH_GPU_S,
     FrameChanges,
     Repaint,
     ToastSpec,
-    TreeRepaint,
     ViewState,
     fold_batch,
     plan_repaint,
 )
 from specbench_tui.tui.gpu_history import GpuHistory
-from specbench_tui.tui.group_logs import GroupLogs, stored_log_tail
+from specbench_tui.tui.group_logs import GroupLogs
 from specbench_tui.tui.header import CampaignHeader
 from specbench_tui.tui.health import HealthPane
 from specbench_tui.tui.inbox import EventInbox
 from specbench_tui.tui.log_pane import LogPane
-from specbench_tui.tui.look import palette_for
 from specbench_tui.tui.messages import MessageBar
+from specbench_tui.tui.mounted import while_mounted
 from specbench_tui.tui.palette import ConsoleCommands
-from specbench_tui.tui.plan_filter import FilterSet, PlanFilter, PlanFilterInput
+from specbench_tui.tui.plan_filter import PlanFilterInput
 from specbench_tui.tui.plan_tree import NodeRef, PlanTree
 from specbench_tui.tui.plots import LiveData, PlotsPane
 from specbench_tui.tui.relaunch import Relaunch
 from specbench_tui.tui.results_pane import ResultsPane
 from specbench_tui.tui.results_source import comparison
-from specbench_tui.tui.screens import ConfirmScreen, HelpScreen
-from specbench_tui.tui.summary import exit_summary
+from specbench_tui.tui.screens import HelpScreen
 from specbench_tui.tui.themes import DEFAULT_THEME, load_all_themes, resolve_theme_name
 from specbench_tui.tui.toasts import Toast, ToastBatcher
 
-#: Exit status when the console is closed before the campaign finished (as for Ctrl-C).
-EXIT_INTERRUPTED = 130
-#: Exit status of a console detached from the campaign it started (which goes on running).
-EXIT_DETACHED = 0
-#: Terminals shorter than this give the message line a row only while it has a message.
-SHORT_H = 24
-#: Longest the console waits for a child to take the abort when the operator quits.
-LEAVE_S = 2.0
 #: ``--refresh HZ``: how often the console applies what arrived and repaints (frames). The
 #: default keeps a live campaign's log and counts current to the eye; an idle campaign costs
 #: the 1 s tick only (under 10 KB/s of terminal output at 200x60: bench/console_terminal_bench).
@@ -99,49 +89,6 @@ CLOCK_S = 1.0  # elapsed, uptime, ETA, GPU lines; results freshness (longer belo
 READER_CHUNK = 256
 #: Events older than this when they arrive are history (replay): no notification for them.
 REPLAY_AGE_S = 30.0
-#: Longest wait for an in-process campaign to stop after quitting mid-run.
-QUIT_GRACE_S = 20.0
-#: While the results pane is hidden (the plots hold its slot during a run) the table is still
-#: recomputed, at most this often, so the pane is never empty when it comes into view at the end.
-HIDDEN_RESULTS_S = 10.0
-
-#: Panes the number keys toggle, in screen order.
-PANE_TITLES: dict[str, str] = {
-    "tree": "Plan",
-    "detail": "Detail",
-    "health": "Service & GPUs",
-    "plots": "Live",
-    "results": "Results",
-    "logpane": "Log",
-}
-#: Panes that share the middle of the right column: showing one hides the other.
-SLOT = ("plots", "results")
-
-
-class PlanNavigated(events.Event):
-    """The operator moved the tree cursor themselves: stop following the running cell."""
-
-
-class ResultsComputed(Message):
-    """The results table, computed in a worker thread (which never touches a widget)."""
-
-    def __init__(self, frame: pl.DataFrame | None, note: str) -> None:
-        super().__init__()
-        self.frame = frame
-        self.note = note
-
-
-def _while_mounted(method: Callable[..., None]) -> Callable[..., None]:
-    """For timer callbacks: while the app starts or shuts down, panes come and go one by
-    one (and a modal screen hides them from queries); a tick that finds one missing skips
-    this frame instead of failing the app. The next tick paints what it missed."""
-
-    @functools.wraps(method)
-    def guarded(self: App[int], *args: Any, **kwargs: Any) -> None:
-        with contextlib.suppress(NoMatches):
-            method(self, *args, **kwargs)
-
-    return guarded
 
 
 class ConsolePlanTree(PlanTree):
@@ -195,7 +142,9 @@ class ConsoleFooter(Footer):
             yield widget
 
 
-class ConsoleApp(CampaignKeys, App[int]):
+class ConsoleApp(
+    TreeView, LogView, ResultsView, MessagesView, Leaving, PaneLayout, CampaignKeys, App[int]
+):
     """The console. ``clock`` exists so tests and snapshots can freeze time-dependent text
     (elapsed, uptime, ETA); ``SPECBENCH_TUI_FROZEN_TIME=<epoch seconds>`` does the same from
     outside. ``relaunch`` (an in-process console) lets r, R and g start the engine again
@@ -388,41 +337,6 @@ class ConsoleApp(CampaignKeys, App[int]):
         self.start_engine()
         self._paint()
 
-    def on_resize(self, event: events.Resize) -> None:
-        self._apply_size(event.size.width, event.size.height)
-
-    def _apply_size(self, width: int, height: int) -> None:
-        """Compact below 100x32: the plots and the results fold away (4 and 6 bring them
-        back) so that the tree, the health lines and the log keep room to be read at 80x24."""
-        compact = width < 100 or height < 32
-        self.main.set_class(compact, "-compact")
-        self.main.set_class(height < SHORT_H, "-short")  # the message line only when it speaks
-        self.main.set_class(width >= 180 and height >= 45, "-wide")
-        self._auto_hidden = {"plots", "results"} if compact else self._slot_default()
-        if self._user_wrap is None:  # a narrow log is unreadable cut: it wraps there
-            self.main.query_one(LogPane).set_wrap(width < 100)
-        self._apply_panes()
-
-    def _slot_default(self) -> set[str]:
-        """Which of plots and results the middle slot leaves out by default: the results
-        once the campaign has ended (that is what one comes back for), the plots before."""
-        return {"plots"} if self.ended else {"results"}
-
-    def _apply_panes(self) -> None:
-        for pane_id in PANE_TITLES:
-            shown = self._user_display.get(pane_id, pane_id not in self._auto_hidden)
-            self.main.query_one(f"#{pane_id}").display = shown
-        left_shown = any(self.main.query_one(f"#{p}").display for p in ("tree", "detail"))
-        self.main.query_one("#left").display = left_shown
-        right = ("health", "plots", "results", "logpane")
-        self.main.query_one("#right").display = any(
-            self.main.query_one(f"#{p}").display for p in right
-        )
-        if self.main.query_one("#plots").display:
-            self._redraw_plots(force=True)
-        if self.main.query_one("#results").display and self._results_due is None:
-            self._results_due = time.monotonic()  # shown: make sure it is current
-
     # --- the event stream -----------------------------------------------------------------------
 
     @work(exclusive=True, group="events")
@@ -498,7 +412,7 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._followed = None
         self._read_events()
 
-    @_while_mounted
+    @while_mounted
     def _frame(self) -> None:
         batch = self.inbox.drain()
         if batch:
@@ -568,38 +482,6 @@ class ConsoleApp(CampaignKeys, App[int]):
     def _add_toast(self, t: ToastSpec, now: float) -> None:
         self.toasts.add(t.text, now, severity=t.severity, title=t.title, noun=t.noun)  # type: ignore[arg-type]
 
-    def _paint_tree(self, tree: PlanTree, plan: TreeRepaint) -> None:
-        if plan.rebuild:
-            self._rebuild_tree()
-        elif plan.relabel_all:
-            tree.relabel_all()
-        else:
-            for cid in plan.cells:
-                tree.relabel_cell(cid)
-            for gid in plan.groups:
-                tree.relabel_group(gid)
-
-    def _rebuild_tree(self) -> None:
-        tree = self.main.query_one(PlanTree)
-        tree.build(self.progress)
-        self._followed = None
-        title = PANE_TITLES["tree"]
-        if tree.only_failed:
-            title += " · failed only (F: all)"
-        if tree.filter.active:
-            title += f" · {tree.filter.text.strip()} ({len(tree.shown_matches)})"
-        self.main.query_one("#tree").border_title = title
-        narrowed = tree.filter.active or tree.only_failed
-        hidden = self._selected is not None and self._selected.kind != "root"
-        if narrowed and hidden and self._selected not in tree.nodes_by_ref:
-            # The detail must not stay on what the tree no longer shows: the first cell the
-            # tree keeps, or nothing.
-            kept = [r for r in tree.nodes_by_ref if r.kind == "cell"]
-            self._selected = kept[0] if kept else None
-            self._show_detail()
-        if not self.follow and self._selected is not None:
-            tree.reveal(self._selected)
-
     def _is_live(self, ev: Event) -> bool:
         """Whether an event is news rather than replayed history: only news deserves a
         notification (attaching to a long campaign must not replay a storm of toasts). The
@@ -652,13 +534,13 @@ class ConsoleApp(CampaignKeys, App[int]):
         self._paint_health(now, time.monotonic())
         self._show_detail()
 
-    @_while_mounted
+    @while_mounted
     def _tick(self) -> None:
         self._paint()
         self._results_tick()
         self._paint_messages()  # an expired message goes
 
-    @_while_mounted
+    @while_mounted
     def _redraw_plots(self, force: bool = False) -> None:
         running = [g for g in self.progress.groups.values() if g.status == "running"]
         speculative = not running or any(g.speculative for g in running)
@@ -703,363 +585,17 @@ class ConsoleApp(CampaignKeys, App[int]):
         cells = tree.cell_ids_under(ref) if ref is not None else []
         self.main.query_one(DetailPane).show(self.progress, ref, cells, self.clock())
 
-    def _on_theme_changed(self, _theme: object) -> None:
-        self.main.query_one(PlanTree).relabel_all()
-        self.main.query_one(LogPane).retheme()
-        self._paint()
-        self._redraw_plots(force=True)
-        self.main.query_one(ResultsPane)._redraw()
-
     # --- the results table ------------------------------------------------------------------
-
-    def _results_tick(self) -> None:
-        """Once a second: recompute the table when a cell finished a moment ago, or when the
-        cells view on disk changed (the engine writes it when a cell ends, off its loop;
-        the request view only now and then); while the pane is hidden, at most every
-        ``HIDDEN_RESULTS_S``, so that it shows a table the moment it is shown."""
-        root = self.results_root()
-        if self.results_source is None or root is None:
-            return
-        with contextlib.suppress(OSError):
-            mtime = ResultsLayout(root).cells.stat().st_mtime
-            if mtime != self._results_mtime:
-                self._results_mtime = mtime
-                self._results_due = self._results_due or time.monotonic()
-        due = self._results_due
-        now = time.monotonic()
-        if due is None or now < due or self._results_busy:
-            return
-        hidden = not self.main.query_one("#results").display
-        if hidden and self._results_at is not None and now - self._results_at < HIDDEN_RESULTS_S:
-            return  # kept current while hidden, but not at every cell's end
-        self._results_due = None
-        self._results_busy = True
-        self._results_at = now
-        self._compute_results(root)
-
-    @work(thread=True, group="results", exclusive=True)
-    def _compute_results(self, root: Path) -> None:
-        assert self.results_source is not None
-        try:
-            frame = self.results_source(root)
-            note = ""
-        except Exception as exc:  # a results directory mid-write, a report bug: say so
-            frame, note = None, f"results not computed: {type(exc).__name__}: {exc}"
-        self.post_message(ResultsComputed(frame, note))
-
-    def on_results_computed(self, message: ResultsComputed) -> None:
-        self._results_busy = False
-        self.results_computed += 1
-        self._show_results(message)
-
-    @_while_mounted
-    def _show_results(self, message: ResultsComputed) -> None:
-        """A table computed while the console was leaving finds no pane: it is dropped."""
-        pane = self.main.query_one(ResultsPane)
-        if message.frame is None:
-            pane.show(pane.frame, message.note)  # keep the last good table, say why
-        else:
-            pane.show(message.frame, message.note)
 
     # --- the tree -------------------------------------------------------------------------------
 
-    def _follow_target(self) -> NodeRef | None:
-        """What following shows: the running cell of the group it shows while that group
-        runs one (packed groups start cells in turn: hopping between them every second or
-        two left no time to act on one), else the running cell started last, else the
-        current group."""
-        p = self.progress
-        shown = self._selected.key if self._selected is not None else None
-        group = p.cells[shown].group if shown in p.cells else None
-        if group is not None:
-            own = [c for c in p.cells.values() if c.group == group and c.status == "running"]
-            if own:
-                return NodeRef("cell", max(own, key=lambda c: c.started_at or 0.0).id)
-        if p.current_cell:
-            return NodeRef("cell", p.current_cell)
-        return NodeRef("group", p.current_group) if p.current_group else None
-
-    def _follow_current(self) -> None:
-        tree = self.main.query_one(PlanTree)
-        ref = self._follow_target()
-        if ref is None or ref.key == self._followed:
-            return
-        if tree.reveal(ref, collapse_others=True) is None:
-            return  # not in the tree (filtered out)
-        if self._followed is not None:  # a move from one shown target to another
-            self.followed_at = self.now_mono()
-        self._followed = ref.key
-        self._selected = ref
-        self._show_detail()
-        self._sync_log()
-
-    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[NodeRef]) -> None:
-        self._selected = event.node.data
-        if not self.screen_stack:  # a highlight still queued as the console closes
-            return
-        self._show_detail()
-        self._sync_log()
-        self._redraw_plots(force=True)
-
     # --- whose log and series ---------------------------------------------------------------
 
-    def selected_group(self) -> str | None:
-        """The group the selection belongs to (a group, one of its workloads or cells), else
-        the latest running group of a selected host, else the current group, else the one
-        started last (an ended campaign)."""
-        p = self.progress
-        ref = self._selected
-        if ref is not None:
-            if ref.kind == "group" and ref.key in p.groups:
-                return ref.key
-            if ref.kind == "workload":
-                gid = ref.key.rpartition("/")[0]
-                if gid in p.groups:
-                    return gid
-            if ref.kind == "cell" and ref.key in p.cells:
-                return p.cells[ref.key].group
-            if ref.kind == "host":
-                on = p.running_on(ref.key)
-                if on:
-                    return on[-1].id
-        if p.current_group is not None:
-            return p.current_group
-        started = [g for g in p.groups.values() if g.started_at is not None]
-        if started:
-            return max(started, key=lambda g: g.started_at or 0.0).id
-        return next(iter(p.groups), None)
-
-    def group_status(self, gid: str) -> str:
-        """Whether a group still runs, for the log pane's title."""
-        p = self.progress
-        g = p.groups.get(gid)
-        if g is None:
-            return ""
-        if self.read_only:
-            return "stored log (not running)"
-        if gid in p.running_groups:
-            return "running" if g.server != "starting" else "running · server starting"
-        if g.status == "pending" and g.server == "pending":
-            return "not started"
-        return f"ended ({g.status})" if g.status not in ("pending", "running") else "stopped"
-
-    def _group_lines(self, gid: str) -> list[str]:
-        """What is kept of a group's log; a group the console has no lines of and that no
-        longer runs (it ran before the console attached, or nothing runs the campaign) is
-        read from its stored log, once. In the console that runs the campaign a running
-        group waits for its lines: they are on their way in the event stream, and reading
-        its file too would show them twice. An attached console reads the file of every
-        group it shows, running or not, once: the stream replays only the campaign's last
-        events, which may hold an earlier server's crash and none of the newer runs' lines;
-        the stream's lines from before the read are dropped (they are in the file)."""
-        attached = not self.control.owns_engine and not self.read_only
-        if attached and gid not in self._seeded:
-            self._seeded.add(gid)
-            read_at = time.time()
-            root = self.results_root()
-            stored = stored_log_tail(ResultsLayout(root).log_of(gid)) if root else None
-            if stored is not None:  # else the stream's lines are all there is
-                self._log_read[gid] = read_at
-                self.group_logs.seed(gid, stored, replace=True)
-            return self.group_logs.lines(gid)
-        if (
-            not self.group_logs.has(gid)
-            and gid not in self._seeded
-            and gid not in self.progress.running_groups
-        ):
-            self._seeded.add(gid)
-            root = self.results_root()
-            stored = stored_log_tail(ResultsLayout(root).log_of(gid)) if root else None
-            if stored:
-                self.group_logs.seed(gid, stored)
-        return self.group_logs.lines(gid)
-
-    def _sync_log(self) -> None:
-        """Show the selected group's log, its title saying whose it is and whether it runs."""
-        gid = self.selected_group()
-        logpane = self.main.query_one(LogPane)
-        if gid is None:
-            return
-        running = list(self.progress.running_groups)
-        hint = ""
-        if len(running) > 1:
-            where = f"{running.index(gid) + 1} of " if gid in running else ""
-            hint = f"{where}{len(running)} running (n: next)"
-        lines = self._group_lines(gid) if gid != logpane.group else []
-        logpane.show_group(gid, lines, self.group_status(gid), hint)
-        if self.read_only and not logpane.lines and gid != self._noted:
-            self._noted = gid
-            root = self.results_root()
-            logpane.note(f"(no stored log for {gid} in {root}/logs/)")
-
-    def action_next_running_group(self) -> None:
-        """Cycle the selection (and with it the log and the plots' marked series) through
-        the groups that run now, in start order; following stops, as for any move."""
-        running = list(self.progress.running_groups)
-        if not running:
-            self._say_view("no group is running now", timeout=3)
-            return
-        current = self.selected_group()
-        nxt = (
-            running[(running.index(current) + 1) % len(running)]
-            if current in running
-            else running[0]
-        )
-        self.follow = False
-        self._selected = NodeRef("group", nxt)
-        self.main.query_one(PlanTree).reveal(self._selected)
-        self._show_detail()
-        self._sync_log()
-        self._redraw_plots(force=True)
-
-    def _on_notify(self, event: Any) -> None:
-        """Textual's handler of a notification (it keeps it, with its timeout); the console
-        says it on its message line (tui/messages.py), never in a toast over a pane."""
-        super()._on_notify(event)
-        self._paint_messages()
-
-    def _paint_messages(self) -> None:
-        """The message line: the newest live notification (expired ones gone)."""
-        if not self.screen_stack:
-            return
-        live = [n for n in self._notifications if not n.has_expired]
-        with contextlib.suppress(NoMatches):
-            self.main.query_one(MessageBar).show(live, palette_for(self))
-
-    def _say_view(self, text: str, timeout: float = 3) -> None:
-        self.notify(text, timeout=timeout, markup=False)
-
-    def on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeRef]) -> None:
-        self.main.query_one(PlanTree).relabel_node(event.node)
-
-    def on_tree_node_collapsed(self, event: Tree.NodeCollapsed[NodeRef]) -> None:
-        self.main.query_one(PlanTree).relabel_node(event.node)
-
-    def on_plan_navigated(self, _event: PlanNavigated) -> None:
-        if self.follow:
-            self.follow = False
-            self.notify("following off: f follows the running cell again", timeout=3)
-
-    def _selected_node(self) -> TreeNode[NodeRef] | None:
-        return self.main.query_one(PlanTree).cursor_node
-
-    def selected_ref(self) -> NodeRef | None:
-        node = self._selected_node()
-        return node.data if node is not None else None
-
-    def cell_ids_under(self, ref: NodeRef) -> list[str]:
-        return self.main.query_one(PlanTree).cell_ids_under(ref)
-
     # --- view actions ---------------------------------------------------------------------------
-
-    def action_toggle_follow(self) -> None:
-        self.follow = not self.follow
-        self._followed = None
-        if self.follow:
-            self._follow_current()
-        self.notify("following the running cell" if self.follow else "following off", timeout=2)
-
-    def action_toggle_failed_only(self) -> None:
-        tree = self.main.query_one(PlanTree)
-        tree.only_failed = not tree.only_failed
-        self._rebuild_tree()
-        n = len(tree.shown_failures)
-        self.notify(
-            f"plan: failed cells only ({n})" if tree.only_failed else "plan: every cell",
-            timeout=3,
-        )
-
-    def action_filter_tree(self) -> None:
-        """ctrl+f: type words of a name or a status; the tree keeps the cells that match."""
-        self._user_display["tree"] = True
-        self._apply_panes()
-        box = self.main.query_one(PlanFilterInput)
-        box.display = True
-        box.value = self.main.query_one(PlanTree).filter.text
-        box.focus()
-
-    def on_filter_set(self, message: FilterSet) -> None:
-        tree = self.main.query_one(PlanTree)
-        tree.filter = PlanFilter(message.text)
-        box = self.main.query_one(PlanFilterInput)
-        box.display = tree.filter.active
-        self._rebuild_tree()
-        tree.focus()
-        if tree.filter.active:
-            n = len(tree.shown_matches)
-            self.notify(f"plan: {n} cell{'s' * (n != 1)} match (ctrl+f, esc clears)", timeout=3)
-
-    def action_search_log(self) -> None:
-        self._user_display["logpane"] = True
-        self._apply_panes()
-        self.main.query_one(LogPane).open_search()
-
-    def action_freeze_log(self) -> None:
-        frozen = self.main.query_one(LogPane).toggle_freeze()
-        self.notify(
-            "log view frozen; the campaign keeps running (l to follow)"
-            if frozen
-            else "log view following again",
-            timeout=3,
-        )
-
-    def action_wrap_log(self) -> None:
-        wrapped = self.main.query_one(LogPane).toggle_wrap()
-        self._user_wrap = wrapped
-        self.notify(
-            "log lines wrap (w cuts them again)"
-            if wrapped
-            else "log lines cut at the edge: ← → scroll the focused log sideways",
-            timeout=3,
-        )
-
-    def action_maximize_pane(self) -> None:
-        screen = self.screen
-        if screen.maximized is not None:
-            screen.minimize()
-        elif screen.focused is not None:
-            screen.maximize(screen.focused)
-
-    def action_toggle_pane(self, pane_id: str) -> None:
-        pane = self.main.query_one(f"#{pane_id}")
-        show = not pane.display
-        self._user_display[pane_id] = show
-        if show and pane_id in SLOT:  # plots and results share a slot: one at a time
-            for other in SLOT:
-                if other != pane_id:
-                    self._user_display[other] = False
-        self._apply_panes()
-        if show and pane_id == "results":
-            self.main.query_one("#results-table").focus()
-        if not show and self.focused is None:
-            self.main.query_one(PlanTree).focus()
-
-    def action_next_theme(self) -> None:
-        names = list(self.console_themes) or [self.theme]
-        i = names.index(self.theme) if self.theme in names else -1
-        self.theme = names[(i + 1) % len(names)]
-        self.notify(f"theme: {self.theme}", timeout=2)
-
-    def action_set_theme(self, name: str) -> None:
-        self.theme = name
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.key_table()))
-
-    def action_save_screenshot(self) -> None:
-        """An SVG of the screen as it is, into the results directory (``screenshots/``),
-        else the working directory: somewhere the operator can find it again."""
-        root = self.results_root()
-        directory = root / "screenshots" if root is not None and root.is_dir() else Path.cwd()
-        name = f"console-{time.strftime('%Y%m%dT%H%M%S')}-{int(time.time() * 1000) % 1000:03d}.svg"
-        try:
-            directory.mkdir(exist_ok=True)
-            path = self.save_screenshot(filename=name, path=str(directory))
-        except OSError as exc:
-            self.notify(f"screenshot not saved: {exc}", severity="error", timeout=8, markup=False)
-            return
-        self.notify(f"screenshot saved: {path}", timeout=6, markup=False)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Textual's palette commands less Quit and Screenshot: the console's own (from the
@@ -1069,145 +605,6 @@ class ConsoleApp(CampaignKeys, App[int]):
                 yield cmd
 
     # --- leaving --------------------------------------------------------------------------
-
-    async def action_quit(self) -> None:
-        """Textual's own quit (the palette's Quit) asks like q does."""
-        self.action_request_quit()
-
-    def child_control(self) -> ChildEngine | None:
-        """The process this console started for the campaign, while it runs (it can be
-        detached from, and it ends its run on its own); else None."""
-        return self.control.child_engine()
-
-    def action_request_quit(self) -> None:
-        screen = self.screen
-        if isinstance(screen, ConfirmScreen) and screen.purpose == "quit":
-            screen.dismiss(True)  # a second ctrl+c (or q) while asked: yes
-            return
-        engine = self.engine_running()
-        child = self.child_control()
-        if child is not None and not self.progress.campaign:
-            # still starting (loading, checking hosts): nothing ran, nothing to keep
-            self._stop_child_and_leave(child)
-            return
-        if self.ended or self.stream_ended or not self.progress.campaign or self.detached:
-            if engine and child is None and not self._leave_after_engine:
-                # in-process: the run ended but still writes its views and report here
-                self._leave_after_engine = True
-                self.notify(
-                    "the campaign is writing its report; leaving when it is done "
-                    "(q again leaves now)",
-                    timeout=QUIT_GRACE_S,
-                )
-                self.set_timer(QUIT_GRACE_S, lambda: self.exit(self.campaign_exit_code()))
-                return
-            # a child writes its views and report on its own: the terminal is not held
-            self.exit(self.campaign_exit_code())
-            return
-
-        def answered(choice: bool | str | None) -> None:
-            if choice == "detach":
-                self.action_detach()
-                return
-            if not choice:
-                return
-            if not self.engine_running():
-                self.exit(EXIT_INTERRUPTED)
-                return
-            self._quitting = True
-            child = self.child_control()
-            if child is not None:
-                self._stop_child_and_leave(child)
-                return
-            # in-process: stop the campaign cleanly (server stopped, results flushed) and
-            # leave when the engine returns; a stuck engine does not keep the console open
-            self.send("abort")
-            self.notify("stopping the campaign…", timeout=QUIT_GRACE_S)
-            self.set_timer(QUIT_GRACE_S, lambda: self.exit(EXIT_INTERRUPTED))
-
-        detachable = self.child_control() is not None
-        self.push_screen(
-            ConfirmScreen(
-                "Quit? The campaign stops: the running cell is cut short and runs again "
-                "next time. Finished cells are kept; running the plan again resumes."
-                + (
-                    " Detach leaves it running in its own process (specbench-tui --attach "
-                    f"{self.results_root()} comes back to it)."
-                    if detachable
-                    else ""
-                ),
-                yes="Quit",
-                no="Stay",
-                purpose="quit",
-                other="Detach" if detachable else None,
-            ),
-            answered,
-        )
-
-    @work(group="leaving", exclusive=True)
-    async def _stop_child_and_leave(self, child: ChildEngine) -> None:
-        """Quit: the abort goes to the child and the console leaves at once; the child
-        stops its server and writes its views and report in its own time. A child that
-        does not take the abort (still starting, or stuck) gets SIGTERM, which aborts the
-        same way once it runs."""
-        self._quitting = True
-        self._leaving_pid = child.engine_pid
-        try:
-            reply = await asyncio.wait_for(child.send_now(Command("abort", by="console")), LEAVE_S)
-            delivered = reply.ok
-        except (OSError, TimeoutError):
-            delivered = False
-        if not delivered:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.engine_pid, signal.SIGTERM)
-        self.exit(EXIT_INTERRUPTED)
-
-    def action_detach(self) -> None:
-        """Leave the console and let the campaign go on headless; ``--attach`` comes back."""
-        if self.view_only or (self.read_only and not self.engine_running()):
-            self._say_view("nothing runs this campaign here: q leaves")
-            return
-        if self.detached:
-            self.exit(self.campaign_exit_code())  # an attached console leaves it running anyway
-            return
-        child = self.child_control()
-        if child is None:
-            if self.engine_running():
-                self._say_view(
-                    "this campaign runs inside the console's own process and cannot go on "
-                    "without it; q stops it",
-                    timeout=6,
-                )
-            else:
-                self.exit(self.campaign_exit_code())  # nothing runs: as q
-            return
-        self._detached_by_operator = True
-        self._leaving_pid = child.engine_pid
-        self.exit(EXIT_DETACHED)
-
-    def campaign_exit_code(self) -> int:
-        """The campaign's exit code if it finished; 0 when leaving a campaign that goes on (an
-        attached or detached console); else 130 (interrupted)."""
-        p = self.progress
-        if self._detached_by_operator or (self.control.detached and not p.finished):
-            return EXIT_DETACHED  # the campaign goes on: closing a view of it is no failure
-        if self._quitting:
-            return EXIT_INTERRUPTED
-        if p.finished and p.exit_code is not None:
-            return p.exit_code
-        if self.engine_exit_code is not None:
-            return self.engine_exit_code
-        return EXIT_INTERRUPTED
-
-    def summary_lines(self, code: int) -> list[str]:
-        child = self.child_control()
-        return exit_summary(
-            self.progress,
-            self.results_root(),
-            code,
-            detached=self.detached,
-            writing_pid=child.engine_pid if child is not None else None,
-        )
 
     # --- keys, help, palette --------------------------------------------------------------------
 
@@ -1241,9 +638,6 @@ class ConsoleApp(CampaignKeys, App[int]):
         for name in self._theme_names():
             out.append((f"Theme: {name}", "switch the console theme", f"set_theme('{name}')"))
         return out
-
-    def _theme_names(self) -> Iterable[str]:
-        yield from self.console_themes
 
 
 def run_console(
