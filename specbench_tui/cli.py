@@ -432,56 +432,17 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.plan_schema:
-        from specbench_tui.plan.reference import json_schema
-
-        if args.plan is not None:
-            raise InputError("--plan-schema takes no plan")
-        print(json.dumps(json_schema(), indent=2))
-        return EXIT_OK
+        return _plan_schema(args)
     _check_flags(args)
-    gate_pct = args.fail_on_regression
     if args.cleanup is not None:
-        if args.plan is not None:
-            raise InputError("--cleanup takes a results directory, not a plan")
-        if not args.cleanup.is_dir():
-            raise InputError(f"{args.cleanup}: no such results directory")
-        done = _cleanup(args.cleanup, quiet=False)
-        return EXIT_FAILED if done.failed else EXIT_OK
+        return _cleanup_only(args)
     if args.report is not None:
-        from specbench_tui.report.render import render_comparison, render_report
-
-        if args.plan is not None:
-            raise InputError("--report takes results directories, not a plan")
-        reports = args.report
-        written = render_report(reports[0]) if len(reports) == 1 else render_comparison(reports)
-        for path in written:  # with the gate's JSON, stdout is that object alone
-            print(path, file=sys.stderr if gate_pct is not None and args.json else sys.stdout)
-        if len(reports) == 1:
-            _rebuild_views(reports[0])
-            _cleanup(reports[0], quiet=True)
-        if gate_pct is not None:  # last, after the comparison's files: the gate's verdict
-            from specbench_tui.report.gate import gate_dirs
-
-            verdict = gate_dirs(reports[0], reports[1], gate_pct)
-            sys.stderr.flush()
-            if args.json:
-                sys.stdout.writelines(json_lines(verdict.to_json()))
-            else:
-                print("\n".join(verdict.lines()))
-            return EXIT_FAILED if verdict.regressed else EXIT_OK
-        return EXIT_OK
+        return _report(args)
     if args.send and args.attach is None:
         raise InputError("--send goes with --attach RESULTS_DIR")
     _refresh(args)  # a rate out of range is said before anything opens
     if args.attach is not None:
-        from specbench_tui.engine.control_socket import attach_control
-
-        control = attach_control(args.attach)
-        if args.send:
-            return _send(control, args.send)
-        from specbench_tui.tui.app import run_console
-
-        return run_console(control, theme=args.theme, **_refresh(args))
+        return _attach(args)
 
     from specbench_tui.plan.loader import load_plan
     from specbench_tui.results.layout import ResultsLayout
@@ -497,50 +458,115 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         speeds = host_speeds(plan.spec, sim=args.sim)
         measured = find_measured(layout, args.estimate_from, speeds)
-
     if args.dry_run:
-        from specbench_tui.engine.selection import matches
-        from specbench_tui.plan.review import render_json, render_text, review
-        from specbench_tui.printable import printable
-
-        only = args.only
-        select = (lambda cell: matches(cell, only)) if only else None
-        r = review(
-            plan, layout.root, sim=args.sim, select=select, only=only or "", measured=measured
-        )
-        if r.selected is not None and not r.selected:
-            raise InputError(
-                f"--only {only!r} matches no cell id or name; see the names with --dry-run"
-            )
-        checked = None
-        if args.check:
-            from specbench_tui.engine.host_check import check_hosts
-
-            hosts = HostOptions.from_args(args)
-            checked = asyncio.run(check_hosts(plan, sim=args.sim, options=hosts))
-        if args.json:
-            doc = render_json(r)
-            if checked is not None:
-                doc["preflight"] = [h.to_json() for h in checked]
-            sys.stdout.writelines(json_lines(doc))
-        else:
-            print(printable(render_text(r)))
-            if checked is not None:
-                print("\nPreflight:")
-                for h in checked:
-                    print(printable("\n".join(h.lines())))
-        problems = [f"host {h.host}: {p}" for h in checked or () for p in h.problems]
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise InputError(f"preflight: {problems[0]}{more}")
-        return EXIT_OK
+        return _dry_run(args, plan, layout, measured)
 
     rerun = tuple(x.strip() for x in (args.rerun or "").split(",") if x.strip())
     if args.job is not None and not args.headless:
         raise InputError("--job goes with --headless (it is how a batch job runs its group)")
     if not args.headless:
         return _console(args, plan, results_root, layout, rerun)
+    return _headless(args, plan, layout, measured, rerun)
 
+
+def _plan_schema(args: argparse.Namespace) -> int:
+    from specbench_tui.plan.reference import json_schema
+
+    if args.plan is not None:
+        raise InputError("--plan-schema takes no plan")
+    print(json.dumps(json_schema(), indent=2))
+    return EXIT_OK
+
+
+def _cleanup_only(args: argparse.Namespace) -> int:
+    if args.plan is not None:
+        raise InputError("--cleanup takes a results directory, not a plan")
+    if not args.cleanup.is_dir():
+        raise InputError(f"{args.cleanup}: no such results directory")
+    done = _cleanup(args.cleanup, quiet=False)
+    return EXIT_FAILED if done.failed else EXIT_OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    """``--report DIR [DIR ...]``, and the regression gate where it is asked for."""
+    from specbench_tui.report.render import render_comparison, render_report
+
+    if args.plan is not None:
+        raise InputError("--report takes results directories, not a plan")
+    gate_pct = args.fail_on_regression
+    reports = args.report
+    written = render_report(reports[0]) if len(reports) == 1 else render_comparison(reports)
+    for path in written:  # with the gate's JSON, stdout is that object alone
+        print(path, file=sys.stderr if gate_pct is not None and args.json else sys.stdout)
+    if len(reports) == 1:
+        _rebuild_views(reports[0])
+        _cleanup(reports[0], quiet=True)
+    if gate_pct is None:
+        return EXIT_OK
+    from specbench_tui.report.gate import gate_dirs  # last, after the comparison's files
+
+    verdict = gate_dirs(reports[0], reports[1], gate_pct)
+    sys.stderr.flush()
+    if args.json:
+        sys.stdout.writelines(json_lines(verdict.to_json()))
+    else:
+        print("\n".join(verdict.lines()))
+    return EXIT_FAILED if verdict.regressed else EXIT_OK
+
+
+def _attach(args: argparse.Namespace) -> int:
+    from specbench_tui.engine.control_socket import attach_control
+
+    control = attach_control(args.attach)
+    if args.send:
+        return _send(control, args.send)
+    from specbench_tui.tui.app import run_console
+
+    return run_console(control, theme=args.theme, **_refresh(args))
+
+
+def _dry_run(args: argparse.Namespace, plan: Any, layout: Any, measured: Any) -> int:
+    """``--dry-run``: the plan reviewed, and with ``--check`` each host asked now."""
+    from specbench_tui.engine.selection import matches
+    from specbench_tui.plan.review import render_json, render_text, review
+    from specbench_tui.printable import printable
+
+    only = args.only
+    select = (lambda cell: matches(cell, only)) if only else None
+    r = review(plan, layout.root, sim=args.sim, select=select, only=only or "", measured=measured)
+    if r.selected is not None and not r.selected:
+        raise InputError(
+            f"--only {only!r} matches no cell id or name; see the names with --dry-run"
+        )
+    checked = None
+    if args.check:
+        from specbench_tui.engine.host_check import check_hosts
+
+        hosts = HostOptions.from_args(args)
+        checked = asyncio.run(check_hosts(plan, sim=args.sim, options=hosts))
+    if args.json:
+        doc = render_json(r)
+        if checked is not None:
+            doc["preflight"] = [h.to_json() for h in checked]
+        sys.stdout.writelines(json_lines(doc))
+    else:
+        print(printable(render_text(r)))
+        if checked is not None:
+            print("\nPreflight:")
+            for h in checked:
+                print(printable("\n".join(h.lines())))
+    problems = [f"host {h.host}: {p}" for h in checked or () for p in h.problems]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"preflight: {problems[0]}{more}")
+    return EXIT_OK
+
+
+def _headless(
+    args: argparse.Namespace, plan: Any, layout: Any, measured: Any, rerun: tuple[str, ...]
+) -> int:
+    """``--headless``: the campaign in this process, one line per event (or a batch job's
+    group, ``--job``)."""
     from specbench_tui.engine.campaign import Campaign, CampaignOptions
     from specbench_tui.engine.report_child import write_report
     from specbench_tui.report.comparisons import unlike
