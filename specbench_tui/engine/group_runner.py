@@ -223,17 +223,7 @@ class GroupRunner:
         )
         if self.riding is None:
             self.riding = rider
-            ctx.hub.emit(
-                GroupStarted(
-                    group=rider.id,
-                    host=rider.host,
-                    config=rider.config,
-                    tp=rider.tp,
-                    gpu_ids=list(rider.gpu_ids),
-                    command=list(rider.command),
-                    port=rider.port,
-                )
-            )
+            ctx.hub.emit(_started(rider))
             ctx.hub.emit(
                 ServiceReady(
                     group=rider.id,
@@ -263,19 +253,7 @@ class GroupRunner:
         # A running server (``url``) is on its own port, and on GPUs that are not ours.
         running = self.group.url is not None
         group, claim_failed = (self.group, None) if running else await self._claim_port()
-        ctx.hub.emit(
-            GroupStarted(
-                group=group.id,
-                host=group.host,
-                config=group.config,
-                tp=group.tp,
-                gpu_ids=list(group.gpu_ids),
-                command=list(group.command),
-                attempt=self.attempt,
-                port=group.port,
-                url=group.url,
-            )
-        )
+        ctx.hub.emit(_started(group, self.attempt))
         await ctx.hub.durable()  # the log says a server starts before anything stops or starts
         svc: Service | None = None
         try:
@@ -434,3 +412,19 @@ class GroupRunner:
                     log_tail=list(tail or []),
                 )
             )
+
+
+def _started(group: ServiceGroup, attempt: int = 1) -> GroupStarted:
+    """A group's ``group_started``: where its server runs (GPUs, port, command, or the
+    address of one already running)."""
+    return GroupStarted(
+        group=group.id,
+        host=group.host,
+        config=group.config,
+        tp=group.tp,
+        gpu_ids=list(group.gpu_ids),
+        command=list(group.command),
+        attempt=attempt,
+        port=group.port,
+        url=group.url,
+    )
