@@ -76,6 +76,7 @@ def _scheduler(
     ctx = SimpleNamespace(
         control=_Control(),
         pending=lambda g: [] if g.id in done else [g],
+        rider=lambda g: None,  # no interference check rides on these groups
         hub=SimpleNamespace(notice=lambda text, level="info": notices.append(text)),
         layout=SimpleNamespace(root="/nonexistent"),
     )
