@@ -692,20 +692,21 @@ def test_a_speculative_config_without_accept_length_says_why(tmp_path: Path, no_
 
 def test_server_view_compares_the_log_with_the_same_stretches(tmp_path: Path, no_tex: None) -> None:
     """The log's lines describe the cell's second half only, where the server accepted more and
-    ran faster: the client's figure beside them is taken over the requests' decode inside those
-    stretches, not over the whole cell (one 10 s window beside a whole cell gave a false
-    disagreement on the real vLLM plan: accept length 2.35 against 1.99)."""
+    ran faster: the client's figure beside them is taken over the requests inside those
+    stretches, its warm-ups included (the log counts them), not over the whole cell (one 10 s
+    window beside a whole cell gave a false disagreement on the real vLLM plan: accept length
+    2.35 against 1.99). Stamps to the second place each line within its second."""
     b = ResultsBuilder(tmp_path / "st")
     b.group("dflash", 1)
     b.cell("c", "dflash", 1, "single", "single")
-    start = b.now() + 10.0  # the cell's CellStarted stamp; it ends 10 s later
+    start = b.now() + 10.0  # the cell's CellStarted stamp; it ends 40 s later
     rows, warmups = [], []
-    for i in range(16):  # one request every 0.5 s from start + 1 to start + 9
-        sent = start + 1.0 + 0.5 * i
-        late = sent >= start + 5.0
+    for i in range(36):  # one request a second from start + 2 to start + 37
+        sent = start + 2.0 + i
+        late = sent >= start + 20.0
         tokens, accept = (100, 4.0) if late else (50, 2.0)
         if late and i % 2:  # a warm-up: sent, not measured, counted by the server's log
-            warmups.append([sent, 0.5, tokens, int(tokens / accept), int(tokens - tokens / accept)])
+            warmups.append([sent, 1.0, tokens, int(tokens / accept), int(tokens - tokens / accept)])
             continue
         rows.append(
             dict(
@@ -713,39 +714,43 @@ def test_server_view_compares_the_log_with_the_same_stretches(tmp_path: Path, no
                 repeat=0,
                 started_at=sent,
                 ttft_s=0.0,
-                e2e_s=0.5,
+                e2e_s=1.0,
                 output_tokens=tokens,
                 spec_verify_ct=int(tokens / accept),
                 accept_length=accept,
             )
         )
-    figures = {"throughput_tok_s": 800 / 10.0, "warmup_requests": warmups}
-    b.finished("c", rows, figures=figures)
+    measured = sum(r["output_tokens"] for r in rows)
+    figures = {"throughput_tok_s": measured / 36.0, "warmup_requests": warmups}
+    b.finished("c", rows, figures=figures, window_s=40.0)
     root = b.write()
     logs = root / "logs"
     logs.mkdir()
     line = (
         "[{t} TP0] Decode batch, #running-req: 1, #token: 741, token usage: 0.00, "
         "accept len: 4.00, accept rate: 0.75, cuda graph: True, gen throughput (token/s): "
-        "200.00, #queue-req: 0, \n"
+        "100.00, #queue-req: 0, \n"
     )
     text = f"----- {datetime.fromtimestamp(start - 5, UTC).isoformat()} starting sim.dflash.tp1\n"
     text += f"[{_log_time(start - 4)} TP0] Load weight begin.\n"
-    for dt in (-1.0, 5.0, 7.0, 9.0):  # stretches (5, 7) and (7, 9) lie inside the cell
+    # Stamped at whole seconds: 20 (the first in the cell, its stretch from before it), then
+    # 24, 28 .. 36, whose stretches make one from 20.5 to 36.5 in the cell's clock.
+    for dt in (-1.0, 20.0, 24.0, 28.0, 32.0, 36.0):
         text += line.format(t=_log_time(start + dt))
     (logs / "sim.dflash.tp1.log").write_text(text)
     inp = load_inputs(root)
     r = view_frame(inp).to_dicts()[0]
     assert r["log_accept_len"] == pytest.approx(4.0)
-    assert r["accept_len_weighted"] == pytest.approx(800 / 300)  # the measured requests'
-    assert r["accept_len_logged"] == pytest.approx(4.0)  # the requests from start + 5 on
-    assert r["client_speed"] == pytest.approx(80.0)
-    # 8 requests in (5, 9), four of them warm-ups: the log counted them, and so does this.
-    assert r["client_speed_logged"] == pytest.approx(800 / 4.0)
+    assert r["accept_len_weighted"] < 3.0  # the whole cell's measured requests
+    assert r["accept_len_logged"] == pytest.approx(4.0)  # the requests from start + 20.5 on
+    assert r["client_speed"] == pytest.approx(measured / 36.0)
+    # 100-token requests over (20.5, 36.5), every other one a warm-up: the log counted
+    # them, and so does this.
+    assert r["client_speed_logged"] == pytest.approx(1600 / 16.0)
     render_report(root)
     view_md = (root / "report.md").read_text().split("Server and client figures, TP 1")[1]
     assert "No disagreement beyond tolerance." in view_md
-    assert "4.00 (4.00)" in view_md and "200.0 (200.0)" in view_md
+    assert "4.00 (4.00)" in view_md and "100.0 (100.0)" in view_md
 
 
 def test_a_vllm_window_that_accepted_nothing_is_pooled() -> None:

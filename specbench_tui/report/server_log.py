@@ -63,11 +63,30 @@ class Window:
 
 @dataclass(frozen=True)
 class Spans:
-    """The stretches (UTC start, end) of a cell's pooled log lines: those that gave verify
-    steps (``accept``) and those that gave seconds of generation (``speed``)."""
+    """The stretches (UTC stamps of the line before and of the line) of a cell's pooled log
+    lines: those that gave verify steps (``accept``) and those that gave seconds of
+    generation (``speed``); ``res``: the stamps' resolution (a stamp to the second says the
+    line came within that second)."""
 
     accept: list[tuple[float, float]]
     speed: list[tuple[float, float]]
+    res: float = 1.0
+
+    def union(self, kind: str, *, whole: bool = False) -> list[tuple[float, float]]:
+        """The ``kind`` stretches merged where they touch or overlap (consecutive lines share
+        an end, so a cell's lines make one stretch, whose length is good to a stamp's
+        resolution however short each line's). Each placed at the middle of what its stamps
+        allow, or with ``whole`` over all of it (``since`` to ``at`` + a resolution: an
+        engine that prints several lines a second stamps them all alike)."""
+        out: list[tuple[float, float]] = []
+        lead, tail = (0.0, self.res) if whole else (self.res / 2, self.res / 2)
+        for a, b in sorted(getattr(self, kind)):
+            a, b = a + lead, b + tail
+            if out and a <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+        return out
 
 
 @dataclass(frozen=True)
@@ -252,7 +271,7 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
             if counts is None:
                 continue
             stretch = (ln.since if ln.since is not None else ln.at, ln.at)
-            own = spans.setdefault(w.cell_id, Spans([], []))
+            own = spans.setdefault(w.cell_id, Spans([], [], ln.res))
             if counts.steps:
                 acc[0] += counts.tokens
                 acc[1] += counts.steps

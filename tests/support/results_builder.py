@@ -169,9 +169,12 @@ class ResultsBuilder:
         attempt: int = 1,
         figures: dict[str, Any] | None = None,
         texts: dict[str, str] | None = None,
+        window_s: float = 10.0,
     ) -> None:
+        """The cell started, its rows written, and finished ``window_s`` after it started."""
         c = self.cells[cid]
         self.started(cid, attempt)
+        self._t += window_s - 10.0  # the next tick is its end
         self._part(cid, attempt, rows)
         if texts is not None:
             import json

@@ -46,6 +46,14 @@ RULE = (
 KEYS = [*SCOPE, "prompt_set", "config"]
 
 
+#: Under each table: where its figures are defined, not the definitions again (the section
+#: says them once, above its tables).
+NOTE = (
+    "Speed-up and tau as the section defines them above; a mark beside a config's name as "
+    "there; the intervals are in the table's CSV."
+)
+
+
 def _base_workloads(inp: Inputs) -> dict[str, str]:
     return {cid: c.workload for cid, c in inp.state.cells.items()}
 
@@ -162,7 +170,7 @@ def _table(inp: Inputs, rows: list[dict[str, Any]], where: str) -> Table:
         f"Speed-up and tau per dataset, {where}",
         cols,
         body,
-        notes=[RULE],
+        notes=[NOTE],
         small=True,
         csv=csv,
         key_columns=2 if len(temps) > 1 else 1,

@@ -44,6 +44,10 @@ ACCEPT_TOL = 0.10
 THROUGHPUT_TOL = 0.25
 COUNTER_TOL = 0.02
 SHOWN = 12  # disagreements listed in full; the tables mark every one
+#: The client's throughput is set beside the log's only over stretches of at least this many
+#: stamp resolutions (10 s at stamps to the second): the stamps place each end within half a
+#: resolution, which then moves the rate by at most a tenth.
+STRETCH_RES = 10
 
 #: The engine-side comparison of the counters with the requests' own counts, per cell.
 ACCEPTANCE_CHECK = "acceptance_check"
@@ -103,9 +107,12 @@ def _on_stretches(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
     spans = log_spans(inp)
 
     def share(kind: str) -> pl.Expr:
+        # Accept: over all the time the lines can describe (a short cell's lines may share
+        # one stamp); speed: placed to the middle, its length then good to a resolution.
+        unions = {cid: own.union(kind, whole=kind == "accept") for cid, own in spans.items()}
+
         def one(r: dict[str, Any]) -> float:
-            own = spans.get(r["cell_id"])
-            stretches = getattr(own, kind) if own is not None else []
+            stretches = unions.get(r["cell_id"], [])
             if not stretches or r["started_at"] is None or r["e2e_s"] is None:
                 return 0.0
             return share_inside(r["started_at"], r["started_at"] + r["e2e_s"], stretches)
@@ -152,8 +159,13 @@ def _warmups(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
 
 def _stretch_seconds(inp: Inputs) -> pl.DataFrame:
     """Per cell: the seconds its pooled throughput lines cover (what the client's tokens
-    inside them are divided by, as the server's are)."""
-    rows = [(cid, sum(b - a for a, b in s.speed)) for cid, s in log_spans(inp).items() if s.speed]
+    inside them are divided by, as the server's are), where they cover enough that the
+    stamps' resolution cannot move the rate by more than a tenth (``STRETCH_RES``)."""
+    rows = []
+    for cid, s in log_spans(inp).items():
+        covered = sum(b - a for a, b in s.union("speed"))
+        if covered >= STRETCH_RES * s.res:
+            rows.append((cid, covered))
     return pl.DataFrame(
         rows, schema={"cell_id": pl.String, "_span_seconds": pl.Float64}, orient="row"
     )
@@ -343,7 +355,9 @@ def build(inp: Inputs) -> Section | None:
                 "every cell, as in the other tables; a log figure has the client's over the "
                 "same stretches beside it, in brackets: each request counted by the share of "
                 "its time (sent to last token) inside the lines' stretches, and the "
-                "client's tokens there over the stretches' seconds. "
+                "client's tokens there over the stretches' seconds, where they add up to "
+                f"{STRETCH_RES} stamp resolutions or more (the stamps place each end to half "
+                "a resolution). "
                 + (
                     "Counter accept length is from the engine's Prometheus counter deltas over "
                     "the cells' measured windows, summed. "
