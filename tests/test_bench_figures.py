@@ -12,6 +12,7 @@ from specbench_tui.bench.figures import (
     decode_left_out,
     decode_total,
     fill_rates,
+    mark_bursts,
     measured_window,
     throughput,
     token_gaps,
@@ -44,6 +45,54 @@ def test_a_cells_decode_rate_is_token_weighted_and_says_what_it_left_out() -> No
     assert (s["decode_one_token"], s["decode_zero_window"], s["decode_requests"]) == (1, 1, 2)
     assert decode_left_out(s) == "1 with a zero decode window (all in one read), 1 of one token"
     assert decode_left_out({}) == ""
+
+
+def test_a_window_far_shorter_than_its_chunks_imply_is_a_burst_read_and_left_out() -> None:
+    """Chunks 20 ms apart as the client read them in time; one request's 63 chunks came in
+    two reads 0.6 ms apart (103,000 tok/s): its window is the client's reads, not the
+    server's decode. It keeps its window, loses its rate, and is counted apart."""
+
+    def streamed(n: int, gap: float, coalesced: list[int] | None = None) -> RequestRecord:
+        gaps = [gap] * (n - 1)
+        r = RequestRecord(
+            output_tokens=n,
+            ttft_s=0.05,
+            e2e_s=0.05 + sum(gaps),
+            chunks=n,
+            itl_s=gaps,
+            coalesced_gaps=coalesced or [],
+        )
+        fill_rates(r, [])
+        return r
+
+    steady = [streamed(64, 0.02) for _ in range(5)]
+    burst = streamed(64, 0.6e-3 / 62, coalesced=list(range(61)))
+    slow = streamed(64, 0.004)  # a fifth of the pace: read late, yet not a burst
+    assert mark_bursts([*steady, burst, slow]) == 1
+    assert burst.burst_read and burst.decode_tok_s is None and burst.decode_s
+    assert not slow.burst_read and slow.decode_tok_s is not None
+    total = decode_total([*steady, burst, slow])
+    assert (total.counted, total.burst) == (6, 1)
+    assert total.rate == pytest.approx(63 * 6 / (5 * 63 * 0.02 + 63 * 0.004))
+    s = summarize([*steady, burst, slow])
+    assert s["decode_burst_read"] == 1
+    assert "1 read in a burst" in decode_left_out(s)
+    # The report's form of the same rate, over the stored rows: the burst read counts nothing.
+    import polars as pl
+
+    from specbench_tui.bench.figures import decode_parts_expr
+
+    rows = pl.DataFrame(
+        [
+            {k: getattr(r, k) for k in ("output_tokens", "e2e_s", "ttft_s", "decode_s")}
+            | {"burst_read": r.burst_read}
+            for r in (*steady, burst, slow)
+        ]
+    )
+    tokens, seconds = decode_parts_expr()
+    parts = rows.select(tokens.alias("t"), seconds.alias("s"))
+    assert parts["t"].sum() / parts["s"].sum() == pytest.approx(total.rate)
+    assert parts["t"].null_count() == 1
 
 
 def test_rows_written_before_the_decode_window_column_still_count() -> None:

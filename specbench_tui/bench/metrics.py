@@ -48,6 +48,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "decode_requests",
     "decode_one_token",
     "decode_zero_window",
+    "decode_burst_read",
     "coalesced_gap_share",
     "stalled_requests",
     *(f"{m}_{s}" for m in STAT_METRICS for s in STATS),

@@ -29,7 +29,7 @@ from specbench_tui.bench.conditions import (
     cpu_conditions,
     parse_cpu,
 )
-from specbench_tui.bench.figures import slo_columns
+from specbench_tui.bench.figures import mark_bursts, slo_columns
 from specbench_tui.bench.greedy import greedy_warnings
 from specbench_tui.bench.metrics import summarize
 from specbench_tui.bench.prompting import DEFAULT_PROMPTING, Prompting
@@ -348,6 +348,7 @@ async def conclude(
     link to its host dropped is set aside (its rows kept as an interrupted attempt) with a
     ``cell_queued`` by "host unreachable"; it runs again once the host is back. One whose
     server died is set aside by "server died" and runs again on the next server."""
+    mark_bursts(result.records)  # before the rows are written and summed up
     await durably(ctx, lambda: ctx.store.write_cell_requests(cell.id, attempt, result.records))
     errors = [r.error for r in result.records if r.error]
     verdict = judge(

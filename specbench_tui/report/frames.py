@@ -217,24 +217,28 @@ DECODE_PARTS: tuple[str, str] = ("decode_tokens", "decode_seconds")
 
 def decode_left_out_by_kind(inp: Inputs) -> dict[str, str]:
     """Per workload kind, the successful requests that decode tok/s leaves out and why, in
-    words (bench/figures.py: one token, or a zero decode window); kinds with none are not
-    listed."""
+    words (bench/figures.py: one token, a zero decode window, or a burst read); kinds with
+    none are not listed."""
     df = requests(inp)
     if df.height == 0:
         return {}
     n = pl.col("output_tokens")
+    burst = pl.col("burst_read").fill_null(False)
     agg = (
         df.group_by("kind")
         .agg(
             (n < 2).sum().alias("one"),
-            ((n >= 2) & pl.col(DECODE_PARTS[1]).is_null()).sum().alias("zero"),
+            ((n >= 2) & pl.col(DECODE_PARTS[1]).is_null() & ~burst).sum().alias("zero"),
+            ((n >= 2) & burst).sum().alias("burst"),
             pl.len().alias("all"),
         )
         .sort("kind")
     )
     out = {}
     for r in agg.to_dicts():
-        total = DecodeTotal(0, 0.0, 0, int(r["one"] or 0), int(r["zero"] or 0))
+        total = DecodeTotal(
+            0, 0.0, 0, int(r["one"] or 0), int(r["zero"] or 0), int(r["burst"] or 0)
+        )
         if total.left_out():
             out[str(r["kind"])] = f"{total.left_out()} of {r['all']} requests"
     return out

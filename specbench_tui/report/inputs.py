@@ -70,6 +70,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "spec_accepted_tokens",
     "spec_draft_tokens",
     "decode_s",
+    "burst_read",
 )
 _OPTIONAL_TYPES: dict[str, Any] = {
     "decode_tok_s": pl.Float64,
@@ -77,6 +78,7 @@ _OPTIONAL_TYPES: dict[str, Any] = {
     "e2e_tok_s": pl.Float64,
     "spec_accepted_tokens": pl.Int64,
     "spec_draft_tokens": pl.Int64,
+    "burst_read": pl.Boolean,
 }
 _TYPES: dict[str, Any] = {**REQUEST_SCHEMA, **_OPTIONAL_TYPES}
 # Text columns with few distinct values: categorical takes a fraction of their memory on a

@@ -73,6 +73,9 @@ class Measurement:
     # gap): bench/figures.py defines both.
     decode_s: float | None = None
     coalesced_gaps: list[int] = field(default_factory=list)
+    # The decode window is far shorter than its chunks imply (a burst read, bench/figures.py
+    # ``mark_bursts``): kept as measured, left out of every decode rate.
+    burst_read: bool = False
     # The prompt's rendering: the chat template's sha256 and the kwargs it was rendered with
     # (JSON, sorted keys); where the server rendered it, the template the model directory
     # holds (null when it could not be read).
