@@ -780,3 +780,17 @@ def test_a_charts_caption_says_what_its_error_bars_are(results: Path, no_tex: No
     for line in figures:
         assert "error bars: Fieller's 95% interval of the ratio of means, over" in line, line
         assert re.search(r"over \d+(-\d+)? units? a bar", line), line
+
+
+def test_the_reports_definitions_are_the_figures_own(results: Path, no_tex: None) -> None:
+    """Each figure is defined once (bench/figures.py DEFINITIONS): the report's table of
+    figures and the sections' prose print that text, so none can drift from the numbers."""
+    from specbench_tui.bench.figures import DEFINITIONS
+
+    render_report(results)
+    md = " ".join((results / "report.md").read_text().split())
+    for key, definition in DEFINITIONS.items():
+        said = " ".join(md_escape(definition.split("{")[0]).split())
+        assert said in md, key
+    decode = " ".join(md_escape(DEFINITIONS["decode_tok_s_total"]).split())
+    assert md.count(decode) >= 3  # the table of figures, single-stream and concurrency

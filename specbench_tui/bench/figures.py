@@ -486,6 +486,41 @@ def slo_said(columns: Mapping[str, Any]) -> str:
 #: Each figure's name as the report, the cells' columns and the console say it, by its
 #: column stem (``decode_tok_s`` for ``decode_tok_s_p50`` ...): a view names a figure from
 #: here rather than inventing a name of its own.
+#: Each figure's short definition, the one the report's table of figures prints and its
+#: sections' prose repeats (report/sections/methodology.py, common.py); the module docstring
+#: above is the long form. ``{chunk_tokens}``: where the engines that ran take a chunk's token
+#: count from (their adapters say).
+DEFINITIONS: dict[str, str] = {
+    "ttft_s": "request sent to first token.",
+    "decode_tok_s_total": (
+        "token-weighted: sum(output tokens - 1) / sum(e2e - TTFT) over the requests of a unit "
+        "(repeat, session, or the cell of a concurrency level), TTFT excluded; a config's "
+        "figure is the mean over its units. Requests with one token, a zero decode window "
+        "(every token in the read of the first) or a burst read (a window under a tenth of "
+        "what its chunks imply) have no decode time: they are left out, and the methodology "
+        "counts them."
+    ),
+    "e2e_tok_s": "per request, output tokens / e2e: TTFT included.",
+    "throughput_tok_s": (
+        "all output tokens of a cell over its measured window: for concurrency the request "
+        "span (first request sent to last byte received), else the sum of the requests' "
+        "spans; warm-up, cache flushes, garbage collection and writes stay out."
+    ),
+    "tpot_s": "per request, (e2e - TTFT) / (output tokens - 1).",
+    "itl_token_s": (
+        "a read that brings k tokens after a gap g gives k latencies of g / k; tokens per "
+        "chunk from {chunk_tokens}."
+    ),
+    "chunk_gap_s": (
+        "time between streamed chunks (SSE events) that came in different reads; a "
+        "speculative server sends several tokens per chunk, so it is not ITL."
+    ),
+    "speedup": (
+        "ratio of two configs' decode tok/s with Fieller's 95% interval; 'too few units' "
+        "where the means are too uncertain to bound it."
+    ),
+}
+
 FIGURE_NAMES: dict[str, str] = {
     "ttft_s": "TTFT",
     "decode_tok_s": "decode tok/s",
@@ -499,4 +534,5 @@ FIGURE_NAMES: dict[str, str] = {
     "goodput_req_s": "goodput",
     "slo_share": "share meeting the SLO",
     "max_concurrency_under_slo": "capacity under the SLO",
+    "speedup": "speed-up",
 }

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import DEFINITIONS
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Section
 from specbench_tui.report.frames import (
@@ -27,15 +28,10 @@ CHECK_NOTE = FAILED_MARK
 UNCHECKED_NOTE = UNCHECKED_MARK
 BASE_NOTE = "base"
 
-#: Decode tok/s as every table figures it (report/frames.py ``unit_moments``), said once: the
-#: methodology's table of figures and each section's prose take it from here.
-DECODE_DEFINITION = (
-    "token-weighted: sum(output tokens - 1) / sum(e2e - TTFT) over the requests of a unit "
-    "(repeat, session, or the cell of a concurrency level), TTFT excluded; a config's figure "
-    "is the mean over its units. Requests with one token or a zero decode window (every token "
-    "in the read of the first) have no decode time: they are left out, and the methodology "
-    "counts them."
-)
+#: Decode tok/s as every table figures it (report/frames.py ``unit_moments``): the one
+#: definition (bench/figures.py ``DEFINITIONS``), which the methodology's table of figures
+#: and each section's prose print.
+DECODE_DEFINITION = DEFINITIONS["decode_tok_s_total"]
 
 MARKS_EXPLAINED = (
     "Bold marks the best config of a table, only where Welch's test (5%) tells it apart from "

@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import DEFINITIONS
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Cell,
@@ -36,7 +37,7 @@ from specbench_tui.report.frames import (
     subset,
 )
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.sections.common import workload_section
+from specbench_tui.report.sections.common import DECODE_DEFINITION, workload_section
 from specbench_tui.report.stats import from_moments
 
 KIND = "concurrency"
@@ -217,11 +218,10 @@ def build(inp: Inputs) -> Section | None:
     sec.add(
         Para(
             text(
-                "Clients send requests back to back, the given number at once. Cell throughput "
-                "is all output tokens of the cell over its request span (first request sent to "
-                "last byte received); decode tok/s is token-weighted over the cell's requests, "
-                "sum(output tokens - 1) / sum(e2e - TTFT); speed-up under load is the "
-                "ratio of cell throughputs to the baseline at the same number of clients. "
+                "Clients send requests back to back, the given number at once. Cell "
+                f"throughput is {DEFINITIONS['throughput_tok_s']} Decode tok/s is "
+                f"{DECODE_DEFINITION} Speed-up under load is the ratio of cell throughputs to "
+                "the baseline at the same number of clients. "
                 "Percentiles are over the cell's requests. Each level is a single cell (one "
                 "unit), so these figures carry no interval and no config is marked best."
                 + (

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import DEFINITIONS, FIGURE_NAMES
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Bullets,
@@ -28,24 +29,14 @@ from specbench_tui.report.frames import (
     requests,
 )
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.sections.common import DECODE_DEFINITION
 from specbench_tui.report.stats import METHOD
 
-FIGURES = (
-    ("TTFT", "request sent to first token."),
-    ("Decode tok/s", DECODE_DEFINITION),
-    ("End-to-end tok/s", "per request, output tokens / e2e: TTFT included."),
-    ("Cell throughput", "all output tokens of a cell over its measured window: for concurrency "
-     "the request span (first request sent to last byte received), else the sum of the "
-     "requests' spans; warm-up, cache flushes, garbage collection and writes stay out."),
-    ("TPOT", "per request, (e2e - TTFT) / (output tokens - 1)."),
-    ("ITL per token", "a read that brings k tokens after a gap g gives k latencies of g / k; "
-     "tokens per chunk from {chunk_tokens}."),
-    ("Chunk gap", "time between streamed chunks (SSE events) that came in different reads; a "
-     "speculative server sends several tokens per chunk, so it is not ITL."),
-    ("Speed-up", "ratio of two configs' decode tok/s with Fieller's 95% interval; 'too few "
-     "units' where the means are too uncertain to bound it."),
-)  # fmt: skip
+#: The report's table of figures: each figure's name and its one definition (bench/figures.py).
+FIGURES = tuple(
+    (name[:1].upper() + name[1:], DEFINITIONS[key])
+    for key in DEFINITIONS
+    for name in (FIGURE_NAMES[key],)
+)
 
 
 def _workloads(inp: Inputs) -> list[dict[str, Any]]:
