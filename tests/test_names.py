@@ -13,9 +13,24 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specbench_tui.engines.registry import adapters
+
 ROOT = Path(__file__).resolve().parents[1] / "specbench_tui"
 SOURCES = ("*.py", "*.j2", "*.tcss")
-ENGINE_WORDS = re.compile(r"sglang|vllm|trtllm|tensorrt", re.IGNORECASE)
+
+
+def _engine_words() -> re.Pattern[str]:
+    """Every registered engine's names: its registry name, its label's words, its programs'
+    first words and its models' owner (a new engine's are guarded by its registry line)."""
+    words: set[str] = set()
+    for a in adapters():
+        words |= {a.name, a.owned_by, *re.split(r"[^A-Za-z0-9]+", a.label)}
+        words |= {re.split(r"[.\-_]", p)[0] for p in a.programs}
+    words = {w.lower() for w in words if len(w) >= 4 and w.upper() != "LLM"}
+    return re.compile("|".join(sorted(map(re.escape, words))), re.IGNORECASE)
+
+
+ENGINE_WORDS = _engine_words()
 BACKEND_WORDS = re.compile(
     r"slurm|systemd|systemctl|journalctl|ssh|sbatch|squeue|scancel|sacct|scontrol",
     re.IGNORECASE,
@@ -50,3 +65,11 @@ def test_the_search_finds_each_name_at_home() -> None:
     backends = " ".join(_lines(BACKEND_WORDS, True, "hosts")).lower()
     assert all(w in engines for w in ("sglang", "vllm", "trtllm"))
     assert all(w in backends for w in ("slurm", "systemd", "ssh", "sbatch", "squeue"))
+
+
+def test_the_engine_words_come_from_the_registry() -> None:
+    """The guard's words are the registry's: each engine's name and label, a planted name of
+    a registered engine is caught in a file outside ``engines/``."""
+    for w in ("sglang", "vllm", "trtllm", "tensorrt"):
+        assert ENGINE_WORDS.search(f"a comment naming {w.upper()}"), w
+    assert not ENGINE_WORDS.search("a server that an operator started")
