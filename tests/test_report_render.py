@@ -387,9 +387,36 @@ def _log_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _longer_cells(root: Path, cells: dict[str, float]) -> None:
+    """Make each of ``cells`` end that many seconds after its start (its cell_finished moved)."""
+    import json
+
+    path = root / "events.jsonl"
+    started: dict[str, datetime] = {}
+    out = []
+    for raw in path.read_text().split("\n"):
+        try:
+            ev = json.loads(raw)
+        except ValueError:  # the torn tail (or the end): kept as it is
+            out.append(raw)
+            continue
+        if ev.get("cell_id") in cells:
+            when = datetime.fromisoformat(ev["ts"].replace("Z", "+00:00"))
+            if ev["event"] == "cell_started":
+                started[ev["cell_id"]] = when
+            elif ev["event"] == "cell_finished":
+                end = started[ev["cell_id"]].timestamp() + cells[ev["cell_id"]]
+                ev["ts"] = datetime.fromtimestamp(end, UTC).isoformat().replace("+00:00", "Z")
+            raw = json.dumps(ev, separators=(",", ":"))
+        out.append(raw)
+    path.write_text("\n".join(out))
+
+
 def test_server_view_beside_the_client_view(tmp_path: Path, no_tex: None) -> None:
     b = write_results(tmp_path / "sv")
     root = finish(b)
+    # Cells of 30 s: the lines' stretch (12 s) is long enough for stamps to the second.
+    _longer_cells(root, {"s-sim-dflash-1": 30.0, "s-h2-dflash-1": 30.0})
     inp = load_inputs(root)
     cell = inp.state.cells["s-sim-dflash-1"]
     agree = inp.state.cells["s-h2-dflash-1"]
@@ -403,20 +430,24 @@ def test_server_view_beside_the_client_view(tmp_path: Path, no_tex: None) -> Non
     )
     header = "----- {iso} starting sim.dflash.tp1: python -m sglang.launch_server\n"
     # The server's clock runs 2 h ahead of UTC: the header puts its lines in place.
-    for gid, c, accept, gen in (
-        ("sim.dflash.tp1", cell, 4.0, 200.0),  # accept far from the client's 2.6
-        ("h2.dflash.tp1", agree, 2.6, 150.0),
+    for gid, c, accept in (
+        ("sim.dflash.tp1", cell, 4.0),  # accept far from the client's 2.6
+        ("h2.dflash.tp1", agree, 2.6),
     ):
         ahead = 7200.0
+        part_rows = pl.concat(
+            [pl.read_parquet(p) for p in (root / "parts").glob(f"{c.id}.a*.parquet")]
+        )
+        gen = float(part_rows["output_tokens"].sum()) / 12.0  # the client's over the stretch
         text = header.format(iso=datetime.fromtimestamp(c.started_at - 5, UTC).isoformat())
         text += f"[{_log_time(c.started_at - 4 + ahead)} TP0] Load weight begin.\n"
-        for dt in (2.0, 5.0):
+        for dt in (2.0, 14.0):
             text += line.format(t=_log_time(c.started_at + dt + ahead), a=accept, g=gen)
         (logs / f"{gid}.log").write_text(text)
-        # The cell's requests decode inside the lines' stretch (2 s to 5 s into the cell).
+        # The cell's requests decode inside the lines' stretch (2 s to 14 s into the cell).
         for part in (root / "parts").glob(f"{c.id}.a*.parquet"):
             rows = pl.read_parquet(part)
-            sent = [c.started_at + 2.5 + 0.1 * i for i in range(rows.height)]
+            sent = [c.started_at + 3.0 + 0.1 * i for i in range(rows.height)]
             rows.with_columns(
                 pl.Series("started_at", sent),
                 pl.lit(0.0).alias("ttft_s"),

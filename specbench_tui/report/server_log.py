@@ -72,16 +72,15 @@ class Spans:
     speed: list[tuple[float, float]]
     res: float = 1.0
 
-    def union(self, kind: str, *, whole: bool = False) -> list[tuple[float, float]]:
+    def union(self, kind: str) -> list[tuple[float, float]]:
         """The ``kind`` stretches merged where they touch or overlap (consecutive lines share
         an end, so a cell's lines make one stretch, whose length is good to a stamp's
-        resolution however short each line's). Each placed at the middle of what its stamps
-        allow, or with ``whole`` over all of it (``since`` to ``at`` + a resolution: an
-        engine that prints several lines a second stamps them all alike)."""
+        resolution however short each line's), each placed at the middle of what its
+        stamps allow."""
         out: list[tuple[float, float]] = []
-        lead, tail = (0.0, self.res) if whole else (self.res / 2, self.res / 2)
+        half = self.res / 2
         for a, b in sorted(getattr(self, kind)):
-            a, b = a + lead, b + tail
+            a, b = a + half, b + half
             if out and a <= out[-1][1]:
                 out[-1] = (out[-1][0], max(out[-1][1], b))
             else:

@@ -8,7 +8,8 @@ length here is the one the per-TP and per-dataset tables print for the same requ
 figure is set against the client's figure over the same stretches: the stats lines a cell
 pooled (each wholly inside it, report/server_log.py) describe parts of it, and the client's
 figure beside them counts each request by the share of its time (sent to last token) that
-lies inside those parts; a cell the log says nothing about is left out of that comparison,
+lies inside those parts, where they are long enough for the stamps to place them
+(``STRETCH_RES``); a cell the log says nothing about is left out of that comparison,
 not compared with its neighbours' lines. The client's speed is all output tokens over all
 measured windows; beside the log's, the client's tokens inside the lines' stretches over
 their seconds.
@@ -44,9 +45,12 @@ ACCEPT_TOL = 0.10
 THROUGHPUT_TOL = 0.25
 COUNTER_TOL = 0.02
 SHOWN = 12  # disagreements listed in full; the tables mark every one
-#: The client's throughput is set beside the log's only over stretches of at least this many
+#: The client's figures are set beside the log's only over stretches of at least this many
 #: stamp resolutions (10 s at stamps to the second): the stamps place each end within half a
-#: resolution, which then moves the rate by at most a tenth.
+#: resolution, which then moves a figure's stretch by at most a tenth. A shorter one (a cell
+#: of a second or two, an engine printing several lines a second) cannot be placed among the
+#: requests: the seed rehearsal's one line in a 1.2 s agentic cell described 40 steps of a
+#: second that held eight turns.
 STRETCH_RES = 10
 
 #: The engine-side comparison of the counters with the requests' own counts, per cell.
@@ -107,9 +111,10 @@ def _on_stretches(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
     spans = log_spans(inp)
 
     def share(kind: str) -> pl.Expr:
-        # Accept: over all the time the lines can describe (a short cell's lines may share
-        # one stamp); speed: placed to the middle, its length then good to a resolution.
-        unions = {cid: own.union(kind, whole=kind == "accept") for cid, own in spans.items()}
+        unions = {cid: own.union(kind) for cid, own in spans.items()}
+        unions = {  # only where the stamps can place them (see STRETCH_RES)
+            cid: u for cid, u in unions.items() if _long_enough(u, spans[cid].res)
+        }
 
         def one(r: dict[str, Any]) -> float:
             stretches = unions.get(r["cell_id"], [])
@@ -157,15 +162,19 @@ def _warmups(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _long_enough(stretches: list[tuple[float, float]], res: float) -> bool:
+    return sum(b - a for a, b in stretches) >= STRETCH_RES * res
+
+
 def _stretch_seconds(inp: Inputs) -> pl.DataFrame:
     """Per cell: the seconds its pooled throughput lines cover (what the client's tokens
     inside them are divided by, as the server's are), where they cover enough that the
     stamps' resolution cannot move the rate by more than a tenth (``STRETCH_RES``)."""
     rows = []
     for cid, s in log_spans(inp).items():
-        covered = sum(b - a for a, b in s.union("speed"))
-        if covered >= STRETCH_RES * s.res:
-            rows.append((cid, covered))
+        stretches = s.union("speed")
+        if _long_enough(stretches, s.res):
+            rows.append((cid, sum(b - a for a, b in stretches)))
     return pl.DataFrame(
         rows, schema={"cell_id": pl.String, "_span_seconds": pl.Float64}, orient="row"
     )
@@ -355,9 +364,9 @@ def build(inp: Inputs) -> Section | None:
                 "every cell, as in the other tables; a log figure has the client's over the "
                 "same stretches beside it, in brackets: each request counted by the share of "
                 "its time (sent to last token) inside the lines' stretches, and the "
-                "client's tokens there over the stretches' seconds, where they add up to "
-                f"{STRETCH_RES} stamp resolutions or more (the stamps place each end to half "
-                "a resolution). "
+                "client's tokens there over the stretches' seconds; only where a cell's "
+                f"stretches add up to {STRETCH_RES} stamp resolutions or more (the stamps "
+                "place each end to half a resolution), else that cell is not compared. "
                 + (
                     "Counter accept length is from the engine's Prometheus counter deltas over "
                     "the cells' measured windows, summed. "
