@@ -23,6 +23,16 @@ class MessagesView:
         super()._on_notify(event)
         self._paint_messages()
 
+    def clear_notifications(self) -> None:
+        """Textual's, and the message line said again at once (not at the next tick)."""
+        super().clear_notifications()  # type: ignore[misc]
+        self._paint_messages()
+
+    def _unnotify(self, notification: Any, refresh: bool = True) -> None:
+        """A notification that expired or was dismissed goes from the line at once."""
+        super()._unnotify(notification, refresh)  # type: ignore[misc]
+        self._paint_messages()
+
     def _paint_messages(self) -> None:
         """The message line: the newest live notification (expired ones gone)."""
         if not self.screen_stack:
