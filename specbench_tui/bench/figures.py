@@ -306,10 +306,12 @@ def mark_bursts(records: Sequence[Measurement]) -> int:
     if not gaps:
         return 0
     pace = statistics.median(gaps)
+    if pace <= 0:
+        return 0
     marked = 0
     for r in records:
         window = r.decode_s
-        if r.error is not None or not window or r.chunks < 3 or pace <= 0:
+        if r.error is not None or not window or r.chunks < 3:
             continue
         if window < BURST_SHARE * (r.chunks - 1) * pace:
             r.burst_read = True
@@ -483,9 +485,6 @@ def slo_said(columns: Mapping[str, Any]) -> str:
     return f"SLO met by {share:.0%} [{lo:.2f}, {hi:.2f}]{rate}"
 
 
-#: Each figure's name as the report, the cells' columns and the console say it, by its
-#: column stem (``decode_tok_s`` for ``decode_tok_s_p50`` ...): a view names a figure from
-#: here rather than inventing a name of its own.
 #: Each figure's short definition, the one the report's table of figures prints and its
 #: sections' prose repeats (report/sections/methodology.py, common.py); the module docstring
 #: above is the long form. ``{chunk_tokens}``: where the engines that ran take a chunk's token
@@ -521,6 +520,9 @@ DEFINITIONS: dict[str, str] = {
     ),
 }
 
+#: Each figure's name as the report, the cells' columns and the console say it, by its
+#: column stem (``decode_tok_s`` for ``decode_tok_s_p50`` ...): a view names a figure from
+#: here rather than inventing a name of its own.
 FIGURE_NAMES: dict[str, str] = {
     "ttft_s": "TTFT",
     "decode_tok_s": "decode tok/s",

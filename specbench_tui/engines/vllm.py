@@ -92,7 +92,7 @@ def log_window_steps(stats: dict[str, float]) -> float | None:
     pools the windows as the counters would. A window that accepted nothing (mean 1.00) still
     counts: its steps are taken as its drafted tokens over the draft length, which the line's
     per-position rates say (one per position); a lower bound where some drafts came short
-    (the capture in tests/test_vllm_parse.py: 225 drafted in 79 steps of k = 3). None where
+    (shared/captures/vllm-0.32-cpu/spec_summary.log: 225 drafted in 79 steps of k = 3). None where
     the line cannot say."""
     accepted, mean = stats.get("accepted_tokens"), stats.get("accept_len")
     if accepted is None or mean is None:

@@ -258,7 +258,6 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
         engine = g.engine or (g.group.engine if g.group is not None else "")
         pooled: dict[str, list[float]] = {}
         kinds: dict[str, str] = {}
-        spans: dict[str, Spans] = {}
         own = adapter(engine).ready_line if engine else None
         lines = read_log(path, stats_parser(engine), ready, own)
         read += len(lines)
@@ -270,16 +269,15 @@ def log_figures(inp: Inputs) -> pl.DataFrame:
             if counts is None:
                 continue
             stretch = (ln.since if ln.since is not None else ln.at, ln.at)
-            own = spans.setdefault(w.cell_id, Spans([], [], ln.res))
+            cell_spans = every_span.setdefault(w.cell_id, Spans([], [], ln.res))
             if counts.steps:
                 acc[0] += counts.tokens
                 acc[1] += counts.steps
-                own.accept.append(stretch)
+                cell_spans.accept.append(stretch)
             if counts.seconds:
                 acc[2] += counts.tokens
                 acc[3] += counts.seconds
-                own.speed.append(stretch)
-        every_span.update(spans)
+                cell_spans.speed.append(stretch)
         for cid, (atok, steps, ttok, secs, n) in pooled.items():
             rows.append(
                 {
@@ -318,7 +316,7 @@ def log_spans(inp: Inputs) -> dict[str, Spans]:
     """Per cell: the stretches its pooled log lines describe (:func:`log_figures` keeps
     them), so that the client's figures can be taken over the same stretches."""
     log_figures(inp)
-    return dict(inp.cache.get("server_log_spans", {}))
+    return inp.cache.get("server_log_spans", {})
 
 
 def stats_lines_read(inp: Inputs) -> int:

@@ -64,9 +64,9 @@ class TreeView:
         current group."""
         p = self.progress
         shown = self._selected.key if self._selected is not None else None
-        group = p.cells[shown].group if shown in p.cells else None
-        if group is not None:
-            own = [c for c in p.cells.values() if c.group == group and c.status == "running"]
+        group = p.groups.get(p.cells[shown].group) if shown in p.cells else None
+        if group is not None:  # its own cells, not the campaign's: this runs every frame
+            own = [p.cells[c] for c in group.cells if p.cells[c].status == "running"]
             if own:
                 return NodeRef("cell", max(own, key=lambda c: c.started_at or 0.0).id)
         if p.current_cell:

@@ -102,22 +102,42 @@ def _kind_per_temperature(req: pl.DataFrame) -> pl.DataFrame:
 _COUNTS = ("output_tokens", "spec_verify_ct", "spec_accepted_tokens", "spec_draft_tokens")
 
 
+def _placed(inp: Inputs) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Per kind (``accept``, ``speed``) and cell: its pooled lines' stretches where the
+    stamps can place them among its requests (``STRETCH_RES``); made once per read."""
+    if "server_view_placed" not in inp.cache:
+        placed: dict[str, dict[str, list[tuple[float, float]]]] = {"accept": {}, "speed": {}}
+        for cid, own in log_spans(inp).items():
+            for kind, cells in placed.items():
+                stretches = own.union(kind)
+                if sum(b - a for a, b in stretches) >= STRETCH_RES * own.res:
+                    cells[cid] = stretches
+        inp.cache["server_view_placed"] = placed
+    return inp.cache["server_view_placed"]
+
+
 def _on_stretches(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
     """Each request's share of its time (sent to last token: the server did all its work
-    within it) inside its cell's pooled log stretches: ``_in_accept`` over the lines that
+    within it) inside its cell's placed log stretches: ``_in_accept`` over the lines that
     gave verify steps, ``_in_speed`` over those that gave seconds; 0 where its cell has no
     such line. Not the decode window alone: a client that read a stream in one burst (a
-    lagging one) puts it in the last milliseconds, after the server had decoded it."""
-    spans = log_spans(inp)
+    lagging one) puts it in the last milliseconds, after the server had decoded it. Only
+    the rows of cells with placed lines are looked at one by one."""
+    placed = _placed(inp)
+    logged = set(placed["accept"]) | set(placed["speed"])
+    cell = pl.col("cell_id").is_in(list(logged))
+    rest = req.filter(~cell).with_columns(
+        pl.lit(0.0).alias("_in_accept"), pl.lit(0.0).alias("_in_speed")
+    )
+    mine = req.filter(cell)
+    if mine.height == 0:
+        return rest
 
     def share(kind: str) -> pl.Expr:
-        unions = {cid: own.union(kind) for cid, own in spans.items()}
-        unions = {  # only where the stamps can place them (see STRETCH_RES)
-            cid: u for cid, u in unions.items() if _long_enough(u, spans[cid].res)
-        }
+        cells = placed[kind]
 
         def one(r: dict[str, Any]) -> float:
-            stretches = unions.get(r["cell_id"], [])
+            stretches = cells.get(r["cell_id"], [])
             if not stretches or r["started_at"] is None or r["e2e_s"] is None:
                 return 0.0
             return share_inside(r["started_at"], r["started_at"] + r["e2e_s"], stretches)
@@ -128,9 +148,7 @@ def _on_stretches(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
             .alias(f"_in_{kind}")
         )
 
-    if not spans:
-        return req.with_columns(pl.lit(0.0).alias("_in_accept"), pl.lit(0.0).alias("_in_speed"))
-    return req.with_columns(share("accept"), share("speed"))
+    return pl.concat([rest, mine.with_columns(share("accept"), share("speed"))])
 
 
 def _warmups(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
@@ -140,9 +158,7 @@ def _warmups(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
     rows = []
     for cid, c in inp.state.cells.items():
         kept = c.figures.get("warmup_requests") if c.status == "done" else None
-        for w in kept or []:
-            sent, e2e, tokens, steps, accepted = (list(w) + [None] * 5)[:5]
-            rows.append((cid, sent, e2e, tokens, steps, accepted))
+        rows += [(cid, *w) for w in kept or []]  # workloads.warmup_row's five
     schema = {
         "cell_id": pl.String,
         "started_at": pl.Float64,
@@ -162,19 +178,10 @@ def _warmups(inp: Inputs, req: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _long_enough(stretches: list[tuple[float, float]], res: float) -> bool:
-    return sum(b - a for a, b in stretches) >= STRETCH_RES * res
-
-
 def _stretch_seconds(inp: Inputs) -> pl.DataFrame:
-    """Per cell: the seconds its pooled throughput lines cover (what the client's tokens
-    inside them are divided by, as the server's are), where they cover enough that the
-    stamps' resolution cannot move the rate by more than a tenth (``STRETCH_RES``)."""
-    rows = []
-    for cid, s in log_spans(inp).items():
-        stretches = s.union("speed")
-        if _long_enough(stretches, s.res):
-            rows.append((cid, sum(b - a for a, b in stretches)))
+    """Per cell: the seconds its placed throughput lines cover (what the client's tokens
+    inside them are divided by, as the server's are)."""
+    rows = [(cid, sum(b - a for a, b in u)) for cid, u in _placed(inp)["speed"].items()]
     return pl.DataFrame(
         rows, schema={"cell_id": pl.String, "_span_seconds": pl.Float64}, orient="row"
     )
