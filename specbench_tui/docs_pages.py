@@ -134,7 +134,7 @@ def _sections_imported(module: types.ModuleType) -> list[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module == "specbench_tui.report.sections"
         for a in node.names
-        if a.name != "common"
+        if a.name not in ("common", "columns")
     ]
 
 

@@ -623,3 +623,15 @@ def test_groups_run_as_slurm_jobs_say_where_their_energy_stays(tmp_path: Path) -
     assert sec is not None and not sec.tables()
     md, _ = render_texts(build_report(b.root))
     assert "No GPU board energy for the groups on cluster" in md
+
+
+def test_a_pooled_figure_above_an_unreliable_idle_floor_is_left_out() -> None:
+    """Cells whose floor drew more than they did pool to no figure above idle, never a
+    negative one; J/token stands."""
+    from specbench_tui.report.energy_pool import pool_energy
+
+    cell = {"gpu_energy_j": 100.0, "energy_output_tokens": 50, "energy_window_s": 1.0}
+    low = pool_energy([{**cell, "idle_power_w": 40.0}])
+    high = pool_energy([{**cell, "idle_power_w": 140.0}])
+    assert low["j_per_token_above_idle"] == pytest.approx(1.2)
+    assert high["j_per_token_above_idle"] is None and high["j_per_token"] == pytest.approx(2.0)

@@ -1,5 +1,5 @@
 """A Spec-Bench-format and an MT-Bench-format file run as prompt sets at temperature 0 and 1,
-on the simulated server; the report has the per-dataset table (speed-up and tau for every
+on the simulated server; the report has the per-dataset table (speed-up and accept length for every
 category, a mean column, both temperatures), and every table and chart is also a CSV."""
 
 from __future__ import annotations
@@ -126,8 +126,8 @@ def test_report_has_the_per_dataset_table_at_both_temperatures(campaign: Path) -
         "mtbench/writing",
         "mtbench/coding",
     ):
-        assert f"{d} speed-up" in head and f"{d} tau" in head, head
-    assert "Mean speed-up" in head and "Mean tau" in head
+        assert f"{d} speed-up" in head and f"{d} accept length" in head, head
+    assert "Mean speed-up" in head and "Mean accept length" in head
     lines = md[md.index(head) :].splitlines()[2:]
     body = lines[: next(i for i, ln in enumerate(lines) if not ln.startswith("|"))]
     rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in body]
@@ -155,7 +155,7 @@ def test_every_table_and_chart_is_a_csv(campaign: Path) -> None:
     tables = len(re.findall(r"^\*\*Table \d+:", md, flags=re.M))
     assert len([f for f in files if "-table-" in f.name]) == tables > 0
     assert any("-chart-" in f.name for f in files)
-    (per_dataset,) = [f for f in files if "speed-up-and-tau-per-dataset" in f.name]
+    (per_dataset,) = [f for f in files if "speed-up-and-accept-length-per-dataset" in f.name]
     rows = list(csv.DictReader(per_dataset.open()))
     dflash = [r for r in rows if r["config"] == "dflash" and r["dataset"] != "mean"]
     assert {r["temperature"] for r in dflash} == {"0.0", "1.0"}

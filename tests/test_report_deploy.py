@@ -48,7 +48,7 @@ def test_each_level_gets_its_own_answer_and_the_table_comes_first(tmp_path: Path
     assert rows[1][3] == deploy.OFF and "no config decoded faster" in rows[1][-1]
     md, _ = render_texts(build_report(root))
     assert "**Table 1: What to deploy per TP size and concurrency level" in md
-    assert "**Table 2: The fastest config per host" in md
+    assert "**Table 2: The fastest config under load" in md
 
 
 def test_one_cell_per_level_cannot_tell(tmp_path: Path) -> None:

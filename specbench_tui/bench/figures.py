@@ -518,6 +518,10 @@ DEFINITIONS: dict[str, str] = {
         "ratio of two configs' decode tok/s with Fieller's 95% interval; 'too few units' "
         "where the means are too uncertain to bound it."
     ),
+    "load_speedup": (
+        "the ratio of a config's cell throughput to the baseline's at the same number of "
+        "clients (concurrency cells)."
+    ),
 }
 
 #: Each figure's name as the report, the cells' columns and the console say it, by its
@@ -533,8 +537,54 @@ FIGURE_NAMES: dict[str, str] = {
     "itl_token_s": "ITL per token",
     "chunk_gap_s": "chunk gap",
     "accept_length": "accept length",
+    "acceptance_rate": "acceptance rate",
     "goodput_req_s": "goodput",
     "slo_share": "share meeting the SLO",
     "max_concurrency_under_slo": "capacity under the SLO",
     "speedup": "speed-up",
+    "load_speedup": "throughput speed-up",
+    "j_per_token": "J/token",
+    "j_per_token_above_idle": "J/token above idle",
 }
+
+#: The unit a figure's column and axis print it in, where its name does not say one (the
+#: report prints times in milliseconds).
+FIGURE_UNITS: dict[str, str] = {
+    "ttft_s": "ms",
+    "tpot_s": "ms",
+    "itl_token_s": "ms",
+    "chunk_gap_s": "ms",
+    "throughput_tok_s": "tok/s",
+    "goodput_req_s": "req/s",
+}
+
+
+def figure_name(key: str) -> str:
+    """The figure's name as a sentence or a title starts it: ``Decode tok/s``."""
+    name = FIGURE_NAMES[key]
+    return name[:1].upper() + name[1:]
+
+
+def defined(key: str) -> str:
+    """``Cell throughput is all output tokens ...``: the figure's name and its one definition,
+    as a section's prose says it."""
+    return f"{figure_name(key)} is {DEFINITIONS[key]}"
+
+
+def figure_title(
+    key: str, *, stat: str = "", scope: str = "", ci: bool = False, lead: bool = True
+) -> str:
+    """A figure's name as a column header or chart title starts: ``TTFT p50 ms``,
+    ``Accept length (request mean)``, ``Decode tok/s [95% CI]``. ``stat``: a percentile;
+    ``scope``: what it is taken over where that differs from the figure's own (a different
+    scope is a different name); ``ci``: the column carries the 95% interval; ``lead``: the
+    title starts the header (else it follows a workload's name: ``chat accept length``)."""
+    name = figure_name(key) if lead else FIGURE_NAMES[key]
+    out = " ".join(p for p in (name, stat, FIGURE_UNITS.get(key, "")) if p)
+    return out + (f" ({scope})" if scope else "") + (" [95% CI]" if ci else "")
+
+
+def figure_axis(key: str, *, stat: str = "") -> str:
+    """A chart axis for the figure: ``TTFT p50 (ms)``, ``decode tok/s``."""
+    unit = FIGURE_UNITS.get(key, "")
+    return " ".join(p for p in (FIGURE_NAMES[key], stat) if p) + (f" ({unit})" if unit else "")

@@ -87,6 +87,9 @@ class Table:
     # The columns after the keys come in runs of this many that a split keeps together (a
     # dataset's speed-up beside its tau).
     column_group: int = 1
+    # The columns' keys where the table was declared from column specs
+    # (report/sections/columns.py): what a test reads to check a table's columns.
+    keys: list[str] = field(default_factory=list)
 
 
 def row(*cells: str | Cell, bold_all: bool = False) -> list[Cell]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import FIGURE_NAMES, defined
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Bullets,
@@ -92,8 +93,9 @@ def build_comparison(roots: list[Path]) -> Report:
     )
     notes = [
         text(
-            "Decode tok/s per request: mean over each campaign's units with its 95% "
-            "Student-t interval; the unit is a run (a fresh server each, ",
+            defined("decode_tok_s_total"),
+            " Each campaign's mean carries its 95% Student-t interval over its units; the "
+            "unit is a run (a fresh server each, ",
             code("[campaign] runs"),
             ") where a campaign has two or more, else a repeat (a session for agentic). The "
             "change is the ratio to campaign A with its 95% interval (Fieller); beyond noise "
@@ -263,7 +265,7 @@ def _alone_table(entries: list[dict[str, Any]], n: int) -> Table:
             Column("TP"),
             Column("Workload", "l"),
             Column("In", "l"),
-            *(Column(f"{_letter(i)} decode tok/s") for i in range(n)),
+            *(Column(f"{_letter(i)} {FIGURE_NAMES['decode_tok_s_total']}") for i in range(n)),
         ],
         body,
         small=True,
@@ -277,7 +279,7 @@ def _kind_blocks(kind: str, rows: list[dict[str, Any]], n: int) -> list[Any]:
     cols = [Column("Host", "l"), Column("Config", "l"), Column("TP"), Column("Workload", "l")]
     if kind == "concurrency":
         cols.append(Column("Clients"))
-    cols += [Column(f"{_letter(i)} decode tok/s") for i in range(n)]
+    cols += [Column(f"{_letter(i)} {FIGURE_NAMES['decode_tok_s_total']}") for i in range(n)]
     cols += [c for i in range(1, n) for c in (Column(f"{_letter(i)}/A"), Column("", "l"))]
     body = []
     charted = rows[0]["key"]["workload"]  # one chart per kind: its first workload

@@ -2,7 +2,9 @@
 
 A row's J/token is all the energy of its valid cells over all their output tokens (a ratio
 of sums), never a mean of per-cell ratios: a short cell would weigh as much as a long one.
-Above idle subtracts the group's idle floor times each cell's own window before summing.
+Above idle subtracts the group's idle floor times each cell's own window before summing; a
+negative sum says the floor is unreliable (as a cell's own figure does, bench/energy.py), and
+the pooled figure is left out rather than printed below zero.
 The energy section, the per-TP tables, the summary and the console's results pane all take
 their energy figures from here.
 """
@@ -33,6 +35,8 @@ def pool_energy(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if idle_known
         else None
     )
+    if above is not None and above < 0:  # the floors drew more than the cells: not a floor
+        above = None
     methods = sorted({str(c.get("energy_method")) for c in cells})
     idle = [float(c["idle_power_w"]) for c in cells if c.get("idle_power_w") is not None]
     return {

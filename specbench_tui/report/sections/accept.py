@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from specbench_tui.bench.figures import figure_title
 from specbench_tui.engines.registry import adapter
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
@@ -99,10 +100,12 @@ def build(inp: Inputs) -> Section | None:
         )
     )
     cols = [Column("Config", "l")]
+    accept = figure_title("accept_length", lead=False)
+    mean = figure_title("accept_length", scope="request mean", lead=False)
     for k in kinds:
-        cols += [Column(f"{k} accept"), Column(f"{k} req. mean")]
+        cols += [Column(f"{k} {accept}"), Column(f"{k} {mean}")]
         if has_rate:
-            cols.append(Column(f"{k} acc. rate"))
+            cols.append(Column(f"{k} {figure_title('acceptance_rate', lead=False)}"))
     for host, tp in sorted({(r["host"], r["tp"]) for r in acc.to_dicts()}):
         part = {
             (r["config"], r["workload"]): r

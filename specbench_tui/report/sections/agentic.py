@@ -10,15 +10,12 @@ import polars as pl
 
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
-    Cell,
     Chart,
     Charts,
-    Column,
     Para,
     Point,
     Section,
     Series,
-    Table,
     text,
 )
 from specbench_tui.report.frames import (
@@ -29,16 +26,11 @@ from specbench_tui.report.frames import (
     unit_moments,
 )
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections import columns as C
 from specbench_tui.report.sections.common import (
     DECODE_DEFINITION,
     MARKS_EXPLAINED,
     compared,
-    config_cell,
-    decode_cell,
-    energy_cells,
-    energy_columns,
-    note,
-    speedup_cell,
     workload_section,
 )
 from specbench_tui.report.stats import from_moments
@@ -96,6 +88,21 @@ def _chart(
     return Chart(kind="lines", xlabel="context (prompt tokens)", series=series, **kw)
 
 
+#: The sessions table's columns (energy where the table has some). The turn TTFTs are the
+#: means over sessions the per-turn chart plots, in milliseconds.
+SESSION_COLUMNS = (
+    C.CONFIG,
+    C.N,
+    C.DECODE_CI,
+    C.SPEEDUP_CI,
+    C.ACCEPT,
+    C.figure("ttft_s", lambda v: f.fnum(v, 1), at="ttft_first", scope="first turn"),
+    C.figure("ttft_s", lambda v: f.fnum(v, 1), at="ttft_last", scope="last turn"),
+    C.field("context_last", "Context last turn", f.count),
+    C.field("cached_last", "Cached last turn", f.share),
+)
+
+
 def build(inp: Inputs) -> Section | None:
     cmp = compared(inp).filter(pl.col("kind") == KIND)
     if cmp.height == 0:
@@ -127,45 +134,16 @@ def build(inp: Inputs) -> Section | None:
         ):
             host, tp = r0
             rows = [r for r in wpart.to_dicts() if (r["host"], r["tp"]) == r0]
-            out = []
             for r in rows:
                 turns = ttft.get((host, tp, workload, r["config"]), [])
                 first, last = (turns[0], turns[-1]) if turns else ({}, {})
-                out.append(
-                    [
-                        config_cell(r),
-                        Cell(str(r["n"])),
-                        decode_cell(r),
-                        speedup_cell(r),
-                        Cell(f.accept(r["accept_len_weighted"])),
-                        Cell(f.fnum(first["mean"].mean if first else None, 1)),
-                        Cell(f.fnum(last["mean"].mean if last else None, 1)),
-                        Cell(f.count(round(last["context"])) if last else f.MISSING),
-                        Cell(f.share(last.get("cached")) if last else f.MISSING),
-                        *energy_cells(r, rows),
-                        Cell(note(r)),
-                    ]
-                )
-            wsec.add(
-                Table(
-                    f"Agentic sessions, {workload}, TP {tp} on {host}",
-                    [
-                        Column("Config", "l"),
-                        Column("n"),
-                        Column("Decode tok/s [95% CI]"),
-                        Column("Speed-up [95% CI]"),
-                        Column("Accept len"),
-                        Column("TTFT first turn ms"),
-                        Column("TTFT last turn ms"),
-                        Column("Context last turn"),
-                        Column("Cached last turn"),
-                        *energy_columns(rows),
-                        Column("", "l"),
-                    ],
-                    out,
-                    small=True,
-                )
-            )
+                r["ttft_first"] = first["mean"].mean if first else None
+                r["ttft_last"] = last["mean"].mean if last else None
+                r["context_last"] = round(last["context"]) if last else None
+                r["cached_last"] = last.get("cached") if last else None
+            cols = [*SESSION_COLUMNS, *C.with_energy(rows, *C.ENERGY), C.blank()]
+            caption = f"Agentic sessions, {workload}, TP {tp} on {host}"
+            wsec.add(C.table(caption, cols, rows, small=True))
             scope = (host, tp, workload)
             where = f"TP {tp} ({workload}, {host})"
             wsec.add(

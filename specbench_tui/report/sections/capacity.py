@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specbench_tui.bench.figures import figure_name, figure_title
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Cell,
@@ -30,6 +31,7 @@ from specbench_tui.report.blocks import (
 )
 from specbench_tui.report.frames import baseline, config_rank, marked, workload_names
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections import columns as C
 from specbench_tui.report.sections.common import WILSON_BARS
 
 
@@ -155,6 +157,17 @@ def _slo_words(inp: Inputs) -> tuple[str, float | None]:
     return "", None
 
 
+#: The table of each level a capacity search tried.
+LEVEL_COLUMNS = (
+    C.CONFIG,
+    C.CLIENTS,
+    C.figure("slo_share", f.share, ci=True),
+    C.figure("goodput_req_s", lambda v: f.fnum(v, 3)),
+    C.THROUGHPUT,
+    C.DECODE,
+)
+
+
 def build(inp: Inputs) -> Section | None:
     every = lines(inp)
     if not every:
@@ -190,12 +203,15 @@ def build(inp: Inputs) -> Section | None:
         if searched:
             cols = [
                 Column("Config", "l"),
-                Column("Capacity"),
+                Column(figure_title("max_concurrency_under_slo")),
                 Column("Bracket (pass .. fail)"),
                 Column("Levels tried"),
             ]
             if ref is not None and len(mine) > 1:
-                cols += [Column("Throughput vs baseline", "l"), Column("Goodput vs baseline", "l")]
+                cols += [
+                    Column(f"{figure_name(k)} vs baseline", "l")
+                    for k in ("throughput_tok_s", "goodput_req_s")
+                ]
             rows = []
             for ln in searched:
                 s = ln.search or {}
@@ -256,32 +272,21 @@ def build(inp: Inputs) -> Section | None:
                 )
             )
         level_rows = [
-            [
-                Cell(marked(inp, ln.config, host, [tp])),
-                Cell(str(lv.clients)),
-                Cell(f.with_ci(lv.share, lv.lo, lv.hi, f.share)),
-                Cell(f.fnum(lv.goodput, 3)),
-                Cell(f.toks(lv.throughput)),
-                Cell(f.toks(lv.decode)),
-            ]
+            {
+                "label": marked(inp, ln.config, host, [tp]),
+                "concurrency": lv.clients,
+                "slo_share": lv.share,
+                "slo_share_lo": lv.lo,
+                "slo_share_hi": lv.hi,
+                "goodput_req_s": lv.goodput,
+                "throughput_tok_s": lv.throughput,
+                "decode_tok_s": lv.decode,
+            }
             for ln in mine
             for lv in ln.levels
         ]
-        sec.add(
-            Table(
-                f"Share meeting the SLO by concurrency, {workload}, TP {tp} on {host}",
-                [
-                    Column("Config", "l"),
-                    Column("Clients"),
-                    Column("Share meeting SLO [95% CI]"),
-                    Column("Goodput req/s"),
-                    Column("Cell tok/s"),
-                    Column("Decode tok/s"),
-                ],
-                level_rows,
-                small=True,
-            )
-        )
+        caption = f"Share meeting the SLO by concurrency, {workload}, TP {tp} on {host}"
+        sec.add(C.table(caption, LEVEL_COLUMNS, level_rows, small=True))
         sec.add(
             Charts(
                 [

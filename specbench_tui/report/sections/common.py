@@ -10,7 +10,7 @@ import polars as pl
 
 from specbench_tui.bench.figures import DEFINITIONS
 from specbench_tui.report import format as f
-from specbench_tui.report.blocks import Cell, Column, Section
+from specbench_tui.report.blocks import Cell, Section
 from specbench_tui.report.frames import (
     FAILED_MARK,
     IMPLAUSIBLE_MARK,
@@ -88,7 +88,9 @@ def config_cell(r: dict[str, Any]) -> Cell:
 
 def decode_cell(r: dict[str, Any]) -> Cell:
     return Cell(
-        f.with_ci(r["decode_tok_s"], r["decode_tok_s_lo"], r["decode_tok_s_hi"], f.toks),
+        f.with_ci(
+            r.get("decode_tok_s"), r.get("decode_tok_s_lo"), r.get("decode_tok_s_hi"), f.toks
+        ),
         bold=bool(r.get("best")),
     )
 
@@ -99,23 +101,11 @@ def speedup_cell(r: dict[str, Any]) -> Cell:
     if r.get("baseline"):
         return Cell("1.00x")
     return Cell(
-        f.ratio(r["speedup"], r["speedup_lo"], r["speedup_hi"], r.get("speedup_too_few")),
+        f.ratio(
+            r.get("speedup"), r.get("speedup_lo"), r.get("speedup_hi"), r.get("speedup_too_few")
+        ),
         bold=bool(r.get("best")),
     )
-
-
-def energy_columns(rows: list[dict[str, Any]]) -> list[Column]:
-    """J/token columns beside the speed-up, where any row of the table has GPU board energy."""
-    if not any(r.get("j_per_token") is not None for r in rows):
-        return []
-    return [Column("J/token"), Column("J/token above idle")]
-
-
-def energy_cells(r: dict[str, Any], rows: list[dict[str, Any]]) -> list[Cell]:
-    """The row's cells under ``energy_columns``: as many as it gave for the table."""
-    if not energy_columns(rows):
-        return []
-    return [Cell(f.fnum(r.get("j_per_token"), 4)), Cell(f.fnum(r.get("j_per_token_above_idle"), 4))]
 
 
 def workload_section(sec: Section, workload: str, workloads: int) -> Section:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from specbench_tui.bench.figures import figure_title
 from specbench_tui.engines.settings import SOURCES_SAID
 from specbench_tui.report import comparability as c
 from specbench_tui.report import format as f
@@ -85,7 +86,7 @@ def _flagged_table(inp: Inputs, flagged: pl.DataFrame) -> Table:
             Column("Config", "l"),
             Column("TP"),
             Column("Workload", "l"),
-            Column("Speed-up [95% CI]"),
+            Column(figure_title("speedup", ci=True)),
             Column("Why not comparable", "p", 0.5),
         ],
         [[*_cells(inp, r), Cell(str(r["why"] or ""))] for r in flagged.sort(_ORDER).to_dicts()],
@@ -110,7 +111,7 @@ def _controls_table(inp: Inputs, rows: pl.DataFrame) -> Table:
             Column("Control", "l"),
             Column("TP"),
             Column("Workload", "l"),
-            Column("Speed-up [95% CI]"),
+            Column(figure_title("speedup", scope="over the control", ci=True)),
             Column("Comparable", "p", 0.35),
         ],
         body,

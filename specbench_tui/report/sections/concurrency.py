@@ -13,18 +13,16 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.bench.figures import DEFINITIONS
+from specbench_tui.bench.figures import defined, figure_axis, figure_name, figure_title
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Cell,
     Chart,
     Charts,
-    Column,
     Para,
     Point,
     Section,
     Series,
-    Table,
     text,
 )
 from specbench_tui.report.frames import (
@@ -37,7 +35,8 @@ from specbench_tui.report.frames import (
     subset,
 )
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.sections.common import DECODE_DEFINITION, workload_section
+from specbench_tui.report.sections import columns as C
+from specbench_tui.report.sections.common import workload_section
 from specbench_tui.report.stats import from_moments
 
 KIND = "concurrency"
@@ -137,17 +136,41 @@ def _over_runs(per_cell: pl.DataFrame) -> pl.DataFrame:
         lo.append(m.lo if m else None)
         hi.append(m.hi if m else None)
     return out.drop("_sd").with_columns(
-        pl.Series("throughput_lo", lo, dtype=pl.Float64),
-        pl.Series("throughput_hi", hi, dtype=pl.Float64),
+        pl.Series("throughput_tok_s_lo", lo, dtype=pl.Float64),
+        pl.Series("throughput_tok_s_hi", hi, dtype=pl.Float64),
     )
 
 
-def _itl_name(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
+def _itl_name(rows: list[dict[str, Any]]) -> tuple[str, str]:
     """ITL per token where every cell has it, else the chunk gap: never one under the other's
-    name."""
+    name. The cells' column stem and the figure's key."""
     if rows and all(r.get("itl_token_s_p50") is not None for r in rows):
-        return "itl_token_s", "ITL per token", "ITL"
-    return "itl_s", "chunk gap per SSE event", "Chunk gap"
+        return "itl_token_s", "itl_token_s"
+    return "itl_s", "chunk_gap_s"
+
+
+def _gap_column(stem: str, figure: str, stat: str) -> C.Col:
+    """The ITL or chunk-gap percentile's column."""
+    return C.Col(
+        f"{figure}_{stat}",
+        figure_title(figure, stat=stat),
+        lambda r: Cell(_gap(r, f"{stem}_{stat}")),
+    )
+
+
+#: The level table's columns before the inter-token ones.
+LEVEL_COLUMNS = (
+    C.CONFIG,
+    C.CLIENTS,
+    C.field("requests", "Requests", f.count, at="sent"),
+    C.Col("errors", "Errors", lambda r: Cell(f.count(r.get("errors")), bold=bool(r.get("errors")))),
+    C.THROUGHPUT_CI,
+    C.LOAD_SPEEDUP,
+    C.DECODE,
+    C.TTFT_P50,
+    C.TTFT_P99,
+    C.TPOT_P50,
+)
 
 
 def _gap(r: dict[str, Any], key: str) -> str:
@@ -199,16 +222,6 @@ def _series(
     return out
 
 
-def _joules(
-    joules: dict[tuple[Any, ...], dict[str, Any]], r: dict[str, Any], workload: str
-) -> list[Cell]:
-    """The level's J/token cell, where the table has that column."""
-    if not joules:
-        return []
-    k = (r["host"], r["tp"], KIND, workload, r["concurrency"], r["config"])
-    return [Cell(f.fnum(joules.get(k, {}).get("j_per_token"), 4))]
-
-
 def build(inp: Inputs) -> Section | None:
     lv = level_frame(inp)
     if lv.height == 0:
@@ -218,12 +231,11 @@ def build(inp: Inputs) -> Section | None:
     sec.add(
         Para(
             text(
-                "Clients send requests back to back, the given number at once. Cell "
-                f"throughput is {DEFINITIONS['throughput_tok_s']} Decode tok/s is "
-                f"{DECODE_DEFINITION} Speed-up under load is the ratio of cell throughputs to "
-                "the baseline at the same number of clients. "
-                "Percentiles are over the cell's requests. Each level is a single cell (one "
-                "unit), so these figures carry no interval and no config is marked best."
+                "Clients send requests back to back, the given number at once. "
+                f"{defined('throughput_tok_s')} {defined('decode_tok_s_total')} "
+                f"{defined('load_speedup')} Percentiles are over the cell's requests. Each "
+                "level is a single cell (one unit), so these figures carry no interval and no "
+                "config is marked best."
                 + (
                     " With the plan's runs, each level has a cell per run (a fresh server "
                     "each): its figures are means over them, and cell throughput carries its "
@@ -241,58 +253,29 @@ def build(inp: Inputs) -> Section | None:
         for host, tp in sorted({(r["host"], r["tp"]) for r in wpart.to_dicts()}):
             rows = [r for r in wpart.to_dicts() if (r["host"], r["tp"]) == (host, tp)]
             rows.sort(key=lambda r: (order.get(r["config"], len(order)), r["concurrency"]))
-            itl, itl_long, itl_short = _itl_name(rows)
+            stem, gap = _itl_name(rows)
+            for r in rows:
+                r["label"] = marked(inp, r["config"], host, [tp])
+                r["j_per_token"] = energy.get(
+                    (host, tp, KIND, workload, r["concurrency"], r["config"]), {}
+                ).get("j_per_token")
             cols = [
-                Column("Config", "l"),
-                Column("Clients"),
-                Column("Requests"),
-                Column("Errors"),
-                Column("Cell tok/s"),
-                Column("Speed-up"),
-                Column("Decode tok/s"),
-                Column("TTFT p50 ms"),
-                Column("TTFT p99 ms"),
-                Column("TPOT p50 ms"),
-                Column(f"{itl_short} p50 ms"),
-                Column(f"{itl_short} p99 ms"),
-            ]
-            joules = {k: v for k, v in energy.items() if k[:2] == (host, tp)}
-            if joules:
-                cols.append(Column("J/token"))
-            out = [
-                [
-                    Cell(marked(inp, r["config"], host, [tp])),
-                    Cell(str(r["concurrency"])),
-                    Cell(f.count(r.get("sent"))),
-                    Cell(f.count(r.get("errors")), bold=bool(r.get("errors"))),
-                    Cell(
-                        f.with_ci(
-                            r["throughput_tok_s"], r["throughput_lo"], r["throughput_hi"], f.toks
-                        )
-                    ),
-                    Cell(f.speedup(r.get("load_speedup"))),
-                    Cell(f.toks(r["decode_tok_s"])),
-                    Cell(f.ms(r["ttft_p50"])),
-                    Cell(f.ms(r["ttft_p99"])),
-                    Cell(f.ms(r["tpot_p50"])),
-                    Cell(_gap(r, f"{itl}_p50")),
-                    Cell(_gap(r, f"{itl}_p99")),
-                    *_joules(joules, r, workload),
-                ]
-                for r in rows
+                *LEVEL_COLUMNS,
+                _gap_column(stem, gap, "p50"),
+                _gap_column(stem, gap, "p99"),
+                *C.with_energy(rows, C.J_TOKEN),
             ]
             notes = (
                 []
-                if itl == "itl_token_s"
+                if stem == "itl_token_s"
                 else [
                     "Only the chunk gap per SSE event was recorded for these cells; a speculative "
                     "server sends several tokens per event, so it is not ITL per token."
                 ]
             )
             notes += _coalesced_note(rows)
-            wsec.add(
-                Table(f"Concurrency, {workload}, TP {tp} on {host}", cols, out, notes, small=True)
-            )
+            caption = f"Concurrency, {workload}, TP {tp} on {host}"
+            wsec.add(C.table(caption, cols, rows, notes=notes, small=True))
             where = f"TP {tp} ({workload}, {host})"
             wsec.add(
                 Charts(
@@ -317,13 +300,12 @@ def build(inp: Inputs) -> Section | None:
                             ymin=0.0,
                         ),
                         Chart(
-                            f"{itl_long[:1].upper()}{itl_long[1:]} p50 (solid) and p99 (dashed), "
-                            f"{where}",
+                            f"{figure_name(gap)} p50 (solid) and p99 (dashed), {where}",
                             "lines",
                             "clients",
-                            f"{itl_short} (ms)",
-                            _series(inp, rows, f"{itl}_p50", scale=1000)
-                            + _series(inp, rows, f"{itl}_p99", dashed=True, scale=1000),
+                            figure_axis(gap),
+                            _series(inp, rows, f"{stem}_p50", scale=1000)
+                            + _series(inp, rows, f"{stem}_p99", dashed=True, scale=1000),
                             xlog=True,
                             ymin=0.0,
                         ),

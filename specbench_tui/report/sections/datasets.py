@@ -1,11 +1,12 @@
 """Per-dataset tables in the papers' shape (Spec-Bench, EAGLE-3, DFlash, DDTree): per host and
 TP size, one row per config, and for each dataset (a prompt set, or a category of a standard
-set) the speed-up and the mean accepted length tau side by side, then the mean over datasets;
+set) the speed-up and the accept length (the papers' tau) side by side, then the mean over datasets;
 a workload run at several temperatures has its rows for each, in the same table.
 
 Figures are the report's own (report/frames.py, bench/figures.py): speed-up is the ratio of
 decode tok/s to the baseline's on the same host, TP, workload and dataset, with Fieller's
-interval in the CSV; tau is the engine's accept length over the counts pooled per dataset.
+interval in the CSV; accept length is the engine's over the counts pooled per dataset (the
+CSV's ``tau``).
 Every expansion of a parametrized config is a row: no budget is picked after the fact.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import FIGURE_NAMES, figure_name
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
 from specbench_tui.report.frames import (
@@ -32,8 +34,9 @@ from specbench_tui.report.frames import (
 from specbench_tui.report.inputs import Inputs
 
 RULE = (
-    "Speed-up: decode tok/s (token-weighted, TTFT left out) over the baseline's on the same "
-    "host, TP, workload, temperature and dataset; tau: mean accepted tokens per verify step, "
+    f"{figure_name('speedup')}: {FIGURE_NAMES['decode_tok_s_total']} over the baseline's on "
+    "the same host, TP, workload, temperature and dataset. "
+    f"{figure_name('accept_length')} (the papers' tau): accepted tokens per verify step, "
     "bonus token included, as the engine counts them, pooled over the dataset's requests. "
     "Mean: the plain mean of the row's datasets (as the papers report it). Bold marks the "
     "highest speed-up of a dataset only where Welch's test (5%) tells its decode tok/s apart "
@@ -44,12 +47,14 @@ RULE = (
     "not comparable with the baseline's carries its mark beside its name, and is never bold."
 )
 KEYS = [*SCOPE, "prompt_set", "config"]
+SPEEDUP, ACCEPT = FIGURE_NAMES["speedup"], FIGURE_NAMES["accept_length"]
 
 
 #: Under each table: where its figures are defined, not the definitions again (the section
 #: says them once, above its tables).
 NOTE = (
-    "Speed-up and tau as the section defines them above; a mark beside a config's name as "
+    f"{figure_name('speedup')} and {FIGURE_NAMES['accept_length']} as the section defines "
+    "them above; a mark beside a config's name as "
     "there; the intervals are in the table's CSV."
 )
 
@@ -129,8 +134,8 @@ def _table(inp: Inputs, rows: list[dict[str, Any]], where: str) -> Table:
     unlike = {(r["temperature"], r["config"]) for r in rows if r["why"]}
     cols = [Column("Config", "l")] + ([Column("T")] if len(temps) > 1 else [])
     for d in datasets:
-        cols += [Column(f"{d} speed-up"), Column(f"{d} tau")]
-    cols += [Column("Mean speed-up"), Column("Mean tau")]
+        cols += [Column(f"{d} {SPEEDUP}"), Column(f"{d} {ACCEPT}")]
+    cols += [Column(f"Mean {SPEEDUP}"), Column(f"Mean {ACCEPT}")]
     body: list[list[Cell]] = []
     csv: list[dict[str, Any]] = []
     for t in temps or [None]:
@@ -167,14 +172,14 @@ def _table(inp: Inputs, rows: list[dict[str, Any]], where: str) -> Table:
                     }
                 )
     return Table(
-        f"Speed-up and tau per dataset, {where}",
+        f"{figure_name('speedup')} and {ACCEPT} per dataset, {where}",
         cols,
         body,
         notes=[NOTE],
         small=True,
         csv=csv,
         key_columns=2 if len(temps) > 1 else 1,
-        column_group=2,  # a dataset's speed-up and tau stay together
+        column_group=2,  # a dataset's speed-up and accept length stay together
     )
 
 

@@ -5,7 +5,7 @@ is the report's Table 1 when the plan sweeps concurrency levels.
 Each level is its own question (speculation that pays at one client can cost at 32): the
 answer is the per-level argmax over every config of the plan, every draft length and
 budget of a parametrized one included, by the figure the report ranks with an interval
-(decode tok/s per request, ``frames.rank_decode``), among the configs that passed their
+(decode tok/s, ``frames.rank_decode``), among the configs that passed their
 correctness checks and compare like with like with the baseline. It names a config where
 that config's speed-up interval lies above 1 (saying whether it is told apart from the
 runner-up, or which configs it cannot be told apart from); "cannot tell" where the fastest
@@ -19,15 +19,26 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.report import format as f
-from specbench_tui.report.blocks import Cell, Column, Table
+from specbench_tui.report.blocks import Cell, Table
 from specbench_tui.report.frames import marked
+from specbench_tui.report.sections import columns as C
 from specbench_tui.report.sections.common import compared, names
 
 #: The answer where no speculative config decoded faster than the baseline.
 OFF = "speculation off"
 #: The answer where one did, but not beyond its interval (or with too few units for one).
 CANNOT_TELL = "cannot tell"
+
+
+#: The deploy table's columns after the host (said in the caption where there is one).
+COLUMNS = (
+    C.TP,
+    C.WORKLOAD,
+    C.CLIENTS,
+    C.Col("deploy", "Deploy", lambda r: Cell(r["deploy"], bold=r["best"]), "l"),
+    C.DECODE_CI,
+    C.SPEEDUP_CI,
+)
 
 
 def _answer(items: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str, str]:
@@ -79,64 +90,46 @@ def table(inp: Any) -> Table | None:
         r["label"] = marked(inp, r["config"], r["host"], [r["tp"]])  # its check mark with it
         scopes.setdefault((r["host"], r["tp"], r["workload"], r["concurrency"]), []).append(r)
     hosts = {k[0] for k in scopes}
-    rows: list[list[Cell]] = []
-    csv: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     for (host, tp, workload, level), items in sorted(scopes.items()):
         top, said, why = _answer(items)
-        lead = [Cell(host)] if len(hosts) > 1 else []
+        named = said not in (OFF, CANNOT_TELL) and top is not None
         rows.append(
-            [
-                *lead,
-                Cell(str(tp)),
-                Cell(workload),
-                Cell(str(level)),
-                Cell(said, bold=said not in (OFF, CANNOT_TELL) and bool(top and top["best"])),
-                Cell(
-                    f.with_ci(top["decode_tok_s"], top["decode_tok_s_lo"], top["decode_tok_s_hi"])
-                    if top
-                    else f.MISSING
-                ),
-                Cell(
-                    f.ratio(top["speedup"], top["speedup_lo"], top["speedup_hi"], False)
-                    if top
-                    else f.MISSING
-                ),
-                Cell(why),
-            ]
-        )
-        csv.append(
             {
+                **(top or {}),
                 "host": host,
                 "tp": tp,
                 "workload": workload,
-                "level": level,
-                "deploy": top["config"] if said not in (OFF, CANNOT_TELL) and top else said,
-                "decode_tok_s": top["decode_tok_s"] if top else None,
-                "speedup": top["speedup"] if top else None,
-                "speedup_lo": top["speedup_lo"] if top else None,
-                "speedup_hi": top["speedup_hi"] if top else None,
-                "why": why,
+                "concurrency": level,
+                "deploy": said,
+                "best": named and bool(top and top["best"]),
+                "speedup_too_few": False,
+                "marks": why,
             }
         )
-    where = f", on {next(iter(hosts))}" if len(hosts) == 1 else ""
-    cols = [
-        *([Column("Host", "l")] if len(hosts) > 1 else []),
-        Column("TP"),
-        Column("Workload", "l"),
-        Column("Clients"),
-        Column("Deploy", "l"),
-        Column("Decode tok/s [95% CI]"),
-        Column("Speed-up [95% CI]"),
-        Column("", "p", 0.3),
+    csv = [
+        {
+            "host": r["host"],
+            "tp": r["tp"],
+            "workload": r["workload"],
+            "level": r["concurrency"],
+            "deploy": r["config"]
+            if r.get("config") and r["deploy"] not in (OFF, CANNOT_TELL)
+            else r["deploy"],
+            **{k: r.get(k) for k in ("decode_tok_s", "speedup", "speedup_lo", "speedup_hi")},
+            "why": r["marks"],
+        }
+        for r in rows
     ]
-    return Table(
+    where = f", on {next(iter(hosts))}" if len(hosts) == 1 else ""
+    cols = [*([C.HOST] if len(hosts) > 1 else []), *COLUMNS, C.blank(0.3)]
+    return C.table(
         "What to deploy per TP size and concurrency level: the fastest config by decode tok/s "
-        "per request where its speed-up's interval lies above 1; speculation off where none "
+        "where its speed-up's interval lies above 1; speculation off where none "
         "decoded faster than the baseline "
         f"(every draft length and budget of the plan compared at each level){where}",
         cols,
         rows,
         small=True,
         csv=csv,
-        key_columns=len(cols) - 4,
     )

@@ -13,24 +13,24 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from specbench_tui.bench.figures import figure_name
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Bullets,
     Cell,
     Chart,
     Charts,
-    Column,
     Para,
     Point,
     Section,
     Series,
-    Table,
     text,
 )
 from specbench_tui.report.energy_pool import energy_valid, pool_energy
 from specbench_tui.report.frames import marked, workload_names
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.sections.common import batch_hosts, compared, speedup_cell
+from specbench_tui.report.sections import columns as C
+from specbench_tui.report.sections.common import batch_hosts, compared
 
 TITLE = "GPU board energy"
 MAX_LISTED = 12  # invalid cells named one by one; the rest are counted
@@ -106,58 +106,28 @@ def build(inp: Inputs) -> Section | None:
         by_key.setdefault((c.host, c.tp), {}).setdefault(row_key, []).append(c)
     invalid: list[str] = []
     for (host, tp), rows_of in sorted(by_key.items()):
-        rows, csv = [], []
+        rows: list[dict[str, Any]] = []
         for (config, workload), cells in sorted(rows_of.items()):
             good = [c.figures for c in cells if energy_valid(c.figures)]
             for c in cells:
                 if not c.figures.get("energy_valid"):
                     invalid.append(f"{c.name}: {c.figures.get('energy_note') or 'not valid'}")
             p = pool_energy(good) if good else None
-            name = marked(inp, config, host, [tp])
             rows.append(
-                [
-                    Cell(name),
-                    Cell(workload),
-                    Cell(f"{len(good)}/{len(cells)}"),
-                    Cell(p["method"] if p else "-"),
-                    Cell(f.fnum(p["joules"], 0) if p else "-"),
-                    Cell(f.fnum(p["power_w"], 0) if p else "-"),
-                    Cell(f.fnum(p["idle_w"], 0) if p else "-"),
-                    Cell(f.fnum(p["j_per_token"], 4) if p else "-"),
-                    Cell(f.fnum(p["j_per_token_above_idle"], 4) if p else "-"),
-                ]
-            )
-            csv.append(
                 {
                     "host": host,
                     "tp": tp,
                     "config": config,
+                    "label": marked(inp, config, host, [tp]),
                     "workload": workload,
                     "cells_valid": len(good),
                     "cells": len(cells),
                     **(p or {}),
                 }
             )
-        sec.add(
-            Table(
-                f"{TITLE}, TP {tp} on {host}",
-                [
-                    Column("Config", "l"),
-                    Column("Workload", "l"),
-                    Column("Valid cells"),
-                    Column("Method", "l"),
-                    Column("Energy J"),
-                    Column("Power W"),
-                    Column("Idle W"),
-                    Column("J/token"),
-                    Column("J/token above idle"),
-                ],
-                rows,
-                small=True,
-                csv=csv,
-                key_columns=2,
-            )
-        )
+        caption = f"{TITLE}, TP {tp} on {host}"
+        csv = [{k: v for k, v in r.items() if k != "label"} for r in rows]
+        sec.add(C.table(caption, POOLED_COLUMNS, rows, small=True, csv=csv))
     sec.blocks += _against_speedup(inp)
     if invalid:
         listed = [text(s) for s in invalid[:MAX_LISTED]]
@@ -166,6 +136,32 @@ def build(inp: Inputs) -> Section | None:
         sec.add(Para(text(f"{f.plural(len(invalid), 'cell')} whose energy is not valid:")))
         sec.add(Bullets(listed))
     return sec
+
+
+#: The pooled energy table: each config and workload over its cells with valid energy.
+POOLED_COLUMNS = (
+    C.CONFIG,
+    C.WORKLOAD,
+    C.Col("cells_valid", "Valid cells", lambda r: Cell(f"{r['cells_valid']}/{r['cells']}")),
+    C.field("method", "Method", align="l"),
+    C.field("joules", "Energy J", lambda v: f.fnum(v, 0)),
+    C.field("power_w", "Power W", lambda v: f.fnum(v, 0)),
+    C.field("idle_w", "Idle W", lambda v: f.fnum(v, 0)),
+    *C.ENERGY,
+)
+#: Energy per token beside speed-up, each config against its baseline.
+AGAINST_COLUMNS = (
+    C.CONFIG,
+    C.TP,
+    C.WORKLOAD,
+    C.SPEEDUP_CI,
+    C.J_TOKEN,
+    C.Col(
+        "j_vs_base",
+        f"{figure_name('j_per_token')} vs baseline",
+        lambda r: Cell(f.speedup(r["j_vs_base"])),
+    ),
+)
 
 
 def _against_speedup(inp: Inputs) -> list[Any]:
@@ -192,34 +188,19 @@ def _against_speedup(inp: Inputs) -> list[Any]:
                 rel = r["j_per_token"] / b if b else None
                 level = f" ({r['concurrency']} clients)" if r["concurrency"] else ""
                 table.append(
-                    [
-                        Cell(marked(inp, r["config"], host, [tp])),
-                        Cell(str(tp)),
-                        Cell(f"{r['workload']}{level}"),
-                        speedup_cell(r),
-                        Cell(f.fnum(r["j_per_token"], 4)),
-                        Cell(f.speedup(rel)),
-                    ]
+                    {
+                        **r,
+                        "label": marked(inp, r["config"], host, [tp]),
+                        "workload": f"{r['workload']}{level}",
+                        "j_vs_base": rel,
+                    }
                 )
                 if rel is not None:
                     pts.append(Point(r["speedup"], rel))
             if pts:
                 series.append(Series(f"TP {tp}", sorted(pts, key=lambda p: p.x), color=i))
-        out.append(
-            Table(
-                f"Energy per token against speed-up on {host} (both over the baseline)",
-                [
-                    Column("Config", "l"),
-                    Column("TP"),
-                    Column("Workload", "l"),
-                    Column("Speed-up [95% CI]"),
-                    Column("J/token"),
-                    Column("J/token vs baseline"),
-                ],
-                table,
-                small=True,
-            )
-        )
+        caption = f"Energy per token against speed-up on {host} (both over the baseline)"
+        out.append(C.table(caption, AGAINST_COLUMNS, table, small=True))
         if series:
             out.append(
                 Charts(

@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import figure_title
 from specbench_tui.bench.forced import CHECK, FORCED_TOLERANCE
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
@@ -261,8 +262,8 @@ def _curve_table(
             Column("Config", "l"),
             Column("Workload", "l"),
             Column("Acceptance", "l"),
-            Column("Accept length"),
-            Column("Speed-up [95% CI]"),
+            Column(figure_title("accept_length")),
+            Column(figure_title("speedup", ci=True)),
         ],
         out,
         small=True,
@@ -401,9 +402,9 @@ def _decomposition(
         [
             Column("Config", "l"),
             Column("Workload", "l"),
-            Column("Accept length (drafter)"),
-            Column("Predicted speed-up [95% CI]"),
-            Column("Measured speed-up [95% CI]"),
+            Column(figure_title("accept_length", scope="drafter")),
+            Column(figure_title("speedup", scope="predicted", ci=True)),
+            Column(figure_title("speedup", scope="measured", ci=True)),
             Column("Step cost (measured)"),
             Column("Step cost (curve)"),
             Column("Measured / predicted"),

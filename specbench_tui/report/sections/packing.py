@@ -7,9 +7,25 @@ how far they are from a figure measured alone."""
 from __future__ import annotations
 
 from specbench_tui.report import format as f
-from specbench_tui.report.blocks import Cell, Column, Para, Section, Table, text
+from specbench_tui.report.blocks import Cell, Para, Section, text
 from specbench_tui.report.frames import group_kinds, marked, packing_effect
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections import columns as C
+
+#: The packing table: each packed config's decode tok/s beside the same config alone.
+COLUMNS = (
+    C.CONFIG,
+    C.TP,
+    C.WORKLOAD,
+    C.figure("decode_tok_s_total", f.toks, at="packed_tok_s", scope="packed", ci=True),
+    C.figure("decode_tok_s_total", f.toks, at="solo_tok_s", scope="alone", ci=True),
+    C.Col(
+        "packed_over_alone",
+        "Packed / alone [95% CI]",
+        lambda r: Cell(f.ratio(r["ratio"], r["ratio_lo"], r["ratio_hi"], r["ratio_too_few"])),
+    ),
+    C.Col("marks", "", lambda r: Cell("differs" if r["differs"] else "within noise"), "l"),
+)
 
 
 def build(inp: Inputs) -> Section | None:
@@ -39,34 +55,20 @@ def build(inp: Inputs) -> Section | None:
     eff = packing_effect(inp)
     if eff.height == 0:
         return sec
-    cols = [
-        Column("Config", "l"),
-        Column("TP"),
-        Column("Workload", "l"),
-        Column("Packed tok/s [95% CI]"),
-        Column("Alone tok/s [95% CI]"),
-        Column("Packed / alone [95% CI]"),
-        Column("", "l"),
-    ]
     for (host,), part in sorted(eff.partition_by("host", as_dict=True).items()):
-        rows = []
-        for r in part.sort("tp", "workload", "concurrency").to_dicts():
-            level = f" c{r['concurrency']}" if r["kind"] == "concurrency" else ""
-            rows.append(
-                [
-                    Cell(marked(inp, str(r["config"]), str(host), [r["tp"]])),
-                    Cell(str(r["tp"])),
-                    Cell(f"{r['workload']}{level}"),
-                    Cell(f.with_ci(r["packed_tok_s"], r["packed_lo"], r["packed_hi"], f.toks)),
-                    Cell(f.with_ci(r["solo_tok_s"], r["solo_lo"], r["solo_hi"], f.toks)),
-                    Cell(f.ratio(r["ratio"], r["ratio_lo"], r["ratio_hi"], r["ratio_too_few"])),
-                    Cell("differs" if r["differs"] else "within noise"),
-                ]
-            )
+        rows = [
+            {
+                **r,
+                "label": marked(inp, str(r["config"]), str(host), [r["tp"]]),
+                "workload": r["workload"]
+                + (f" c{r['concurrency']}" if r["kind"] == "concurrency" else ""),
+            }
+            for r in part.sort("tp", "workload", "concurrency").to_dicts()
+        ]
         sec.add(
-            Table(
+            C.table(
                 f"Packing effect on {host}: decode tok/s packed and alone",
-                cols,
+                COLUMNS,
                 rows,
                 notes=[
                     "differs: Welch's test (5%) tells packed from alone; within noise: it "

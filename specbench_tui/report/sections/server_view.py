@@ -21,9 +21,10 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import figure_title
 from specbench_tui.engines.registry import accept_length
 from specbench_tui.report import format as f
-from specbench_tui.report.blocks import Bullets, Cell, Column, Para, Section, Table, text
+from specbench_tui.report.blocks import Bullets, Cell, Para, Section, text
 from specbench_tui.report.frames import (
     ACCEPT_COLUMNS,
     accept_frame,
@@ -36,6 +37,7 @@ from specbench_tui.report.frames import (
     requests,
 )
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections import columns as C
 from specbench_tui.report.server_log import log_figures, log_spans, share_inside, stats_lines_read
 
 #: Relative differences beyond which the two views disagree. The log's accept length is a
@@ -344,6 +346,54 @@ def _intervals(inp: Inputs) -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
+def _flagged(tag: str, title: str, at: tuple[str, ...], fmt: Any, word: str) -> C.Col:
+    """A server-side figure (``at[0]``), beside the client's over the same stretches
+    (``at[1]``) where given; bold where a disagreement names ``word``."""
+
+    def cell(r: Any) -> Cell:
+        said = _beside(r[at[0]], r[at[1]], fmt) if len(at) == 2 else fmt(r[at[0]])
+        return Cell(said, bold=any(word in b for b in r["bad"]))
+
+    return C.Col(tag, title, cell)
+
+
+#: The server view's columns: the client's figures over every cell of the config and kind,
+#: the log's (and the counters') beside the client's over the same stretches.
+LEAD = (
+    C.CONFIG,
+    C.field("kind", "Kind", align="l"),
+    C.Col("cells", "Cells (logged)", lambda r: Cell(f"{r['cells']} ({r['cells_logged']})")),
+    C.figure("accept_length", f.accept, at="accept_len_mean", scope="client, request mean"),
+    C.figure("accept_length", f.accept, at="accept_len_weighted", scope="client"),
+    _flagged(
+        "log_accept_len",
+        figure_title("accept_length", scope="log; client on the same stretches"),
+        ("log_accept_len", "accept_len_logged"),
+        f.accept,
+        "log accept",
+    ),
+)
+COUNTER = _flagged(
+    "counter_accept_len",
+    figure_title("accept_length", scope="engine counters"),
+    ("counter_accept_len",),
+    f.accept,
+    "counter",
+)
+TRAIL = (
+    C.figure("throughput_tok_s", f.toks, at="client_speed", scope="client"),
+    _flagged(
+        "log_gen_throughput",
+        "Log gen tok/s (client on the same stretches)",
+        ("log_gen_throughput", "client_speed_logged"),
+        f.toks,
+        "gen throughput",
+    ),
+    C.Col("log_lines", "Log lines", lambda r: Cell(f.count(r["log_lines"] or 0))),
+    C.Col("marks", "", lambda r: Cell("disagree" if r["bad"] else ""), "l"),
+)
+
+
 def build(inp: Inputs) -> Section | None:
     view = view_frame(inp)
     if view.height == 0:
@@ -410,56 +460,13 @@ def build(inp: Inputs) -> Section | None:
     for host, tp in sorted({(r["host"], r["tp"]) for r in rows_all}):
         rows = [r for r in rows_all if (r["host"], r["tp"]) == (host, tp)]
         rows.sort(key=lambda r: (order.get(r["config"], len(order)), r["kind"]))
-        cols = [
-            Column("Config", "l"),
-            Column("Kind", "l"),
-            Column("Cells (logged)"),
-            Column("Client accept (req. mean)"),
-            Column("Client accept"),
-            Column("Log accept len (client, same stretches)"),
-        ]
-        if has_counters:
-            cols.append(Column("Counter accept len"))
-        cols += [
-            Column("Client cell tok/s"),
-            Column("Log gen tok/s (client, same stretches)"),
-            Column("Log lines"),
-            Column("", "l"),
-        ]
-        out = []
         for r in rows:
-            bad = disagreements(r)
+            r["label"] = marked(inp, r["config"], host, [tp])
+            r["bad"] = disagreements(r)
             who = f"{label(inp, r['config'])}, TP {tp}, {r['kind']} on {host}"
-            issues += [f"{who}: {b}" for b in bad]
-            cells = [
-                Cell(marked(inp, r["config"], host, [tp])),
-                Cell(r["kind"]),
-                Cell(f"{r['cells']} ({r['cells_logged']})"),
-                Cell(f.accept(r["accept_len_mean"])),
-                Cell(f.accept(r["accept_len_weighted"])),
-                Cell(
-                    _beside(r["log_accept_len"], r["accept_len_logged"], f.accept),
-                    bold=any("log accept" in b for b in bad),
-                ),
-            ]
-            if has_counters:
-                cells.append(
-                    Cell(
-                        f.accept(r["counter_accept_len"]),
-                        bold=any("counter" in b for b in bad),
-                    )
-                )
-            cells += [
-                Cell(f.toks(r["client_speed"])),
-                Cell(
-                    _beside(r["log_gen_throughput"], r["client_speed_logged"], f.toks),
-                    bold=any("gen throughput" in b for b in bad),
-                ),
-                Cell(f.count(r["log_lines"] or 0)),
-                Cell("disagree" if bad else ""),
-            ]
-            out.append(cells)
-        sec.add(Table(f"Server and client figures, TP {tp} on {host}", cols, out, small=True))
+            issues += [f"{who}: {b}" for b in r["bad"]]
+        cols = [*LEAD, *([COUNTER] if has_counters else []), *TRAIL]
+        sec.add(C.table(f"Server and client figures, TP {tp} on {host}", cols, rows, small=True))
     if issues:
         sec.blocks.insert(
             1,

@@ -32,19 +32,14 @@ from specbench_tui.report.frames import (
     subset,
 )
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections import columns as C
 from specbench_tui.report.sections.common import (
     DECODE_DEFINITION,
     FIELLER_BARS,
     MARKS_EXPLAINED,
     MEAN_BARS,
     compared,
-    config_cell,
-    decode_cell,
-    energy_cells,
-    energy_columns,
     interval_bars,
-    note,
-    speedup_cell,
     workload_section,
 )
 from specbench_tui.report.stats import mean_ci
@@ -69,42 +64,27 @@ def _extra(inp: Inputs, kind: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {tuple(r[k] for k in keys): r for r in agg.to_dicts()}
 
 
+#: The single-stream table's columns (energy where the table has some).
+TP_COLUMNS = (
+    C.CONFIG,
+    C.N,
+    C.REQUESTS,
+    C.DECODE_CI,
+    C.SPEEDUP_CI,
+    C.ACCEPT,
+    C.ACCEPT_REQ_MEAN,
+    C.TTFT_P50,
+    C.E2E,
+)
+
+
 def tp_table(inp: Inputs, rows: list[dict[str, Any]], kind: str, caption: str) -> Table:
     """The comparison rows of one scope: the figure a paper quotes, with its interval."""
     extra = _extra(inp, kind)
     keys = [*SCOPE, "config"]
-    cols = [
-        Column("Config", "l"),
-        Column("n"),
-        Column("Requests"),
-        Column("Decode tok/s [95% CI]"),
-        Column("Speed-up [95% CI]"),
-        Column("Accept len"),
-        Column("Accept len (req. mean)"),
-        Column("TTFT p50 ms"),
-        Column("E2E tok/s"),
-        *energy_columns(rows),
-        Column("", "l"),
-    ]
-    out = []
-    for r in rows:
-        x = extra.get(tuple(r[k] for k in keys), {})
-        out.append(
-            [
-                config_cell(r),
-                Cell(str(r["n"])),
-                Cell(f.count(r["requests"])),
-                decode_cell(r),
-                speedup_cell(r),
-                Cell(f.accept(r["accept_len_weighted"])),
-                Cell(f.accept(r["accept_len_mean"])),
-                Cell(f.ms(x.get("ttft_p50"))),
-                Cell(f.toks(x.get("e2e_tok_s"))),
-                *energy_cells(r, rows),
-                Cell(note(r)),
-            ]
-        )
-    return Table(caption, cols, out, small=True)
+    full = [{**r, **extra.get(tuple(r[k] for k in keys), {})} for r in rows]
+    cols = [*TP_COLUMNS, *C.with_energy(rows, *C.ENERGY), C.blank()]
+    return C.table(caption, cols, full, small=True)
 
 
 def speedup_chart(rows: list[dict[str, Any]], title: str, inp: Inputs) -> Chart:

@@ -36,6 +36,7 @@ from specbench_tui.report.frames import (
     requests,
 )
 from specbench_tui.report.inputs import Inputs
+from specbench_tui.report.sections import columns as C
 from specbench_tui.report.sections import deploy
 from specbench_tui.report.sections.accounting import problems, status_counts
 from specbench_tui.report.sections.common import compared, names
@@ -80,21 +81,34 @@ def cells_text(inp: Inputs) -> str:
     return f"{n['planned']} planned: " + ", ".join(parts)
 
 
-def _with_energy(inp: Inputs) -> bool:
-    """Whether the summary gives J/token: some compared row has GPU board energy."""
-    return bool(compared(inp)["j_per_token"].is_not_null().any())
+#: The answer table's columns: the fastest config of a scope by decode tok/s. The baseline's
+#: own row says ``1.00x (baseline)``; ``marks`` holds the verdict.
+ANSWER_COLUMNS = (
+    C.HOST,
+    C.TP,
+    C.WORKLOAD,
+    C.Col("fastest", "Fastest", lambda r: Cell(r["label"], bold=bool(r.get("best"))), "l"),
+    C.DECODE_CI,
+    C.SPEEDUP_CI,
+)
+#: The answer under load: the fastest config at the highest concurrency level by cell
+#: throughput (one cell a level: no interval).
+LOAD_COLUMNS = (
+    C.HOST,
+    C.TP,
+    C.WORKLOAD,
+    C.CLIENTS,
+    C.Col("fastest", "Fastest", lambda r: Cell(r["label"]), "l"),
+    C.THROUGHPUT,
+    C.LOAD_SPEEDUP,
+)
 
 
-def _energy(inp: Inputs, r: dict[str, Any] | None) -> list[Cell]:
-    if not _with_energy(inp):
-        return []
-    r = r or {}
-    return [Cell(f.fnum(r.get("j_per_token"), 4)), Cell(f.fnum(r.get("j_per_token_above_idle"), 4))]
-
-
-def _answer_rows(inp: Inputs) -> list[list[Cell]]:
+def _answer_rows(inp: Inputs) -> list[dict[str, Any]]:
+    """Per host, TP and single-stream or agentic workload, the fastest comparable config that
+    passed its checks (its compared row, ``marks`` the verdict)."""
     cmp = compared(inp).filter(pl.col("kind").is_in(["single", "agentic"]))
-    rows: list[list[Cell]] = []
+    rows: list[dict[str, Any]] = []
     scopes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in cmp.to_dicts():
         scopes.setdefault((r["host"], r["tp"], r["kind"], r["workload"]), []).append(r)
@@ -111,12 +125,14 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
             untimed = [r["label"] for r in items if r["untimed"]]
             if untimed:  # the workload ran; say why it has no answer rather than drop it
                 rows.append(
-                    [
-                        *(Cell(str(v)) for v in (host, tp, workload)),
-                        *(Cell(f.MISSING) for _ in range(3)),
-                        *_energy(inp, None),
-                        Cell(f"{UNTIMED_MARK}: {names(untimed)}"),
-                    ]
+                    {
+                        "host": host,
+                        "tp": tp,
+                        "workload": workload,
+                        "label": f.MISSING,
+                        "untimed": True,
+                        "marks": f"{UNTIMED_MARK}: {names(untimed)}",
+                    }
                 )
             continue
         top = max(eligible, key=lambda r: r["decode_tok_s"])
@@ -138,67 +154,71 @@ def _answer_rows(inp: Inputs) -> list[list[Cell]]:
                 if tied
                 else f"no interval at n={top['n']}"
             )
-        sp = (
-            "1.00x (baseline)"
-            if top["baseline"]
-            else f.ratio(
-                top["speedup"], top["speedup_lo"], top["speedup_hi"], top.get("speedup_too_few")
-            )
-        )
-        rows.append(
-            [
-                Cell(host),
-                Cell(str(tp)),
-                Cell(workload),
-                Cell(top["label"], bold=bool(top["best"])),
-                Cell(
-                    f.with_ci(
-                        top["decode_tok_s"], top["decode_tok_s_lo"], top["decode_tok_s_hi"], f.toks
-                    )
-                ),
-                Cell(sp),
-                *_energy(inp, top),
-                Cell(verdict + also),
-            ]
-        )
+        rows.append({**top, "marks": verdict + also})
+    return rows
+
+
+def _load_rows(inp: Inputs) -> list[dict[str, Any]]:
+    """Per host, TP and concurrency workload, the config with the highest cell throughput at
+    the highest level, among those that passed their checks and compare like with like."""
     lv = level_frame(inp)
     joules = cell_energy(inp)
-    if lv.height:
-        for r0 in sorted({(r["host"], r["tp"], r["workload"]) for r in lv.to_dicts()}):
-            part = [r for r in lv.to_dicts() if (r["host"], r["tp"], r["workload"]) == r0]
-            top_level = max(r["concurrency"] for r in part)
-            at = [r for r in part if r["concurrency"] == top_level and r["throughput_tok_s"]]
-            bad = {c for (h, c, t) in check_marks(inp) if h == r0[0] and t == r0[1]}
-            # Never the fastest where its comparison with the baseline does not hold.
-            unlike = {
-                r["config"]: marked(inp, r["config"], r0[0], [r0[1]])
-                for r in compared(inp).to_dicts()
-                if r["why"]
-                and (r["host"], r["tp"], r["workload"]) == r0
-                and r["concurrency"] == top_level
+    rows: list[dict[str, Any]] = []
+    for r0 in sorted({(r["host"], r["tp"], r["workload"]) for r in lv.to_dicts()}):
+        part = [r for r in lv.to_dicts() if (r["host"], r["tp"], r["workload"]) == r0]
+        top_level = max(r["concurrency"] for r in part)
+        at = [r for r in part if r["concurrency"] == top_level and r["throughput_tok_s"]]
+        bad = {c for (h, c, t) in check_marks(inp) if h == r0[0] and t == r0[1]}
+        # Never the fastest where its comparison with the baseline does not hold.
+        unlike = {
+            r["config"]: marked(inp, r["config"], r0[0], [r0[1]])
+            for r in compared(inp).to_dicts()
+            if r["why"]
+            and (r["host"], r["tp"], r["workload"]) == r0
+            and r["concurrency"] == top_level
+        }
+        at = [r for r in at if r["config"] not in bad | set(unlike)]
+        if not at:
+            continue
+        top = max(at, key=lambda r: r["throughput_tok_s"])
+        energy = joules.get((*r0[:2], "concurrency", r0[2], top_level, top["config"]), {})
+        also = f"; {names(list(unlike.values()))} not comparable (Comparability)" if unlike else ""
+        rows.append(
+            {
+                **top,
+                **{k: energy.get(k) for k in ("j_per_token", "j_per_token_above_idle")},
+                "label": label(inp, top["config"]),
+                "marks": "one cell per level: no interval" + also,
             }
-            at = [r for r in at if r["config"] not in bad | set(unlike)]
-            also = (
-                f"; {names(list(unlike.values()))} not comparable (Comparability)" if unlike else ""
-            )
-            if not at:
-                continue
-            top = max(at, key=lambda r: r["throughput_tok_s"])
-            rows.append(
-                [
-                    Cell(r0[0]),
-                    Cell(str(r0[1])),
-                    Cell(f"{r0[2]} ({top_level} clients)"),
-                    Cell(label(inp, top["config"])),
-                    Cell(f.toks(top["throughput_tok_s"]) + " cell"),
-                    Cell(f.speedup(top.get("load_speedup")) + " cell"),
-                    *_energy(
-                        inp, joules.get((*r0[:2], "concurrency", r0[2], top_level, top["config"]))
-                    ),
-                    Cell("one cell per level: no interval" + also),
-                ]
-            )
+        )
     return rows
+
+
+def _answer_tables(inp: Inputs) -> list[Table]:
+    """The fastest config per scope: single-stream and agentic by decode tok/s, concurrency by
+    cell throughput at its highest level; the host said once in the caption where there is
+    one (a long name fits)."""
+    out = []
+    for rows, cols, caption in (
+        (
+            _answer_rows(inp),
+            ANSWER_COLUMNS,
+            "The fastest config per host, TP and workload by decode tok/s",
+        ),
+        (
+            _load_rows(inp),
+            LOAD_COLUMNS,
+            "The fastest config under load per host, TP and workload: cell throughput at the "
+            "highest concurrency level",
+        ),
+    ):
+        if not rows:
+            continue
+        hosts = sorted({r["host"] for r in rows})
+        where, lead = ("", cols) if len(hosts) > 1 else (f", on {hosts[0]}", cols[1:])
+        full = [*lead, *C.with_energy(rows, *C.ENERGY), C.blank(0.26)]
+        out.append(C.table(caption + where, full, rows, small=True))
+    return out
 
 
 def build(inp: Inputs, est: EstimateCheck | None) -> Section:
@@ -288,36 +308,10 @@ def build(inp: Inputs, est: EstimateCheck | None) -> Section:
     deploy_table = deploy.table(inp)  # a concurrency sweep's answer comes first: Table 1
     if deploy_table is not None:
         sec.add(deploy_table)
-    answers = _answer_rows(inp)
-    if answers:
-        cols = [
-            Column("Host", "l"),
-            Column("TP"),
-            Column("Workload", "l"),
-            Column("Fastest", "l"),
-            Column("Decode tok/s [95% CI]"),
-            Column("Speed-up [95% CI]"),
-            *([Column("J/token"), Column("J/token above idle")] if _with_energy(inp) else []),
-            Column("", "p", 0.26),
-        ]
-        hosts = sorted({r[0].text for r in answers})
-        where, keys = "", 4  # host, TP, workload and the config name each row
-        if len(hosts) == 1:  # the host is said once, in the caption: a long name fits
-            cols, answers, where = cols[1:], [r[1:] for r in answers], f", on {hosts[0]}"
-            keys = 3
-        sec.add(
-            Table(
-                "The fastest config per host, TP and workload (decode tok/s, token-weighted "
-                "within each unit; concurrency: cell throughput at the highest level, and its "
-                f"ratio to the baseline's, marked 'cell'){where}",
-                cols,
-                answers,
-                small=True,
-                key_columns=keys,
-            )
-        )
-    else:
-        sec.add(Para(text("No measured results yet.")))
+    answers: list[Table | Para] = [*_answer_tables(inp)]
+    if not answers:
+        answers = [Para(text("No measured results yet."))]
+    sec.add(*answers)
     failed = sorted(st.failed_checks(), key=lambda v: (v.host, v.tp, v.config))
     if failed:
         sec.add(
