@@ -18,8 +18,10 @@ REPORT = Path(__file__).resolve().parents[1] / "specbench_tui" / "report"
 #: Names a figure went by before its one name, and short forms a header could slip back to.
 ALIASES = ("accept len", "e2e", "cell tok/s", "tau", "speed-up", "itl", "acc. rate", "req. mean")
 WORDS = tuple(sorted({*(n.lower() for n in FIGURE_NAMES.values()), *ALIASES}))
-#: The calls whose first string argument is a column header.
-HEADER_CALLS = {"Column": 0, "Col": 1, "field": 1}
+#: The calls whose string arguments are a column header or a chart's axis: by position, and
+#: by keyword.
+HEADER_CALLS = {"Column": (0,), "Col": (1,), "field": (1,), "Chart": (2, 3)}
+HEADER_KEYWORDS = {"xlabel", "ylabel", "ylabel_right"}
 
 
 def _literal_parts(node: ast.AST) -> list[str]:
@@ -38,11 +40,13 @@ def _typed_headers() -> list[tuple[str, int, str]]:
             if not isinstance(node, ast.Call):
                 continue
             name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
-            at = HEADER_CALLS.get(name or "")
-            if at is None or len(node.args) <= at:
+            if (name or "") not in HEADER_CALLS:
                 continue
-            for part in _literal_parts(node.args[at]):
-                out.append((path.relative_to(REPORT).as_posix(), node.lineno, part))
+            args = [a for i, a in enumerate(node.args) if i in HEADER_CALLS[name or ""]]
+            args += [k.value for k in node.keywords if k.arg in HEADER_KEYWORDS]
+            for arg in args:
+                for part in _literal_parts(arg):
+                    out.append((path.relative_to(REPORT).as_posix(), node.lineno, part))
     return out
 
 
@@ -54,8 +58,9 @@ def test_no_section_types_a_figure_into_a_header() -> None:
         for where, line, text in headers
         if any(_says(text.lower(), w) for w in WORDS)
     ]
-    assert named == [], "headers that name a figure by hand (use figure_title):\n" + "\n".join(
-        f"{w}:{n}: {t!r}" for w, n, t in named
+    assert named == [], (
+        "headers that name a figure by hand (figure_title, figure_axis):\n"
+        + "\n".join(f"{w}:{n}: {t!r}" for w, n, t in named)
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import figure_axis
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Chart,
@@ -154,7 +155,7 @@ def build(inp: Inputs) -> Section | None:
                             ttft,
                             scope,
                             title=f"TTFT per turn (mean over sessions), {where}",
-                            ylabel="TTFT (ms)",
+                            ylabel=figure_axis("ttft_s"),
                             ymin=0.0,
                         ),
                         _chart(
@@ -162,7 +163,7 @@ def build(inp: Inputs) -> Section | None:
                             decode,
                             scope,
                             title=f"Decode tok/s per turn (token-weighted over sessions), {where}",
-                            ylabel="decode tok/s",
+                            ylabel=figure_axis("decode_tok_s_total"),
                             ymin=0.0,
                         ),
                     ]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specbench_tui.bench.figures import figure_name, figure_title
+from specbench_tui.bench.figures import figure_axis, figure_name, figure_title
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Cell,
@@ -294,7 +294,7 @@ def build(inp: Inputs) -> Section | None:
                         f"Share meeting the SLO, {workload}, TP {tp} on {host}",
                         "lines",
                         "clients",
-                        "share meeting the SLO",
+                        figure_axis("slo_share"),
                         [
                             Series(
                                 marked(inp, ln.config, host, [tp]),

@@ -13,7 +13,13 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.bench.figures import defined, figure_axis, figure_name, figure_title
+from specbench_tui.bench.figures import (
+    FIGURE_NAMES,
+    defined,
+    figure_axis,
+    figure_name,
+    figure_title,
+)
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Cell,
@@ -284,7 +290,7 @@ def build(inp: Inputs) -> Section | None:
                             f"Cell throughput, {where}",
                             "lines",
                             "clients",
-                            "cell throughput (tok/s)",
+                            figure_axis("throughput_tok_s"),
                             _series(inp, rows, "throughput_tok_s"),
                             xlog=True,
                             ymin=0.0,
@@ -293,7 +299,7 @@ def build(inp: Inputs) -> Section | None:
                             f"TTFT p50 (solid) and p99 (dashed), {where}",
                             "lines",
                             "clients",
-                            "TTFT (ms)",
+                            figure_axis("ttft_s"),
                             _series(inp, rows, "ttft_p50", scale=1000)
                             + _series(inp, rows, "ttft_p99", dashed=True, scale=1000),
                             xlog=True,
@@ -312,8 +318,8 @@ def build(inp: Inputs) -> Section | None:
                         Chart(
                             f"Pareto view, {where}",
                             "lines",
-                            "tok/s per GPU (cell throughput / TP)",
-                            "tok/s per user (decode tok/s per request)",
+                            f"tok/s per GPU ({FIGURE_NAMES['throughput_tok_s']} / TP)",
+                            f"tok/s per user ({FIGURE_NAMES['decode_tok_s_total']})",
                             _series(inp, rows, "decode_tok_s", x="tok_s_per_gpu"),
                             ymin=0.0,
                         ),

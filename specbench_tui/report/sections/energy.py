@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from specbench_tui.bench.figures import figure_name
+from specbench_tui.bench.figures import figure_axis, figure_name
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Bullets,
@@ -208,8 +208,8 @@ def _against_speedup(inp: Inputs) -> list[Any]:
                         Chart(
                             title=f"Energy per token against speed-up ({host})",
                             kind="scatter",
-                            xlabel="speed-up over the baseline",
-                            ylabel="J/token over the baseline's",
+                            xlabel=f"{figure_axis('speedup')} over the baseline",
+                            ylabel=f"{figure_axis('j_per_token')} over the baseline's",
                             series=series,
                             hline=1.0,
                             ymin=0.0,

@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from specbench_tui.bench.figures import figure_title
+from specbench_tui.bench.figures import figure_axis, figure_title
 from specbench_tui.bench.forced import CHECK, FORCED_TOLERANCE
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
@@ -316,8 +316,8 @@ def _chart(
             Chart(
                 title=f"Speed-up against accept length, TP {tp} on {host}",
                 kind="lines",
-                xlabel="accept length (tokens per verify step)",
-                ylabel="speed-up over the baseline",
+                xlabel=f"{figure_axis('accept_length')} (tokens per verify step)",
+                ylabel=f"{figure_axis('speedup')} over the baseline",
                 series=series,
                 hline=1.0,
                 wide=True,

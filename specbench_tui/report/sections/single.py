@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from specbench_tui.bench.figures import FIGURE_NAMES, figure_axis
 from specbench_tui.report import format as f
 from specbench_tui.report.blocks import (
     Cell,
@@ -109,7 +110,7 @@ def speedup_chart(rows: list[dict[str, Any]], title: str, inp: Inputs) -> Chart:
         title=title,
         kind="bars",
         xlabel="",
-        ylabel="speed-up over " + (label(inp, base) if base else "the baseline"),
+        ylabel=f"{figure_axis('speedup')} over " + (label(inp, base) if base else "the baseline"),
         series=series,
         categories=[marked(inp, c, rows[0]["host"], tps) for c in configs] if rows else [],
         hline=1.0,
@@ -234,7 +235,7 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
                 f"{base}: accept length against {key} ({workload}, {host}){said}",
                 "lines",
                 key,
-                "accept length",
+                figure_axis("accept_length"),
                 al,
                 xlog=True,
                 bars=interval_bars(MEAN_BARS, (m.n for m in acc.values())),
@@ -245,7 +246,7 @@ def budget_charts(inp: Inputs, rows: list[dict[str, Any]], host: str, workload: 
                 f"{base}: speed-up against {key} ({workload}, {host}){said}",
                 "lines",
                 key,
-                "speed-up (decode tok/s)",
+                f"{figure_axis('speedup')} ({FIGURE_NAMES['decode_tok_s_total']})",
                 sp,
                 xlog=True,
                 hline=1.0,
