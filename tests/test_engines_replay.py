@@ -217,7 +217,8 @@ async def test_simulated_hosts_are_not_held_to_the_plan(replay: tuple[Replay, st
     r, url = replay
     r.doc("/server_info", (SGLANG / "server_info_plain.json").read_text())
     g = group(host_kind="sim", speculative=True, spec_algorithm="DDTREE")
-    assert (await inspect_server(g, url)).problems == []
+    assert (await inspect_server(g, url, rehearsal=True)).problems == []
+    assert (await inspect_server(g, url)).problems  # the same server, held to the plan
 
 
 # --- counters over the measured window ------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 from conftest import free_port
 from support.host_events import Recorded
 
-from specbench_tui.hosts.factory import make_host
+from specbench_tui.hosts.backends import build_host
 from specbench_tui.hosts.gpu_agent import parse_smi
 from specbench_tui.hosts.host import (
     FAKE_NVML_PATH,
@@ -26,6 +26,7 @@ from specbench_tui.hosts.host import (
     server_pythons,
     with_port,
 )
+from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.hosts.telemetry import (
     AGENT_PATH,
     AgentProcess,
@@ -263,10 +264,10 @@ async def test_reader_with_real_pynvml_and_no_driver(monkeypatch: pytest.MonkeyP
 @pytest.mark.system
 async def test_sim_host_facade(tmp_path: Path) -> None:
     notices: list[tuple[str, str]] = []
-    host = make_host(
+    host = build_host(
+        HostSpec(sim=True, gpus=2),
         "sim",
-        "sim",
-        2,
+        "t",
         events=Recorded(notices),
         telemetry_interval_s=0.1,
     )
@@ -401,10 +402,10 @@ async def test_nvidia_smi_mode_gpu_wait_returns_once_the_load_is_gone(
     state = smi_env(monkeypatch, tmp_path, "load")
     events: list[object] = []
     group = local_group(free_port(), python=no_pynvml_python(tmp_path))
-    host = make_host(
+    host = build_host(
+        HostSpec(local=True, gpus=1),
         "local",
-        "local",
-        1,
+        "t",
         telemetry_interval_s=0.1,
         events=Recorded(events=events),
         groups=[group],
@@ -522,10 +523,10 @@ async def test_local_host_without_gpu_telemetry_does_not_wait(
     notices: list[tuple[str, str]] = []
     events: list[object] = []
     group = local_group(free_port())
-    host = make_host(
+    host = build_host(
+        HostSpec(local=True, gpus=1),
         "local",
-        "local",
-        1,
+        "t",
         events=Recorded(notices, events),
         groups=[group],
     )

@@ -33,7 +33,7 @@ from specbench_tui.engine.selection import select_cells
 from specbench_tui.engine.store import ResultsStore
 from specbench_tui.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORAGE, describe
 from specbench_tui.hosts import port_claims
-from specbench_tui.hosts.backends import backend, build_host, preflight_host
+from specbench_tui.hosts.backends import backend, build_host, preflight_host, simulated
 from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.local_leftovers import results_owner
 from specbench_tui.hosts.telemetry import GpusNotFreeError
@@ -129,7 +129,7 @@ class Campaign(CampaignControl):
             hub=hub,
             control=c.control,
             log_lines=LogLineWorker(LogParser(c.spec.logs), hub.emit),
-            simulated=options.sim or all(g.host_kind == "sim" for g in c.groups),
+            simulated=options.sim or all(simulated(g.host_kind) for g in c.groups),
         )
         port_claims.set_results(str(layout.root))  # named in this run's port claim files
         return c

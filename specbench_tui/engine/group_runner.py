@@ -29,6 +29,7 @@ from specbench_tui.engine.verdict import restart_allowed
 from specbench_tui.engines.facts import ServerFacts
 from specbench_tui.engines.inspect import inspect_server
 from specbench_tui.errors import describe
+from specbench_tui.hosts.backends import simulated
 from specbench_tui.hosts.host import Host
 from specbench_tui.hosts.running_server import RunningServer
 from specbench_tui.hosts.service import HostUnreachable, Service, ServiceError
@@ -264,7 +265,12 @@ class GroupRunner:
             await svc.start()
             startup = await ctx.control.unless_aborted(svc.wait_ready(group.ready_timeout_s))
             facts = await ctx.control.unless_aborted(
-                inspect_server(group, svc.base_url, svc.log_tail(400))
+                inspect_server(
+                    group,
+                    svc.base_url,
+                    svc.log_tail(400),
+                    rehearsal=simulated(group.host_kind),
+                )
             )
             if facts.problems:
                 raise ServiceError(
@@ -322,7 +328,7 @@ class GroupRunner:
         so its GPUs' idle power is measured before any warm-up: the floor a cell's energy
         "above idle" takes off. Only where the host's GPUs are read (the wait buys nothing
         elsewhere) and not on a simulated host, whose power is made up."""
-        if group.host_kind == "sim":
+        if simulated(group.host_kind):
             return
         try:
             await self.ctx.control.unless_aborted(

@@ -9,7 +9,7 @@ stopped or started.
 from __future__ import annotations
 
 from specbench_tui.engine.url_servers import probe_all, running_urls
-from specbench_tui.hosts.backends import check_host
+from specbench_tui.hosts.backends import REHEARSAL, check_host
 from specbench_tui.hosts.host import HostReport
 from specbench_tui.hosts.options import HostOptions
 from specbench_tui.plan.document import Plan
@@ -33,7 +33,7 @@ async def check_hosts(
             plan.spec.hosts[name],
             name,
             campaign,
-            plan.spec.hosts[name].kind if not sim else "sim",
+            REHEARSAL if sim else plan.spec.hosts[name].kind,
             groups,
             options or HostOptions(),
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specbench_tui import __version__
 from specbench_tui.errors import InputError
-from specbench_tui.hosts.backends import backend, job_gpu_variables
+from specbench_tui.hosts.backends import THIS_MACHINE, backend, job_gpu_variables
 from specbench_tui.hosts.batch_jobs import JobSpec
 from specbench_tui.hosts.host import pick_free_port, with_port
 from specbench_tui.hosts.host_table import HostSpec
@@ -90,7 +90,7 @@ class JobShare:
         env = dict(group.env)
         if self.visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible
-        here = replace(group, host_kind="local", gpu_ids=gpus, env=tuple(sorted(env.items())))
+        here = replace(group, host_kind=THIS_MACHINE, gpu_ids=gpus, env=tuple(sorted(env.items())))
         # Other jobs may run on this node: a port of its own, whatever the plan's.
         return Expansion(groups=[with_port(here, pick_free_port())], cells=cells)
 

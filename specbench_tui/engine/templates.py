@@ -13,6 +13,7 @@ from pathlib import Path
 from specbench_tui.bench.prompting import Prompting
 from specbench_tui.engine.hub import EventHub
 from specbench_tui.errors import InputError
+from specbench_tui.hosts.backends import simulated
 from specbench_tui.hosts.host import Host
 from specbench_tui.plan.chat_template import (
     MODEL_FILES,
@@ -70,6 +71,6 @@ class GroupTemplates:
             self.hub.notice(
                 f"{why}; prompts are rendered as ChatML (the fallback). Name the model's "
                 'template with chat_template = "PATH" in [server] or the config',
-                "info" if group.host_kind == "sim" else "warning",
+                "info" if simulated(group.host_kind) else "warning",
             )
         return fallback_template(why)

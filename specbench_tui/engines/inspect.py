@@ -33,8 +33,11 @@ async def inspect_server(
     log_lines: Sequence[str] = (),
     *,
     client: httpx.AsyncClient | None = None,
+    rehearsal: bool = False,
 ) -> ServerFacts:
-    """Ask a ready server what it runs; never raises for what the server says or lacks."""
+    """Ask a ready server what it runs; never raises for what the server says or lacks.
+    ``rehearsal``: the server is the simulator standing in for the plan's engine (its host's
+    backend says so), which runs no real engine to hold to the plan."""
     own = client is None
     if client is None:
         client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(20.0, connect=5.0))
@@ -56,7 +59,7 @@ async def inspect_server(
         facts.settings_source = NOT_REPORTED
     elif facts.settings is None:  # the engine reports none: what the plan started it with
         facts.settings, facts.settings_source = from_command(group.command), PLAN_COMMAND
-    if group.host_kind != "sim":  # the simulator rehearses a plan; it runs no real engine
+    if not rehearsal:
         _engine(facts, group, owner)
         _compare(facts, group)
         _notes(facts, group)

@@ -94,6 +94,13 @@ class Backend:
     #: Environment variables in which a batch job finds its GPUs when the system set no
     #: ``CUDA_VISIBLE_DEVICES``, in order.
     job_gpu_variables: tuple[str, ...] = ()
+    #: The embedded simulator: its engine is the simulated one, its power made up.
+    simulated: bool = False
+    #: Servers run on the machine the campaign runs on: their files (a model's chat
+    #: template) can be read from here.
+    on_this_machine: bool = False
+    #: What a plan writes to choose this kind, for the "set exactly one of" message.
+    plan_words: str = ""
 
 
 # --- machines ----------------------------------------------------------------------------------
@@ -171,16 +178,6 @@ BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend(
-            "local",
-            describe=lambda h, _: f"local, {h.services or 'process'}, {h.gpus} GPUs",
-            host=_local,
-        ),
-        Backend(
-            "sim",
-            describe=lambda h, _: f"simulated, {h.gpus} GPUs, speed x{h.speed:g}",
-            host=_sim,
-        ),
-        Backend(
             "ssh",
             describe=lambda h, _: f"ssh {h.ssh}, {h.services or 'systemd'}, {h.gpus} GPUs",
             check_table=_check_ssh,
@@ -188,6 +185,22 @@ BACKENDS: dict[str, Backend] = {
             settings=_ssh_settings,
             preflights=True,
             remote=True,
+            plan_words='ssh = "user@host"',
+        ),
+        Backend(
+            "local",
+            describe=lambda h, _: f"local, {h.services or 'process'}, {h.gpus} GPUs",
+            host=_local,
+            on_this_machine=True,
+            plan_words="local = true",
+        ),
+        Backend(
+            "sim",
+            describe=lambda h, _: f"simulated, {h.gpus} GPUs, speed x{h.speed:g}",
+            host=_sim,
+            simulated=True,
+            on_this_machine=True,
+            plan_words="sim = true",
         ),
         Backend(
             "slurm",
@@ -199,9 +212,26 @@ BACKENDS: dict[str, Backend] = {
             batch_check=_slurm_check,
             preflights=True,
             job_gpu_variables=("SLURM_JOB_GPUS", "SLURM_STEP_GPUS"),
+            plan_words="slurm = { login = ... }",
         ),
     )
 }
+
+
+#: The kind every host of a rehearsal (``--sim``) is built as.
+REHEARSAL = next(b.name for b in BACKENDS.values() if b.simulated)
+#: The kind a batch job's own node is to the job: the machine it runs on.
+THIS_MACHINE = next(b.name for b in BACKENDS.values() if b.on_this_machine and not b.simulated)
+
+
+def simulated(kind: str) -> bool:
+    """Whether hosts of ``kind`` are the embedded simulator."""
+    return backend(kind).simulated
+
+
+def on_this_machine(kind: str) -> bool:
+    """Whether hosts of ``kind`` run their servers on the machine the campaign runs on."""
+    return backend(kind).on_this_machine
 
 
 def backend(kind: str) -> Backend:
@@ -223,17 +253,12 @@ def job_gpu_variables() -> tuple[str, ...]:
 
 def check_host_table(name: str, host: HostSpec) -> list[PlanError]:
     """A ``[hosts.NAME]`` table: one kind, then each kind's own checks."""
-    chosen = host.kinds_set()
+    chosen = [k for k in BACKENDS if getattr(host, k, None) not in (None, False)]
     errs: list[PlanError] = []
     if len(chosen) != 1:
-        errs.append(
-            PlanError(
-                ("hosts", name),
-                'set exactly one of ssh = "user@host", '
-                "local = true, sim = true, slurm = { login = ... } "
-                f"(found {len(chosen) or 'none'})",
-            )
-        )
+        words = ", ".join(b.plan_words for b in BACKENDS.values())
+        found = len(chosen) or "none"
+        errs.append(PlanError(("hosts", name), f"set exactly one of {words} (found {found})"))
     for kind in chosen:
         errs += backend(kind).check_table(name, host)
     return errs

@@ -1,7 +1,8 @@
 """The ``[hosts.NAME]`` table of a plan: where a host's servers run, and how.
 
-Each kind of host sets one key of its own (``KIND_KEYS``: an SSH destination, ``local``,
-``sim`` or a batch system's table); the other keys say how servers are supervised there.
+Each kind of host sets one key of its own, named as its backend (``backends.py``: an SSH
+destination, ``local``, ``sim`` or a batch system's table); the other keys say how servers
+are supervised there.
 A new kind of host is its key here, its module and its line in ``backends.py``. Pure: no I/O.
 """
 
@@ -27,8 +28,6 @@ UnitName = Annotated[
         "letters, digits, ':', '_', '.', '@' and '-'",
     ),
 ]
-#: The key that makes a host each kind, in the order a plan's error lists them.
-KIND_KEYS = ("ssh", "local", "sim", "slurm")
 
 
 def check_destination(where: tuple[str | int, ...], value: str) -> list[PlanError]:
@@ -89,10 +88,6 @@ class HostSpec(Strict):
         """How much faster than real time this host's simulator runs: its ``speed`` on a sim
         host, and for a rehearsal (``--sim``) of a real host x50 unless it sets one."""
         return self.speed if self.sim or "speed" in self.model_fields_set else 50.0
-
-    def kinds_set(self) -> list[str]:
-        """The kind keys this table sets (a valid host sets exactly one)."""
-        return [k for k in KIND_KEYS if getattr(self, k) not in (None, False)]
 
     @property
     def kind(self) -> str:

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from specbench_tui.engines.registry import adapter
+from specbench_tui.hosts.backends import simulated
 from specbench_tui.plan.check_matrix import matrix_hosts, rehearsal_only
 from specbench_tui.plan.check_placeholders import check_placeholders
 from specbench_tui.plan.configs import ResolvedConfig, substitute
@@ -136,7 +137,9 @@ def _programs(spec: PlanSpec) -> list[tuple[tuple[str | int, ...], str]]:
 
 def check_model(spec: PlanSpec, configs: list[ResolvedConfig]) -> list[PlanError]:
     """A model path wherever a real host runs the servers."""
-    needs_model = any(spec.hosts[h].kind != "sim" for h in matrix_hosts(spec) if h in spec.hosts)
+    needs_model = any(
+        not simulated(spec.hosts[h].kind) for h in matrix_hosts(spec) if h in spec.hosts
+    )
     started = [c for c in configs if c.url is None]  # a running server has its model
     if needs_model and started and not any(c.model for c in started):
         return [PlanError(("server", "model"), "missing: real hosts need the model path")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+from specbench_tui.hosts.backends import simulated
 from specbench_tui.plan.configs import ResolvedConfig, names_matching
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.model import PlanSpec
@@ -24,7 +25,7 @@ def matrix_hosts(spec: PlanSpec) -> list[str]:
 def rehearsal_only(spec: PlanSpec) -> bool:
     """Whether every (known) host of the matrix is simulated: then no engine command is read
     by a real engine, and the simulator's reading of it is what counts."""
-    return all(spec.hosts[h].kind == "sim" for h in matrix_hosts(spec) if h in spec.hosts)
+    return all(simulated(spec.hosts[h].kind) for h in matrix_hosts(spec) if h in spec.hosts)
 
 
 def unknown(what: str, name: str, known: object) -> str:

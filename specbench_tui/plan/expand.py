@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
-from specbench_tui.hosts.backends import batch_kind
+from specbench_tui.hosts.backends import REHEARSAL, batch_kind, simulated
 from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
@@ -160,11 +160,12 @@ def _group(
 ) -> ServiceGroup:
     ids = host.gpu_ids if host.gpu_ids is not None else list(range(host.gpus))
     gpu_ids = tuple(sorted(ids)[-tp:])
-    kind = "sim" if sim else host.kind
+    kind = REHEARSAL if sim else host.kind
+    rehearsed = simulated(kind)
     batch = batch_kind(kind) is not None
     if batch:
         gpu_ids = ()  # the job's allocation decides, on whichever node the cluster picks
-    if cfg.url is not None and kind != "sim":  # measured where it runs, as it is
+    if cfg.url is not None and not rehearsed:  # measured where it runs, as it is
         named = spec.configs[cfg.base].engine or spec.server.engine
         return _running(host_name, kind, cfg, tp, (says or {}).get(cfg.url), named is not None)
     port = cfg.port
@@ -177,7 +178,7 @@ def _group(
         "config": cfg.name,
     }
     values.update({k: v for k, v in cfg.params})
-    if kind == "sim":
+    if rehearsed:
         speed = host.sim_speed
         command = (
             sys.executable,
@@ -201,7 +202,7 @@ def _group(
         command = tuple(substitute(t, values) for t in cfg.launch) + cfg.args
     env = dict(cfg.env)
     if cfg.forced_accept is not None:
-        command = _forced(command, env, cfg, sim=kind == "sim")
+        command = _forced(command, env, cfg, sim=rehearsed)
     if not batch:  # a batch job sets it from its allocation
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
     # What the config asks for is read from the plan's command, as its engine reads it; a
@@ -223,9 +224,9 @@ def _group(
         api=cfg.api,
         ready_timeout_s=cfg.ready_timeout_s,
         speculative=asked.on,
-        stop_before=tuple(host.stop_before) if kind != "sim" else (),
+        stop_before=tuple(host.stop_before) if not rehearsed else (),
         packed=packed,
-        engine=SIMULATED_ENGINE if kind == "sim" else cfg.engine,
+        engine=SIMULATED_ENGINE if rehearsed else cfg.engine,
         served_model_name=cfg.served_model_name,
         spec_algorithm=asked.algorithm,
         model=cfg.model,
@@ -482,7 +483,7 @@ def _command_identity(group: ServiceGroup) -> list[str]:
     """The command as it decides results: port blanked, and the simulator's interpreter path
     (which differs per machine) replaced by its placeholder."""
     cmd = [a if a != str(group.port) else "{port}" for a in group.command]
-    if group.host_kind == "sim":
+    if simulated(group.host_kind):
         cmd[0] = "{python}"
     return cmd
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_tui.errors import InputError
+from specbench_tui.hosts.backends import on_this_machine
 from specbench_tui.plan.chat_template import (
     MODEL_FILES,
     ChatTemplate,
@@ -54,7 +55,7 @@ def _local_files(model: str) -> dict[str, str | None]:
 def group_template(group: ServiceGroup) -> ChatTemplate | str:
     """The template a group's prompts will be rendered with, where it can be read from this
     machine; otherwise where it will be read, as a sentence."""
-    local = group.host_kind in ("local", "sim")
+    local = on_this_machine(group.host_kind)
     files = _local_files(group.model) if group.model and local else {}
     if group.chat_template is not None:
         try:

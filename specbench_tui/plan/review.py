@@ -15,7 +15,7 @@ from typing import Any
 
 from specbench_tui.durations import format_duration
 from specbench_tui.engines.registry import adapter
-from specbench_tui.hosts.backends import backend, batch_kind
+from specbench_tui.hosts.backends import REHEARSAL, backend, batch_kind, simulated
 from specbench_tui.hosts.batch_kind import JobPreview
 from specbench_tui.plan.document import Plan
 from specbench_tui.plan.estimate import Estimate, estimate, host_speeds
@@ -144,7 +144,7 @@ def render_text(r: Review) -> str:
                 else "no speculation"
             ) + (f", forced accept length {g.forced_accept:g}" if g.forced_accept else "")
             eng = adapter(g.engine)
-            engine = ("simulated " if g.host_kind == "sim" else "") + eng.label
+            engine = ("simulated " if simulated(g.host_kind) else "") + eng.label
             api = eng.api_label(g.api, server_renders=g.chat_template_on == "server")
             if g.rides is not None:  # not started: it runs on another group's server
                 out.append(
@@ -284,7 +284,7 @@ def render_json(r: Review) -> dict[str, Any]:
             "simulated": r.sim,
         },
         "hosts": {
-            n: {**h.model_dump(exclude_none=True), "kind": "sim" if r.sim else h.kind}
+            n: {**h.model_dump(exclude_none=True), "kind": REHEARSAL if r.sim else h.kind}
             for n, h in spec.hosts.items()
         },
         "groups": groups,

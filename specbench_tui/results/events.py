@@ -506,7 +506,3 @@ class GpuSample(GpuReadings, Event):
             ts=float(t) if t else time.time(),
             **readings_from(row),
         )
-
-
-def event_names() -> list[str]:
-    return sorted(_REGISTRY)

@@ -578,10 +578,6 @@ class CampaignState:
                 held += c.held
         return Counts(**tally, held=held)
 
-    def cell_by_name(self, name: str) -> CellState | None:
-        cid = self._by_name.get(name)
-        return self.cells.get(cid) if cid else None
-
     def failed_cells(self) -> list[CellState]:
         return [c for c in self.cells.values() if c.status == "failed"]
 

@@ -190,11 +190,6 @@ class LogPane(Vertical):
 
     # --- feeding ------------------------------------------------------------------------------
 
-    def set_group(self, group: str | None) -> None:
-        """Another group's log: the tail holds only one group's lines. A frozen view keeps
-        showing what it froze on; the new group's lines wait behind it."""
-        self.show_group(group, [])
-
     def show_group(
         self, group: str | None, lines: Iterable[str], status: str = "", hint: str = ""
     ) -> None:
