@@ -29,22 +29,29 @@ T = TypeVar("T")
 
 if TYPE_CHECKING:
     from specbench_tui.hosts.batch import BatchJobs, BatchSystem
-    from specbench_tui.hosts.host import Host, HostEvents, HostReport, SshSettings
+    from specbench_tui.hosts.host import Host, HostEvents, HostReport
 
 
 @dataclass(frozen=True)
 class HostBuild:
-    """What every Host is built from, whatever its kind."""
+    """What every Host is built from, whatever its kind: the host's plan table, the campaign
+    and the run's options, from which a backend takes what it needs (an SSH host its
+    connection settings), and what the campaign gives every host."""
 
     name: str
-    gpus: int
+    table: HostSpec
+    campaign: str
+    options: HostOptions
     gpu_ids: Iterable[int] | None = None
     state_dir: str | os.PathLike[str] | None = None
     events: HostEvents | None = None
     telemetry_interval_s: float = 1.0
-    ssh: SshSettings | None = None
     groups: Iterable[ServiceGroup] = ()
     owner: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return self.table.gpus
 
     def common(self) -> dict[str, Any]:
         return {
@@ -75,8 +82,6 @@ class Backend:
     check_table: Callable[[str, HostSpec], list[PlanError]] = _no_problems
     #: The Host of a machine host.
     host: Callable[[HostBuild], Host] | None = None
-    #: The connection settings of a machine host reached remotely (None: none needed).
-    settings: Callable[[HostSpec, str, HostOptions], SshSettings | None] | None = None
     #: A batch host: what the plan side knows of its jobs.
     batch: BatchKind | None = None
     #: A batch host: its cluster, for ``(host table, host name, options)``, and its jobs'
@@ -119,28 +124,23 @@ def _sim(b: HostBuild) -> Host:
 
 
 def _ssh(b: HostBuild) -> Host:
+    from specbench_tui.hosts.host import SshSettings
     from specbench_tui.hosts.ssh_host import SshHost
 
-    if b.ssh is None:
-        raise ValueError(f"host {b.name}: an SSH host needs its ssh settings")
-    return SshHost(b.name, b.gpus, b.ssh, **b.common())
-
-
-def _ssh_settings(hs: HostSpec, campaign: str, options: HostOptions) -> SshSettings | None:
-    from specbench_tui.hosts.host import SshSettings
-
+    hs = b.table
     if hs.ssh is None:
-        return None
-    return SshSettings(
+        raise ValueError(f"host {b.name}: an SSH host needs its ssh destination")
+    settings = SshSettings(
         destination=hs.ssh,
-        campaign=campaign,
+        campaign=b.campaign,
         services=hs.services or "systemd",
         workdir=hs.workdir,
         prepare=tuple(hs.prepare),
         restore_after=hs.restore_after,
-        ssh_config=options.ssh_config,
+        ssh_config=b.options.ssh_config,
         reconnect_timeout_s=hs.reconnect_timeout,
     )
+    return SshHost(b.name, b.gpus, settings, **b.common())
 
 
 def _check_ssh(name: str, host: HostSpec) -> list[PlanError]:
@@ -182,7 +182,6 @@ BACKENDS: dict[str, Backend] = {
             describe=lambda h, _: f"ssh {h.ssh}, {h.services or 'systemd'}, {h.gpus} GPUs",
             check_table=_check_ssh,
             host=_ssh,
-            settings=_ssh_settings,
             preflights=True,
             remote=True,
             plan_words='ssh = "user@host"',
@@ -272,9 +271,8 @@ def build_host(
     entry = backend(kw.pop("kind", None) or hs.kind)
     if entry.host is None:
         raise ValueError(f"host {name}: a {entry.name} host runs batch jobs, not a Host")
-    settings = entry.settings(hs, campaign, options or HostOptions()) if entry.settings else None
     kw.setdefault("gpu_ids", hs.gpu_ids)
-    return entry.host(HostBuild(name, hs.gpus, ssh=settings, **kw))
+    return entry.host(HostBuild(name, hs, campaign, options or HostOptions(), **kw))
 
 
 async def check_host(

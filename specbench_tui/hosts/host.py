@@ -196,7 +196,7 @@ class Host:
     so a later run of the same results finds the servers a crashed run left.
     """
 
-    kind: Literal["local", "sim", "ssh"] = "local"
+    kind: str = "local"  # the backend it was built as (hosts/backends.py)
 
     def __init__(
         self,
@@ -579,19 +579,23 @@ class Host:
 
     # --- before the campaign ------------------------------------------------------------
 
+    def _check_commands(self, groups: list[ServiceGroup], report: HostReport) -> None:
+        """The servers' interpreters and models, on this machine (a simulated host runs the
+        simulator, whose interpreter is this process's)."""
+        for python in dict.fromkeys(g.command[0] for g in groups if g.command):
+            where = shutil.which(python)
+            if where is None:
+                report.problems.append(f"interpreter {python} not found")
+            else:
+                report.facts.append(f"server command {python} found")
+        self._check_models(groups, report)
+
     async def check(self, groups: Iterable[ServiceGroup], *, repair: bool = False) -> HostReport:
         """What a campaign on this host would meet: the servers' interpreters, the ports,
         the telemetry mode. Touches nothing."""
         groups = list(groups)
         report = HostReport(self.name, self.kind)
-        if self.kind == "local":
-            for python in dict.fromkeys(g.command[0] for g in groups if g.command):
-                where = shutil.which(python)
-                if where is None:
-                    report.problems.append(f"interpreter {python} not found")
-                else:
-                    report.facts.append(f"server command {python} found")
-            self._check_models(groups, report)
+        self._check_commands(groups, report)
         for port in sorted({g.port for g in groups}):
             if port_in_use(port):
                 report.ports.append(
@@ -722,29 +726,18 @@ class SimHost(Host):
 
     kind = "sim"
 
+    def _check_commands(self, groups: list[ServiceGroup], report: HostReport) -> None:
+        """Nothing to find: every group runs the simulator, in this process's interpreter."""
+
     def __init__(
         self,
         name: str,
         gpus: int,
         *,
         state_dir: str | os.PathLike[str] | None = None,
-        gpu_ids: Iterable[int] | None = None,
-        events: HostEvents | None = None,
-        telemetry_interval_s: float = 1.0,
-        python: str = sys.executable,
-        groups: Iterable[ServiceGroup] = (),
-        owner: str = "",
+        **kw: Any,
     ) -> None:
-        super().__init__(
-            name,
-            gpus,
-            gpu_ids=gpu_ids,
-            events=events,
-            telemetry_interval_s=telemetry_interval_s,
-            python=python,
-            groups=groups,
-            owner=owner,
-        )
+        super().__init__(name, gpus, **kw)
         self._owns_state = state_dir is None
         if state_dir is None:
             remove_stale_sim_state()

@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 from specbench_tui.engines.registry import adapter
 from specbench_tui.errors import InputError
 from specbench_tui.hosts import port_claims
 from specbench_tui.hosts.host import (
     Host,
-    HostEvents,
     HostReport,
     SshSettings,
     with_port,
@@ -63,23 +63,9 @@ class SshHost(Host):
         name: str,
         gpus: int,
         settings: SshSettings,
-        *,
-        gpu_ids: Iterable[int] | None = None,
-        events: HostEvents | None = None,
-        telemetry_interval_s: float = 1.0,
-        groups: Iterable[ServiceGroup] = (),
-        owner: str = "",
+        **kw: Any,
     ) -> None:
-        super().__init__(
-            name,
-            gpus,
-            gpu_ids=gpu_ids,
-            events=events,
-            telemetry_interval_s=telemetry_interval_s,
-            python="python3",
-            groups=groups,
-            owner=owner,
-        )
+        super().__init__(name, gpus, python="python3", **kw)
         self.settings = settings
         self.ssh = SshConnection(
             settings.destination,

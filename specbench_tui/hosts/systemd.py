@@ -41,7 +41,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -50,7 +49,6 @@ from specbench_tui.errors import describe
 from specbench_tui.hosts.lines import CUT_MARK
 from specbench_tui.hosts.remote_service import (
     ADOPT_HEALTH_S,
-    NoticeCallback,
     RemoteHolder,
     RemoteService,
     mark_mismatch,
@@ -276,32 +274,9 @@ class SystemdService(RemoteService):
         *,
         campaign: str,
         workdir: str = "~/specbench",
-        cwd: str | None = None,
-        extra_env: dict[str, str] | None = None,
-        python: str = "python3",
-        port_free_timeout_s: float = 30.0,
-        poll_s: float = 0.5,
-        on_notice: NoticeCallback | None = None,
-        results: str = "",
-        records: Path | None = None,
-        reached_as: tuple[str, str | None] | None = None,
+        **kw: Any,
     ) -> None:
-        super().__init__(
-            group,
-            ssh,
-            log_path,
-            on_line,
-            campaign=campaign,
-            cwd=cwd,
-            extra_env=extra_env,
-            python=python,
-            port_free_timeout_s=port_free_timeout_s,
-            poll_s=poll_s,
-            on_notice=on_notice,
-            results=results,
-            records=records,
-            reached_as=reached_as,
-        )
+        super().__init__(group, ssh, log_path, on_line, campaign=campaign, **kw)
         self.unit = unit_name(campaign, group.id)
         self.workdir = workdir
         self.facts: LoginFacts | None = None  # read at each start
