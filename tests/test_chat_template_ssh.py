@@ -13,8 +13,8 @@ from specbench_tui.bench.conditions import cpu_conditions
 from specbench_tui.engine.cell_runner import read_cpu
 from specbench_tui.engine.templates import GroupTemplates
 from specbench_tui.engines.tiny_model import CHAT_TEMPLATE
+from specbench_tui.hosts.backends.ssh.ssh_host import SshHost
 from specbench_tui.hosts.host import SshSettings
-from specbench_tui.hosts.ssh_host import SshHost
 from specbench_tui.results.cells import ServiceGroup
 
 pytestmark = pytest.mark.system

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from specbench_tui.engine.group_runner import ServerSlot
+from specbench_tui.hosts.backends.ssh.remote_process import stop_process_group
+from specbench_tui.hosts.backends.ssh.systemd import stop_unit
 from specbench_tui.hosts.local_leftovers import (
     find_local_leftovers,
     records_dir,
@@ -20,10 +22,8 @@ from specbench_tui.hosts.local_leftovers import (
     stop_local_leftover,
 )
 from specbench_tui.hosts.process import ProcessService
-from specbench_tui.hosts.remote_process import stop_process_group
 from specbench_tui.hosts.server_records import ServerRecord
 from specbench_tui.hosts.service import ServiceError
-from specbench_tui.hosts.systemd import stop_unit
 from specbench_tui.results.cells import ServiceGroup
 
 

@@ -12,8 +12,8 @@ from conftest import ROOT, free_port
 from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 
 from specbench_tui.errors import InputError
+from specbench_tui.hosts.backends.ssh.remote_process import RemoteProcessService
 from specbench_tui.hosts.host import FAKE_NVML_PATH
-from specbench_tui.hosts.remote_process import RemoteProcessService
 from specbench_tui.hosts.service import READY_LINE, ServiceError
 from specbench_tui.hosts.ssh import (
     Destination,

@@ -40,8 +40,8 @@ from support.ssh_scenarios import (
     tally,
 )
 
-from specbench_tui.hosts.remote_process import WRAPPER
-from specbench_tui.hosts.remote_service import launch_mark
+from specbench_tui.hosts.backends.ssh.remote_process import WRAPPER
+from specbench_tui.hosts.backends.ssh.remote_service import launch_mark
 from specbench_tui.plan.expand import expand
 from specbench_tui.plan.loader import load_plan
 

@@ -16,10 +16,8 @@ from conftest import free_port
 from support.systemd_host import SystemdHost, systemd_host  # noqa: F401 (the fixture)
 from test_hosts_ssh import sim_group
 
-from specbench_tui.hosts.remote_process import RemoteProcessService
-from specbench_tui.hosts.service import READY_LINE, ServiceError
-from specbench_tui.hosts.ssh import SshConnection
-from specbench_tui.hosts.systemd import (
+from specbench_tui.hosts.backends.ssh.remote_process import RemoteProcessService
+from specbench_tui.hosts.backends.ssh.systemd import (
     ForeignUnits,
     SystemdService,
     escape_dollars,
@@ -31,6 +29,8 @@ from specbench_tui.hosts.systemd import (
     systemd_error,
     unit_name,
 )
+from specbench_tui.hosts.service import READY_LINE, ServiceError
+from specbench_tui.hosts.ssh import SshConnection
 from specbench_tui.results.cells import ServiceGroup
 
 pytestmark = pytest.mark.system

@@ -13,8 +13,7 @@ from test_hosts_ssh import sim_group
 
 from specbench_tui.engine.headless import format_event
 from specbench_tui.engine.verdict import judge
-from specbench_tui.hosts.leftovers import belongs, pid_files_script
-from specbench_tui.hosts.remote_service import (
+from specbench_tui.hosts.backends.ssh.remote_service import (
     launch_mark,
     launch_owner,
     live_owner,
@@ -22,6 +21,7 @@ from specbench_tui.hosts.remote_service import (
     mark_what,
     parse_owner,
 )
+from specbench_tui.hosts.leftovers import belongs, pid_files_script
 from specbench_tui.hosts.shell import quote, remote_path
 from specbench_tui.plan.loader import load_plan
 from specbench_tui.results.events import CellQueued, Event, HostState

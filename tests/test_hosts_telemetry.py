@@ -18,7 +18,7 @@ import pytest
 from conftest import free_port
 from support.host_events import Recorded
 
-from specbench_tui.hosts.backends import build_host
+from specbench_tui.hosts.backends import HostSpec, build_host
 from specbench_tui.hosts.gpu_agent import parse_smi
 from specbench_tui.hosts.host import (
     FAKE_NVML_PATH,
@@ -26,7 +26,6 @@ from specbench_tui.hosts.host import (
     server_pythons,
     with_port,
 )
-from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.hosts.telemetry import (
     AGENT_PATH,
     AgentProcess,

@@ -1,7 +1,7 @@
 """Each engine and each backend is named in its own package alone: a grep of the product's
 code for an engine outside ``engines/``, or for a backend (its name or its commands) outside
 ``hosts/``, finds nothing. Everything else asks the registries (``engines/registry.py``,
-``hosts/backends.py``), so a new engine or backend is its module and a registry line.
+``hosts/backends/__init__.py``), so a new engine or backend is its module and a registry line.
 
 It reads the product's source, docstrings and comments included (a comment that names an
 engine is where the next "is this that engine?" check gets written). Shipped prompt sets are
@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from specbench_tui.engines.registry import adapters
+from specbench_tui.hosts.backends import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1] / "specbench_tui"
 SOURCES = ("*.py", "*.j2", "*.tcss")
@@ -30,11 +31,17 @@ def _engine_words() -> re.Pattern[str]:
     return re.compile("|".join(sorted(map(re.escape, words))), re.IGNORECASE)
 
 
+def _backend_words() -> re.Pattern[str]:
+    """Every registered backend's name and the programs it runs, but for the backends of this
+    machine, whose names are everyday words ("local", "sim")."""
+    words: set[str] = set()
+    for b in BACKENDS.values():
+        words |= set(b.programs) | ({b.name} if not b.on_this_machine else set())
+    return re.compile("|".join(sorted(map(re.escape, words))), re.IGNORECASE)
+
+
 ENGINE_WORDS = _engine_words()
-BACKEND_WORDS = re.compile(
-    r"slurm|systemd|systemctl|journalctl|ssh|sbatch|squeue|scancel|sacct|scontrol",
-    re.IGNORECASE,
-)
+BACKEND_WORDS = _backend_words()
 
 
 def _lines(words: re.Pattern[str], inside: bool, home: str) -> list[str]:
@@ -73,3 +80,10 @@ def test_the_engine_words_come_from_the_registry() -> None:
     for w in ("sglang", "vllm", "trtllm", "tensorrt"):
         assert ENGINE_WORDS.search(f"a comment naming {w.upper()}"), w
     assert not ENGINE_WORDS.search("a server that an operator started")
+
+
+def test_the_backend_words_come_from_the_registry() -> None:
+    """The guard's words are the registry's: a planted backend or program name is caught."""
+    for w in ("slurm", "ssh", "systemd", "sbatch", "journalctl"):
+        assert BACKEND_WORDS.search(f"# runs under {w.upper()} there"), w
+    assert not BACKEND_WORDS.search("a server on this machine")

@@ -877,8 +877,8 @@ def test_a_job_id_that_names_another_job_is_neither_requeued_nor_cancelled(
     requeue and cancel check the job's comment first."""
     import asyncio
 
-    from specbench_tui.hosts.slurm import SlurmCluster as Login
-    from specbench_tui.hosts.slurm import SlurmError
+    from specbench_tui.hosts.backends.slurm.slurm import SlurmCluster as Login
+    from specbench_tui.hosts.backends.slurm.slurm import SlurmError
 
     out = clean_slurm.run(
         "sbatch",

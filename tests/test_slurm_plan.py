@@ -13,13 +13,13 @@ import pytest
 from conftest import ROOT
 
 from specbench_tui.errors import InputError
-from specbench_tui.hosts.slurm import (
+from specbench_tui.hosts.backends.slurm.slurm import (
     parse_chunks,
     parse_sacct,
     parse_scontrol_job,
     parse_squeue,
 )
-from specbench_tui.hosts.slurm_jobs import (
+from specbench_tui.hosts.backends.slurm.slurm_jobs import (
     job_comment,
     job_paths,
     job_script,

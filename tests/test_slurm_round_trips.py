@@ -15,8 +15,8 @@ from test_slurm_job_fold import GROUP, campaign
 
 from specbench_tui.engine.batch_scheduler import BatchScheduler
 from specbench_tui.engine.job_fold import JobRun
+from specbench_tui.hosts.backends.slurm.slurm import SlurmCluster, write_script
 from specbench_tui.hosts.batch_jobs import JobPaths
-from specbench_tui.hosts.slurm import SlurmCluster, write_script
 from specbench_tui.hosts.ssh import CommandResult
 
 DELAY_S = 0.05

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specbench_tui.hosts.slurm import SlurmCluster, SlurmError
+from specbench_tui.hosts.backends.slurm.slurm import SlurmCluster, SlurmError
 from specbench_tui.hosts.ssh import CommandResult
 
 COMMENT = "specbench:abc123:cluster.ar.tp1:1"

@@ -24,14 +24,14 @@ from sshd_fixture import Sshd, sshd  # noqa: F401 (the fixture)
 from support.systemd_host import SystemdHost, systemd_host  # noqa: F401 (the fixture)
 from test_hosts_ssh import connection, sim_group
 
-from specbench_tui.hosts import remote_process, systemd
+from specbench_tui.hosts.backends.ssh import remote_process, systemd
+from specbench_tui.hosts.backends.ssh.remote_process import WRAPPER, RemoteProcessService
+from specbench_tui.hosts.backends.ssh.remote_service import launch_mark, launch_owner
+from specbench_tui.hosts.backends.ssh.systemd import SystemdService, unit_name
 from specbench_tui.hosts.leftovers import find_leftovers
-from specbench_tui.hosts.remote_process import WRAPPER, RemoteProcessService
-from specbench_tui.hosts.remote_service import launch_mark, launch_owner
 from specbench_tui.hosts.server_records import all_processes
 from specbench_tui.hosts.service import ServiceError
 from specbench_tui.hosts.ssh import SshConnection, SshResultLost
-from specbench_tui.hosts.systemd import SystemdService, unit_name
 
 pytestmark = pytest.mark.system
 

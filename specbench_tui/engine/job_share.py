@@ -14,10 +14,9 @@ from pathlib import Path
 
 from specbench_tui import __version__
 from specbench_tui.errors import InputError
-from specbench_tui.hosts.backends import THIS_MACHINE, backend, job_gpu_variables
+from specbench_tui.hosts.backends import THIS_MACHINE, HostSpec, backend, job_gpu_variables
 from specbench_tui.hosts.batch_jobs import JobSpec
 from specbench_tui.hosts.host import pick_free_port, with_port
-from specbench_tui.hosts.host_table import HostSpec
 from specbench_tui.plan.expand import Expansion
 from specbench_tui.plan.model import PlanSpec
 

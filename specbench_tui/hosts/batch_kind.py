@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specbench_tui.hosts.host_table import HostSpec
+from specbench_tui.hosts.host_table import HostTable
 from specbench_tui.results.cells import ServiceGroup
 
 
@@ -36,8 +36,8 @@ class JobPreview:
 @dataclass(frozen=True)
 class BatchKind:
     #: ``(campaign, host, group, estimated seconds)``: the group's first submission.
-    preview: Callable[[str, HostSpec, ServiceGroup, float], JobPreview]
+    preview: Callable[[str, HostTable, ServiceGroup, float], JobPreview]
     #: Jobs at once on the host.
-    max_jobs: Callable[[HostSpec], int]
+    max_jobs: Callable[[HostTable], int]
     #: A line of the estimate's assumptions, when the plan has such hosts.
     assumption: str

@@ -14,14 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specbench_tui.hosts.backends.ssh.remote_process import stop_process_group
+from specbench_tui.hosts.backends.ssh.remote_service import mark_owner
+from specbench_tui.hosts.backends.ssh.systemd import ACTIVE_STATES, show_unit, stop_unit
 from specbench_tui.hosts.local_leftovers import (
     find_local_leftovers,
     records_dir,
     results_owner,
     stop_local_leftover,
 )
-from specbench_tui.hosts.remote_process import stop_process_group
-from specbench_tui.hosts.remote_service import mark_owner
 from specbench_tui.hosts.server_records import (
     RemoteRecord,
     drop_record,
@@ -31,7 +32,6 @@ from specbench_tui.hosts.server_records import (
 from specbench_tui.hosts.service import ServiceError
 from specbench_tui.hosts.shell import quote
 from specbench_tui.hosts.ssh import SshConnection, SshError
-from specbench_tui.hosts.systemd import ACTIVE_STATES, show_unit, stop_unit
 
 CLEANUP_GRACE_S = 10.0
 

@@ -196,7 +196,7 @@ class Host:
     so a later run of the same results finds the servers a crashed run left.
     """
 
-    kind: str = "local"  # the backend it was built as (hosts/backends.py)
+    kind: str = "local"  # the backend it was built as (hosts/backends/__init__.py)
 
     def __init__(
         self,

@@ -1,19 +1,18 @@
-"""The ``[hosts.NAME]`` table of a plan: where a host's servers run, and how.
+"""The keys of a ``[hosts.NAME]`` table that every kind of host shares: its GPUs, how servers
+are supervised there, where its scratch lives.
 
-Each kind of host sets one key of its own, named as its backend (``backends.py``: an SSH
-destination, ``local``, ``sim`` or a batch system's table); the other keys say how servers
-are supervised there.
-A new kind of host is its key here, its module and its line in ``backends.py``. Pure: no I/O.
+Each kind of host adds one key of its own, named as its backend (an SSH destination,
+``local``, ``sim`` or a batch system's table): the backend declares it (``hosts/backends/``)
+and the registry builds the plan's ``HostSpec`` from this table and those keys. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from specbench_tui.hosts.slurm_table import SlurmSpec
 from specbench_tui.table_types import MAX_GPUS, Duration, HostText, PlanError, Strict, Worded
 
 # An SSH destination: an alias, user@host, user@host:port, [v6]:port.
@@ -42,17 +41,10 @@ def check_destination(where: tuple[str | int, ...], value: str) -> list[PlanErro
     ]
 
 
-class HostSpec(Strict):
-    # An SSH destination (an alias of ~/.ssh/config, user@host, user@host:port); exactly one of ssh,
-    # local, sim, slurm.
-    ssh: HostText | None = None
-    # true: servers run on this machine.
-    local: bool = False
-    # true: the embedded simulated host (a real HTTP server per group that speaks the engine's
-    # API, simulated GPUs).
-    sim: bool = False
-    # A Slurm cluster: each service group runs as a batch job (the table below).
-    slurm: SlurmSpec | None = None
+class HostTable(Strict):
+    """The keys every kind of host shares. The plan's ``HostSpec`` adds one key per registered
+    backend (``hosts/backends/__init__.py``): the key that makes a host that kind."""
+
     # GPUs the campaign may use on this host (on a Slurm host: slurm.gpus_per_node).
     gpus: int = Field(ge=1, le=MAX_GPUS)
     # Physical GPU ids it may use (default 0 .. gpus-1).
@@ -72,29 +64,3 @@ class HostSpec(Strict):
     # before the cells that need it fail; meanwhile its work waits and resumes.
     reconnect_timeout: Duration = 600.0
     speed: float = Field(default=1.0, gt=0)  # sim hosts: compress simulated time
-
-    @model_validator(mode="before")
-    @classmethod
-    def _gpus_of_a_node(cls, data: Any) -> Any:
-        """On a Slurm host ``gpus`` is what one node has: ``slurm.gpus_per_node``."""
-        if isinstance(data, dict) and isinstance(data.get("slurm"), dict) and "gpus" not in data:
-            per_node = data["slurm"].get("gpus_per_node")
-            if isinstance(per_node, int) and not isinstance(per_node, bool):
-                return {**data, "gpus": per_node}
-        return data
-
-    @property
-    def sim_speed(self) -> float:
-        """How much faster than real time this host's simulator runs: its ``speed`` on a sim
-        host, and for a rehearsal (``--sim``) of a real host x50 unless it sets one."""
-        return self.speed if self.sim or "speed" in self.model_fields_set else 50.0
-
-    @property
-    def kind(self) -> str:
-        """The host's kind: the backend's name in ``backends.py`` (``sim`` wins, as a
-        rehearsal's host does; an SSH host when no other key is set)."""
-        if self.sim:
-            return "sim"
-        if self.slurm is not None:
-            return "slurm"
-        return "local" if self.local else "ssh"

@@ -13,15 +13,15 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from specbench_tui.hosts.remote_process import (
+from specbench_tui.hosts.backends.ssh.remote_process import (
     ALIVE_FN,
     WRAPPER,
     campaign_files,
     stop_process_group,
 )
+from specbench_tui.hosts.backends.ssh.systemd import ACTIVE_STATES, parse_show, stop_unit, unit_name
 from specbench_tui.hosts.shell import remote_path
 from specbench_tui.hosts.ssh import SshConnection
-from specbench_tui.hosts.systemd import ACTIVE_STATES, parse_show, stop_unit, unit_name
 
 MARK_PREFIX = "specbench:"
 

@@ -3,8 +3,7 @@ GPU ids that agree. Each problem is a ``PlanError`` at its key path."""
 
 from __future__ import annotations
 
-from specbench_tui.hosts.backends import check_host_table
-from specbench_tui.hosts.host_table import HostSpec
+from specbench_tui.hosts.backends import HostSpec, check_host_table
 from specbench_tui.plan.model import PlanSpec
 from specbench_tui.table_types import PlanError
 

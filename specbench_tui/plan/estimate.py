@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specbench_tui.hosts.backends import batch_kind
+from specbench_tui.hosts.backends import batch_kind, simulated
 from specbench_tui.plan.capacity import search
 from specbench_tui.plan.measured import Learned, Measured
 from specbench_tui.plan.model import EstimateSpec, PlanSpec
@@ -50,7 +50,7 @@ class Estimate:
 def host_speeds(spec: PlanSpec, *, sim: bool) -> dict[str, float]:
     """How much faster than real time each host runs: a sim host, or a real host rehearsed
     with ``--sim``, at its simulator speed (HostSpec.sim_speed); a real host at 1."""
-    return {h: (s.sim_speed if s.sim or sim else 1.0) for h, s in spec.hosts.items()}
+    return {h: (s.sim_speed if simulated(s.kind) or sim else 1.0) for h, s in spec.hosts.items()}
 
 
 def _rate(est: EstimateSpec, tp: int) -> float:

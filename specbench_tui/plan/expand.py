@@ -23,8 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specbench_tui.engines.registry import SIMULATED_ENGINE, adapter
-from specbench_tui.hosts.backends import REHEARSAL, batch_kind, simulated
-from specbench_tui.hosts.host_table import HostSpec
+from specbench_tui.hosts.backends import REHEARSAL, HostSpec, batch_kind, simulated
 from specbench_tui.plan.chat_template import template_path
 from specbench_tui.plan.configs import ResolvedConfig, names_matching, resolve_configs, substitute
 from specbench_tui.plan.document import Plan, ServerSays

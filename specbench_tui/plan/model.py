@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from specbench_tui.engines.registry import API_NAMES, ENGINE_NAMES
-from specbench_tui.hosts.host_table import HostSpec
+from specbench_tui.hosts.backends import HostSpec
 from specbench_tui.plan.slo import SloSpec
 from specbench_tui.table_types import (
     MAX_GPUS,

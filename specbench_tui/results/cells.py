@@ -21,7 +21,7 @@ class ServiceGroup:
 
     id: str  # "<host>.<config>.tp<tp>", safe in a file name and a service unit name
     host: str
-    host_kind: str  # the host's kind: its backend's name (hosts/backends.py)
+    host_kind: str  # the host's kind: its backend's name (hosts/backends/__init__.py)
     config: str
     label: str
     tp: int

@@ -22,11 +22,16 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from specbench_tui import __version__
+from specbench_tui.hosts.backends.slurm.slurm_jobs import (
+    campaign_dir,
+    campaign_key,
+    job_script,
+    sbatch_argv,
+)
+from specbench_tui.hosts.backends.slurm.slurm_table import SlurmSpec
 from specbench_tui.hosts.batch import BatchError, JobEnd, JobInfo, JobStates
 from specbench_tui.hosts.host import HostReport
 from specbench_tui.hosts.shell import quote, remote_path
-from specbench_tui.hosts.slurm_jobs import campaign_dir, campaign_key, job_script, sbatch_argv
-from specbench_tui.hosts.slurm_table import SlurmSpec
 from specbench_tui.hosts.ssh import (
     CommandResult,
     SshConnectError,

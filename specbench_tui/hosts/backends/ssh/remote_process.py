@@ -36,14 +36,14 @@ from typing import Any
 import asyncssh
 
 from specbench_tui.errors import describe
-from specbench_tui.hosts.lines import LineSplitter
-from specbench_tui.hosts.remote_service import (
+from specbench_tui.hosts.backends.ssh.remote_service import (
     ADOPT_HEALTH_S,
     RemoteHolder,
     RemoteService,
     mark_mismatch,
     mark_what,
 )
+from specbench_tui.hosts.lines import LineSplitter
 from specbench_tui.hosts.service import (
     LineCallback,
     ServiceError,

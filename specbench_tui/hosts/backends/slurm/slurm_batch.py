@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbench_tui.hosts.batch import BatchLimits
-from specbench_tui.hosts.batch_jobs import JobPaths
-from specbench_tui.hosts.slurm_jobs import (
+from specbench_tui.hosts.backends.slurm.slurm_jobs import (
     campaign_key,
     groups_dir,
     job_comment,
@@ -18,7 +16,9 @@ from specbench_tui.hosts.slurm_jobs import (
     sbatch_argv,
     stop_signal_s,
 )
-from specbench_tui.hosts.slurm_table import SlurmSpec
+from specbench_tui.hosts.backends.slurm.slurm_table import SlurmSpec
+from specbench_tui.hosts.batch import BatchLimits
+from specbench_tui.hosts.batch_jobs import JobPaths
 from specbench_tui.results.cells import ServiceGroup
 
 #: How much earlier than asked Slurm may send a job's signal before its time limit.

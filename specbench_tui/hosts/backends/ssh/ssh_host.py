@@ -16,16 +16,8 @@ from typing import Any
 from specbench_tui.engines.registry import adapter
 from specbench_tui.errors import InputError
 from specbench_tui.hosts import port_claims
-from specbench_tui.hosts.host import (
-    Host,
-    HostReport,
-    SshSettings,
-    with_port,
-)
-from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftover
-from specbench_tui.hosts.local_leftovers import records_dir
-from specbench_tui.hosts.remote_process import RemoteProcessService
-from specbench_tui.hosts.remote_service import (
+from specbench_tui.hosts.backends.ssh.remote_process import RemoteProcessService
+from specbench_tui.hosts.backends.ssh.remote_service import (
     LaunchOwner,
     launch_mark,
     launch_owner,
@@ -37,15 +29,23 @@ from specbench_tui.hosts.remote_service import (
     remote_port_holder,
     remote_port_in_use,
 )
-from specbench_tui.hosts.service import LineCallback, Service, ServiceError
-from specbench_tui.hosts.shell import parse_read_files, quote, read_files_command, remote_path
-from specbench_tui.hosts.ssh import SshAgentRunner, SshConnectError, SshConnection, SshError
-from specbench_tui.hosts.systemd import (
+from specbench_tui.hosts.backends.ssh.systemd import (
     ForeignUnits,
     SystemdService,
     parse_systemd_version,
     systemd_error,
 )
+from specbench_tui.hosts.host import (
+    Host,
+    HostReport,
+    SshSettings,
+    with_port,
+)
+from specbench_tui.hosts.leftovers import Leftover, find_leftovers, stop_leftover
+from specbench_tui.hosts.local_leftovers import records_dir
+from specbench_tui.hosts.service import LineCallback, Service, ServiceError
+from specbench_tui.hosts.shell import parse_read_files, quote, read_files_command, remote_path
+from specbench_tui.hosts.ssh import SshAgentRunner, SshConnectError, SshConnection, SshError
 from specbench_tui.hosts.telemetry import AgentRunner
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.results.events import HostState

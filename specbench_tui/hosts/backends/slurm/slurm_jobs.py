@@ -15,10 +15,10 @@ import math
 import shlex
 
 from specbench_tui.durations import format_duration
+from specbench_tui.hosts.backends.slurm.slurm_table import SlurmSpec
 from specbench_tui.hosts.batch_jobs import JobPaths
 from specbench_tui.hosts.batch_kind import BatchKind, JobPreview
-from specbench_tui.hosts.host_table import HostSpec, check_destination
-from specbench_tui.hosts.slurm_table import SlurmSpec
+from specbench_tui.hosts.host_table import HostTable, check_destination
 from specbench_tui.results.cells import ServiceGroup
 from specbench_tui.table_types import PlanError
 
@@ -210,7 +210,7 @@ def sbatch_argv(slurm: SlurmSpec, script_path: str) -> list[str]:
     return ["sbatch", "--parsable", *slurm.sbatch_args, script_path]
 
 
-def check_slurm_host(name: str, host: HostSpec) -> list[PlanError]:
+def check_slurm_host(name: str, host: HostTable) -> list[PlanError]:
     """What a ``slurm = {...}`` host table must satisfy beyond its types (its ``env`` names
     are checked by their type)."""
     assert host.slurm is not None
@@ -259,7 +259,7 @@ def check_slurm_host(name: str, host: HostSpec) -> list[PlanError]:
     return errs
 
 
-def _preview(campaign: str, host: HostSpec, g: ServiceGroup, estimate_s: float) -> JobPreview:
+def _preview(campaign: str, host: HostTable, g: ServiceGroup, estimate_s: float) -> JobPreview:
     """A group's first submission: its directory, sbatch line, script and what the dry run
     warns of it."""
     slurm = host.slurm
@@ -274,12 +274,12 @@ def _preview(campaign: str, host: HostSpec, g: ServiceGroup, estimate_s: float) 
     )
 
 
-def _max_jobs(host: HostSpec) -> int:
+def _max_jobs(host: HostTable) -> int:
     assert host.slurm is not None
     return host.slurm.max_jobs
 
 
-def where(host: HostSpec, campaign: str) -> str:
+def where(host: HostTable, campaign: str) -> str:
     """The dry run's words for a Slurm host."""
     slurm = host.slurm
     assert slurm is not None
