@@ -582,13 +582,7 @@ class Host:
     def _check_commands(self, groups: list[ServiceGroup], report: HostReport) -> None:
         """The servers' interpreters and models, on this machine (a simulated host runs the
         simulator, whose interpreter is this process's)."""
-        for python in dict.fromkeys(g.command[0] for g in groups if g.command):
-            where = shutil.which(python)
-            if where is None:
-                report.problems.append(f"interpreter {python} not found")
-            else:
-                report.facts.append(f"server command {python} found")
-        self._check_models(groups, report)
+        check_local_commands(groups, report)
 
     async def check(self, groups: Iterable[ServiceGroup], *, repair: bool = False) -> HostReport:
         """What a campaign on this host would meet: the servers' interpreters, the ports,
@@ -606,25 +600,6 @@ class Host:
                 report.ports.append(f"{port} free")
         await self.add_telemetry(report)
         return report
-
-    @staticmethod
-    def _check_models(groups: Iterable[ServiceGroup], report: HostReport) -> None:
-        """Each server's model on this machine (relative paths from here, where local servers
-        start). A path (``/``, ``.`` or ``~`` first) that is missing is a problem; any other
-        name that is not here is what engines take as a model id (``Qwen/Qwen3-8B``, ``gpt2``)
-        and may download, so it is said, not refused."""
-        for model in dict.fromkeys(
-            m for g in groups if (m := adapter(g.engine).model_path(g.command))
-        ):
-            if Path(model).expanduser().exists():
-                report.facts.append(f"model {model} found")
-            elif model.startswith(("/", ".", "~")):
-                report.problems.append(f"model {model} not found")
-            else:
-                report.warnings.append(
-                    f"model {model} is no path here: the server takes it as a model id (and "
-                    "may download it)"
-                )
 
     async def add_telemetry(self, report: HostReport) -> None:
         """The telemetry mode into a check's report, warned about when there is none (every
@@ -789,3 +764,25 @@ class SshSettings:
     restore_after: bool = True
     ssh_config: str | None = None  # like ``ssh -F``; None: ~/.ssh/config
     reconnect_timeout_s: float = 600.0  # how long the host may stay away before work fails
+
+
+def check_local_commands(groups: list[ServiceGroup], report: HostReport) -> None:
+    """Each server's interpreter and model on this machine (relative paths from here, where
+    local servers start). A model path (``/``, ``.`` or ``~`` first) that is missing is a
+    problem; any other name that is not here is what engines take as a model id
+    (``Qwen/Qwen3-8B``, ``gpt2``) and may download, so it is said, not refused."""
+    for python in dict.fromkeys(g.command[0] for g in groups if g.command):
+        if shutil.which(python) is None:
+            report.problems.append(f"interpreter {python} not found")
+        else:
+            report.facts.append(f"server command {python} found")
+    for model in dict.fromkeys(m for g in groups if (m := adapter(g.engine).model_path(g.command))):
+        if Path(model).expanduser().exists():
+            report.facts.append(f"model {model} found")
+        elif model.startswith(("/", ".", "~")):
+            report.problems.append(f"model {model} not found")
+        else:
+            report.warnings.append(
+                f"model {model} is no path here: the server takes it as a model id (and "
+                "may download it)"
+            )

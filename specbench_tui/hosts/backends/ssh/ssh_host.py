@@ -158,29 +158,7 @@ class SshHost(Host):
                 f"{lo.group}: a server left running by an earlier run ({lo.describe()}); the "
                 "run takes it over when it is what the plan starts and healthy, else stops it"
             )
-        left_ports = {g.port for g in groups if any(lo.group == g.id for lo in left)}
-        stop_before = {u for g in groups for u in g.stop_before}
-        for port in sorted({g.port for g in groups}):
-            if not await remote_port_in_use(self.ssh, port):
-                report.ports.append(f"{port} free")
-                continue
-            holder = await remote_port_holder(self.ssh, port)
-            what = f"{port} in use by {holder.describe()}"
-            report.ports.append(what)
-            if port in left_ports or any(holder.unit == lo.unit for lo in left if lo.unit):
-                continue  # the earlier run's server: settled when the run starts
-            if holder.unit in stop_before:
-                report.warnings.append(
-                    f"port {what}, a stop_before service: a group that starts while it runs "
-                    "fails on the port"
-                )
-            elif holder.unit and holder.unit.startswith("specbench-"):
-                report.problems.append(
-                    f"port {what} (left from an earlier run?); stop it with "
-                    f"`systemctl stop {holder.unit}` or change the plan's port"
-                )
-            else:
-                report.problems.append(f"port {what}; stop it or change the plan's port")
+        await _check_ports(self.ssh, groups, left, report)
         await self.add_telemetry(report)
         return report
 
@@ -559,3 +537,33 @@ class SshHost(Host):
             self._holds_lease = False
         with contextlib.suppress(SshError, OSError):  # the link is given up either way
             await self.ssh.close()
+
+
+async def _check_ports(
+    ssh: SshConnection, groups: list[ServiceGroup], left: list[Leftover], report: HostReport
+) -> None:
+    """Each group's port on the host: free, held by a server an earlier run left (settled
+    when the run starts), by a ``stop_before`` service, or by something to stop."""
+    left_ports = {g.port for g in groups if any(lo.group == g.id for lo in left)}
+    stop_before = {u for g in groups for u in g.stop_before}
+    for port in sorted({g.port for g in groups}):
+        if not await remote_port_in_use(ssh, port):
+            report.ports.append(f"{port} free")
+            continue
+        holder = await remote_port_holder(ssh, port)
+        what = f"{port} in use by {holder.describe()}"
+        report.ports.append(what)
+        if port in left_ports or any(holder.unit == lo.unit for lo in left if lo.unit):
+            continue  # the earlier run's server: settled when the run starts
+        if holder.unit in stop_before:
+            report.warnings.append(
+                f"port {what}, a stop_before service: a group that starts while it runs "
+                "fails on the port"
+            )
+        elif holder.unit and holder.unit.startswith("specbench-"):
+            report.problems.append(
+                f"port {what} (left from an earlier run?); stop it with "
+                f"`systemctl stop {holder.unit}` or change the plan's port"
+            )
+        else:
+            report.problems.append(f"port {what}; stop it or change the plan's port")
