@@ -91,10 +91,19 @@ ROW_NAMES = frozenset(
 )
 
 
-def table(caption: str, cols: Sequence[Col], rows: Sequence[Row], **kw: Any) -> Table:
+def table(
+    caption: str,
+    cols: Sequence[Col],
+    rows: Sequence[Row],
+    csv_fields: Sequence[str] = (),
+    **kw: Any,
+) -> Table:
     """A table of ``rows`` under ``cols``; ``kw``: the rest of :class:`Table`. Its key columns
-    are its leading columns that name a row (``ROW_NAMES``)."""
+    are its leading columns that name a row (``ROW_NAMES``). ``csv_fields``: the rows' fields
+    its CSV holds, unformatted (else the cells' text)."""
     lead = next((i for i, c in enumerate(cols) if c.key not in ROW_NAMES), len(cols))
+    if csv_fields:
+        kw["csv"] = [{k: r.get(k) for k in csv_fields} for r in rows]
     return Table(
         caption,
         [c.column for c in cols],

@@ -35,10 +35,15 @@ COLUMNS = (
     C.TP,
     C.WORKLOAD,
     C.CLIENTS,
-    C.Col("deploy", "Deploy", lambda r: Cell(r["deploy"], bold=r["best"]), "l"),
+    C.Col("deploy", "Deploy", lambda r: Cell(r["said"], bold=r["best"]), "l"),
     C.DECODE_CI,
     C.SPEEDUP_CI,
 )
+
+
+#: The deploy table's CSV: the answer by config name, its figures unformatted.
+CSV_FIELDS = ("host", "tp", "workload", "level", "deploy", "decode_tok_s", "speedup")
+CSV_FIELDS += ("speedup_lo", "speedup_hi", "why")
 
 
 def _answer(items: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str, str]:
@@ -101,26 +106,15 @@ def table(inp: Any) -> Table | None:
                 "tp": tp,
                 "workload": workload,
                 "concurrency": level,
-                "deploy": said,
+                "said": said,
+                "level": level,
+                "deploy": top["config"] if named and top else said,
+                "why": why,
                 "best": named and bool(top and top["best"]),
                 "speedup_too_few": False,
                 "marks": why,
             }
         )
-    csv = [
-        {
-            "host": r["host"],
-            "tp": r["tp"],
-            "workload": r["workload"],
-            "level": r["concurrency"],
-            "deploy": r["config"]
-            if r.get("config") and r["deploy"] not in (OFF, CANNOT_TELL)
-            else r["deploy"],
-            **{k: r.get(k) for k in ("decode_tok_s", "speedup", "speedup_lo", "speedup_hi")},
-            "why": r["marks"],
-        }
-        for r in rows
-    ]
     where = f", on {next(iter(hosts))}" if len(hosts) == 1 else ""
     cols = [*([C.HOST] if len(hosts) > 1 else []), *COLUMNS, C.blank(0.3)]
     return C.table(
@@ -131,5 +125,5 @@ def table(inp: Any) -> Table | None:
         cols,
         rows,
         small=True,
-        csv=csv,
+        csv_fields=CSV_FIELDS,
     )

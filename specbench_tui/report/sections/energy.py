@@ -126,8 +126,8 @@ def build(inp: Inputs) -> Section | None:
                 }
             )
         caption = f"{TITLE}, TP {tp} on {host}"
-        csv = [{k: v for k, v in r.items() if k != "label"} for r in rows]
-        sec.add(C.table(caption, POOLED_COLUMNS, rows, small=True, csv=csv))
+        fields = list(dict.fromkeys(k for r in rows for k in r if k != "label"))
+        sec.add(C.table(caption, POOLED_COLUMNS, rows, fields, small=True))
     sec.blocks += _against_speedup(inp)
     if invalid:
         listed = [text(s) for s in invalid[:MAX_LISTED]]

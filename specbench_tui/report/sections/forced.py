@@ -29,7 +29,6 @@ from specbench_tui.report.blocks import (
     Cell,
     Chart,
     Charts,
-    Column,
     Para,
     Point,
     Section,
@@ -39,7 +38,8 @@ from specbench_tui.report.blocks import (
 )
 from specbench_tui.report.frames import comparison, label, ran_adapters
 from specbench_tui.report.inputs import Inputs
-from specbench_tui.report.sections.common import FIELLER_BARS, interval_bars
+from specbench_tui.report.sections import columns as C
+from specbench_tui.report.sections.common import FIELLER_BARS, interval_bars, speedup_cell
 
 TITLE = "Forced acceptance: where the speed-up comes from"
 #: Scope of one curve: a workload at one level on one host and TP size.
@@ -164,51 +164,62 @@ _NOT_JUDGED = (
 )
 
 
+#: The check table: each forced config's forced against measured accept length.
+WHERE = C.field("workload", "Workload", align="l", at="where")
+CHECK_COLUMNS = (
+    C.field("config", "Forced config", align="l", at="label"),
+    C.TP,
+    WHERE,
+    C.field("forced_accept", "Forced", f.accept),
+    C.field("accept_length", "Measured", f.accept),
+    C.Col("check", "Check", lambda r: Cell(r["check"], bold=r["check"] == "fail"), "l"),
+)
+
+
 def _check_table(inp: Inputs, curves: dict[tuple[Any, ...], list[dict[str, Any]]]) -> Table:
     """Forced against measured accept length per forced config, TP and workload."""
-    out, csv = [], []
+    rows = []
     for key in sorted(curves):
         host, tp, _, workload, level = key[:5]
         for p in sorted(curves[key], key=lambda p: p["forced"]):
             v = inp.state.checks.get((CHECK, host, p["config"], tp))
-            status = v.status if v is not None else "not checked"
-            where = f"{workload} ({level} clients)" if level else workload
-            out.append(
-                [
-                    Cell(label(inp, p["config"])),
-                    Cell(str(tp)),
-                    Cell(where),
-                    Cell(f.accept(p["forced"])),
-                    Cell(f.accept(p["accept_len_weighted"])),
-                    Cell(status, bold=status == "fail"),
-                ]
-            )
-            csv.append(
+            rows.append(
                 {
                     "host": host,
                     "tp": tp,
                     "workload": workload,
+                    "where": f"{workload} ({level} clients)" if level else workload,
                     "concurrency": level,
                     "config": p["config"],
+                    "label": label(inp, p["config"]),
                     "forced_accept": p["forced"],
                     "accept_length": p["accept_len_weighted"],
-                    "check": status,
+                    "check": v.status if v is not None else "not checked",
                 }
             )
-    return Table(
-        "Forced against measured accept length",
-        [
-            Column("Forced config", "l"),
-            Column("TP"),
-            Column("Workload", "l"),
-            Column("Forced"),
-            Column("Measured"),
-            Column("Check", "l"),
-        ],
-        out,
-        small=True,
-        csv=csv,
-    )
+    fields = ["host", "tp", "workload", "concurrency", "config", "forced_accept"]
+    caption = "Forced against measured accept length"
+    return C.table(caption, CHECK_COLUMNS, rows, [*fields, "accept_length", "check"], small=True)
+
+
+#: The curve table: each forced length's speed-up, and the real config's point (bold).
+CURVE_COLUMNS = (
+    C.CONFIG,
+    WHERE,
+    C.Col("acceptance", "Acceptance", lambda r: Cell(r["said"], bold=r["real"]), "l"),
+    C.Col(
+        "accept_length",
+        figure_title("accept_length"),
+        lambda r: Cell(f.accept(r["accept_length"]), bold=r["real"]),
+    ),
+    C.Col("speedup_ci", figure_title("speedup", ci=True), lambda r: _bold(speedup_cell(r), r)),
+)
+_CURVE_CSV = ["host", "tp", "workload", "concurrency", "config", "acceptance", "forced_accept"]
+_CURVE_CSV += ["accept_length", "speedup", "speedup_lo", "speedup_hi"]
+
+
+def _bold(cell: Cell, r: dict[str, Any]) -> Cell:
+    return Cell(cell.text, bold=r["real"])
 
 
 def _curve_table(
@@ -220,72 +231,32 @@ def _curve_table(
     real: dict[tuple[Any, ...], dict[str, Any]],
 ) -> Table:
     """The curve's points, and the real config's point, per config and workload."""
-    out, csv = [], []
+    rows = []
     for key in keys:
-        r = real.get(key)
-        pts = sorted(curves[key], key=lambda p: p["forced"])
         where = f"{key[3]} ({key[4]} clients)" if key[4] else key[3]
-        for p in pts:
-            out.append(
-                [
-                    Cell(label(inp, key[5])),
-                    Cell(where),
-                    Cell(f"forced {f.accept(p['forced'])}"),
-                    Cell(f.accept(p["accept_len_weighted"])),
-                    Cell(
-                        f.ratio(
-                            p["speedup"], p["speedup_lo"], p["speedup_hi"], p["speedup_too_few"]
-                        )
-                    ),
-                ]
+        points = [(p, p["forced"]) for p in sorted(curves[key], key=lambda p: p["forced"])]
+        points += [(real[key], None)] if key in real else []
+        for r, forced in points:
+            rows.append(
+                {
+                    **{k: r[k] for k in ("speedup", "speedup_lo", "speedup_hi")},
+                    "speedup_too_few": r["speedup_too_few"],
+                    "host": key[0],
+                    "tp": key[1],
+                    "workload": key[3],
+                    "where": where,
+                    "concurrency": key[4],
+                    "config": key[5],
+                    "label": label(inp, key[5]),
+                    "real": forced is None,
+                    "acceptance": "real" if forced is None else "forced",
+                    "said": "real" if forced is None else f"forced {f.accept(forced)}",
+                    "forced_accept": forced,
+                    "accept_length": r["accept_len_weighted"],
+                }
             )
-            csv.append(_csv(key, "forced", p["forced"], p))
-        if r is not None:
-            out.append(
-                [
-                    Cell(label(inp, key[5])),
-                    Cell(where),
-                    Cell("real", bold=True),
-                    Cell(f.accept(r["accept_len_weighted"]), bold=True),
-                    Cell(
-                        f.ratio(
-                            r["speedup"], r["speedup_lo"], r["speedup_hi"], r["speedup_too_few"]
-                        ),
-                        bold=True,
-                    ),
-                ]
-            )
-            csv.append(_csv(key, "real", None, r))
-    return Table(
-        f"Speed-up against forced accept length, TP {tp} on {host}",
-        [
-            Column("Config", "l"),
-            Column("Workload", "l"),
-            Column("Acceptance", "l"),
-            Column(figure_title("accept_length")),
-            Column(figure_title("speedup", ci=True)),
-        ],
-        out,
-        small=True,
-        csv=csv,
-        key_columns=2,
-    )
-
-
-def _csv(key: tuple[Any, ...], acceptance: str, forced: float | None, r: dict[str, Any]) -> dict:
-    return {
-        "host": key[0],
-        "tp": key[1],
-        "workload": key[3],
-        "concurrency": key[4],
-        "config": key[5],
-        "acceptance": acceptance,
-        "forced_accept": forced,
-        "accept_length": r["accept_len_weighted"],
-        "speedup": r["speedup"],
-        "speedup_lo": r["speedup_lo"],
-        "speedup_hi": r["speedup_hi"],
-    }
+    caption = f"Speed-up against forced accept length, TP {tp} on {host}"
+    return C.table(caption, CURVE_COLUMNS, rows, _CURVE_CSV, small=True)
 
 
 def _chart(
@@ -337,6 +308,27 @@ _STEP_COST = (
 )
 
 
+#: Drafter quality against verify cost: the predicted speed-up beside the measured one.
+DECOMPOSITION_COLUMNS = (
+    C.CONFIG,
+    WHERE,
+    C.figure("accept_length", f.accept, scope="drafter"),
+    C.Col(
+        "predicted_speedup_ci",
+        figure_title("speedup", scope="predicted", ci=True),
+        lambda r: Cell(f.ratio(r["predicted_speedup"], r["predicted_lo"], r["predicted_hi"])),
+    ),
+    C.Col("speedup_ci", figure_title("speedup", scope="measured", ci=True), speedup_cell),
+    C.field("step_cost", "Step cost (measured)", lambda v: f.fnum(v, 2)),
+    C.field("step_cost_on_curve", "Step cost (curve)", lambda v: f.fnum(v, 2)),
+    C.field("measured_over_predicted", "Measured / predicted", lambda v: f.fnum(v, 2)),
+)
+_DECOMPOSITION_CSV = ["host", "tp", "workload", "concurrency", "config", "accept_length"]
+_DECOMPOSITION_CSV += ["predicted_speedup", "predicted_lo", "predicted_hi", "speedup"]
+_DECOMPOSITION_CSV += ["speedup_lo", "speedup_hi", "step_cost", "step_cost_on_curve"]
+_DECOMPOSITION_CSV += ["measured_over_predicted"]
+
+
 def _decomposition(
     inp: Inputs,
     host: str,
@@ -347,71 +339,43 @@ def _decomposition(
 ) -> Table:
     """Per config and workload: drafter quality (the measured accept length), verify cost
     (step cost, measured and on the curve), the predicted speed-up beside the measured one."""
-    out, csv, notes = [], [], []
+    rows, notes = [], []
     for key in keys:
         r = real.get(key)
         if r is None or r["accept_len_weighted"] is None:
             continue
         al = r["accept_len_weighted"]
         lengths = [p["forced"] for p in curves[key]]
-        pred = interpolate(curves[key], al)
+        pred = interpolate(curves[key], al) or {}
         where = f"{key[3]} ({key[4]} clients)" if key[4] else key[3]
-        if pred is None:
+        if not pred:
             notes.append(
                 f"{label(inp, key[5])}, {where}: its accept length {f.accept(al)} is outside "
                 f"the forced range {f.accept(min(lengths))}-{f.accept(max(lengths))}: no "
                 "prediction (add a forced value beyond it)"
             )
-        s, sp = r["speedup"], pred["speedup"] if pred else None
-        cost = al / s if s else None
-        cost_pred = al / sp if sp else None
-        share = s / sp if s and sp else None
-        out.append(
-            [
-                Cell(label(inp, key[5])),
-                Cell(where),
-                Cell(f.accept(al)),
-                Cell(f.ratio(sp, pred["lo"], pred["hi"]) if pred else f.MISSING),
-                Cell(f.ratio(s, r["speedup_lo"], r["speedup_hi"], r["speedup_too_few"])),
-                Cell(f.fnum(cost, 2)),
-                Cell(f.fnum(cost_pred, 2)),
-                Cell(f.fnum(share, 2)),
-            ]
-        )
-        csv.append(
+        s, sp = r["speedup"], pred.get("speedup")
+        rows.append(
             {
+                **{k: r[k] for k in ("speedup", "speedup_lo", "speedup_hi", "speedup_too_few")},
                 "host": host,
                 "tp": tp,
                 "workload": key[3],
+                "where": where,
                 "concurrency": key[4],
                 "config": key[5],
+                "label": label(inp, key[5]),
                 "accept_length": al,
                 "predicted_speedup": sp,
-                "predicted_lo": pred["lo"] if pred else None,
-                "predicted_hi": pred["hi"] if pred else None,
-                "speedup": s,
-                "speedup_lo": r["speedup_lo"],
-                "speedup_hi": r["speedup_hi"],
-                "step_cost": cost,
-                "step_cost_on_curve": cost_pred,
-                "measured_over_predicted": share,
+                "predicted_lo": pred.get("lo"),
+                "predicted_hi": pred.get("hi"),
+                "step_cost": al / s if s else None,
+                "step_cost_on_curve": al / sp if sp else None,
+                "measured_over_predicted": s / sp if s and sp else None,
             }
         )
-    return Table(
-        f"Drafter quality against verify cost, TP {tp} on {host}",
-        [
-            Column("Config", "l"),
-            Column("Workload", "l"),
-            Column(figure_title("accept_length", scope="drafter")),
-            Column(figure_title("speedup", scope="predicted", ci=True)),
-            Column(figure_title("speedup", scope="measured", ci=True)),
-            Column("Step cost (measured)"),
-            Column("Step cost (curve)"),
-            Column("Measured / predicted"),
-        ],
-        out,
-        notes=[*notes, _STEP_COST],
-        small=True,
-        csv=csv,
-        key_columns=2,
+    caption = f"Drafter quality against verify cost, TP {tp} on {host}"
+    notes.append(_STEP_COST)
+    return C.table(
+        caption, DECOMPOSITION_COLUMNS, rows, _DECOMPOSITION_CSV, notes=notes, small=True
     )
