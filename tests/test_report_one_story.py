@@ -79,6 +79,23 @@ def _tables(md: str) -> list[list[str]]:
     return [line.split("|") for line in body.splitlines() if line.startswith("| ")]
 
 
+def _captioned(md: str) -> dict[str, list[dict[str, str]]]:
+    """The Markdown report's tables by caption: each row as header -> cell text."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for block in md.split("\n**Table ")[1:]:
+        caption = block.split("**", 1)[0].split(": ", 1)[1]
+        rest = block.splitlines()
+        start = next(i for i, x in enumerate(rest) if x.startswith("| "))
+        end = next((i for i, x in enumerate(rest[start:], start) if not x.startswith("|")), None)
+        lines = [x for x in rest[start:end] if "| ---" not in x]
+
+        def cells(line: str) -> list[str]:
+            return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+        out[caption] = [dict(zip(cells(lines[0]), cells(x), strict=True)) for x in lines[1:]]
+    return out
+
+
 def test_the_report_of_a_strained_rehearsal_tells_one_story(tmp_path: Path) -> None:
     need_program("pdflatex")
     plan = tmp_path / "story.toml"
@@ -116,6 +133,24 @@ def test_the_report_of_a_strained_rehearsal_tells_one_story(tmp_path: Path) -> N
         ("4", "2"),
     ]
     assert all(r[4].strip() for r in answers)
+
+    # One label, one value: the summary's answer is its scope's row of the single-stream table,
+    # figure for figure.
+    tables = _captioned(md)
+    (answers,) = [t for c, t in tables.items() if c.startswith("The fastest config per host")]
+    for a in answers:
+        (scope,) = [
+            t
+            for c, t in tables.items()
+            if c.startswith(f"Single-stream decode speed, {a['Workload']}, TP {a['TP']} on")
+        ]
+        (row,) = [r for r in scope if r["Config"].replace("**", "") == a["Fastest"]]
+        for figure in ("Decode tok/s \\[95% CI]", "Speed-up \\[95% CI]"):
+            assert row[figure].replace("**", "") == a[figure], (a, row)
+
+    # The concurrency table's ratio of throughputs has a name of its own, not "Speed-up".
+    (level,) = [t for c, t in tables.items() if c.startswith("Concurrency, load, TP 1 on")]
+    assert "Throughput speed-up" in level[0] and not any(k.startswith("Speed-up") for k in level[0])
 
     # A rehearsal's cells have valid energy (the counter read at their edges).
     cells = pl.read_parquet(root / "cells.parquet")
