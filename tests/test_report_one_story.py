@@ -167,3 +167,16 @@ def test_the_report_of_a_strained_rehearsal_tells_one_story(tmp_path: Path) -> N
     assert duplicate_destinations(work) == []
     _, text = pdf_text(root / "report.pdf")
     assert "What to deploy" in text
+    # In the PDF too, every line that names the lossy config marks it, outside the checks'
+    # own section (its rows are the verdicts) and the summary's list of failed configs.
+    start = [m for m in re.finditer(r"^\d+\s+Correctness checks\s*$", text, re.M)][-1]
+    number = int(start.group().split()[0])
+    after = re.compile(rf"^{number + 1}\s+[A-Z]", re.M).search(text, start.end())
+    body = text[: start.start()] + (text[after.start() :] if after else "")
+    lines = body.splitlines()
+    unmarked = [
+        line  # its row says "failed check", on the line or, wrapped in a cell, the next
+        for line, below in zip(lines, [*lines[1:], ""], strict=True)
+        if "DFlash lossy" in line and "failed" not in line + below and ": greedy: lossy" not in line
+    ]
+    assert unmarked == [], unmarked
