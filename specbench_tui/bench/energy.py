@@ -208,6 +208,123 @@ def idle_power(
     return math.fsum(means), n
 
 
+def _used(
+    per: dict[int, list[PowerSample]], gpus: Sequence[int], window: list[tuple[float, float]]
+) -> tuple[dict[int, list[PowerSample]], list[str]]:
+    """Each GPU's samples from before to after each span of the window, and the GPUs whose
+    samples do not reach past both edges of some span."""
+    uncovered: list[str] = []
+    used: dict[int, list[PowerSample]] = {}
+    for g in gpus:
+        ss = per[g]
+        ts = [s.t for s in ss]
+        keep: dict[int, PowerSample] = {}
+        for a, b in window:
+            edge = _around(ts, a, b)
+            if edge is None:
+                uncovered.append(str(g))
+                break
+            for k in range(edge[0], edge[1] + 1):
+                keep[k] = ss[k]
+        used[g] = [keep[k] for k in sorted(keep)]
+    return used, uncovered
+
+
+def _gap_problem(
+    per: dict[int, list[PowerSample]],
+    gpus: Sequence[int],
+    window: list[tuple[float, float]],
+    max_gap_s: float,
+) -> list[str]:
+    """The widest gap between one GPU's samples inside the window, where over ``max_gap_s``."""
+    worst_gap, worst_gpu = 0.0, gpus[0]
+    for g in gpus:
+        ts = [s.t for s in per[g]]
+        for a, b in window:
+            edge = _around(ts, a, b)
+            assert edge is not None
+            for k in range(edge[0], edge[1]):
+                if ts[k + 1] - ts[k] > worst_gap:
+                    worst_gap, worst_gpu = ts[k + 1] - ts[k], g
+    if worst_gap <= max_gap_s:
+        return []
+    return [
+        f"a {worst_gap:.1f} s gap between GPU {worst_gpu}'s samples in the window "
+        f"(over {max_gap_s:g} s)"
+    ]
+
+
+def _foreign_problem(
+    used: dict[int, list[PowerSample]], gpus: Sequence[int], own_pids: Collection[int] | None
+) -> list[str]:
+    """Another process than the group's own server on its GPUs during the window."""
+    if own_pids is None:
+        return []
+    own = set(own_pids)
+    foreign = sorted({(g, p) for g in gpus for s in used[g] for p in s.pids if p not in own})
+    if not foreign:
+        return []
+    said = ", ".join(f"pid {p} on GPU {g}" for g, p in foreign[:3])
+    more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+    return [f"another process on the group's GPUs ({said}{more})"]
+
+
+def _counter_energy(
+    per: dict[int, list[PowerSample]],
+    used: dict[int, list[PowerSample]],
+    gpus: Sequence[int],
+    window: list[tuple[float, float]],
+    notes: list[str],
+) -> float | None:
+    """Joules by the energy counter at the window's edges, where every GPU's counter was read
+    throughout and never went back; None (said in ``notes``) where the power integral must
+    serve."""
+    if not all(s.energy_mj is not None for g in gpus for s in used[g]):
+        if any(s.energy_mj is not None for g in gpus for s in used[g]):
+            missing = sorted({g for g in gpus for s in used[g] if s.energy_mj is None})
+            notes.append(
+                f"no energy counter on GPU {', '.join(map(str, missing))} for the whole window: "
+                "power integral used"
+            )
+        return None
+    went_back = [
+        (g, (a.energy_mj or 0.0) - (b.energy_mj or 0.0))
+        for g in gpus
+        for a, b in itertools.pairwise(used[g])
+        if (b.energy_mj or 0.0) < (a.energy_mj or 0.0)
+    ]
+    if went_back:
+        g, drop = went_back[0]
+        notes.append(
+            f"GPU {g}'s energy counter went back by {drop / 1000.0:.1f} J (a driver "
+            "reload?): power integral used"
+        )
+        return None
+    total_mj = 0.0
+    for g in gpus:
+        ss = per[g]
+        ts = [s.t for s in ss]
+        total_mj += math.fsum(_counter_at(ss, ts, b) - _counter_at(ss, ts, a) for a, b in window)
+    return total_mj / 1000.0
+
+
+def _integral_energy(
+    per: dict[int, list[PowerSample]],
+    gpus: Sequence[int],
+    window: list[tuple[float, float]],
+    problems: list[str],
+) -> float:
+    """Joules by the integral of the one-second power samples over the window."""
+    total = 0.0
+    for g in gpus:
+        pts = [(s.t, s.power_w) for s in per[g] if s.power_w is not None]
+        if len(pts) < 2:
+            problems.append(f"GPU {g} has no power readings")
+            continue
+        total += math.fsum(_power_integral(pts, a, b) for a, b in window)
+    return total
+
+
 def cell_energy(
     samples: Iterable[PowerSample],
     spans: Iterable[tuple[float, float]],
@@ -226,7 +343,6 @@ def cell_energy(
     ``idle_power_w``: the group's idle floor (None: no figure above idle)."""
     window = merge_spans(spans)
     per = _by_gpu(samples, gpus)
-    problems: list[str] = []
     notes: list[str] = []
     if not gpus or not window:
         why = "no GPUs" if not gpus else "no measured window"
@@ -236,86 +352,17 @@ def cell_energy(
         sum(1 for s in per[g] if s.power_w is not None and any(a <= s.t <= b for a, b in window))
         for g in gpus
     )
-    uncovered: list[str] = []
-    used: dict[int, list[PowerSample]] = {}  # each GPU's samples from before to after each span
-    for g in gpus:
-        ss = per[g]
-        ts = [s.t for s in ss]
-        keep: dict[int, PowerSample] = {}
-        for a, b in window:
-            edge = _around(ts, a, b)
-            if edge is None:
-                uncovered.append(str(g))
-                break
-            for k in range(edge[0], edge[1] + 1):
-                keep[k] = ss[k]
-        used[g] = [keep[k] for k in sorted(keep)]
+    used, uncovered = _used(per, gpus, window)
     if uncovered:
         why = (
             f"the samples of GPU {', '.join(uncovered)} do not reach past both edges of the window"
         )
         return CellEnergy(None, None, None, None, idle_power_w, None, False, why, fewest)
-    worst_gap, worst_gpu = 0.0, gpus[0]
-    for g in gpus:
-        ts = [s.t for s in per[g]]
-        for a, b in window:
-            edge = _around(ts, a, b)
-            assert edge is not None
-            for k in range(edge[0], edge[1]):
-                gap = ts[k + 1] - ts[k]
-                if gap > worst_gap:
-                    worst_gap, worst_gpu = gap, g
-    if worst_gap > max_gap_s:
-        problems.append(
-            f"a {worst_gap:.1f} s gap between GPU {worst_gpu}'s samples in the window "
-            f"(over {max_gap_s:g} s)"
-        )
-    if own_pids is not None:
-        own = set(own_pids)
-        foreign = sorted({(g, p) for g in gpus for s in used[g] for p in s.pids if p not in own})
-        if foreign:
-            said = ", ".join(f"pid {p} on GPU {g}" for g, p in foreign[:3])
-            more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-            problems.append(f"another process on the group's GPUs ({said}{more})")
-
-    method: Method | None = None
-    energy: float | None = None
-    if all(s.energy_mj is not None for g in gpus for s in used[g]):
-        went_back = [
-            (g, (a.energy_mj or 0.0) - (b.energy_mj or 0.0))
-            for g in gpus
-            for a, b in itertools.pairwise(used[g])
-            if (b.energy_mj or 0.0) < (a.energy_mj or 0.0)
-        ]
-        if went_back:
-            g, drop = went_back[0]
-            notes.append(
-                f"GPU {g}'s energy counter went back by {drop / 1000.0:.1f} J (a driver "
-                "reload?): power integral used"
-            )
-        else:
-            total_mj = 0.0
-            for g in gpus:
-                ss = per[g]
-                ts = [s.t for s in ss]
-                for a, b in window:
-                    total_mj += _counter_at(ss, ts, b) - _counter_at(ss, ts, a)
-            method, energy = "nvml_counter", total_mj / 1000.0
-    elif any(s.energy_mj is not None for g in gpus for s in used[g]):
-        missing = sorted({g for g in gpus for s in used[g] if s.energy_mj is None})
-        notes.append(
-            f"no energy counter on GPU {', '.join(map(str, missing))} for the whole window: "
-            "power integral used"
-        )
-    if method is None:
-        total = 0.0
-        for g in gpus:
-            pts = [(s.t, s.power_w) for s in per[g] if s.power_w is not None]
-            if len(pts) < 2:
-                problems.append(f"GPU {g} has no power readings")
-                continue
-            total += math.fsum(_power_integral(pts, a, b) for a, b in window)
-        method, energy = "power_integral", total
+    problems = _gap_problem(per, gpus, window, max_gap_s) + _foreign_problem(used, gpus, own_pids)
+    energy = _counter_energy(per, used, gpus, window, notes)
+    method: Method = "nvml_counter"
+    if energy is None:
+        method, energy = "power_integral", _integral_energy(per, gpus, window, problems)
     edges = _edge_step(per, gpus, window) if method == "nvml_counter" else math.inf
     if fewest < min_samples and edges > EDGE_STEP_S:
         problems.append(

@@ -13,6 +13,7 @@ is unambiguous), and ``--flag=value`` always works. Unknown flags are kept and s
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -253,6 +254,32 @@ def _face(name: str) -> str:
     return found.name
 
 
+def _text(key: str, value: str | None, now: Any) -> Any:
+    return value
+
+
+#: Each option the simulator reads: the config field it sets and how its value is read
+#: (``(option, value, the field's value now) -> new value``); any other is kept in ``extra``.
+_OPTIONS: dict[str, tuple[str, Callable[[str, str | None, Any], Any]]] = {
+    "model_path": ("model_path", lambda k, v, now: v or now),
+    "host": ("host", lambda k, v, now: v or now),
+    "served_model_name": ("served_model_name", _text),
+    "tp_size": ("tp_size", lambda k, v, now: _int(k, v)),
+    "port": ("port", lambda k, v, now: _int(k, v)),
+    "max_running_requests": ("max_running_requests", lambda k, v, now: _int(k, v)),
+    "context_length": ("context_length", lambda k, v, now: _int(k, v)),
+    "seed": ("seed", lambda k, v, now: _int(k, v)),
+    "sim_burst": ("burst", lambda k, v, now: _int(k, v)),
+    "mem_fraction_static": ("mem_fraction_static", lambda k, v, now: _float(k, v)),
+    "speed": ("speed", lambda k, v, now: _float(k, v)),
+    "sim_engine": ("engine", lambda k, v, now: _face(v or "")),
+    "sim_gpu_state": ("gpu_state_dir", _text),
+    "sim_require_model": ("require_model", lambda k, v, now: True),
+    "sim_record": ("record_path", _text),
+    "sim_record_prompts": ("record_prompts", lambda k, v, now: v or None),
+}
+
+
 def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
     """Build a :class:`SimConfig` from a launch command line and environment."""
     env = dict(os.environ) if env is None else env
@@ -266,43 +293,13 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> SimConfig:
             engine, flag = spec_flags[key]
             given.setdefault(engine, {})[flag] = value
             continue
-        match key:
-            case "model_path":
-                cfg.model_path = value or cfg.model_path
-            case "served_model_name":
-                cfg.served_model_name = value
-            case "tp_size":
-                cfg.tp_size = _int(key, value)
-            case "host":
-                cfg.host = value or cfg.host
-            case "port":
-                cfg.port = _int(key, value)
-            case "max_running_requests":
-                cfg.max_running_requests = _int(key, value)
-            case "context_length":
-                cfg.context_length = _int(key, value)
-            case "mem_fraction_static":
-                cfg.mem_fraction_static = _float(key, value)
-            case "speed":
-                cfg.speed = _float(key, value)
-            case "seed":
-                cfg.seed = _int(key, value)
-            case "sim_engine":
-                cfg.engine = _face(value or "")
-            case "sim_fault":
-                faults.append(_parse_fault(value or ""))
-            case "sim_gpu_state":
-                cfg.gpu_state_dir = value
-            case "sim_require_model":
-                cfg.require_model = True
-            case "sim_burst":
-                cfg.burst = _int(key, value)
-            case "sim_record":
-                cfg.record_path = value
-            case "sim_record_prompts":
-                cfg.record_prompts = value or None
-            case _:
-                cfg.extra[key] = True if value is None else value
+        if key == "sim_fault":
+            faults.append(_parse_fault(value or ""))
+        elif key in _OPTIONS:
+            attr, read = _OPTIONS[key]
+            setattr(cfg, attr, read(key, value, getattr(cfg, attr)))
+        else:
+            cfg.extra[key] = True if value is None else value
     if cfg.tp_size < 1:
         raise SimArgsError("--tp-size must be at least 1")
     if cfg.speed <= 0:
