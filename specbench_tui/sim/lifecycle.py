@@ -9,6 +9,7 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from specbench_tui.sim.config import SimConfig
@@ -34,8 +35,7 @@ class Lifecycle:
     exit_code: int
     _crash_mark: Path | None
 
-    def _s(self, seconds: float) -> float:  # pragma: no cover - SimServer's
-        raise NotImplementedError
+    _s: Callable[[float], float]  # simulated seconds as real ones (SimServer._s)
 
     def _crash(self) -> None:
         """Die like a scheduler hitting a fatal CUDA error: no cleanup, files left behind."""

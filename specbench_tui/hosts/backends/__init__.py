@@ -62,12 +62,16 @@ class _Kinds(HostTable):
     """What a host table says of its kind, from the registry."""
 
     @property
+    def kinds_set(self) -> list[str]:
+        """The backends whose key this table sets (a valid table sets exactly one)."""
+        return [k for k in BACKENDS if getattr(self, k) not in (None, False)]
+
+    @property
     def kind(self) -> str:
         """The host's kind: the backend whose key it sets (a simulated one wins, as a
         rehearsal's host does; the first backend when none is set, which the table's check
         reports)."""
-        chosen = [k for k in BACKENDS if getattr(self, k) not in (None, False)]
-        chosen.sort(key=lambda k: not BACKENDS[k].simulated)
+        chosen = sorted(self.kinds_set, key=lambda k: not BACKENDS[k].simulated)
         return chosen[0] if chosen else next(iter(BACKENDS))
 
     @property
@@ -142,7 +146,7 @@ def job_gpu_variables() -> tuple[str, ...]:
 
 def check_host_table(name: str, host: HostSpec) -> list[PlanError]:
     """A ``[hosts.NAME]`` table: one kind, then each kind's own checks."""
-    chosen = [k for k in BACKENDS if getattr(host, k, None) not in (None, False)]
+    chosen = host.kinds_set
     errs: list[PlanError] = []
     if len(chosen) != 1:
         words = ", ".join(b.plan_words for b in BACKENDS.values())

@@ -161,21 +161,21 @@ def _answer_rows(inp: Inputs) -> list[dict[str, Any]]:
 def _load_rows(inp: Inputs) -> list[dict[str, Any]]:
     """Per host, TP and concurrency workload, the config with the highest cell throughput at
     the highest level, among those that passed their checks and compare like with like."""
-    lv = level_frame(inp)
+    levels = level_frame(inp).to_dicts()
     joules = cell_energy(inp)
+    marks = check_marks(inp)
+    doubted = [r for r in compared(inp).to_dicts() if r["why"]]
     rows: list[dict[str, Any]] = []
-    for r0 in sorted({(r["host"], r["tp"], r["workload"]) for r in lv.to_dicts()}):
-        part = [r for r in lv.to_dicts() if (r["host"], r["tp"], r["workload"]) == r0]
+    for r0 in sorted({(r["host"], r["tp"], r["workload"]) for r in levels}):
+        part = [r for r in levels if (r["host"], r["tp"], r["workload"]) == r0]
         top_level = max(r["concurrency"] for r in part)
         at = [r for r in part if r["concurrency"] == top_level and r["throughput_tok_s"]]
-        bad = {c for (h, c, t) in check_marks(inp) if h == r0[0] and t == r0[1]}
+        bad = {c for (h, c, t) in marks if h == r0[0] and t == r0[1]}
         # Never the fastest where its comparison with the baseline does not hold.
         unlike = {
             r["config"]: marked(inp, r["config"], r0[0], [r0[1]])
-            for r in compared(inp).to_dicts()
-            if r["why"]
-            and (r["host"], r["tp"], r["workload"]) == r0
-            and r["concurrency"] == top_level
+            for r in doubted
+            if (r["host"], r["tp"], r["workload"]) == r0 and r["concurrency"] == top_level
         }
         at = [r for r in at if r["config"] not in bad | set(unlike)]
         if not at:
